@@ -1,0 +1,53 @@
+/** Human durations: parsed once at register into integer milliseconds, formatted for messages. */
+
+const SECOND = 1000
+const MINUTE = 60 * SECOND
+const HOUR = 60 * MINUTE
+const DAY = 24 * HOUR
+const WEEK = 7 * DAY
+const YEAR = 365.25 * DAY
+
+const UNITS: Record<string, number> = {
+  ms: 1, msec: 1, msecs: 1, millisecond: 1, milliseconds: 1,
+  s: SECOND, sec: SECOND, secs: SECOND, second: SECOND, seconds: SECOND,
+  m: MINUTE, min: MINUTE, mins: MINUTE, minute: MINUTE, minutes: MINUTE,
+  h: HOUR, hr: HOUR, hrs: HOUR, hour: HOUR, hours: HOUR,
+  d: DAY, day: DAY, days: DAY,
+  w: WEEK, week: WEEK, weeks: WEEK,
+  y: YEAR, yr: YEAR, yrs: YEAR, year: YEAR, years: YEAR
+}
+
+const PATTERN = /^(\d+(?:\.\d+)?|\.\d+) *([a-z]*)$/i
+
+/**
+ * Milliseconds from a number of milliseconds or a string such as `'1 minute'`, `'10s'`, `'1.5h'`, `'500'`.
+ * Returns undefined for anything that is not a positive, finite duration of at least one millisecond.
+ */
+export function toMilliseconds (value: unknown): number | undefined {
+  let ms: number
+  if (typeof value === 'number') {
+    ms = value
+  } else if (typeof value === 'string' && value.length <= 32) {
+    const match = PATTERN.exec(value.trim())
+    if (match === null) return undefined
+    const unit = match[2] === '' ? 1 : UNITS[match[2]!.toLowerCase()]
+    if (unit === undefined) return undefined
+    ms = Math.round(Number(match[1]) * unit)
+  } else {
+    return undefined
+  }
+  return Number.isSafeInteger(ms) && ms >= 1 ? ms : undefined
+}
+
+const LONG: Array<[number, string]> = [[DAY, 'day'], [HOUR, 'hour'], [MINUTE, 'minute'], [SECOND, 'second']]
+
+/** `'7 seconds'`, `'1 minute'`, `'10 minutes'`: the long form `@lukeed/ms` and `@fastify/rate-limit` print. */
+export function formatDuration (ms: number): string {
+  for (const [unit, name] of LONG) {
+    if (ms >= unit) {
+      const n = Math.round(ms / unit)
+      return `${n} ${name}${n === 1 ? '' : 's'}`
+    }
+  }
+  return `${ms} ms`
+}

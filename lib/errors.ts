@@ -1,0 +1,57 @@
+import createError from '@fastify/error'
+
+/** Every error this plugin makes, created once. Codes are stable: match on `err.code`. */
+
+export const InvalidOptionError = createError<'FST_RATE_GUARD_INVALID_OPTION', [string, string]>(
+  'FST_RATE_GUARD_INVALID_OPTION',
+  'Invalid rate-guard option "%s": %s',
+  500,
+  TypeError
+)
+
+export const InvalidRouteConfigError = createError<'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', [string, string]>(
+  'FST_RATE_GUARD_INVALID_ROUTE_CONFIG',
+  'Unknown value for route rate-limit configuration on %s: %s (expected an object or false)',
+  500,
+  TypeError
+)
+
+export const CommandConflictError = createError<'FST_RATE_GUARD_COMMAND_CONFLICT', [string]>(
+  'FST_RATE_GUARD_COMMAND_CONFLICT',
+  'The Redis client already has a command named "%s" that rate-guard did not define; refusing to overwrite it'
+)
+
+export const InvalidReplyError = createError<'FST_RATE_GUARD_INVALID_REPLY', [string]>(
+  'FST_RATE_GUARD_INVALID_REPLY',
+  'Unexpected reply from the rate-guard script: %s'
+)
+
+export const DeadlineError = createError<'FST_RATE_GUARD_DEADLINE', [number]>(
+  'FST_RATE_GUARD_DEADLINE',
+  'Redis did not answer the rate limit decision within %d ms'
+)
+
+// Answers to clients. No stack trace: these are outcomes, not bugs, and they are made on the hot path.
+export const TooManyRequestsError = createError<'FST_RATE_GUARD_TOO_MANY_REQUESTS', [string]>(
+  'FST_RATE_GUARD_TOO_MANY_REQUESTS',
+  'Rate limit exceeded, retry in %s',
+  429,
+  Error,
+  false
+)
+
+export const BannedError = createError<'FST_RATE_GUARD_BANNED', [string]>(
+  'FST_RATE_GUARD_BANNED',
+  'Rate limit exceeded, retry in %s',
+  403,
+  Error,
+  false
+)
+
+export const UnavailableError = createError<'FST_RATE_GUARD_UNAVAILABLE', [string]>(
+  'FST_RATE_GUARD_UNAVAILABLE',
+  'Rate limiter unavailable, retry in %s',
+  503,
+  Error,
+  false
+)

@@ -1,0 +1,147 @@
+import type { FastifyInstance, FastifyPluginAsync, RouteOptions } from 'fastify'
+import fp from 'fastify-plugin'
+import { createAdmin } from './admin.js'
+import type { RateGuardDecorator } from './admin.js'
+import { createHook } from './hook.js'
+import type { RouteBudget } from './hook.js'
+import { GLOBAL_SCOPE, scopeOf } from './keys.js'
+import { Limiter } from './limiter.js'
+import { resolveOptions, resolveRouteConfig } from './options.js'
+import type { RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
+import { MemoryStore } from './stores/memory.js'
+import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
+import type { RedisLike } from './stores/redis.js'
+import { deadline } from './limiter.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** This route's limits over the plugin's, or `false` to leave the route unlimited. */
+    rateLimit?: RouteRateLimitOptions | false
+  }
+  interface FastifyInstance {
+    rateGuard: RateGuardDecorator
+  }
+}
+
+/** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
+const READY_WAIT = 2000
+
+async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOptions): Promise<void> {
+  const opts = resolveOptions(options)
+  const limiter = await openLimiter(fastify, opts)
+  fastify.addHook('onClose', async () => await limiter.close())
+
+  const budgets = new Map<string, RouteBudget>()
+  const budget = (name: string, route: ResolvedRoute, scope: string): RouteBudget => {
+    const made: RouteBudget = {
+      route,
+      scope,
+      headers: { legacy: route.legacyHeaders, standard: route.standardHeaders, policy: route.groupId ?? 'default' }
+    }
+    budgets.set(name, made)
+    return made
+  }
+  const pluginBudget = budget('default', opts.route, GLOBAL_SCOPE)
+  const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget)
+
+  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts.nameSpace, budgets))
+
+  fastify.addHook('onRoute', (routeOptions) => {
+    const config = routeOptions.config?.rateLimit
+    if (config === undefined) {
+      if (opts.global) addHook(routeOptions, opts.hook, pluginHook)
+      return
+    }
+    const name = routeName(routeOptions)
+    const route = resolveRouteConfig(config, opts.route, name)
+    if (route === false) return
+    const made = route.groupId !== undefined
+      ? budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId))
+      : budget(name, route, scopeOf('route', name))
+    addHook(routeOptions, opts.hook, createHook(limiter, opts.nameSpace, opts.timeout, made))
+  })
+}
+
+/**
+ * `'GET /search'`. HEAD shares GET's budget: the HEAD route Fastify adds for every GET (and any HEAD the
+ * app declares) asks for the same resource, so a client cannot double its budget by alternating the two.
+ */
+function routeName (routeOptions: RouteOptions): string {
+  const methods = [routeOptions.method].flat().map(m => m === 'HEAD' ? 'GET' : m)
+  return `${[...new Set(methods)].sort().join(',')} ${routeOptions.url}`
+}
+
+/** Appends to the route's own hook list, so routes that opt out pay nothing. */
+function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], fn: (...args: any[]) => Promise<void>): void {
+  const existing = routeOptions[hook] as unknown
+  routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
+}
+
+async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
+  const { failMode, timeout, cache } = opts
+  const local = (): MemoryStore => new MemoryStore({ cache })
+  const lent = opts.redis ?? lentByFastifyRedis(fastify)
+  if (lent === undefined) {
+    fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')
+    return new Limiter({ store: local(), remote: false, failMode, timeout, fallback: undefined })
+  }
+
+  const owned = typeof lent === 'string'
+  const client: RedisLike = owned ? await createClient(lent, timeout) : lent
+  let store: RedisStore
+  try {
+    store = new RedisStore(client, owned)
+  } catch (err) {
+    if (owned) client.disconnect()
+    throw err
+  }
+  const limiter = new Limiter({ store, remote: true, failMode, timeout, fallback: failMode === 'local' ? local() : undefined })
+  if (owned) {
+    client.on('error', (err: Error) => limiter.report(err, fastify.log))
+  } else {
+    for (const option of queueingOptions(client)) {
+      fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
+    }
+  }
+
+  if (await whenReady(client, READY_WAIT)) {
+    await checkEvictionPolicy(fastify, client)
+  } else {
+    fastify.log.warn({ failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
+  }
+  return limiter
+}
+
+async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
+  let policy: string | undefined
+  try {
+    policy = await deadline(evictionPolicy(client), READY_WAIT)
+  } catch (err) {
+    fastify.log.debug({ err }, 'rate-guard: could not read maxmemory-policy')
+  }
+  if (policy !== undefined && policy !== 'noeviction') {
+    fastify.log.warn({ policy }, 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters')
+  }
+}
+
+/** `fastify.redis` from `@fastify/redis`, when it is registered: lent, never closed by us. */
+function lentByFastifyRedis (fastify: FastifyInstance): RedisLike | undefined {
+  if (!fastify.hasDecorator('redis')) return undefined
+  const redis = (fastify as unknown as { redis?: Partial<RedisLike> }).redis
+  return typeof redis?.defineCommand === 'function' ? redis as RedisLike : undefined
+}
+
+export const rateGuard: FastifyPluginAsync<RateGuardOptions> = fp(rateGuardPlugin, {
+  fastify: '5.x',
+  name: 'fastify-rate-guard'
+})
+export default rateGuard
+
+export { normalizeIP } from './keys.js'
+export * as errors from './errors.js'
+export type { RateGuardDecorator, PeekOptions, PeekResult } from './admin.js'
+export type {
+  RateGuardOptions, RouteRateLimitOptions, BanOptions, ErrorResponseContext, ErrorResponseBuilder,
+  KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, HookName, FailMode
+} from './options.js'
+export type { RedisLike } from './stores/redis.js'

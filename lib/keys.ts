@@ -1,0 +1,120 @@
+import { createHash } from 'node:crypto'
+import { isIPv4, isIPv6 } from 'node:net'
+import type { FastifyRequest } from 'fastify'
+import type { Awaitable, KeyGenerator } from './options.js'
+
+/** Who a request is (API key, then user, then client IP) and where that identity lives in Redis. */
+
+export interface KeyHierarchyOptions {
+  apiKeyHeader: string | false
+  verifyApiKey: ((apiKey: string, request: FastifyRequest) => Awaitable<boolean>) | undefined
+  userId: ((request: FastifyRequest) => unknown) | undefined
+  ipv6Subnet: number
+}
+
+/** Longest API key or user id considered; longer values are not identities anyone issues. */
+const MAX_ID_LENGTH = 4096
+
+function defaultUserId (request: FastifyRequest): unknown {
+  const user = (request as { user?: unknown }).user
+  return typeof user === 'object' && user !== null ? (user as { id?: unknown }).id : undefined
+}
+
+function asId (value: unknown): string | undefined {
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value)
+  if (typeof value === 'string' && value.length > 0 && value.length <= MAX_ID_LENGTH) return value
+  return undefined
+}
+
+/**
+ * The default key: `apikey:<key>` when the API key header is present (and verified, when `verifyApiKey` is
+ * given), else `user:<id>` for an authenticated user, else `ip:<address>` with IPv6 masked to its subnet.
+ */
+export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
+  const { apiKeyHeader, verifyApiKey, ipv6Subnet } = opts
+  const userId = opts.userId ?? defaultUserId
+  const byUserOrIp = (request: FastifyRequest): string => {
+    const user = asId(userId(request))
+    return user !== undefined ? `user:${user}` : `ip:${normalizeIP(request.ip, ipv6Subnet)}`
+  }
+  if (apiKeyHeader === false) return byUserOrIp
+  if (verifyApiKey === undefined) {
+    return (request) => {
+      const apiKey = asId(request.headers[apiKeyHeader])
+      return apiKey !== undefined ? `apikey:${apiKey}` : byUserOrIp(request)
+    }
+  }
+  return async (request) => {
+    const apiKey = asId(request.headers[apiKeyHeader])
+    if (apiKey !== undefined && await verifyApiKey(apiKey, request) === true) return `apikey:${apiKey}`
+    return byUserOrIp(request)
+  }
+}
+
+/**
+ * An IP in a canonical form: IPv4 as is (also when IPv4-mapped in IPv6), IPv6 masked to `subnet` bits and
+ * written as eight hexadecimal groups with the prefix length, so every address of one /64 is one client.
+ */
+export function normalizeIP (ip: string | undefined, subnet = 64): string {
+  if (ip === undefined || ip === '') return 'unknown'
+  if (isIPv4(ip)) return ip
+  const zone = ip.indexOf('%')
+  const address = zone === -1 ? ip : ip.slice(0, zone)
+  if (!isIPv6(address)) return 'unknown'
+  const groups = expandIPv6(address)
+  if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
+    return `${groups[6]! >> 8}.${groups[6]! & 255}.${groups[7]! >> 8}.${groups[7]! & 255}`
+  }
+  const masked = groups.map((group, i) => {
+    const bits = Math.min(16, Math.max(0, subnet - i * 16))
+    return group & ((0xffff << (16 - bits)) & 0xffff)
+  })
+  return `${masked.map(g => g.toString(16)).join(':')}/${subnet}`
+}
+
+function expandIPv6 (address: string): number[] {
+  let text = address
+  const lastColon = text.lastIndexOf(':')
+  const tail = text.slice(lastColon + 1)
+  if (isIPv4(tail)) {
+    const [a, b, c, d] = tail.split('.').map(Number) as [number, number, number, number]
+    text = `${text.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`
+  }
+  const [head, rest] = text.split('::') as [string, string | undefined]
+  const left = head === '' ? [] : head.split(':')
+  const right = rest === undefined || rest === '' ? [] : rest.split(':')
+  const fill = rest === undefined ? [] : new Array<string>(8 - left.length - right.length).fill('0')
+  return [...left, ...fill, ...right].map(g => parseInt(g, 16))
+}
+
+/**
+ * The fixed-length hash of an identity: 22 base64url characters (132 bits of SHA-256). It is the Redis
+ * Cluster hash tag of every key of that identity, so whatever a client sends (`}`, `{}`, nothing, 16 KB),
+ * the keys of one decision share one slot, have one length, and never hold an API key in plain text.
+ */
+export function hashIdentity (key: string): string {
+  return createHash('sha256').update(key).digest('base64url').slice(0, 22)
+}
+
+/** The names of every key one identity has under one budget (`scope`). */
+export interface IdentityKeys {
+  readonly log: string
+  readonly strikes: string
+  readonly banned: string
+}
+
+/**
+ * `<nameSpace>{<hash>}:log:<scope>` holds the sliding log of one budget; `…:strikes` counts denials and
+ * `…:banned` marks a ban: both are per identity, so a ban holds on every route of the registration.
+ */
+export function identityKeys (nameSpace: string, scope: string, key: string): IdentityKeys {
+  const prefix = `${nameSpace}{${hashIdentity(key)}}:`
+  return { log: `${prefix}log:${scope}`, strikes: `${prefix}strikes`, banned: `${prefix}banned` }
+}
+
+/** A short, fixed-length scope for a route's own budget or a group's, from names the developer chose. */
+export function scopeOf (kind: 'route' | 'group', name: string): string {
+  return `${kind === 'route' ? 'r' : 'g'}${createHash('sha256').update(name).digest('base64url').slice(0, 12)}`
+}
+
+export const GLOBAL_SCOPE = 'all'

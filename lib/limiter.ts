@@ -1,0 +1,96 @@
+import type { FastifyBaseLogger } from 'fastify'
+import { DeadlineError } from './errors.js'
+import type { FailMode } from './options.js'
+import type { DecideInput, Decision, Store } from './stores/store.js'
+
+/**
+ * One decision under a deadline: the store answers within `timeout` ms, or `failMode` decides — `open`
+ * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin.
+ */
+
+export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable' }
+
+const UNENFORCED: Verdict = Object.freeze({ status: 'unenforced' })
+const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
+
+/** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
+export const TROUBLE_LOG_INTERVAL = 10_000
+
+// Faults in how Redis is set up: they will not pass by themselves, so they are logged as errors.
+const PERMANENT = /^(NOPERM|WRONGTYPE|NOSCRIPT|ERR|FST_RATE_GUARD_INVALID_REPLY)/
+
+export interface LimiterOptions {
+  store: Store
+  /** Set when `store` is remote: the deadline and `failMode` apply to it. */
+  remote: boolean
+  failMode: FailMode
+  timeout: number
+  fallback: Store | undefined
+}
+
+export class Limiter {
+  readonly store: Store
+  readonly #remote: boolean
+  readonly #failMode: FailMode
+  readonly #timeout: number
+  readonly #fallback: Store | undefined
+  #lastLogged = -Infinity
+  #heldBack = 0
+
+  constructor ({ store, remote, failMode, timeout, fallback }: LimiterOptions) {
+    this.store = store
+    this.#remote = remote
+    this.#failMode = failMode
+    this.#timeout = timeout
+    this.#fallback = fallback
+  }
+
+  decide (input: DecideInput, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
+    if (!this.#remote) return this.store.decide(input)
+    return this.#decideRemote(input, log)
+  }
+
+  async #decideRemote (input: DecideInput, log: FastifyBaseLogger): Promise<Verdict> {
+    try {
+      return await deadline(this.store.decide(input), this.#timeout)
+    } catch (err) {
+      this.report(err as Error, log)
+      if (this.#failMode === 'open') return UNENFORCED
+      if (this.#failMode === 'closed') return UNAVAILABLE
+      return this.#fallback!.decide(input)
+    }
+  }
+
+  /** Logs Redis trouble at most once per interval, with how much was held back since the last line. */
+  report (err: Error, log: FastifyBaseLogger): void {
+    const now = Date.now()
+    if (now - this.#lastLogged < TROUBLE_LOG_INTERVAL) {
+      this.#heldBack++
+      return
+    }
+    const heldBack = this.#heldBack
+    this.#lastLogged = now
+    this.#heldBack = 0
+    const level = PERMANENT.test((err as { code?: string }).code ?? err.message) ? 'error' : 'warn'
+    log[level]({ err, failMode: this.#failMode, heldBack }, 'rate-guard: Redis did not decide; failMode decides')
+  }
+
+  async close (): Promise<void> {
+    await this.store.close()
+    await this.#fallback?.close()
+  }
+}
+
+/** `promise`, or a DeadlineError after `ms`; the timer never outlives the answer. */
+export function deadline<T> (promise: Promise<T> | T, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new DeadlineError(ms)), ms)
+    Promise.resolve(promise).then(value => {
+      clearTimeout(timer)
+      resolve(value)
+    }, (err: unknown) => {
+      clearTimeout(timer)
+      reject(err)
+    })
+  })
+}

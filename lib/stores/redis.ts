@@ -1,0 +1,119 @@
+import { createHash, randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import type { Cluster, Redis } from 'ioredis'
+import { CommandConflictError } from '../errors.js'
+import { toDecision } from './store.js'
+import type { DecideInput, Decision, Store } from './store.js'
+
+/** The Redis store: one script call per decision, defined once per client under a name holding its hash. */
+
+export type RedisLike = Redis | Cluster
+
+export const SLIDING_LOG_SCRIPT = readFileSync(new URL('../../lua/sliding-log.lua', import.meta.url), 'utf8')
+export const SLIDING_LOG_COMMAND = `rateGuardSlidingLog_${createHash('sha1').update(SLIDING_LOG_SCRIPT).digest('hex').slice(0, 8)}`
+
+type SlidingLogCommand = (log: string, strikes: string, banned: string, ...argv: Array<string | number>) => Promise<unknown>
+
+/** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
+const defined = new WeakMap<object, Set<string>>()
+
+/** Defines the script on `client` once; refuses a command of the same name that is not ours. */
+export function defineSlidingLog (client: RedisLike): SlidingLogCommand {
+  let ours = defined.get(client)
+  if (ours?.has(SLIDING_LOG_COMMAND) !== true) {
+    if (SLIDING_LOG_COMMAND in client) throw new CommandConflictError(SLIDING_LOG_COMMAND)
+    client.defineCommand(SLIDING_LOG_COMMAND, { numberOfKeys: 3, lua: SLIDING_LOG_SCRIPT })
+    if (ours === undefined) defined.set(client, ours = new Set())
+    ours.add(SLIDING_LOG_COMMAND)
+  }
+  const command = (client as unknown as Record<string, SlidingLogCommand>)[SLIDING_LOG_COMMAND]!
+  return command.bind(client)
+}
+
+export class RedisStore implements Store {
+  readonly client: RedisLike
+  readonly #owned: boolean
+  readonly #slidingLog: SlidingLogCommand
+  /** Log members are `<random per store><counter>`: unique across instances, never client input. */
+  readonly #memberPrefix = randomBytes(9).toString('base64url')
+  #counter = 0
+
+  constructor (client: RedisLike, owned: boolean) {
+    this.client = client
+    this.#owned = owned
+    this.#slidingLog = defineSlidingLog(client)
+  }
+
+  async decide ({ keys, max, windowMs, banThreshold, banMs, peek }: DecideInput): Promise<Decision> {
+    const member = this.#memberPrefix + (this.#counter++).toString(36)
+    const reply = await this.#slidingLog(keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0)
+    return toDecision(reply)
+  }
+
+  async setBan (bannedKey: string, ms: number): Promise<void> {
+    await this.client.set(bannedKey, '1', 'PX', ms)
+  }
+
+  async delete (keys: readonly string[]): Promise<void> {
+    await this.client.del(...keys)
+  }
+
+  /** Closes the client only when the plugin created it: a lent client is the lender's to close. */
+  async close (): Promise<void> {
+    if (!this.#owned) return
+    try {
+      await this.client.quit()
+    } catch {
+      this.client.disconnect()
+    }
+  }
+}
+
+/**
+ * A client for a URL, with options that fail fast: nothing queues while disconnected, a command is never
+ * retried or re-sent after a reconnect (a late re-send would spend quota for a request already answered),
+ * and reconnection goes on forever with a capped backoff.
+ */
+export async function createClient (url: string, timeout: number): Promise<Redis> {
+  const { Redis } = await import('ioredis')
+  return new Redis(url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    commandTimeout: Math.max(timeout, 1000),
+    connectTimeout: 2000,
+    retryStrategy: (times: number) => Math.min(times * 100, 2000),
+    lazyConnect: false
+  })
+}
+
+/** Options of a lent client that make requests wait on a dead Redis; each is worth one warning. */
+export function queueingOptions (client: RedisLike): string[] {
+  const options = client.options as { enableOfflineQueue?: boolean }
+  return options.enableOfflineQueue === false ? [] : ['enableOfflineQueue']
+}
+
+/** `maxmemory-policy`, or undefined when the server will not say (managed Redis often forbids CONFIG). */
+export async function evictionPolicy (client: RedisLike): Promise<string | undefined> {
+  const reply: unknown = await client.config('GET', 'maxmemory-policy')
+  const value = Array.isArray(reply) ? reply[1] : (reply as Record<string, unknown> | null)?.['maxmemory-policy']
+  return typeof value === 'string' ? value : undefined
+}
+
+/** Resolves when the client is ready, or false after `ms` or when it reports an error first. */
+export function whenReady (client: RedisLike, ms: number): Promise<boolean> {
+  if (client.status === 'ready') return Promise.resolve(true)
+  return new Promise(resolve => {
+    const done = (ready: boolean): void => {
+      clearTimeout(timer)
+      client.off('ready', onReady)
+      client.off('error', onError)
+      resolve(ready)
+    }
+    const onReady = (): void => done(true)
+    const onError = (): void => done(false)
+    const timer = setTimeout(done, ms, false)
+    client.on('ready', onReady)
+    client.on('error', onError)
+  })
+}
