@@ -59,8 +59,11 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
     const after = formatDuration(waitMs)
     if (route.errorResponseBuilder === undefined) throw banned ? new BannedError(after) : new TooManyRequestsError(after)
     const statusCode = banned ? 403 : 429
-    const error = route.errorResponseBuilder(request, { statusCode, ban: banned, max, ttl: verdict.retryMs, after }) as { statusCode?: number }
-    if (typeof error === 'object' && error !== null && error.statusCode === undefined) error.statusCode = statusCode
+    const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max, ttl: verdict.retryMs, after })
+    if (typeof error !== 'object' || error === null) {
+      throw new InvalidOptionError('errorResponseBuilder', `expected it to return an object, got ${error === null ? 'null' : typeof error}`)
+    }
+    (error as { statusCode?: number }).statusCode ??= statusCode
     throw error
   }
 }
