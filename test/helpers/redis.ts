@@ -1,0 +1,96 @@
+// The Redis every test talks to. Tests fail, never skip, when there is no
+// Redis: the error says how to get one.
+//
+//   const { url } = await getRedis(t)            // shared by the test file
+//   const redis = client(t, url)                  // closed by t.teardown
+//   const prefix = uniquePrefix()                 // 't-1a2b3c4d5e6f:'
+//   const server = await startRedisServer(t)      // own process: kill/freeze/restart
+//
+// Call these inside a test (or t.before), not at the top level of a file.
+import { randomBytes } from 'node:crypto'
+// Named import: under NodeNext a default import of ioredis is typed as the
+// module object, not the class (it works at runtime, but tsc rejects it).
+import { Redis, type RedisOptions } from 'ioredis'
+import tap from 'tap'
+import { containerEngineAnswers, startContainerRedis } from './container.js'
+import { HOW_TO_GET_REDIS, startRedisServer, type Teardownable } from './redis-server.js'
+
+export { freePort, startRedisServer, type RedisProcess, type Teardownable } from './redis-server.js'
+export { timeVariant } from './lua.js'
+
+export interface RedisInfo {
+  url: string
+  host: string
+  port: number
+}
+
+let shared: Promise<RedisInfo> | undefined
+
+/**
+ * The Redis shared by every test in this process (one test file), found in
+ * this order: REDIS_URL; a container when a container engine answers;
+ * `redis-server` from PATH on a free loopback port. Whatever was started is
+ * stopped when the file's root test ends (or the process exits).
+ * Shared: use `uniquePrefix()` for keys, and never FLUSHALL it.
+ */
+export async function getRedis (t: Teardownable): Promise<RedisInfo> {
+  // The shared server outlives the test that asked first (`t`), so its
+  // cleanup belongs to the root test of the file.
+  shared ??= findRedis(tap)
+  return await shared
+}
+
+async function findRedis (root: Teardownable): Promise<RedisInfo> {
+  const fromEnv = process.env.REDIS_URL
+  if (fromEnv !== undefined && fromEnv !== '') return await checkUrl(fromEnv)
+
+  const notes: string[] = []
+  if (await containerEngineAnswers()) {
+    try {
+      const container = await startContainerRedis()
+      root.teardown(async () => { await container.stop() })
+      return { url: `redis://${container.host}:${container.port}`, host: container.host, port: container.port }
+    } catch (err) {
+      notes.push(`container: ${(err as Error).message}`)
+    }
+  }
+
+  try {
+    const server = await startRedisServer(root)
+    return { url: server.url, host: server.host, port: server.port }
+  } catch (err) {
+    notes.push(`redis-server: ${(err as Error).message}`)
+  }
+  throw new Error(`No Redis for the tests. ${HOW_TO_GET_REDIS}\n${notes.join('\n')}`)
+}
+
+/** Fail early and clearly when REDIS_URL points at nothing. */
+async function checkUrl (url: string): Promise<RedisInfo> {
+  const parsed = new URL(url)
+  const redis = new Redis(url, { lazyConnect: true, connectTimeout: 2_000, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  redis.on('error', () => {})
+  try {
+    await redis.connect()
+    await redis.ping()
+  } catch (err) {
+    throw new Error(`REDIS_URL=${url} does not answer PING (${(err as Error).message}). ${HOW_TO_GET_REDIS}`)
+  } finally {
+    redis.disconnect()
+  }
+  return { url, host: parsed.hostname.replace(/^\[|\]$/g, ''), port: Number(parsed.port || 6379) }
+}
+
+/**
+ * An ioredis client for `url`, disconnected by `t.teardown`. Disconnect
+ * (not QUIT) so teardown never waits on a server a test killed or froze.
+ */
+export function client (t: Teardownable, url: string, opts: RedisOptions = {}): Redis {
+  const redis = new Redis(url, opts)
+  t.teardown(() => { redis.disconnect() })
+  return redis
+}
+
+/** A key namespace of its own for one test: `t-<12 hex>:`. No {hash tag}. */
+export function uniquePrefix (): string {
+  return `t-${randomBytes(6).toString('hex')}:`
+}
