@@ -1,0 +1,138 @@
+// The test harness itself, against real redis-server processes: if these
+// fail, every other Redis test would fail for the wrong reason.
+import { once } from 'node:events'
+import { connect } from 'node:net'
+import t from 'tap'
+import {
+  client,
+  getRedis,
+  startRedisServer,
+  timeVariant,
+  uniquePrefix
+} from './helpers/redis.js'
+
+function isGone (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return false
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH'
+  }
+}
+
+t.test('getRedis: a shared Redis that answers PING', async (t) => {
+  const first = await getRedis(t)
+  const again = await getRedis(t)
+  t.same(again, first, 'one Redis per test file')
+  t.match(first.url, /^rediss?:\/\//)
+  t.ok(first.url.includes(String(first.port)), 'url carries the port')
+  const redis = client(t, first.url)
+  t.equal(await redis.ping(), 'PONG')
+})
+
+t.test('startRedisServer: own process, extra args, kill and restart on the same port', async (t) => {
+  const server = await startRedisServer(t, ['--maxmemory', '1mb'])
+  const shared = await getRedis(t)
+  t.not(server.port, shared.port, 'never the shared server')
+  t.equal(server.url, `redis://127.0.0.1:${server.port}`)
+
+  const before = client(t, server.url)
+  t.equal(await before.ping(), 'PONG')
+  t.same(await before.config('GET', 'maxmemory'), ['maxmemory', '1048576'], 'extra args reach the server')
+  const key = uniquePrefix() + 'k'
+  await before.set(key, 'v')
+
+  const firstPid = server.pid
+  await server.kill()
+  t.ok(isGone(firstPid), 'kill() resolves after the process has exited')
+
+  await t.rejects(once(connect(server.port, server.host), 'connect'), { code: 'ECONNREFUSED' }, 'nothing listens while it is down')
+
+  await server.restart()
+  t.not(server.pid, firstPid, 'a new process')
+  const after = client(t, server.url)
+  t.equal(await after.ping(), 'PONG', 'answers again on the same port')
+  t.equal(await after.get(key), null, 'no persistence: a restart starts empty')
+
+  // The client from before the crash reconnects by itself.
+  if (before.status !== 'ready') await once(before, 'ready')
+  t.equal(await before.ping(), 'PONG', 'an existing client reconnects')
+})
+
+t.test('startRedisServer: stop() is graceful and idempotent', async (t) => {
+  const server = await startRedisServer(t)
+  const pid = server.pid
+  await server.stop()
+  t.ok(isGone(pid))
+  await server.stop()
+  await server.kill()
+  t.pass('stopping a stopped server resolves')
+})
+
+t.test('freeze/thaw: commands time out while frozen, succeed after thaw', async (t) => {
+  const server = await startRedisServer(t)
+  const redis = client(t, server.url, { commandTimeout: 200 })
+  t.equal(await redis.ping(), 'PONG')
+
+  server.freeze()
+  await t.rejects(redis.ping(), /Command timed out/)
+  server.thaw()
+  t.equal(await redis.ping(), 'PONG')
+  t.equal(await redis.echo('in order'), 'in order', 'replies stay matched to their commands')
+})
+
+t.test('freeze: a frozen server can still be stopped', async (t) => {
+  const server = await startRedisServer(t)
+  const pid = server.pid
+  server.freeze()
+  await server.stop()
+  t.ok(isGone(pid))
+})
+
+t.test('startRedisServer: says how to get Redis when redis-server is missing', async (t) => {
+  const path = process.env.PATH
+  t.teardown(() => { process.env.PATH = path })
+  process.env.PATH = '/nonexistent'
+  await t.rejects(startRedisServer(t), /apt-get install -y redis-server.*REDIS_URL/s)
+})
+
+const SCRIPT = [
+  '-- KEYS: none. ARGV: none. Reply: now in ms',
+  'local function clock (time) return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) end',
+  "local now = clock(redis.call('TIME'))",
+  'return now'
+].join('\n')
+
+t.test('timeVariant: the clock comes from the last ARGV', async (t) => {
+  const variant = timeVariant(SCRIPT)
+  const lines = variant.split('\n')
+  t.equal(lines[2], 'local now = tonumber(ARGV[#ARGV])')
+  t.same([lines[0], lines[1], lines[3]], [SCRIPT.split('\n')[0], SCRIPT.split('\n')[1], 'return now'], 'other lines untouched')
+  t.notMatch(variant, /TIME/)
+
+  const redis = client(t, (await getRedis(t)).url)
+  const real = Number(await redis.eval(SCRIPT, 0))
+  t.ok(Math.abs(real - Date.now()) < 5_000, 'the shipped script reads the server clock')
+  t.equal(await redis.eval(variant, 0, 'other', '1700000000123'), 1700000000123, 'the variant reads the last argv')
+})
+
+t.test('timeVariant: keeps indentation and CRLF line endings', async (t) => {
+  const crlf = 'local a = 1\r\n  local now = redis.call("TIME")[1]\r\nreturn now\r\n'
+  t.equal(timeVariant(crlf), 'local a = 1\r\n  local now = tonumber(ARGV[#ARGV])\r\nreturn now\r\n')
+})
+
+t.test('timeVariant: throws unless the clock line appears exactly once', async (t) => {
+  t.throws(() => timeVariant('return 1'), /found 0/)
+  t.throws(() => timeVariant("local now = 5 -- redis.call('TIME') elsewhere?\nlocal now = redis.call('TIME')"), /found 2/)
+  t.throws(() => timeVariant("local t = redis.call('TIME')"), /found 0/, 'only a `local now =` line counts')
+})
+
+t.test('uniquePrefix: a fresh namespace without hash-tag braces', async (t) => {
+  const a = uniquePrefix()
+  const b = uniquePrefix()
+  t.not(a, b)
+  for (const p of [a, b]) {
+    t.match(p, /^t-[0-9a-f]{12}:$/)
+    t.notMatch(p, /[{}]/)
+  }
+})
