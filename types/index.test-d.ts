@@ -1,0 +1,299 @@
+// Type tests of the public API, compiled (never run) by `npm run test:types` against the BUILT package.
+// Importing by the package's own name goes through package.json "exports" to dist/index.d.ts, so these
+// lines prove what a user gets: the `declare module 'fastify'` augmentation, the decorator and every option.
+// Each `@ts-expect-error` line must stay an error: if it ever compiles, tsc fails on the unused directive.
+
+import Fastify from 'fastify'
+import type {
+  FastifyContextConfig, FastifyError, FastifyInstance, FastifyRequest, RouteOptions, RouteShorthandOptions
+} from 'fastify'
+import { Redis, Cluster } from 'ioredis'
+import rateGuard, { rateGuard as named, normalizeIP, errors } from 'fastify-rate-guard'
+import type {
+  RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
+  ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
+  AllowListFunction, KeyCallback, HookName, FailMode, RedisLike
+} from 'fastify-rate-guard'
+
+/** True only when A and B are the same type (not merely assignable either way). */
+type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2) ? true : false
+function expectType<T> (value: T): T { return value }
+function assertEqual<A, B> (proof: Equal<A, B>): Equal<A, B> { return proof }
+
+declare const redis: Redis
+declare const cluster: Cluster
+
+const app = Fastify()
+
+// ---- The exports ---------------------------------------------------------------------------------------
+
+assertEqual<typeof rateGuard, typeof named>(true)
+assertEqual<RedisLike, Redis | Cluster>(true)
+assertEqual<HookName, 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'>(true)
+assertEqual<FailMode, 'open' | 'closed' | 'local'>(true)
+expectType<string>(normalizeIP('::1'))
+expectType<string>(normalizeIP(undefined, 48))
+// @ts-expect-error the subnet is a number of bits
+normalizeIP('::1', '64')
+
+const tooMany = new errors.TooManyRequestsError('7 seconds')
+assertEqual<typeof tooMany.code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS'>(true)
+assertEqual<InstanceType<typeof errors.BannedError>['code'], 'FST_RATE_GUARD_BANNED'>(true)
+assertEqual<InstanceType<typeof errors.UnavailableError>['code'], 'FST_RATE_GUARD_UNAVAILABLE'>(true)
+assertEqual<InstanceType<typeof errors.InvalidOptionError>['code'], 'FST_RATE_GUARD_INVALID_OPTION'>(true)
+assertEqual<InstanceType<typeof errors.InvalidRouteConfigError>['code'], 'FST_RATE_GUARD_INVALID_ROUTE_CONFIG'>(true)
+assertEqual<InstanceType<typeof errors.CommandConflictError>['code'], 'FST_RATE_GUARD_COMMAND_CONFLICT'>(true)
+assertEqual<InstanceType<typeof errors.InvalidReplyError>['code'], 'FST_RATE_GUARD_INVALID_REPLY'>(true)
+assertEqual<InstanceType<typeof errors.DeadlineError>['code'], 'FST_RATE_GUARD_DEADLINE'>(true)
+expectType<FastifyError>(tooMany)
+expectType<Error>(new errors.BannedError('1 minute'))
+// @ts-expect-error the message argument of a 429 is the wait in words
+errors.TooManyRequestsError(7)
+// @ts-expect-error the deadline error takes milliseconds
+errors.DeadlineError('100 ms')
+
+// ---- Registering -----------------------------------------------------------------------------------------
+
+await app.register(rateGuard)
+await app.register(rateGuard, {})
+await app.register(named, { max: 100 })
+
+// Redis: an ioredis Redis, a Cluster, or a URL the plugin connects to (and closes).
+await app.register(rateGuard, { redis })
+await app.register(rateGuard, { redis: cluster })
+await app.register(rateGuard, { redis: 'redis://127.0.0.1:6379' })
+// @ts-expect-error a port alone is not a Redis
+await app.register(rateGuard, { redis: 6379 })
+// @ts-expect-error nor is a plain options object
+await app.register(rateGuard, { redis: { host: '127.0.0.1', port: 6379 } })
+
+// max: a number, or a function of the request and its key, sync or async.
+await app.register(rateGuard, { max: 10 })
+await app.register(rateGuard, { max: (request, key) => key.startsWith('apikey:') ? 1000 : request.ip === '::1' ? 10 : 100 })
+await app.register(rateGuard, { max: async (request: FastifyRequest, key: string) => key.length + request.url.length })
+// @ts-expect-error max is a number, not a string
+await app.register(rateGuard, { max: '10' })
+// @ts-expect-error a max function answers a number
+await app.register(rateGuard, { max: (_request: FastifyRequest, _key: string) => '10' })
+
+// timeWindow: milliseconds, a human duration, or a function answering either.
+await app.register(rateGuard, { timeWindow: 60_000 })
+await app.register(rateGuard, { timeWindow: '1 minute' })
+await app.register(rateGuard, { timeWindow: (_request, key) => key.startsWith('user:') ? '10s' : 5000 })
+await app.register(rateGuard, { timeWindow: async () => '1h' })
+// @ts-expect-error a window is not a boolean
+await app.register(rateGuard, { timeWindow: true })
+
+// ban
+await app.register(rateGuard, { ban: { threshold: 3, duration: '10 minutes' } })
+await app.register(rateGuard, { ban: { threshold: 3, duration: 600_000 } })
+await app.register(rateGuard, { ban: false })
+// @ts-expect-error a ban needs its duration
+await app.register(rateGuard, { ban: { threshold: 3 } })
+// @ts-expect-error bans are on with an object, not with true
+await app.register(rateGuard, { ban: true })
+
+// allowList: keys, or a function of the request and key.
+await app.register(rateGuard, { allowList: ['ip:127.0.0.1', 'apikey:internal'] })
+await app.register(rateGuard, { allowList: ['ip:127.0.0.1'] as const })
+await app.register(rateGuard, { allowList: (request, key) => key === 'user:admin' || request.ip === '127.0.0.1' })
+await app.register(rateGuard, { allowList: async () => false })
+// @ts-expect-error an allow list holds keys (strings)
+await app.register(rateGuard, { allowList: [127001] })
+
+// hook and the rest of the plugin-wide options.
+await app.register(rateGuard, { hook: 'onRequest' })
+await app.register(rateGuard, { hook: 'preHandler' })
+// @ts-expect-error onSend runs after the handler: too late to refuse a request
+await app.register(rateGuard, { hook: 'onSend' })
+await app.register(rateGuard, { failMode: 'open' })
+await app.register(rateGuard, { failMode: 'closed' })
+await app.register(rateGuard, { failMode: 'local' })
+// @ts-expect-error failMode is one of open, closed, local
+await app.register(rateGuard, { failMode: 'maybe' })
+await app.register(rateGuard, { skipOnError: true })
+await app.register(rateGuard, { standardHeaders: 'draft-10', legacyHeaders: false })
+await app.register(rateGuard, { standardHeaders: false })
+// @ts-expect-error only the IETF draft-10 fields are written
+await app.register(rateGuard, { standardHeaders: 'draft-7' })
+// @ts-expect-error standardHeaders is not switched on with true
+await app.register(rateGuard, { standardHeaders: true })
+
+const everything: RateGuardOptions = {
+  redis,
+  max: 20,
+  timeWindow: '5s',
+  ban: { threshold: 3, duration: '10s' },
+  allowList: ['ip:10.0.0.1'],
+  groupId: 'api',
+  hook: 'onRequest',
+  global: true,
+  nameSpace: 'my-app:',
+  failMode: 'local',
+  timeout: 50,
+  cache: 5000,
+  apiKeyHeader: 'x-api-key',
+  verifyApiKey: async (apiKey, request) => apiKey.length === 32 && request.headers.host !== undefined,
+  userId: (request) => request.headers['x-user-id'],
+  ipv6Subnet: 56,
+  keyGenerator: (request) => request.ip,
+  onExceeded: (request, key) => { request.log.info({ key }, 'limited') },
+  onBanReach: (request, key) => { request.log.warn({ key }, 'banned') },
+  errorResponseBuilder: (_request, context) => ({ statusCode: context.statusCode, message: `retry in ${context.after}` }),
+  legacyHeaders: true,
+  standardHeaders: 'draft-10'
+}
+await app.register(rateGuard, everything)
+await app.register(rateGuard, { apiKeyHeader: false, keyGenerator: async (request) => `tenant:${request.hostname}` })
+// @ts-expect-error a key generator answers a string
+await app.register(rateGuard, { keyGenerator: (request: FastifyRequest) => request.headers })
+// @ts-expect-error verifyApiKey answers whether the key is valid
+await app.register(rateGuard, { verifyApiKey: (apiKey: string) => apiKey })
+// @ts-expect-error unknown options are rejected by the types too
+await app.register(rateGuard, { maxRequests: 10 })
+
+// The named function types fit the options they are named after.
+const tier: MaxFunction = async (_request, key) => key.startsWith('apikey:') ? 40 : 10
+const window: TimeWindowFunction = () => '5s'
+const allow: AllowListFunction = (_request, key) => key === 'ip:127.0.0.1'
+const keyOf: KeyGenerator = (request) => request.ip
+const log: KeyCallback = (request, key) => { request.log.info({ key }) }
+const ban: BanOptions = { threshold: 5, duration: '1 hour' }
+const hook: HookName = 'preValidation'
+const mode: FailMode = 'closed'
+await app.register(rateGuard, { max: tier, timeWindow: window, allowList: allow, keyGenerator: keyOf, onExceeded: log, ban, hook, failMode: mode })
+
+// ---- errorResponseBuilder --------------------------------------------------------------------------------
+
+const builder: ErrorResponseBuilder = (request, context) => {
+  expectType<FastifyRequest>(request)
+  assertEqual<typeof context, ErrorResponseContext>(true)
+  expectType<number>(context.statusCode)
+  expectType<boolean>(context.ban)
+  expectType<number>(context.max)
+  expectType<number>(context.ttl)
+  expectType<string>(context.after)
+  // @ts-expect-error the context has no retryAfter (ttl is the wait in ms, after the same in words)
+  expectType<unknown>(context.retryAfter)
+  return { statusCode: context.ban ? 403 : 429, error: context.ban ? 'Forbidden' : 'Too Many Requests', message: context.after }
+}
+await app.register(rateGuard, { errorResponseBuilder: builder })
+await app.register(rateGuard, { errorResponseBuilder: (_request, context) => new errors.TooManyRequestsError(context.after) })
+// @ts-expect-error the builder answers an object (it is thrown, and the error handler shapes the body)
+await app.register(rateGuard, { errorResponseBuilder: () => 'slow down' })
+
+// ---- Route config (module augmentation of FastifyContextConfig) -------------------------------------------
+
+app.get('/search', { config: { rateLimit: { max: 10, timeWindow: '10s' } } }, async () => ({ results: [] }))
+app.get('/health', { config: { rateLimit: false } }, async () => ({ ok: true }))
+app.get('/plain', async () => 'no config: the plugin-wide budget')
+app.route({
+  method: ['GET', 'POST'],
+  url: '/grouped',
+  config: {
+    rateLimit: {
+      groupId: 'reports',
+      max: async (_request, key) => key.startsWith('apikey:') ? 100 : 5,
+      timeWindow: (request) => request.method === 'POST' ? '1 minute' : 10_000,
+      ban: false,
+      allowList: ['ip:127.0.0.1'],
+      keyGenerator: (request) => request.ip,
+      errorResponseBuilder: (_request, context) => ({ statusCode: context.statusCode, message: context.after }),
+      onExceeded: (request, key) => { request.log.info({ key }) },
+      onBanReach: (_request, _key) => {},
+      legacyHeaders: false,
+      standardHeaders: 'draft-10'
+    }
+  },
+  handler: async () => 'ok'
+})
+app.get('/seen', {
+  config: { rateLimit: { max: 1 } },
+  handler: async (request) => {
+    // The route's config is typed on the request too.
+    const config = request.routeOptions.config.rateLimit
+    expectType<RouteRateLimitOptions | false | undefined>(config)
+    return config === false ? 'off' : config?.max
+  }
+})
+const routeConfig: RouteRateLimitOptions = { max: 5, timeWindow: 1000 }
+app.get('/typed', { config: { rateLimit: routeConfig } }, async () => 'ok')
+
+// Wrong route configs. Fastify infers a route's `ContextConfig` from an inline `config` and intersects it
+// with FastifyContextConfig, which lets a wrong *type* of value through unchecked (`rateLimit: true` on an
+// inline `app.get(url, { config }, handler)`): TypeScript skips its weak-type check inside intersections.
+// Where the config meets the augmented type as such, it is checked, as below; at run time every route
+// config is checked at register anyway (FST_RATE_GUARD_INVALID_ROUTE_CONFIG).
+// @ts-expect-error a route limit is switched on with an object, not true
+const on: FastifyContextConfig = { rateLimit: true }
+// @ts-expect-error nor with a string
+const yes: RouteShorthandOptions = { config: { rateLimit: 'yes' } }
+// @ts-expect-error typed route options are checked as a whole
+const routeOn: RouteOptions = { method: 'GET', url: '/on', config: { rateLimit: true }, handler: async () => 'ok' }
+// @ts-expect-error with route generics given, ContextConfig is not inferred, so `true` is caught inline too
+app.get<{ Querystring: { q: string } }>('/on', { config: { rateLimit: true } }, async () => 'ok')
+// @ts-expect-error connection options belong to the plugin, not to a route
+const perRouteRedis: RouteRateLimitOptions = { redis }
+// @ts-expect-error so does failMode
+const perRouteFailMode: FastifyContextConfig = { rateLimit: { failMode: 'closed' } }
+// A wrong value for a known option is caught even inline.
+// @ts-expect-error a route max is a number
+app.get('/string-max', { config: { rateLimit: { max: '10' } } }, async () => 'ok')
+// @ts-expect-error a route window is a duration
+app.get('/window', { config: { rateLimit: { timeWindow: [10, 's'] } } }, async () => 'ok')
+expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteFailMode])
+
+// ---- fastify.rateGuard -----------------------------------------------------------------------------------
+
+assertEqual<FastifyInstance['rateGuard'], RateGuardDecorator>(true)
+assertEqual<ReturnType<typeof app.rateGuard.ban>, Promise<void>>(true)
+assertEqual<ReturnType<typeof app.rateGuard.unban>, Promise<void>>(true)
+assertEqual<ReturnType<typeof app.rateGuard.reset>, Promise<void>>(true)
+assertEqual<ReturnType<typeof app.rateGuard.peek>, Promise<PeekResult>>(true)
+
+await app.rateGuard.ban('ip:203.0.113.7', '10 minutes')
+await app.rateGuard.ban('user:42', 600_000)
+await app.rateGuard.unban('ip:203.0.113.7')
+await app.rateGuard.reset('apikey:abc')
+// @ts-expect-error a ban lasts for a duration
+await app.rateGuard.ban('user:42')
+// @ts-expect-error a duration is not a Date
+await app.rateGuard.ban('user:42', new Date())
+// @ts-expect-error keys are strings (`ip:…`, `user:…`, `apikey:…`)
+await app.rateGuard.reset(42)
+
+const seen = await app.rateGuard.peek('user:42')
+assertEqual<typeof seen, PeekResult>(true)
+assertEqual<PeekResult['status'], 'allowed' | 'limited' | 'banned'>(true)
+expectType<string>(seen.key)
+expectType<number>(seen.max)
+expectType<number>(seen.count)
+expectType<number>(seen.remaining)
+expectType<number>(seen.resetMs)
+expectType<number>(seen.retryMs)
+if (seen.status === 'banned') expectType<'banned'>(seen.status)
+// @ts-expect-error there is no such status: an unenforced request is never peeked
+const unenforced: PeekResult['status'] = 'unenforced'
+expectType<unknown>(unenforced)
+
+const peekOptions: PeekOptions = { route: 'GET /search' }
+await app.rateGuard.peek('ip:127.0.0.1', peekOptions)
+await app.rateGuard.peek('ip:127.0.0.1', { groupId: 'reports' })
+await app.rateGuard.peek('user:42', { route: 'GET /grouped', max: 5, timeWindow: '10s' })
+await app.rateGuard.peek('user:42', { max: 5, timeWindow: 10_000 })
+// @ts-expect-error peek answers a Promise: await it before reading the result
+expectType<string>(app.rateGuard.peek('user:42').status)
+// @ts-expect-error peek has no `method` option: the route is named as 'GET /search'
+await app.rateGuard.peek('user:42', { method: 'GET' })
+// @ts-expect-error peek cannot be given a function for max: it has no request
+await app.rateGuard.peek('user:42', { max: () => 5 })
+
+// The decorator type is exported for functions that take it.
+const decorator: RateGuardDecorator = app.rateGuard
+expectType<(key: string, duration: number | string) => Promise<void>>(decorator.ban)
+
+// The augmentation reaches encapsulated instances too.
+await app.register(async (child) => {
+  expectType<RateGuardDecorator>(child.rateGuard)
+  child.get('/child', { config: { rateLimit: { max: 3, timeWindow: '1s' } } }, async () => 'ok')
+})
