@@ -1,15 +1,31 @@
 // The test harness itself, against real redis-server processes: if these
 // fail, every other Redis test would fail for the wrong reason.
 import { once } from 'node:events'
+import { createServer } from 'node:http'
 import { connect } from 'node:net'
 import t from 'tap'
+import { containerEngineAnswers } from './helpers/container.js'
 import {
   client,
+  freePort,
   getRedis,
+  resolveRedis,
   startRedisServer,
   timeVariant,
-  uniquePrefix
+  uniquePrefix,
+  type Teardownable
 } from './helpers/redis.js'
+
+/** Set (or with undefined, unset) an env var for the rest of test `t`. */
+function setEnv (t: Teardownable, name: string, value: string | undefined): void {
+  const before = process.env[name]
+  t.teardown(() => {
+    if (before === undefined) delete process.env[name]
+    else process.env[name] = before
+  })
+  if (value === undefined) delete process.env[name]
+  else process.env[name] = value
+}
 
 function isGone (pid: number): boolean {
   try {
@@ -90,10 +106,38 @@ t.test('freeze: a frozen server can still be stopped', async (t) => {
 })
 
 t.test('startRedisServer: says how to get Redis when redis-server is missing', async (t) => {
-  const path = process.env.PATH
-  t.teardown(() => { process.env.PATH = path })
-  process.env.PATH = '/nonexistent'
+  setEnv(t, 'PATH', '/nonexistent')
   await t.rejects(startRedisServer(t), /apt-get install -y redis-server.*REDIS_URL/s)
+})
+
+t.test('REDIS_URL comes first, and must answer', async (t) => {
+  const shared = await getRedis(t)
+  setEnv(t, 'REDIS_URL', shared.url)
+  t.same(await resolveRedis(), shared, 'the Redis REDIS_URL names')
+
+  setEnv(t, 'REDIS_URL', `redis://127.0.0.1:${await freePort()}`)
+  await t.rejects(resolveRedis(), /does not answer PING.*apt-get install -y redis-server/s)
+})
+
+t.test('a container engine that answers but cannot run Redis falls back to redis-server', async (t) => {
+  // A fake engine: answers the ping, fails everything else.
+  const engine = createServer((req, res) => {
+    res.statusCode = req.url === '/_ping' ? 200 : 500
+    res.end(req.url === '/_ping' ? 'OK' : '{"message":"fake engine"}')
+  })
+  engine.listen(0, '127.0.0.1')
+  await once(engine, 'listening')
+  t.teardown(() => { engine.close() })
+  const address = engine.address()
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  setEnv(t, 'REDIS_URL', undefined)
+  setEnv(t, 'DOCKER_HOST', `tcp://127.0.0.1:${address.port}`)
+  setEnv(t, 'DOCKER_TLS_VERIFY', undefined)
+
+  t.equal(await containerEngineAnswers(), true, 'the ping is seen')
+  const found = await resolveRedis()
+  t.match(found.url, /^redis:\/\/127\.0\.0\.1:\d+$/, 'a redis-server on loopback instead')
+  t.equal(await client(t, found.url).ping(), 'PONG')
 })
 
 const SCRIPT = [

@@ -57,7 +57,13 @@ export async function containerEngineAnswers (): Promise<boolean> {
 
 /** Start `redis:7-alpine` (or REDIS_IMAGE) and wait for its ready log line. */
 export async function startContainerRedis (): Promise<ContainerRedis> {
-  const { GenericContainer, Wait } = await import('testcontainers')
+  let testcontainers: typeof import('testcontainers')
+  try {
+    testcontainers = await import('testcontainers')
+  } catch (err) {
+    throw new Error(`testcontainers does not load on Node ${process.version}: ${(err as Error).message}`)
+  }
+  const { GenericContainer, Wait } = testcontainers
   const container = await new GenericContainer(process.env.REDIS_IMAGE ?? 'redis:7-alpine')
     .withCommand(['redis-server', '--save', '', '--appendonly', 'no'])
     .withExposedPorts(6379)

@@ -36,11 +36,15 @@ let shared: Promise<RedisInfo> | undefined
 export async function getRedis (t: Teardownable): Promise<RedisInfo> {
   // The shared server outlives the test that asked first (`t`), so its
   // cleanup belongs to the root test of the file.
-  shared ??= findRedis(tap)
+  shared ??= resolveRedis()
   return await shared
 }
 
-async function findRedis (root: Teardownable): Promise<RedisInfo> {
+/**
+ * getRedis without the cache: finds (or starts) a Redis every call. Only
+ * for the harness's own tests; anything started stops with the root test.
+ */
+export async function resolveRedis (): Promise<RedisInfo> {
   const fromEnv = process.env.REDIS_URL
   if (fromEnv !== undefined && fromEnv !== '') return await checkUrl(fromEnv)
 
@@ -48,15 +52,18 @@ async function findRedis (root: Teardownable): Promise<RedisInfo> {
   if (await containerEngineAnswers()) {
     try {
       const container = await startContainerRedis()
-      root.teardown(async () => { await container.stop() })
+      tap.teardown(async () => { await container.stop() })
       return { url: `redis://${container.host}:${container.port}`, host: container.host, port: container.port }
     } catch (err) {
-      notes.push(`container: ${(err as Error).message}`)
+      // Loud, not silent: the run goes on with redis-server, but says why.
+      const note = `a container engine answers, but no Redis container: ${(err as Error).message}`
+      notes.push(note)
+      tap.comment(`${note}; trying redis-server`)
     }
   }
 
   try {
-    const server = await startRedisServer(root)
+    const server = await startRedisServer(tap)
     return { url: server.url, host: server.host, port: server.port }
   } catch (err) {
     notes.push(`redis-server: ${(err as Error).message}`)
