@@ -7,15 +7,16 @@ const DAY = 24 * HOUR
 const WEEK = 7 * DAY
 const YEAR = 365.25 * DAY
 
-const UNITS: Record<string, number> = {
-  ms: 1, msec: 1, msecs: 1, millisecond: 1, milliseconds: 1,
-  s: SECOND, sec: SECOND, secs: SECOND, second: SECOND, seconds: SECOND,
-  m: MINUTE, min: MINUTE, mins: MINUTE, minute: MINUTE, minutes: MINUTE,
-  h: HOUR, hr: HOUR, hrs: HOUR, hour: HOUR, hours: HOUR,
-  d: DAY, day: DAY, days: DAY,
-  w: WEEK, week: WEEK, weeks: WEEK,
-  y: YEAR, yr: YEAR, yrs: YEAR, year: YEAR, years: YEAR
-}
+const UNIT_NAMES: Array<[number, string[]]> = [
+  [1, ['ms', 'msec', 'msecs', 'millisecond', 'milliseconds']],
+  [SECOND, ['s', 'sec', 'secs', 'second', 'seconds']],
+  [MINUTE, ['m', 'min', 'mins', 'minute', 'minutes']],
+  [HOUR, ['h', 'hr', 'hrs', 'hour', 'hours']],
+  [DAY, ['d', 'day', 'days']],
+  [WEEK, ['w', 'week', 'weeks']],
+  [YEAR, ['y', 'yr', 'yrs', 'year', 'years']]
+]
+const UNITS = new Map(UNIT_NAMES.flatMap(([ms, names]) => names.map(name => [name, ms] as const)))
 
 const PATTERN = /^(\d+(?:\.\d+)?|\.\d+) *([a-z]*)$/i
 
@@ -30,7 +31,7 @@ export function toMilliseconds (value: unknown): number | undefined {
   } else if (typeof value === 'string' && value.length <= 32) {
     const match = PATTERN.exec(value.trim())
     if (match === null) return undefined
-    const unit = match[2] === '' ? 1 : UNITS[match[2]!.toLowerCase()]
+    const unit = match[2] === '' ? 1 : UNITS.get(match[2]!.toLowerCase())
     if (unit === undefined) return undefined
     ms = Math.round(Number(match[1]) * unit)
   } else {
