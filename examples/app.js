@@ -1,0 +1,59 @@
+// A small API behind fastify-rate-guard, used by `npm start` (examples/server.js) and `npm run demo`.
+//
+// Who a request is, in the plugin's default order: a valid API key (`x-api-key`), else the logged-in user
+// (`request.user.id`), else the client IP. Each kind of client gets its own budget per 5 s sliding window:
+//
+//   API key  40      user  20      IP  10
+//
+// Three refusals within one window ban that client for 10 s, on every route. GET /search has a budget of
+// its own (5 per 5 s, refusals there never lead to a ban); GET /health is never limited.
+
+import Fastify from 'fastify'
+import rateGuard from 'fastify-rate-guard'
+
+/** The API keys this toy service has issued; a real one would look them up (and cache the answer). */
+export const API_KEYS = new Set(['key-acme-0001', 'key-globex-0002'])
+
+/** Requests per window, by the kind of key the plugin made: `apikey:…`, `user:…` or `ip:…`. */
+export const TIERS = Object.freeze({ apikey: 40, user: 20, ip: 10 })
+export const WINDOW = '5s'
+export const BAN = Object.freeze({ threshold: 3, duration: '10s' })
+export const SEARCH_LIMIT = Object.freeze({ max: 5, timeWindow: '5s', ban: false })
+
+/**
+ * @param {{ redis?: string | import('ioredis').Redis, logger?: boolean | object, nameSpace?: string }} options
+ */
+export async function buildApp ({ redis, logger = false, nameSpace } = {}) {
+  // The demo's clients connect from loopback; X-Forwarded-For is believed only from there.
+  const app = Fastify({ logger, trustProxy: ['127.0.0.1', '::1'] })
+
+  // Stand-in authentication: `Authorization: Bearer user-<id>` logs in as user <id>. Not a real scheme!
+  // It runs as an app-wide onRequest hook, so it comes before the rate guard, which is a route-level hook.
+  app.decorateRequest('user', null)
+  app.addHook('onRequest', async (request) => {
+    const token = /^Bearer user-([\w-]{1,64})$/.exec(request.headers.authorization ?? '')
+    if (token !== null) request.user = { id: token[1] }
+  })
+
+  // Registered (and awaited) before the routes, so its onRoute hook sees every one of them.
+  await app.register(rateGuard, {
+    redis,
+    nameSpace,
+    max: (request, key) => TIERS[key.slice(0, key.indexOf(':'))] ?? TIERS.ip,
+    timeWindow: WINDOW,
+    ban: BAN,
+    standardHeaders: 'draft-10',
+    verifyApiKey: async (apiKey) => API_KEYS.has(apiKey)
+  })
+
+  app.get('/items', async () => ({ items: [{ id: 1, name: 'teapot' }, { id: 2, name: 'kettle' }] }))
+
+  app.get('/search', { config: { rateLimit: SEARCH_LIMIT } }, async (request) => {
+    const q = String(request.query.q ?? '')
+    return { q, results: q === '' ? [] : [{ id: 1, name: `${q} teapot` }] }
+  })
+
+  app.get('/health', { config: { rateLimit: false } }, async () => ({ ok: true }))
+
+  return app
+}
