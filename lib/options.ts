@@ -17,7 +17,7 @@ export type FailMode = 'open' | 'closed' | 'local'
 
 /** What `errorResponseBuilder` is given. `ttl` is in milliseconds; `after` is the same wait in words. */
 export interface ErrorResponseContext {
-  statusCode: number
+  statusCode: 429 | 403
   ban: boolean
   max: number
   ttl: number
