@@ -1,0 +1,261 @@
+// Option validation: every bad option is refused at register with one coded error that names the option
+// and the value, and human durations resolve once into the right integer milliseconds.
+import Fastify from 'fastify'
+import type { FastifyInstance } from 'fastify'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import { formatDuration, toMilliseconds } from '../lib/duration.js'
+
+const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
+
+function app (t: Test): FastifyInstance {
+  const made = Fastify({ logger: false })
+  t.teardown(async () => { await made.close() })
+  return made
+}
+
+function escape (text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+}
+
+/** Registration rejects with the coded error whose message names `name` and shows the value as `shown`. */
+async function refuses (t: Test, options: Record<string, unknown>, name: string, shown: string): Promise<void> {
+  const message = new RegExp(`^Invalid rate-guard option "${escape(name)}": .*got ${escape(shown)}$`)
+  await t.rejects(async () => { await app(t).register(rateGuard, options as never) }, { code: INVALID, statusCode: 500, message }, `${name} = ${shown}`)
+}
+
+type Case = [options: Record<string, unknown>, name: string, shown: string]
+
+const cases: Record<string, Case[]> = {
+  max: [
+    [{ max: -1 }, 'max', '-1'],
+    [{ max: 0 }, 'max', '0'],
+    [{ max: 1.5 }, 'max', '1.5'],
+    [{ max: '10' }, 'max', '"10"'],
+    [{ max: NaN }, 'max', 'NaN'],
+    [{ max: Infinity }, 'max', 'Infinity'],
+    [{ max: 2 ** 53 }, 'max', String(2 ** 53)]
+  ],
+  timeWindow: [
+    [{ timeWindow: 'abc' }, 'timeWindow', '"abc"'],
+    [{ timeWindow: -5 }, 'timeWindow', '-5'],
+    [{ timeWindow: 0 }, 'timeWindow', '0'],
+    [{ timeWindow: '1 fortnight' }, 'timeWindow', '"1 fortnight"'],
+    [{ timeWindow: {} }, 'timeWindow', 'an object'],
+    [{ timeWindow: '0.4' }, 'timeWindow', '"0.4"']
+  ],
+  ban: [
+    [{ ban: true }, 'ban', 'true'],
+    [{ ban: null }, 'ban', 'null'],
+    [{ ban: [] }, 'ban', 'an array'],
+    [{ ban: { threshold: 0, duration: '1m' } }, 'ban.threshold', '0'],
+    [{ ban: { threshold: 2 } }, 'ban.duration', 'undefined'],
+    [{ ban: { duration: '1m' } }, 'ban.threshold', 'undefined'],
+    [{ ban: { threshold: 2, duration: 'forever' } }, 'ban.duration', '"forever"'],
+    [{ ban: { threshold: 2, duration: '1m', treshold: 3 } }, 'ban.treshold', '3']
+  ],
+  hook: [
+    [{ hook: 'onSend' }, 'hook', '"onSend"'],
+    [{ hook: 'onResponse' }, 'hook', '"onResponse"']
+  ],
+  failMode: [
+    [{ failMode: 'maybe' }, 'failMode', '"maybe"'],
+    [{ failMode: 'open', skipOnError: true }, 'skipOnError', 'true'],
+    [{ failMode: 'closed', skipOnError: false }, 'skipOnError', 'false'],
+    [{ skipOnError: 'yes' }, 'skipOnError', '"yes"']
+  ],
+  nameSpace: [
+    [{ nameSpace: 'app{1}:' }, 'nameSpace', '"app{1}:"'],
+    [{ nameSpace: 'app{' }, 'nameSpace', '"app{"'],
+    [{ nameSpace: 'app}' }, 'nameSpace', '"app}"'],
+    [{ nameSpace: 'my app:' }, 'nameSpace', '"my app:"'],
+    [{ nameSpace: 'app:\t' }, 'nameSpace', '"app:\\t"'],
+    [{ nameSpace: 42 }, 'nameSpace', '42']
+  ],
+  timeout: [
+    [{ timeout: 0 }, 'timeout', '0'],
+    [{ timeout: -1 }, 'timeout', '-1'],
+    [{ timeout: '100ms' }, 'timeout', '"100ms"']
+  ],
+  cache: [
+    [{ cache: 0 }, 'cache', '0'],
+    [{ cache: -10 }, 'cache', '-10'],
+    [{ cache: 1.5 }, 'cache', '1.5'],
+    [{ cache: 'big' }, 'cache', '"big"']
+  ],
+  ipv6Subnet: [
+    [{ ipv6Subnet: 0 }, 'ipv6Subnet', '0'],
+    [{ ipv6Subnet: 129 }, 'ipv6Subnet', '129'],
+    [{ ipv6Subnet: 1.5 }, 'ipv6Subnet', '1.5'],
+    [{ ipv6Subnet: '64' }, 'ipv6Subnet', '"64"']
+  ],
+  apiKeyHeader: [
+    [{ apiKeyHeader: 'x api key' }, 'apiKeyHeader', '"x api key"'],
+    [{ apiKeyHeader: 'x-api-key:' }, 'apiKeyHeader', '"x-api-key:"'],
+    [{ apiKeyHeader: '' }, 'apiKeyHeader', '""'],
+    [{ apiKeyHeader: 'x-ключ' }, 'apiKeyHeader', '"x-ключ"'],
+    [{ apiKeyHeader: true }, 'apiKeyHeader', 'true']
+  ],
+  'unknown options': [
+    [{ timewindow: 1000 }, 'timewindow', '1000'],
+    [{ maxRequests: 5 }, 'maxRequests', '5'],
+    [{ redisUrl: 'redis://127.0.0.1' }, 'redisUrl', '"redis://127.0.0.1"']
+  ],
+  redis: [
+    [{ redis: 6379 }, 'redis', '6379'],
+    [{ redis: { host: '127.0.0.1', port: 6379 } }, 'redis', 'an object'],
+    [{ redis: 'http://x' }, 'redis', '"http://x"'],
+    [{ redis: '127.0.0.1:6379' }, 'redis', '"127.0.0.1:6379"'],
+    [{ redis: true }, 'redis', 'true']
+  ],
+  allowList: [
+    [{ allowList: [1, 2] }, 'allowList', 'an array'],
+    [{ allowList: '127.0.0.1' }, 'allowList', '"127.0.0.1"']
+  ],
+  groupId: [
+    [{ groupId: 'a"b' }, 'groupId', '"a\\"b"'],
+    [{ groupId: 'two words' }, 'groupId', '"two words"'],
+    [{ groupId: '' }, 'groupId', '""'],
+    [{ groupId: 'a\\b' }, 'groupId', '"a\\\\b"'],
+    [{ groupId: 7 }, 'groupId', '7']
+  ],
+  'other checks': [
+    [{ keyGenerator: 'ip' }, 'keyGenerator', '"ip"'],
+    [{ standardHeaders: 'draft-7' }, 'standardHeaders', '"draft-7"'],
+    [{ legacyHeaders: 'no' }, 'legacyHeaders', '"no"'],
+    [{ global: 1 }, 'global', '1'],
+    [{ verifyApiKey: true }, 'verifyApiKey', 'true'],
+    [{ errorResponseBuilder: {} }, 'errorResponseBuilder', 'an object']
+  ]
+}
+
+for (const [group, list] of Object.entries(cases)) {
+  t.test(`invalid ${group} is refused at register`, async t => {
+    for (const [options, name, shown] of list) await refuses(t, options, name, shown)
+  })
+}
+
+t.test('the message never dumps a long value', async t => {
+  const long = 'x'.repeat(500)
+  const err = await app(t).register(rateGuard, { nameSpace: long }).then(() => undefined, (err: unknown) => err as Error & { code?: string })
+  t.equal(err?.code, INVALID)
+  t.ok(err !== undefined && err.message.length < 200, `message is short (${err?.message.length} characters)`)
+  t.match(err?.message, /"nameSpace".*got "x{64}…"$/)
+})
+
+t.test('a bad route config is refused when the route is declared, naming the route option', async t => {
+  const server = app(t)
+  await server.register(rateGuard, { max: 5 })
+  const declare = (rateLimit: unknown): void => {
+    server.get(`/r${Math.random().toString(36).slice(2)}`, { config: { rateLimit: rateLimit as never } }, async () => 'ok')
+  }
+  t.throws(() => declare({ max: 0 }), { code: INVALID, message: /"config\.rateLimit\.max".*got 0$/ })
+  t.throws(() => declare({ groupId: 'a b' }), { code: INVALID, message: /"config\.rateLimit\.groupId".*got "a b"$/ })
+  t.throws(() => declare({ timewindow: 10 }), { code: INVALID, message: /"config\.rateLimit\.timewindow"/ })
+  t.throws(() => declare({ redis: 'redis://127.0.0.1' }), { code: INVALID, message: /"config\.rateLimit\.redis"/ }, 'plugin-only options are not route options')
+  t.throws(() => declare(true), { code: 'FST_RATE_GUARD_INVALID_ROUTE_CONFIG' })
+  t.doesNotThrow(() => declare({ max: 3, timeWindow: '10s', groupId: 'search' }))
+  t.doesNotThrow(() => declare(false))
+})
+
+t.test('valid options register', async t => {
+  const server = app(t)
+  await server.register(rateGuard, {
+    max: 10,
+    timeWindow: '1 minute',
+    ban: { threshold: 3, duration: '10 minutes' },
+    hook: 'preHandler',
+    skipOnError: false,
+    nameSpace: 'my-app:v1:',
+    timeout: 50,
+    cache: 100,
+    ipv6Subnet: 56,
+    apiKeyHeader: 'X-Client-Key',
+    allowList: ['ip:10.0.0.1'],
+    groupId: 'api-v1',
+    standardHeaders: 'draft-10',
+    legacyHeaders: false
+  })
+  server.get('/', async () => 'ok')
+  const res = await server.inject('/')
+  t.equal(res.statusCode, 200)
+  t.equal(res.headers.ratelimit, '"api-v1";r=9;t=60', 'the resolved max, window and group id are the ones given')
+  t.equal(res.headers['ratelimit-policy'], '"api-v1";q=10;w=60')
+  t.notOk('x-ratelimit-limit' in res.headers, 'legacyHeaders: false is honoured')
+})
+
+t.test('human durations resolve to the right milliseconds in the running plugin', async t => {
+  const expected: Array<[number | string, number]> = [
+    ['1 minute', 60_000],
+    ['10s', 10_000],
+    ['1.5h', 5_400_000],
+    ['500', 500],
+    [250, 250],
+    ['2 days', 172_800_000]
+  ]
+  for (const [timeWindow, ms] of expected) {
+    const server = app(t)
+    await server.register(rateGuard, { max: 1, timeWindow, standardHeaders: 'draft-10' })
+    server.get('/', async () => 'ok')
+    const res = await server.inject('/')
+    t.equal(res.statusCode, 200)
+    t.equal(res.headers['ratelimit-policy'], `"default";q=1;w=${Math.ceil(ms / 1000)}`, `${JSON.stringify(timeWindow)}: w in seconds`)
+    const peek = await server.rateGuard.peek('ip:127.0.0.1')
+    t.equal(peek.count, 1)
+    // The oldest request leaves one window after it came: the window is ms, give or take the time since.
+    t.ok(peek.resetMs <= ms && peek.resetMs > ms - 200, `${JSON.stringify(timeWindow)}: resets in ${peek.resetMs} ms of ${ms}`)
+  }
+})
+
+t.test('toMilliseconds', async t => {
+  const valid: Array<[unknown, number]> = [
+    ['1 minute', 60_000],
+    ['10s', 10_000],
+    ['1.5h', 5_400_000],
+    ['500', 500],
+    [250, 250],
+    [1, 1],
+    ['1ms', 1],
+    ['.5s', 500],
+    ['2 Days', 172_800_000],
+    ['  3 hours  ', 10_800_000],
+    ['1w', 604_800_000],
+    ['1 year', 31_557_600_000],
+    ['10 MINUTES', 600_000],
+    ['1.0005s', 1001],
+    ['90 sec', 90_000]
+  ]
+  for (const [input, ms] of valid) t.equal(toMilliseconds(input), ms, JSON.stringify(input))
+
+  const invalid: unknown[] = [
+    'abc', -5, 0, '0', '0s', '0.4', '1 fortnight', '', ' ', '-5s', '1e3', '1,5s', 'm', '5 minutes ago',
+    '10s10', NaN, Infinity, -Infinity, 2 ** 53, '300000 years', 'x'.repeat(33), '1'.repeat(33),
+    {}, [], [1000], null, undefined, true, () => 1000, 10n
+  ]
+  for (const input of invalid) {
+    t.equal(toMilliseconds(input), undefined, typeof input === 'string' ? JSON.stringify(input) : String(input))
+  }
+})
+
+t.test('formatDuration', async t => {
+  const cases: Array<[number, string]> = [
+    [0, '0 ms'],
+    [1, '1 ms'],
+    [999, '999 ms'],
+    [1000, '1 second'],
+    [7000, '7 seconds'],
+    [59_000, '59 seconds'],
+    [60_000, '1 minute'],
+    [600_000, '10 minutes'],
+    [3_600_000, '1 hour'],
+    [7_200_000, '2 hours'],
+    [86_400_000, '1 day'],
+    [3 * 86_400_000, '3 days']
+  ]
+  for (const [ms, text] of cases) t.equal(formatDuration(ms), text, String(ms))
+  // The largest whole unit that fits, rounded: the words are for people, Retry-After carries the exact wait.
+  t.equal(formatDuration(1500), '2 seconds')
+  t.equal(formatDuration(90_000), '2 minutes')
+  t.equal(formatDuration(toMilliseconds('1.5h')!), '2 hours')
+})
