@@ -1,0 +1,247 @@
+// Failure: a Redis that is killed, frozen or restarted. Every request is answered within the decision
+// deadline as failMode says, Redis trouble is logged once per interval, limiting is exact again once Redis
+// is back, and nothing escapes as an unhandled rejection or an unlistened 'error' event.
+import { once } from 'node:events'
+import { performance } from 'node:perf_hooks'
+import Fastify from 'fastify'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { Redis } from 'ioredis'
+import type { RedisOptions } from 'ioredis'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import { client, startRedisServer, uniquePrefix } from './helpers/redis.js'
+
+const TIMEOUT = 100
+/** Each answer within the deadline, with generous slack for a noisy 2-core machine. */
+const BOUND = TIMEOUT + 150
+
+// Whatever escapes during this file is recorded here and fails the last test.
+const unhandled: unknown[] = []
+const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
+process.on('unhandledRejection', onUnhandled)
+// ioredis reports an 'error' event nobody listens to on console.error instead of throwing.
+const unlistened: string[] = []
+const consoleError = console.error
+console.error = (...args: unknown[]) => {
+  if (String(args[0]).includes('Unhandled error event')) unlistened.push(args.map(String).join(' '))
+  else consoleError(...args)
+}
+t.teardown(() => {
+  process.off('unhandledRejection', onUnhandled)
+  console.error = consoleError
+})
+
+interface LogLine { level: number, msg: string, [field: string]: unknown }
+
+interface App {
+  app: FastifyInstance
+  logs: LogLine[]
+}
+
+/** An app with the plugin on `GET /` and its log lines kept. */
+async function makeApp (t: Test, options: RateGuardOptions): Promise<App> {
+  const logs: LogLine[] = []
+  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } } } })
+  t.teardown(async () => { await app.close() })
+  await app.register(rateGuard, { nameSpace: uniquePrefix(), timeout: TIMEOUT, ...options })
+  app.get('/', async () => 'ok')
+  await app.ready()
+  return { app, logs }
+}
+
+/** A lent client, with the 'error' listener its owner is expected to attach. */
+function lend (t: Test, url: string, opts: RedisOptions = {}): Redis {
+  const redis = client(t, url, opts)
+  redis.on('error', () => {})
+  return redis
+}
+
+/** The next client the plugin creates for itself: read from `defineCommand`, the one call it makes on it. */
+async function withOwnedClient<T> (register: () => Promise<T>): Promise<[T, Redis]> {
+  const made: Redis[] = []
+  const proto = Redis.prototype as unknown as Record<string, (...args: unknown[]) => unknown>
+  const original = proto.defineCommand!
+  proto.defineCommand = function (this: Redis, ...args: unknown[]) {
+    made.push(this)
+    return original.apply(this, args)
+  }
+  try {
+    const result = await register()
+    if (made.length !== 1) throw new Error(`expected the plugin to create one client, saw ${made.length}`)
+    return [result, made[0]!]
+  } finally {
+    delete proto.defineCommand
+  }
+}
+
+async function ready (redis: Redis): Promise<void> {
+  if (redis.status !== 'ready') await once(redis, 'ready')
+}
+
+async function timed (app: FastifyInstance, apiKey?: string): Promise<{ res: LightMyRequestResponse, ms: number }> {
+  const started = performance.now()
+  const res = await app.inject({ url: '/', headers: apiKey === undefined ? {} : { 'x-api-key': apiKey } })
+  return { res, ms: performance.now() - started }
+}
+
+function within (t: Test, ms: number, what: string): void {
+  t.ok(ms <= BOUND, `${what}: answered in ${ms.toFixed(1)} ms (bound ${BOUND} ms)`)
+}
+
+/** Checks what each failMode answers while Redis cannot decide. */
+async function checkDegraded (t: Test, apps: Record<string, App>, label: string): Promise<void> {
+  for (const name of ['open', 'skipOnError: true']) {
+    for (let i = 0; i < 5; i++) {
+      const { res, ms } = await timed(apps[name]!.app)
+      t.equal(res.statusCode, 200, `${label}, ${name}: let through`)
+      t.equal(res.headers['x-ratelimit-enforced'], 'false', `${label}, ${name}: marked unenforced`)
+      t.notOk('x-ratelimit-remaining' in res.headers, `${label}, ${name}: no counts are claimed`)
+      within(t, ms, `${label}, ${name}`)
+    }
+  }
+  for (const name of ['closed', 'skipOnError: false']) {
+    for (let i = 0; i < 3; i++) {
+      const { res, ms } = await timed(apps[name]!.app)
+      t.equal(res.statusCode, 503, `${label}, ${name}: refused`)
+      t.equal(res.headers['retry-after'], '1', `${label}, ${name}: Retry-After, one deadline rounded up to a second`)
+      t.match(res.json(), { statusCode: 503, code: 'FST_RATE_GUARD_UNAVAILABLE' })
+      within(t, ms, `${label}, ${name}`)
+    }
+  }
+  const codes = []
+  for (let i = 0; i < 4; i++) {
+    const { res, ms } = await timed(apps.local!.app)
+    codes.push(res.statusCode)
+    if (res.statusCode === 429) t.equal(res.json().code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS')
+    within(t, ms, `${label}, local`)
+  }
+  t.same(codes, [200, 200, 200, 429], `${label}, local: the in-process twin limits, max + 1 gives exactly one 429`)
+
+  // A burst in parallel is bounded the same way.
+  const burst = await Promise.all(Array.from({ length: 20 }, async () => await timed(apps.open!.app)))
+  t.ok(burst.every(({ res }) => res.statusCode === 200), `${label}: a burst of 20 is let through`)
+  const slowest = Math.max(...burst.map(({ ms }) => ms))
+  within(t, slowest, `${label}: slowest of a burst of 20`)
+}
+
+const MODES: Record<string, RateGuardOptions> = {
+  open: { failMode: 'open' },
+  closed: { failMode: 'closed' },
+  'skipOnError: true': { skipOnError: true },
+  'skipOnError: false': { skipOnError: false },
+  local: { failMode: 'local' }
+}
+
+const KINDS: Record<string, (t: Test, url: string) => Redis | string> = {
+  'owned client': (_t, url) => url,
+  'lent client, enableOfflineQueue: false': (t, url) => lend(t, url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
+  'lent client, default options': (t, url) => lend(t, url)
+}
+
+t.test('Redis stopped: each failMode answers within the deadline', async t => {
+  for (const [kind, redisFor] of Object.entries(KINDS)) {
+    await t.test(kind, async t => {
+      const server = await startRedisServer(t)
+      const apps: Record<string, App> = {}
+      for (const [name, options] of Object.entries(MODES)) {
+        apps[name] = await makeApp(t, { ...options, redis: redisFor(t, server.url), max: 3 })
+        await apps[name].app.rateGuard.peek('ip:127.0.0.1') // loads the script, outside the deadline
+        const healthy = await apps[name].app.inject('/')
+        t.equal(healthy.headers['x-ratelimit-remaining'], '2', `${name}: Redis decides while it is up`)
+      }
+      await server.kill()
+      // The in-process twin starts from nothing: what Redis counted before is not carried over.
+      await checkDegraded(t, apps, kind)
+    })
+  }
+})
+
+t.test('a frozen Redis: the plugin deadline alone bounds the wait', async t => {
+  const server = await startRedisServer(t)
+  const lent = lend(t, server.url)
+  await ready(lent)
+  const apps: Record<string, App> = {}
+  for (const [name, options] of Object.entries(MODES)) {
+    apps[name] = await makeApp(t, { ...options, redis: lent, max: 3 })
+  }
+  const owned = await makeApp(t, { redis: server.url, failMode: 'closed', max: 3 })
+  // Used only once the server runs again, to check exact limiting without racing a 100 ms deadline.
+  const exact = await makeApp(t, { redis: lent, failMode: 'closed', max: 3, timeout: 2000 })
+
+  server.freeze()
+  t.teardown(() => server.thaw())
+  let pinged = false
+  const ping = lent.ping().then(() => { pinged = true })
+
+  await checkDegraded(t, apps, 'frozen, lent client with default options')
+  const { res, ms } = await timed(owned.app)
+  t.equal(res.statusCode, 503, 'frozen, owned client: refused')
+  within(t, ms, 'frozen, owned client')
+  t.notOk(pinged, 'the lent client itself is still waiting: without the deadline requests would hang')
+
+  server.thaw()
+  await ping
+  t.ok(pinged, 'the backlog is answered once the server runs again')
+
+  // Commands sent while frozen were answered late and counted; a fresh identity shows exact limiting.
+  const codes = await Promise.all([1, 2, 3, 4].map(async () => (await timed(exact.app, 'after-thaw')).res.statusCode))
+  t.same(codes.sort(), [200, 200, 200, 429], 'after the thaw: max + 1 gives exactly one 429')
+})
+
+t.test('after a restart on the same port, limiting is exact again', async t => {
+  const server = await startRedisServer(t)
+  const observer = lend(t, server.url)
+  const lent = lend(t, server.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })
+  // A deadline that a busy machine cannot miss: this test is about exactness after the restart.
+  const [owned, ownedClient] = await withOwnedClient(async () => await makeApp(t, { redis: server.url, failMode: 'closed', max: 3, timeout: 2000 }))
+  const borrowed = await makeApp(t, { redis: lent, failMode: 'closed', max: 3, timeout: 2000 })
+  const cases: Array<[string, App, Redis]> = [['owned client', owned, ownedClient], ['lent client', borrowed, lent]]
+
+  for (const [name, { app }] of cases) t.equal((await timed(app)).res.statusCode, 200, `${name}: up`)
+  await server.kill()
+  for (const [name, { app }] of cases) {
+    for (let i = 0; i < 3; i++) t.equal((await timed(app)).res.statusCode, 503, `${name}: down`)
+  }
+
+  await server.restart()
+  for (const [, , redis] of cases) await ready(redis)
+  await ready(observer)
+
+  for (const [name, { app }] of cases) {
+    // The restarted server has an empty script cache and no keys: nothing counted while down was kept.
+    const codes = await Promise.all([1, 2, 3, 4].map(async () => (await timed(app)).res.statusCode))
+    t.same(codes.sort(), [200, 200, 200, 429], `${name}: max + 1 gives exactly one 429`)
+  }
+  const keys = await observer.keys('*')
+  t.equal(keys.length, 2, 'one log per registration, nothing else')
+  for (const key of keys) t.equal(await observer.zcard(key), 3, `${key} holds exactly max entries`)
+})
+
+t.test('Redis trouble is logged once per interval, not once per request', async t => {
+  for (const [kind, redisFor] of Object.entries(KINDS)) {
+    const server = await startRedisServer(t)
+    const { app, logs } = await makeApp(t, { redis: redisFor(t, server.url), failMode: 'open' })
+    await app.rateGuard.peek('ip:127.0.0.1') // loads the script, outside the deadline
+    t.equal((await app.inject('/')).statusCode, 200)
+    t.notOk(logs.some(line => /Redis did not decide/.test(line.msg)), `${kind}: no trouble logged while Redis is up`)
+    const start = logs.length
+
+    await server.kill()
+    const codes = await Promise.all(Array.from({ length: 50 }, async () => (await app.inject('/')).statusCode))
+    t.ok(codes.every(code => code === 200), `${kind}: 50 failing requests let through`)
+    for (let i = 0; i < 10; i++) await app.inject('/')
+    const trouble = logs.slice(start).filter(line => line.level >= 40)
+    t.equal(trouble.length, 1, `${kind}: exactly one line for 60 failing requests`)
+    t.equal(trouble[0]?.level, 40, `${kind}: a warning, Redis being down may pass`)
+    t.match(trouble[0], { msg: /Redis did not decide/, failMode: 'open', err: { message: String } }, `${kind}: says what failed`)
+  }
+})
+
+t.test('no unhandled rejection and no unlistened error event', async t => {
+  // Let anything still in flight from the tests above settle first.
+  await new Promise(resolve => setImmediate(resolve))
+  t.same(unhandled.map(String), [], 'no unhandled rejection')
+  t.same(unlistened, [], 'no ioredis error event without a listener')
+})
