@@ -1,0 +1,346 @@
+// Who a client is: the key hierarchy end to end (API key -> user -> IP) through fastify.inject against a
+// real Redis, IP handling (trustProxy, IPv6 subnets, IPv4-mapped), and what reaches Redis key names.
+import { createHash } from 'node:crypto'
+import Fastify from 'fastify'
+import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify'
+import t from 'tap'
+import type { Test } from 'tap'
+import type { Redis } from 'ioredis'
+import rateGuard, { normalizeIP } from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import { hashIdentity, identityKeys, scopeOf } from '../lib/keys.js'
+import { client, getRedis, uniquePrefix } from './helpers/redis.js'
+
+interface Setup {
+  app: FastifyInstance
+  /** Every key the limiter decided on, in order (from a `max` function that records it). */
+  keys: string[]
+  nameSpace: string
+  redis: Redis
+}
+
+async function setup (t: Test, opts: RateGuardOptions & { max?: number } = {}, server: FastifyServerOptions = {}, routes?: (app: FastifyInstance) => void): Promise<Setup> {
+  const { url } = await getRedis(t)
+  const nameSpace = uniquePrefix()
+  const keys: string[] = []
+  const max = opts.max ?? 2
+  const app = Fastify(server)
+  t.teardown(() => app.close())
+  await app.register(rateGuard, {
+    redis: url,
+    nameSpace,
+    timeWindow: 10_000,
+    ...opts,
+    max: (_request: FastifyRequest, key: string) => { keys.push(key); return max }
+  })
+  if (routes === undefined) app.get('/', async () => 'ok')
+  else routes(app)
+  await app.ready()
+  return { app, keys, nameSpace, redis: client(t, url) }
+}
+
+interface Req { headers?: Record<string, string>, remoteAddress?: string, url?: string }
+
+async function codes (app: FastifyInstance, n: number, req: Req = {}): Promise<number[]> {
+  const out: number[] = []
+  for (let i = 0; i < n; i++) out.push((await app.inject({ url: '/', ...req })).statusCode)
+  return out
+}
+
+/** Every key under a nameSpace, by SCAN. */
+async function scanAll (redis: Redis, nameSpace: string): Promise<string[]> {
+  const found: string[] = []
+  let cursor = '0'
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', `${nameSpace}*`, 'COUNT', 1000)
+    cursor = next
+    found.push(...batch)
+  } while (cursor !== '0')
+  return [...new Set(found)].sort()
+}
+
+t.test('x-api-key: the apikey tier, over user and IP', async t => {
+  const s = await setup(t, {}, {}, app => {
+    app.addHook('onRequest', async (request) => { Object.assign(request, { user: { id: 'u1' } }) })
+    app.get('/', async () => 'ok')
+  })
+  await codes(s.app, 1, { headers: { 'x-api-key': 'k-1' } })
+  await codes(s.app, 1, { headers: { 'X-API-KEY': 'k-2' } })
+  await codes(s.app, 1)
+  t.same(s.keys, ['apikey:k-1', 'apikey:k-2', 'user:u1'])
+
+  t.same(await codes(s.app, 3, { headers: { 'x-api-key': 'k-3' } }), [200, 200, 429], 'one key, one budget')
+  t.same(await codes(s.app, 1, { headers: { 'x-api-key': 'k-4' } }), [200], 'another key, another budget, from the same IP and user')
+})
+
+t.test('apiKeyHeader: a custom header, or false to skip the tier', async t => {
+  const custom = await setup(t, { apiKeyHeader: 'X-Client-Key' })
+  await codes(custom.app, 1, { headers: { 'x-client-key': 'c-1' } })
+  await codes(custom.app, 1, { headers: { 'x-api-key': 'ignored' } })
+  t.same(custom.keys, ['apikey:c-1', 'ip:127.0.0.1'], 'only the configured header (matched case-insensitively) is read')
+
+  const off = await setup(t, { apiKeyHeader: false })
+  t.same(await codes(off.app, 3, { headers: { 'x-api-key': 'a' } }), [200, 200, 429])
+  t.same(await codes(off.app, 1, { headers: { 'x-api-key': 'b' } }), [429], 'a new key does not help: the tier is off')
+  t.same(off.keys, Array(4).fill('ip:127.0.0.1'))
+})
+
+t.test('verifyApiKey: only verified keys identify; rotating fake keys share the IP budget', async t => {
+  const valid = new Set(['good'])
+  const verifiers = {
+    sync: (apiKey: string) => valid.has(apiKey),
+    async: async (apiKey: string) => valid.has(apiKey)
+  }
+  for (const [variant, verify] of Object.entries(verifiers)) {
+    const asked: Array<[string, string]> = []
+    const s = await setup(t, {
+      verifyApiKey: (apiKey: string, request: FastifyRequest) => {
+        asked.push([apiKey, request.url])
+        return verify(apiKey)
+      }
+    })
+    t.same(await codes(s.app, 2, { headers: { 'x-api-key': 'good' } }), [200, 200], `${variant}: a verified key`)
+    t.same(await codes(s.app, 1, { headers: { 'x-api-key': 'good' } }), [429], `${variant}: has its own budget`)
+    // Fresh fake keys from one IP: each falls through to the IP, so they share its budget.
+    const fakes = []
+    for (let i = 0; i < 3; i++) fakes.push((await s.app.inject({ url: '/', headers: { 'x-api-key': `fake-${i}` } })).statusCode)
+    t.same(fakes, [200, 200, 429], `${variant}: rotating fake keys do not buy a fresh budget`)
+    t.same(await codes(s.app, 1), [429], `${variant}: and spend the IP's budget`)
+    t.same(s.keys.slice(-4), ['ip:127.0.0.1', 'ip:127.0.0.1', 'ip:127.0.0.1', 'ip:127.0.0.1'])
+    t.same(asked[0], ['good', '/'], 'verifyApiKey is given the key and the request')
+
+    // An unverified key with a user: the user tier.
+    const user = await setup(t, { verifyApiKey: verify, userId: (request) => request.headers['x-user'] })
+    await codes(user.app, 1, { headers: { 'x-api-key': 'fake', 'x-user': 'ann' } })
+    await codes(user.app, 1, { headers: { 'x-api-key': 'good', 'x-user': 'ann' } })
+    t.same(user.keys, ['user:ann', 'apikey:good'], `${variant}: unverified falls through to user`)
+  }
+
+  // Only `true` verifies: a truthy non-boolean is not a yes.
+  const loose = await setup(t, { verifyApiKey: (() => 'yes') as unknown as () => boolean })
+  await codes(loose.app, 1, { headers: { 'x-api-key': 'k' } })
+  t.same(loose.keys, ['ip:127.0.0.1'])
+})
+
+t.test('user tier: request.user.id from an auth hook, or the userId option', async t => {
+  const s = await setup(t, {}, {}, app => {
+    app.addHook('onRequest', async (request) => {
+      const id = request.headers['x-user-id']
+      if (id !== undefined) Object.assign(request, { user: { id: id === 'num' ? 42 : id } })
+      if (request.headers['x-user-object'] === 'no-id') Object.assign(request, { user: { name: 'x' } })
+    })
+    app.get('/', async () => 'ok')
+  })
+  await codes(s.app, 1, { headers: { 'x-user-id': 'alice' } })
+  await codes(s.app, 1, { headers: { 'x-user-id': 'num' } })
+  await codes(s.app, 1, { headers: { 'x-user-object': 'no-id' } })
+  t.same(s.keys, ['user:alice', 'user:42', 'ip:127.0.0.1'], 'string and number ids; a user without id is the IP')
+
+  t.same(await codes(s.app, 2, { headers: { 'x-user-id': 'bob' } }), [200, 200])
+  t.same(await codes(s.app, 1, { headers: { 'x-user-id': 'bob' }, remoteAddress: '10.1.1.1' }), [429], 'a user is one client from any IP')
+  t.same(await codes(s.app, 1, { headers: { 'x-user-id': 'carol' } }), [200], 'another user from the same IP is another client')
+
+  const getter = await setup(t, { userId: (request) => request.headers['x-account'] })
+  await codes(getter.app, 1, { headers: { 'x-account': 'acct-7' } })
+  await codes(getter.app, 1)
+  t.same(getter.keys, ['user:acct-7', 'ip:127.0.0.1'], 'the userId getter, and the IP when it has nothing')
+
+  const odd = await setup(t, { userId: (request) => ({ '': '', big: 'u'.repeat(5000), nan: Number.NaN, obj: {} } as Record<string, unknown>)[String(request.headers['x-kind'])] })
+  for (const kind of ['', 'big', 'nan', 'obj']) await codes(odd.app, 1, { headers: { 'x-kind': kind } })
+  t.same(odd.keys, Array(4).fill('ip:127.0.0.1'), 'empty, oversized, NaN and object ids are no identity')
+})
+
+t.test('client IP: trustProxy false ignores X-Forwarded-For', async t => {
+  const s = await setup(t, {}, { trustProxy: false })
+  t.same(await codes(s.app, 2, { headers: { 'x-forwarded-for': '203.0.113.1' } }), [200, 200])
+  t.same(await codes(s.app, 1, { headers: { 'x-forwarded-for': '203.0.113.2' } }), [429], 'a forged X-Forwarded-For buys nothing')
+  t.same(s.keys, Array(3).fill('ip:127.0.0.1'))
+})
+
+t.test('client IP: trustProxy with proxy addresses honours X-Forwarded-For only from them', async t => {
+  const cases: Array<[string[], string, string]> = [
+    [['127.0.0.1'], '127.0.0.1', '10.2.3.4'],
+    [['10.0.0.0/8'], '10.9.8.7', '192.168.1.1']
+  ]
+  for (const [trustProxy, proxy, stranger] of cases) {
+    const s = await setup(t, {}, { trustProxy })
+    await codes(s.app, 1, { remoteAddress: proxy, headers: { 'x-forwarded-for': '203.0.113.7' } })
+    await codes(s.app, 1, { remoteAddress: stranger, headers: { 'x-forwarded-for': '203.0.113.7' } })
+    await codes(s.app, 1, { remoteAddress: proxy })
+    t.same(s.keys, ['ip:203.0.113.7', `ip:${stranger}`, `ip:${proxy}`], `trustProxy ${JSON.stringify(trustProxy)}`)
+
+    // Two clients behind the proxy are two budgets; a stranger cannot pose as one of them.
+    t.same(await codes(s.app, 2, { remoteAddress: proxy, headers: { 'x-forwarded-for': '203.0.113.8' } }), [200, 200])
+    t.same(await codes(s.app, 1, { remoteAddress: proxy, headers: { 'x-forwarded-for': '203.0.113.9' } }), [200])
+    t.same(await codes(s.app, 1, { remoteAddress: proxy, headers: { 'x-forwarded-for': '203.0.113.8' } }), [429])
+  }
+
+  // A chain: the right-most address that is not a trusted proxy is the client; the forged left part is not.
+  const chain = await setup(t, {}, { trustProxy: ['10.0.0.0/8'] })
+  await codes(chain.app, 1, { remoteAddress: '10.0.0.1', headers: { 'x-forwarded-for': '1.1.1.1, 198.51.100.4, 10.0.0.2' } })
+  t.same(chain.keys, ['ip:198.51.100.4'])
+})
+
+t.test('IPv6 clients are counted per /64 (ipv6Subnet), IPv4-mapped IPv6 as IPv4', async t => {
+  const s = await setup(t)
+  t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:1:2::1' }), [200])
+  t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:1:2:ffff:eeee:dddd:cccc' }), [200])
+  t.same(await codes(s.app, 1, { remoteAddress: '2001:DB8:1:2::99' }), [429], 'three addresses in one /64 share a budget')
+  t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:1:3::1' }), [200], 'the next /64 is another client')
+  t.same(s.keys.slice(0, 4), [
+    'ip:2001:db8:1:2:0:0:0:0/64', 'ip:2001:db8:1:2:0:0:0:0/64', 'ip:2001:db8:1:2:0:0:0:0/64', 'ip:2001:db8:1:3:0:0:0:0/64'
+  ])
+
+  t.same(await codes(s.app, 1, { remoteAddress: '192.0.2.5' }), [200])
+  t.same(await codes(s.app, 2, { remoteAddress: '::ffff:192.0.2.5' }), [200, 429], 'IPv4-mapped IPv6 is the IPv4 client')
+  t.equal(s.keys.at(-1), 'ip:192.0.2.5')
+
+  const wide = await setup(t, { ipv6Subnet: 56 })
+  t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:2::1' }), [200])
+  t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:ff::1' }), [200])
+  t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:22::1' }), [429], 'ipv6Subnet 56: one /56, one budget')
+  t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:100::1' }), [200], 'the next /56 is another client')
+  t.equal(wide.keys[0], 'ip:2001:db8:1:0:0:0:0:0/56')
+
+  // The plugin refuses prefix lengths that make no sense.
+  for (const ipv6Subnet of [0, 129, 64.5, '64']) {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await t.rejects(async () => { await app.register(rateGuard, { ipv6Subnet: ipv6Subnet as number }) },
+      { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"ipv6Subnet"/ }, `ipv6Subnet ${String(ipv6Subnet)}`)
+  }
+})
+
+t.test('normalizeIP', async t => {
+  const cases: Array<[string | undefined, number | undefined, string]> = [
+    ['192.0.2.1', undefined, '192.0.2.1'],
+    ['::ffff:192.0.2.1', undefined, '192.0.2.1'],
+    ['::FFFF:192.0.2.1', undefined, '192.0.2.1'],
+    ['::ffff:c000:201', undefined, '192.0.2.1'],
+    ['0:0:0:0:0:ffff:c000:0201', undefined, '192.0.2.1'],
+    ['::ffff:192.0.2.1%eth0', undefined, '192.0.2.1'],
+    ['::ffff:192.0.2.1', 128, '192.0.2.1'],
+    ['2001:db8::1', undefined, '2001:db8:0:0:0:0:0:0/64'],
+    ['2001:DB8:0:0:ABCD::1', undefined, '2001:db8:0:0:0:0:0:0/64'],
+    ['2001:0db8:0000:0000:ffff:ffff:ffff:ffff', undefined, '2001:db8:0:0:0:0:0:0/64'],
+    ['2001:db8:a:b::', undefined, '2001:db8:a:b:0:0:0:0/64'],
+    ['fe80::1%eth0', undefined, 'fe80:0:0:0:0:0:0:0/64'],
+    ['fe80::1%25', undefined, 'fe80:0:0:0:0:0:0:0/64'],
+    ['::1', undefined, '0:0:0:0:0:0:0:0/64'],
+    ['::', undefined, '0:0:0:0:0:0:0:0/64'],
+    ['::192.0.2.1', undefined, '0:0:0:0:0:0:0:0/64'],
+    ['::ffff:0:192.0.2.1', 128, '0:0:0:0:ffff:0:c000:201/128'],
+    ['64:ff9b::192.0.2.1', 128, '64:ff9b:0:0:0:0:c000:201/128'],
+    ['2001:db8::1', 128, '2001:db8:0:0:0:0:0:1/128'],
+    ['2001:db8:1:2ff::', 56, '2001:db8:1:200:0:0:0:0/56'],
+    ['2001:db8:ffff:ffff::', 48, '2001:db8:ffff:0:0:0:0:0/48'],
+    ['ffff:ffff::', 17, 'ffff:8000:0:0:0:0:0:0/17'],
+    ['ffff::', 1, '8000:0:0:0:0:0:0:0/1'],
+    ['7fff::', 1, '0:0:0:0:0:0:0:0/1'],
+    ['1:2:3:4:5:6:7:8', 112, '1:2:3:4:5:6:7:0/112'],
+    [undefined, undefined, 'unknown'],
+    ['', undefined, 'unknown'],
+    ['not an ip', undefined, 'unknown'],
+    ['1.2.3', undefined, 'unknown'],
+    ['1.2.3.4.5', undefined, 'unknown'],
+    ['256.1.1.1', undefined, 'unknown'],
+    ['::ffff:999.1.1.1', undefined, 'unknown'],
+    ['1:2:3:4:5:6:7:8:9', undefined, 'unknown'],
+    ['2001:db8::g', undefined, 'unknown'],
+    ['%eth0', undefined, 'unknown'],
+    ['[2001:db8::1]', undefined, 'unknown']
+  ]
+  for (const [ip, subnet, expected] of cases) {
+    t.equal(subnet === undefined ? normalizeIP(ip) : normalizeIP(ip, subnet), expected, `${String(ip)}${subnet === undefined ? '' : ` /${subnet}`}`)
+  }
+})
+
+t.test('hashIdentity: 22 base64url characters of SHA-256, for any input', async t => {
+  const inputs = ['', '}', '{}', '{', 'x'.repeat(16 * 1024), '😀🔥', 'a\u0000b', '\u0000', 'apikey:secret', 'ip:127.0.0.1']
+  const hashes = inputs.map(hashIdentity)
+  for (const [i, hash] of hashes.entries()) {
+    t.match(hash, /^[A-Za-z0-9_-]{22}$/, `input ${i}: 22 base64url characters`)
+    t.equal(hash, createHash('sha256').update(inputs[i]!).digest('base64url').slice(0, 22), `input ${i}: the SHA-256 prefix`)
+    t.equal(hashIdentity(inputs[i]!), hash, 'deterministic')
+  }
+  t.equal(new Set(hashes).size, inputs.length, 'distinct inputs, distinct hashes (NUL and empty included)')
+  t.not(hashIdentity('a\u0000b'), hashIdentity('a'), 'a NUL does not end the identity')
+})
+
+t.test('API keys never appear in Redis key names', async t => {
+  const secret = 'sk_live_Zq9PLAINTEXT'
+  const s = await setup(t, { max: 1, ban: { threshold: 2, duration: '1 minute' } }, {}, app => {
+    app.get('/', async () => 'ok')
+    app.get('/own', { config: { rateLimit: { max: 5 } } }, async () => 'ok')
+    app.get('/g', { config: { rateLimit: { groupId: 'grp', max: 5 } } }, async () => 'ok')
+  })
+  const withKey = { headers: { 'x-api-key': secret } }
+  t.same(await codes(s.app, 2, withKey), [200, 429], 'a log and a strike')
+  await codes(s.app, 1, { ...withKey, url: '/own' })
+  await codes(s.app, 1, { ...withKey, url: '/g' })
+  let keys = await scanAll(s.redis, s.nameSpace)
+  const identity = `apikey:${secret}`
+  const tag = `{${hashIdentity(identity)}}`
+  t.same(keys, [
+    identityKeys(s.nameSpace, 'all', identity).log,
+    identityKeys(s.nameSpace, scopeOf('route', 'GET /own'), identity).log,
+    identityKeys(s.nameSpace, scopeOf('group', 'grp'), identity).log,
+    identityKeys(s.nameSpace, 'all', identity).strikes
+  ].sort(), 'one log per budget and the strikes')
+
+  t.same(await codes(s.app, 1, withKey), [403], 'banned')
+  keys = await scanAll(s.redis, s.nameSpace)
+  t.ok(keys.includes(identityKeys(s.nameSpace, 'all', `apikey:${secret}`).banned), 'a ban key')
+  for (const key of keys) {
+    t.notOk(key.includes(secret), `${key} holds no API key`)
+    t.notOk(key.includes(secret.slice(0, 8)), 'not even part of it')
+    t.notOk(key.toLowerCase().includes('apikey'), 'nor the tier')
+    t.ok(key.startsWith(`${s.nameSpace}${tag}:`), 'under the identity\'s hash tag')
+  }
+})
+
+t.test('hostile identities give constant-length keys with exactly one hash tag each', async t => {
+  const hostile = ['', '}', '{}', '{', '}{', '{{a}}', 'x'.repeat(16 * 1024), '😀🔥👍', 'a\u0000b', '\u0000', ':log:all', `${'{'.repeat(100)}`, 'ip:127.0.0.1']
+  const { url } = await getRedis(t)
+  const redis = client(t, url)
+  const nameSpace = uniquePrefix()
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, {
+    redis: url,
+    nameSpace,
+    max: 1,
+    ban: { threshold: 1, duration: '1 minute' },
+    keyGenerator: (request) => hostile[Number(request.headers['x-i'])]!
+  })
+  app.get('/', async () => 'ok')
+  await app.ready()
+
+  for (const i of hostile.keys()) {
+    const results = await codes(app, 2, { headers: { 'x-i': String(i) } })
+    t.same(results, [200, 403], `identity ${i} is limited on its own`)
+  }
+  const keys = await scanAll(redis, nameSpace)
+  t.equal(keys.length, hostile.length * 2, 'a log and a ban key per identity: no two identities collide')
+  const lengths = new Set<string>()
+  for (const key of keys) {
+    const rest = key.slice(nameSpace.length)
+    t.ok(key.startsWith(nameSpace), 'under the nameSpace')
+    t.equal(rest.split('{').length - 1, 1, `one { in ${rest}`)
+    t.equal(rest.split('}').length - 1, 1, `one } in ${rest}`)
+    t.match(rest, /^\{[A-Za-z0-9_-]{22}\}:(log:all|banned)$/, 'the hash tag opens the key, the suffix is ours')
+    lengths.add(`${key.endsWith(':banned') ? 'banned' : 'log'} ${key.length}`)
+  }
+  t.same([...lengths].sort(), [`banned ${nameSpace.length + 31}`, `log ${nameSpace.length + 32}`], 'one key length per kind, whatever the identity')
+  const tags = new Set(keys.map(k => k.slice(nameSpace.length, nameSpace.length + 24)))
+  t.equal(tags.size, hostile.length, 'one hash tag per identity')
+
+  // The same identities through the header tiers.
+  const s = await setup(t, { max: 1 })
+  for (const value of ['}', '{}', '{', 'k'.repeat(4096)]) await codes(s.app, 1, { headers: { 'x-api-key': value } })
+  await codes(s.app, 1, { headers: { 'x-api-key': 'k'.repeat(16 * 1024) } })
+  t.same(s.keys, ['apikey:}', 'apikey:{}', 'apikey:{', `apikey:${'k'.repeat(4096)}`, 'ip:127.0.0.1'], 'a 16 KB header is no identity: the IP')
+  const headerKeys = await scanAll(s.redis, s.nameSpace)
+  t.equal(headerKeys.length, 5)
+  t.ok(headerKeys.every(key => /^\{[A-Za-z0-9_-]{22}\}:log:all$/.test(key.slice(s.nameSpace.length))), 'all well-formed')
+})
