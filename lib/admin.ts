@@ -1,6 +1,7 @@
 import { InvalidOptionError } from './errors.js'
 import type { RouteBudget } from './hook.js'
 import { identityKeys } from './keys.js'
+import { deadline } from './limiter.js'
 import { checkDuration, checkMax } from './options.js'
 import type { Store } from './stores/store.js'
 
@@ -47,7 +48,16 @@ export interface RateGuardDecorator {
 /** Budgets by name: `default`, `GET /search`, `group:<id>`. */
 export type Budgets = ReadonlyMap<string, RouteBudget>
 
-export function createAdmin (store: Store, nameSpace: string, budgets: Budgets): RateGuardDecorator {
+/** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
+export const ADMIN_MIN_DEADLINE = 1000
+
+export function createAdmin (inner: Store, nameSpace: string, budgets: Budgets, timeout: number): RateGuardDecorator {
+  const ms = Math.max(timeout, ADMIN_MIN_DEADLINE)
+  const store = {
+    decide: async (input: Parameters<Store['decide']>[0]) => await deadline(inner.decide(input), ms),
+    setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
+    delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms)
+  }
   const keysOf = (key: string, scope = ''): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
     return identityKeys(nameSpace, scope, key)

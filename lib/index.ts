@@ -5,13 +5,12 @@ import type { RateGuardDecorator } from './admin.js'
 import { createHook } from './hook.js'
 import type { RouteBudget } from './hook.js'
 import { GLOBAL_SCOPE, scopeOf } from './keys.js'
-import { Limiter } from './limiter.js'
+import { Limiter, deadline } from './limiter.js'
 import { resolveOptions, resolveRouteConfig } from './options.js'
 import type { RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
-import { deadline } from './limiter.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -44,7 +43,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const pluginBudget = budget('default', opts.route, GLOBAL_SCOPE)
   const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget)
 
-  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts.nameSpace, budgets))
+  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts.nameSpace, budgets, opts.timeout))
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit

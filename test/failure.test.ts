@@ -181,6 +181,16 @@ t.test('a frozen Redis: the plugin deadline alone bounds the wait', async t => {
   within(t, ms, 'frozen, owned client')
   t.notOk(pinged, 'the lent client itself is still waiting: without the deadline requests would hang')
 
+  // Operator calls are bounded too: they reject with a coded error once their own deadline (1 s) passes.
+  const admin = Object.values(apps)[0]!.app.rateGuard
+  const started = performance.now()
+  const calls = { peek: admin.peek('ip:1.2.3.4'), ban: admin.ban('ip:1.2.3.4', '1m'), unban: admin.unban('ip:1.2.3.4'), reset: admin.reset('ip:1.2.3.4') }
+  for (const [call, pending] of Object.entries(calls)) {
+    await t.rejects(pending, { code: 'FST_RATE_GUARD_DEADLINE' }, `frozen: rateGuard.${call} rejects`)
+  }
+  const adminMs = performance.now() - started
+  t.ok(adminMs >= 1000 - 50 && adminMs < 1000 + 500, `frozen: operator calls gave up after ${Math.round(adminMs)} ms (their deadline: 1000 ms)`)
+
   server.thaw()
   await ping
   t.ok(pinged, 'the backlog is answered once the server runs again')
