@@ -3,6 +3,7 @@ import type { RouteBudget } from './hook.js'
 import { identityKeys } from './keys.js'
 import { deadline } from './limiter.js'
 import { checkDuration, checkMax } from './options.js'
+import type { ResolvedOptions } from './options.js'
 import type { Store } from './stores/store.js'
 
 /**
@@ -51,8 +52,9 @@ export type Budgets = ReadonlyMap<string, RouteBudget>
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
 export const ADMIN_MIN_DEADLINE = 1000
 
-export function createAdmin (inner: Store, nameSpace: string, budgets: Budgets, timeout: number): RateGuardDecorator {
-  const ms = Math.max(timeout, ADMIN_MIN_DEADLINE)
+export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets): RateGuardDecorator {
+  const { nameSpace, canonicalKey } = opts
+  const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const store = {
     decide: async (input: Parameters<Store['decide']>[0]) => await deadline(inner.decide(input), ms),
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
@@ -60,7 +62,7 @@ export function createAdmin (inner: Store, nameSpace: string, budgets: Budgets, 
   }
   const keysOf = (key: string, scope = ''): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
-    return identityKeys(nameSpace, scope, key)
+    return identityKeys(nameSpace, scope, canonicalKey(key))
   }
   return Object.freeze({
     async ban (key: string, duration: number | string) {

@@ -43,7 +43,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const pluginBudget = budget('default', opts.route, GLOBAL_SCOPE)
   const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget)
 
-  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts.nameSpace, budgets, opts.timeout))
+  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets))
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
@@ -52,7 +52,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
       return
     }
     const name = routeName(routeOptions)
-    const route = resolveRouteConfig(config, opts.route, name)
+    const route = resolveRouteConfig(config, opts, name)
     if (route === false) return
     const made = route.groupId !== undefined
       ? budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId))

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { isIPv4, isIPv6 } from 'node:net'
+import { isIP, isIPv4, isIPv6 } from 'node:net'
 import type { FastifyRequest } from 'fastify'
 import type { Awaitable, KeyGenerator } from './options.js'
 
@@ -85,6 +85,14 @@ function expandIPv6 (address: string): number[] {
   const right = rest === undefined || rest === '' ? [] : rest.split(':')
   const fill = rest === undefined ? [] : new Array<string>(8 - left.length - right.length).fill('0')
   return [...left, ...fill, ...right].map(g => parseInt(g, 16))
+}
+
+/**
+ * A key as the default generator writes it: an `ip:` key holding a plain address is normalized (IPv6 masked
+ * to its subnet), so allow lists and operator calls may spell an address any way (`ip:2001:db8::1`).
+ */
+export function canonicalKey (key: string, ipv6Subnet: number): string {
+  return key.startsWith('ip:') && isIP(key.slice(3)) !== 0 ? `ip:${normalizeIP(key.slice(3), ipv6Subnet)}` : key
 }
 
 /**

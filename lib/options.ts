@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import { toMilliseconds } from './duration.js'
 import { InvalidOptionError, InvalidRouteConfigError } from './errors.js'
-import { defaultKeyGenerator } from './keys.js'
+import { canonicalKey, defaultKeyGenerator } from './keys.js'
 import type { RedisLike } from './stores/redis.js'
 
 /** Option types, defaults and validation: every option is checked once, at register, into one frozen object. */
@@ -90,6 +90,8 @@ export interface ResolvedOptions {
   readonly failMode: FailMode
   readonly timeout: number
   readonly cache: number
+  /** Writes a key the way the default generator does (see `canonicalKey`). */
+  readonly canonicalKey: (key: string) => string
   readonly route: ResolvedRoute
 }
 
@@ -173,17 +175,20 @@ function checkBan (value: unknown, name: string): ResolvedBan | null {
   })
 }
 
-function checkAllowList (value: unknown, name: string): ResolvedRoute['allowList'] {
+function checkAllowList (value: unknown, name: string, canonical: (key: string) => string): ResolvedRoute['allowList'] {
   if (typeof value === 'function') return value as AllowListFunction
   if (!Array.isArray(value) || !value.every(k => typeof k === 'string')) fail(name, value, 'an array of keys or a function')
-  return value.length === 0 ? null : new Set(value)
+  return value.length === 0 ? null : new Set(value.map(canonical))
 }
 
 // Printable ASCII without quotes or backslashes: a group id becomes an IETF policy name in a header.
 const GROUP_ID = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/
 
-/** Merges one route's (or the plugin's) options over `base`, checking every option given. */
-export function resolveRoute (input: Record<string, unknown>, base: ResolvedRoute, where = ''): ResolvedRoute {
+/**
+ * Merges one route's (or the plugin's) options over `base`, checking every option given; `canonical`
+ * writes allow-list keys the way the key generator does.
+ */
+export function resolveRoute (input: Record<string, unknown>, base: ResolvedRoute, where: string, canonical: (key: string) => string): ResolvedRoute {
   const has = (key: string): boolean => input[key] !== undefined
   const name = (key: string): string => `${where}${key}`
   const max = input.max
@@ -203,7 +208,7 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
       : typeof timeWindow === 'function' ? timeWindow as TimeWindowFunction : checkDuration(timeWindow, name('timeWindow')),
     keyGenerator: has('keyGenerator') ? checkFunction<KeyGenerator>(input.keyGenerator, name('keyGenerator')) : base.keyGenerator,
     ban: has('ban') ? checkBan(input.ban, name('ban')) : base.ban,
-    allowList: has('allowList') ? checkAllowList(input.allowList, name('allowList')) : base.allowList,
+    allowList: has('allowList') ? checkAllowList(input.allowList, name('allowList'), canonical) : base.allowList,
     groupId: has('groupId') ? groupId as string : undefined,
     errorResponseBuilder: has('errorResponseBuilder')
       ? checkFunction<ErrorResponseBuilder>(input.errorResponseBuilder, name('errorResponseBuilder'))
@@ -216,13 +221,13 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
 }
 
 /** A route's `config.rateLimit`: `false` (off), an object (merged over the plugin's), or a coded error. */
-export function resolveRouteConfig (config: unknown, base: ResolvedRoute, route: string): ResolvedRoute | false {
+export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, route: string): ResolvedRoute | false {
   if (config === false) return false
   if (typeof config !== 'object' || config === null || Array.isArray(config)) {
     throw new InvalidRouteConfigError(route, show(config))
   }
   checkKeys(config, ROUTE_KEYS, 'config.rateLimit.')
-  return resolveRoute(config as Record<string, unknown>, base, 'config.rateLimit.')
+  return resolveRoute(config as Record<string, unknown>, opts.route, 'config.rateLimit.', opts.canonicalKey)
 }
 
 function checkRedis (value: unknown): RedisLike | string | undefined {
@@ -253,6 +258,7 @@ export function resolveOptions (input: unknown): ResolvedOptions {
   if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) {
     fail('ipv6Subnet', ipv6Subnet, 'an integer from 1 to 128')
   }
+  const canonical = (key: string): string => canonicalKey(key, ipv6Subnet)
   const keyGenerator = defaultKeyGenerator({
     apiKeyHeader: apiKeyHeader === false ? false : apiKeyHeader.toLowerCase(),
     verifyApiKey: has('verifyApiKey') ? checkFunction(opts.verifyApiKey, 'verifyApiKey') : undefined,
@@ -293,6 +299,7 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     failMode,
     timeout: has('timeout') ? checkMax(opts.timeout, 'timeout') : DEFAULTS.timeout,
     cache: has('cache') ? checkMax(opts.cache, 'cache') : DEFAULTS.cache,
-    route: resolveRoute(opts, base)
+    canonicalKey: canonical,
+    route: resolveRoute(opts, base, '', canonical)
   })
 }

@@ -211,6 +211,21 @@ t.test('IPv6 clients are counted per /64 (ipv6Subnet), IPv4-mapped IPv6 as IPv4'
   }
 })
 
+t.test('allow lists and operator calls take an address in any spelling', async t => {
+  const s = await setup(t, { allowList: ['ip:2001:db8:5:6::1', 'ip:::ffff:192.0.2.77', 'user:2001:db8::1'], ban: { threshold: 1, duration: 60_000 } })
+  t.same(await codes(s.app, 3, { remoteAddress: '2001:db8:5:6::abcd' }), [200, 200, 200], 'an allow-listed IPv6 address covers its /64')
+  t.same(await codes(s.app, 3, { remoteAddress: '192.0.2.77' }), [200, 200, 200], 'an IPv4-mapped entry matches the IPv4 client')
+  t.same(await codes(s.app, 3, { remoteAddress: '2001:db8:5:7::1' }), [200, 200, 403], 'the next /64 is not allow-listed')
+
+  await s.app.rateGuard.ban('ip:2001:DB8:9:9::1', '1 minute')
+  t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:9:9:1:2:3:4' }), [403], 'a ban given in any spelling holds for the /64')
+  t.equal((await s.app.rateGuard.peek('ip:2001:db8:9:9::ffff', { max: 2 })).status, 'banned', 'peek finds it in another spelling')
+  t.equal((await s.app.rateGuard.peek('ip:2001:db8:9:9:0:0:0:0/64', { max: 2 })).status, 'banned', 'and in the canonical one')
+  await s.app.rateGuard.unban('ip:2001:db8:9:9::2')
+  t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:9:9::3' }), [200], 'unban in yet another spelling lifts it')
+  t.equal((await s.app.rateGuard.peek('user:2001:db8::1', { max: 2 })).key, 'user:2001:db8::1', 'keys of other tiers are taken as they are')
+})
+
 t.test('normalizeIP', async t => {
   const cases: Array<[string | undefined, number | undefined, string]> = [
     ['192.0.2.1', undefined, '192.0.2.1'],

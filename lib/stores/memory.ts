@@ -64,7 +64,8 @@ export class MemoryStore implements Store {
       if (!peek) {
         insertSorted(times, now)
         if (log === undefined) this.#logs.set(logKey, { times, expiresAt: now + window })
-        else log.expiresAt = now + window
+        // As in the script: the log lives until its newest entry leaves, also after the clock stepped back.
+        else log.expiresAt = Math.max(log.expiresAt, now + window)
         count++
       }
       return count === 0 ? [0, 0, 0, 0, 0] : [0, count, leaves(0), 0, 0]
