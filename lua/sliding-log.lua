@@ -45,7 +45,10 @@ end
 if count < max then
   if not peek then
     redis.call('ZADD', KEYS[1], now, ARGV[5])
-    redis.call('PEXPIRE', KEYS[1], window)
+    -- The log lives until its newest entry leaves: after a clock step back, now is not the newest.
+    if redis.call('PTTL', KEYS[1]) < window then
+      redis.call('PEXPIRE', KEYS[1], window)
+    end
     count = count + 1
   end
   if count == 0 then
@@ -61,9 +64,13 @@ if peek or threshold == 0 then
   return { 1, count, reset, retry, 0 }
 end
 
-local strikes = redis.call('INCR', KEYS[2])
-if strikes == 1 then
-  redis.call('PEXPIRE', KEYS[2], window)
+-- Strikes count for one window from the first. Redis keeps a key through its expiry millisecond (PTTL 0):
+-- that is the next window already, so such strikes start over too.
+local strikes = 1
+if redis.call('PTTL', KEYS[2]) > 0 then
+  strikes = redis.call('INCR', KEYS[2])
+else
+  redis.call('SET', KEYS[2], 1, 'PX', window)
 end
 if strikes < threshold then
   return { 1, count, reset, retry, 0 }
