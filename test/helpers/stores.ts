@@ -1,0 +1,213 @@
+// Both stores behind one small interface, on a clock the test moves, so one
+// table of cases (and a differential test) can run against each:
+//
+//   const redis = await redisStore(t)     // the Lua script, time injected
+//   const memory = memoryStore(t)         // MemoryStore with `now: () => clock`
+//   const decision = await redis.decide(input, nowMs)
+//
+// Redis: `timeVariant(SLIDING_LOG_SCRIPT)` takes "now" as its last argv, but
+// Redis expires keys (and answers PTTL) on its own clock, which a test cannot
+// move. So this adapter keeps every key it touched without a TTL between
+// steps and remembers each key's expiry on the test's clock; a step then runs
+// as one MULTI:
+//
+//   TIME; per key: DEL if expired | PEXPIRE remaining; <the step>;
+//   per key: PTTL, PERSIST; TIME
+//
+// Everything inside sees Redis's clock as if it stood at `nowMs`, as long as
+// Redis's millisecond does not change during the EXEC: both TIMEs must agree,
+// otherwise the keys are restored from a DUMP taken before and the step runs
+// again. Redis keeps a key alive through its expiry millisecond (expired only
+// when now > expiry, with PTTL 0): such a key is left without a TTL for that
+// one step (PTTL -1, which the script treats as PTTL 0: not > 0, < window),
+// and deleted after it unless the step gave it a new TTL. A key the script
+// writes without any TTL fails the step: the script promises a TTL on every key.
+import type { ChainableCommander, Redis } from 'ioredis'
+import { MemoryStore } from '../../lib/stores/memory.js'
+import { SLIDING_LOG_SCRIPT } from '../../lib/stores/redis.js'
+import { toDecision } from '../../lib/stores/store.js'
+import type { DecideInput, Decision } from '../../lib/stores/store.js'
+import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
+
+export type StoreKind = 'redis' | 'memory'
+
+export interface StoreUnderTest {
+  readonly kind: StoreKind
+  /** One decision at `nowMs` on the test's clock. */
+  decide (input: DecideInput, nowMs: number): Promise<Decision>
+  /** The admin ban: `bannedKey` banned for `ms` from `nowMs`. */
+  setBan (bannedKey: string, ms: number, nowMs: number): Promise<void>
+  /** The admin unban/reset: deletes `keys` at `nowMs`. */
+  delete (keys: readonly string[], nowMs: number): Promise<void>
+  /** Redis only: what is stored for one key at `nowMs` (after expiry), without running the script. */
+  inspect? (key: string, nowMs: number): Promise<Stored>
+}
+
+export type Stored =
+  | { readonly type: 'none' }
+  | { readonly type: 'zset', readonly scores: number[], readonly ttl: number }
+  | { readonly type: 'string', readonly value: string, readonly ttl: number }
+
+/** The test-only command name of the time-injected script. */
+export const TIMED_COMMAND = 'rateGuardTestSlidingLogAt'
+
+const RETRIES = 100
+
+type Command = (...args: Array<string | number>) => ChainableCommander
+
+/** The in-process twin on a clock the test sets; closed at teardown. */
+export function memoryStore (t: Teardownable, cache = 100_000): StoreUnderTest {
+  let clock = 0
+  const store = new MemoryStore({ cache, now: () => clock })
+  t.teardown(() => store.close())
+  return {
+    kind: 'memory',
+    async decide (input, nowMs) {
+      clock = nowMs
+      return store.decide(input)
+    },
+    async setBan (bannedKey, ms, nowMs) {
+      clock = nowMs
+      await store.setBan(bannedKey, ms)
+    },
+    async delete (keys, nowMs) {
+      clock = nowMs
+      await store.delete(keys)
+    }
+  }
+}
+
+export interface TimedRedisStore extends StoreUnderTest {
+  /**
+   * The latest expiry, at or before `nowMs`, of any key this store has held. Stepping the clock back to
+   * before it is ambiguous: whether that key comes back depends on whether anything touched it since (Redis
+   * deletes an expired key when a command reads it, or when its active expiry samples it; the twin when it
+   * reads it or sweeps), not on the rules under test.
+   */
+  lastExpiry (nowMs: number): number
+}
+
+/** The Redis script with time injected, on the file's shared Redis, with its own client. */
+export async function redisStore (t: Teardownable, redis?: Redis): Promise<TimedRedisStore> {
+  const r = redis ?? client(t, (await getRedis(t)).url)
+  return new TimedRedis(r)
+}
+
+function milliseconds (reply: unknown): number {
+  const [seconds, micros] = reply as [string | number, string | number]
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+}
+
+class TimedRedis implements TimedRedisStore {
+  readonly kind = 'redis'
+  readonly #redis: Redis
+  /** Expiry of every key this adapter has seen with a TTL, on the test's clock. Absent: the key does not exist. */
+  readonly #expiries = new Map<string, number>()
+  /** The latest expiry of a key deleted because it expired. */
+  #expired = -Infinity
+  #member = 0
+
+  constructor (redis: Redis) {
+    this.#redis = redis
+    if (!(TIMED_COMMAND in redis)) redis.defineCommand(TIMED_COMMAND, { numberOfKeys: 3, lua: timeVariant(SLIDING_LOG_SCRIPT) })
+  }
+
+  async decide ({ keys, max, windowMs, banThreshold, banMs, peek }: DecideInput, nowMs: number): Promise<Decision> {
+    const member = `m${(this.#member++).toString(36)}`
+    const reply = await this.#step(nowMs, [keys.log, keys.strikes, keys.banned], (multi) => {
+      const command = (multi as unknown as Record<string, Command>)[TIMED_COMMAND]!
+      command.call(multi, keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0, nowMs)
+    })
+    return toDecision(reply)
+  }
+
+  // The same commands as RedisStore.setBan / RedisStore.delete, run inside the step.
+  async setBan (bannedKey: string, ms: number, nowMs: number): Promise<void> {
+    await this.#step(nowMs, [bannedKey], (multi) => { multi.set(bannedKey, '1', 'PX', ms) })
+  }
+
+  async delete (keys: readonly string[], nowMs: number): Promise<void> {
+    await this.#step(nowMs, keys, (multi) => { multi.del(...keys) })
+  }
+
+  lastExpiry (nowMs: number): number {
+    let latest = this.#expired
+    for (const at of this.#expiries.values()) if (at <= nowMs && at > latest) latest = at
+    return latest
+  }
+
+  async inspect (key: string, nowMs: number): Promise<Stored> {
+    const at = this.#expiries.get(key)
+    if (at === undefined || at < nowMs) return { type: 'none' }
+    const type = await this.#redis.type(key)
+    if (type === 'zset') {
+      const flat = await this.#redis.zrange(key, '0', '-1', 'WITHSCORES')
+      return { type, scores: flat.filter((_, i) => i % 2 === 1).map(Number), ttl: at - nowMs }
+    }
+    if (type === 'string') return { type, value: (await this.#redis.get(key))!, ttl: at - nowMs }
+    throw new Error(`inspect: ${key} is a ${type}`)
+  }
+
+  /** Runs `op` at `nowMs` inside one MULTI (see the top of this file); resolves to op's reply. */
+  async #step (nowMs: number, keyList: readonly string[], op: (multi: ChainableCommander) => void): Promise<unknown> {
+    const keys = [...new Set(keyList)]
+    for (let attempt = 1; ; attempt++) {
+      const dumps = await Promise.all(keys.map(key => this.#redis.dumpBuffer(key)))
+      const atExpiry = new Set<string>()
+      const multi = this.#redis.multi().time()
+      let opIndex = 1
+      for (const key of keys) {
+        const at = this.#expiries.get(key)
+        if (at === undefined) continue
+        if (at === nowMs) {
+          atExpiry.add(key)
+          continue
+        }
+        if (at < nowMs) multi.del(key)
+        else multi.pexpire(key, at - nowMs)
+        opIndex++
+      }
+      op(multi) // exactly one command
+      const ttlIndex = opIndex + 1
+      for (const key of keys) multi.pttl(key).persist(key)
+      multi.time()
+      const replies = (await multi.exec())!
+      for (const [err] of replies) if (err !== null) throw err
+      const values = replies.map(([, value]) => value)
+
+      if (milliseconds(values[0]) !== milliseconds(values[values.length - 1])) {
+        // Redis's millisecond changed during the EXEC: TTLs may be off by one. Put the keys back and redo.
+        if (attempt === RETRIES) throw new Error(`Redis's clock kept changing millisecond during ${RETRIES} tries`)
+        const undo = this.#redis.multi()
+        for (const [i, key] of keys.entries()) {
+          undo.del(key)
+          const dump = dumps[i]
+          if (dump !== null && dump !== undefined) undo.restore(key, 0, dump)
+        }
+        await undo.exec()
+        continue
+      }
+
+      for (const key of keys) {
+        const at = this.#expiries.get(key)
+        if (at !== undefined && at < nowMs) this.#expired = Math.max(this.#expired, at)
+      }
+      for (const [i, key] of keys.entries()) {
+        const ttl = values[ttlIndex + 2 * i] as number
+        if (ttl === -2) {
+          this.#expiries.delete(key)
+        } else if (ttl >= 0) {
+          this.#expiries.set(key, nowMs + ttl)
+        } else if (atExpiry.has(key)) {
+          // Alive through its expiry millisecond, untouched by this step: gone from the next one on.
+          await this.#redis.del(key)
+          this.#expiries.delete(key)
+          this.#expired = Math.max(this.#expired, nowMs)
+        } else {
+          throw new Error(`${key} was written without a TTL at ${nowMs}`)
+        }
+      }
+      return values[opIndex]
+    }
+  }
+}
