@@ -539,6 +539,18 @@ t.test('MemoryStore bounds', async t => {
     t.strictSame(store.decide(input(keys(103), 1)), allowed(1, 1000), 'once the shared entries leave, a newcomer is let in again')
   })
 
+  t.test('a full table still bans an identity it tracks', async t => {
+    const { store, at, keys } = setup(t, 2)
+    at(0)
+    for (let i = 0; i < 3; i++) store.decide(input(keys(0), 2))
+    store.decide(input(keys(1)))
+    t.equal(store.decide(input(keys(2))).count, 1, 'the table is full: a newcomer goes to the overflow log')
+    at(10)
+    t.strictSame(store.decide(input(keys(0), 2)), limited(3, 990, 990), 'first denial: a strike')
+    t.strictSame(store.decide(input(keys(0), 2)), banStarts(3, 990, 5000), 'second denial: banned, though the table is full')
+    t.equal(store.decide(input(keys(0), 2)).status, 'banned')
+  })
+
   t.test('sweep() drops expired keys, so size falls and new identities get their own log again', async t => {
     const { store, at, keys } = setup(t, 5)
     at(0)

@@ -3,9 +3,10 @@ import type { DecideInput, Decision, RawDecision, Store } from './store.js'
 
 /**
  * The in-process twin of `lua/sliding-log.lua`: the same steps on the same key names, over `Date.now()`.
- * Bounded: at most `cache` keys are tracked; expired ones are swept. When the table is full of live keys, a
- * new identity is counted in one shared overflow log per budget instead of pushing anyone else's log out, so
- * flooding the table with new identities can never reset an existing client's budget.
+ * Bounded: at most `cache` logs are tracked (plus the strikes and bans of their identities, and bans set by
+ * an operator); expired keys are swept. When the table is full of live logs, a new identity is counted in one
+ * shared overflow log per budget instead of pushing anyone else's log out, so flooding the table with new
+ * identities can never reset an existing client's budget, nor keep an existing abuser from being banned.
  */
 
 interface Log { times: number[], expiresAt: number }
@@ -78,7 +79,6 @@ export class MemoryStore implements Store {
 
     let strikes = this.#live(this.#marks, keys.strikes, now)
     if (strikes === undefined) {
-      if (!this.#hasRoom(now)) return [1, count, reset, retry, 0]
       strikes = { value: 0, expiresAt: now + window }
       this.#marks.set(keys.strikes, strikes)
     }
@@ -122,13 +122,13 @@ export class MemoryStore implements Store {
     return undefined
   }
 
-  /** Whether one more key fits; a full table is swept at most once a second. */
+  /** Whether one more log fits; a full table is swept at most once a second. */
   #hasRoom (now: number): boolean {
-    if (this.size < this.#cache) return true
+    if (this.#logs.size < this.#cache) return true
     if (now - this.#lastFullSweep < 1000) return false
     this.#lastFullSweep = now
     this.sweep()
-    return this.size < this.#cache
+    return this.#logs.size < this.#cache
   }
 }
 
