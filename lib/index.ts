@@ -87,13 +87,8 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
 
   const owned = typeof lent === 'string'
   const client: RedisLike = owned ? await createClient(lent, timeout) : lent
-  let store: RedisStore
-  try {
-    store = new RedisStore(client, owned)
-  } catch (err) {
-    if (owned) client.disconnect()
-    throw err
-  }
+  // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
+  const store = new RedisStore(client, owned)
   const limiter = new Limiter({ store, remote: true, failMode, timeout, fallback: failMode === 'local' ? local() : undefined })
   if (owned) {
     client.on('error', (err: Error) => limiter.report(err, fastify.log))

@@ -11,6 +11,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
+import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { client, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 const TIMEOUT = 100
@@ -247,6 +248,23 @@ t.test('Redis trouble is logged once per interval, not once per request', async 
     t.equal(trouble[0]?.level, 40, `${kind}: a warning, Redis being down may pass`)
     t.match(trouble[0], { msg: /Redis did not decide/, failMode: 'open', err: { message: String } }, `${kind}: says what failed`)
   }
+})
+
+t.test('a foreign value at one of our keys: an error-level log, and failMode decides', async t => {
+  const server = await startRedisServer(t)
+  const lent = lend(t, server.url, { enableOfflineQueue: false })
+  await ready(lent)
+  const nameSpace = uniquePrefix()
+  const { app, logs } = await makeApp(t, { redis: lent, nameSpace, failMode: 'closed', timeout: 2000 })
+  await lent.set(identityKeys(nameSpace, GLOBAL_SCOPE, 'ip:127.0.0.1').log, 'not a sorted set')
+
+  const res = await app.inject('/')
+  t.equal(res.statusCode, 503, 'closed: refused, not decided on a wrong type')
+  const trouble = logs.filter(line => /Redis did not decide/.test(line.msg))
+  t.equal(trouble.length, 1)
+  t.equal(trouble[0]?.level, 50, 'WRONGTYPE is a configuration fault: logged as an error')
+  t.match(trouble[0], { err: { message: /WRONGTYPE/ } })
+  t.equal((await app.inject({ url: '/', remoteAddress: '10.9.8.7' })).statusCode, 200, 'other identities are unaffected')
 })
 
 t.test('no unhandled rejection and no unlistened error event', async t => {

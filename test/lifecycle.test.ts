@@ -127,6 +127,27 @@ t.test('@fastify/redis: fastify.redis is used, and never closed by the plugin', 
   t.equal(await lent.ping(), 'PONG')
 })
 
+t.test('a namespaced @fastify/redis (no client at fastify.redis itself) is not taken for a client', async t => {
+  const { app: server1, warnings } = app(t)
+  server1.decorate('redis', { cache: {} } as never)
+  await server1.register(rateGuard, { max: 1 })
+  server1.get('/', async () => 'ok')
+  await server1.ready()
+  t.match(warnings()[0]?.msg, /no Redis configured/, 'in process, and it says so')
+  t.same([(await server1.inject('/')).statusCode, (await server1.inject('/')).statusCode], [200, 429])
+})
+
+t.test('a client mapping RESP3 replies to objects still has its eviction policy read', async t => {
+  const server = await startRedisServer(t, ['--maxmemory-policy', 'allkeys-lru'])
+  const lent = await ready(client(t, server.url, { enableOfflineQueue: false, protocol: 3, replyMapping: 'resp3' }))
+  const { app: server1, warnings } = app(t)
+  await server1.register(rateGuard, { redis: lent, nameSpace: uniquePrefix(), max: 1 })
+  server1.get('/', async () => 'ok')
+  await server1.ready()
+  t.equal(warnings()[0]?.policy, 'allkeys-lru', 'the policy is read from a map reply')
+  t.same([(await server1.inject('/')).statusCode, (await server1.inject('/')).statusCode], [200, 429], 'and limits hold')
+})
+
 t.test('startup with nothing listening on the port does not hang: failMode decides', async t => {
   for (const failMode of ['open', 'closed', 'local'] as const) {
     const url = `redis://127.0.0.1:${await freePort()}`

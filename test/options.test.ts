@@ -6,6 +6,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { formatDuration, toMilliseconds } from '../lib/duration.js'
+import { resolveOptions } from '../lib/options.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 
@@ -258,4 +259,10 @@ t.test('formatDuration', async t => {
   t.equal(formatDuration(1500), '2 seconds')
   t.equal(formatDuration(90_000), '2 minutes')
   t.equal(formatDuration(toMilliseconds('1.5h')!), '2 hours')
+})
+
+t.test('options that are not an object are refused', async t => {
+  for (const input of [null, 'x', 42, [], undefined]) {
+    t.throws(() => resolveOptions(input), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"options": expected an object/ }, String(input))
+  }
 })

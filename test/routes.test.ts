@@ -395,3 +395,30 @@ t.test('every hook option limits, and a request body still reaches the handler',
     t.equal(denied.json().code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS')
   }
 })
+
+t.test('a key generator returning a number is a key; anything else is a 500 naming it', async t => {
+  const app = await setup(t, { max: 1 }, app => {
+    app.get('/number', { config: { rateLimit: { keyGenerator: () => 42 as unknown as string } } }, ok)
+    app.get('/object', { config: { rateLimit: { keyGenerator: () => ({}) as unknown as string } } }, ok)
+  })
+  t.same(await codes(app, 2, '/number'), [200, 429])
+  const res = await app.inject('/object')
+  t.equal(res.statusCode, 500)
+  t.match(res.json(), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"keyGenerator".*object/ })
+})
+
+t.test("the limiter runs after the route's own hooks, as a function or a list", async t => {
+  const seen: string[] = []
+  const app = await setup(t, { max: 1 }, app => {
+    app.get('/fn', { onRequest: async () => { seen.push('fn') } }, ok)
+    app.get('/list', { onRequest: [async () => { seen.push('list') }] }, ok)
+  })
+  t.same(await codes(app, 2, '/fn'), [200, 429])
+  t.same(await codes(app, 1, '/list'), [429], 'both routes share the plugin budget')
+  t.same(seen, ['fn', 'fn', 'list'], "the route's own hooks ran first, every time")
+})
+
+t.test('an empty allowList allows nobody in particular', async t => {
+  const app = await setup(t, { max: 1, allowList: [] })
+  t.same(await codes(app, 2), [200, 429])
+})

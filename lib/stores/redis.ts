@@ -96,7 +96,7 @@ export function queueingOptions (client: RedisLike): string[] {
 /** `maxmemory-policy`, or undefined when the server will not say (managed Redis often forbids CONFIG). */
 export async function evictionPolicy (client: RedisLike): Promise<string | undefined> {
   const reply: unknown = await client.config('GET', 'maxmemory-policy')
-  const value = Array.isArray(reply) ? reply[1] : (reply as Record<string, unknown> | null)?.['maxmemory-policy']
+  const value = Array.isArray(reply) ? reply[1] : (reply as Record<string, unknown>)['maxmemory-policy']
   return typeof value === 'string' ? value : undefined
 }
 
