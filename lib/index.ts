@@ -107,13 +107,14 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
 }
 
 async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
-  let policy: string | undefined
+  let policy: unknown
   try {
     policy = await deadline(evictionPolicy(client), READY_WAIT)
   } catch (err) {
+    // Managed Redis often forbids CONFIG: nothing to warn about then.
     fastify.log.debug({ err }, 'rate-guard: could not read maxmemory-policy')
   }
-  if (policy !== undefined && policy !== 'noeviction') {
+  if (typeof policy === 'string' && policy !== 'noeviction') {
     fastify.log.warn({ policy }, 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters')
   }
 }

@@ -10,7 +10,7 @@ import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
 import { MemoryStore } from '../lib/stores/memory.js'
-import { client, getRedis, uniquePrefix } from './helpers/redis.js'
+import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
 const INSTANCES = 4
 /**
@@ -106,13 +106,7 @@ t.test('a flood from many identities: every log holds at most max entries and ev
   t.same([...codes].sort(), [200, 403, 429], 'some allowed, some limited, some banned')
 
   const observer = lend(t, url, {})
-  const keys: string[] = []
-  let cursor = '0'
-  do {
-    const [next, batch] = await observer.scan(cursor, 'MATCH', `${nameSpace}*`, 'COUNT', 1000)
-    cursor = next
-    keys.push(...batch)
-  } while (cursor !== '0')
+  const keys = await scanKeys(observer, nameSpace)
   t.ok(keys.length > identities.length, `${keys.length} keys under the nameSpace`)
 
   const shape = new RegExp(`^${nameSpace}\\{[A-Za-z0-9_-]{22}\\}:(log:(.+)|strikes|banned)$`)

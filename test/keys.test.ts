@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis'
 import rateGuard, { normalizeIP } from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { hashIdentity, identityKeys, scopeOf } from '../lib/keys.js'
-import { client, getRedis, uniquePrefix } from './helpers/redis.js'
+import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
 interface Setup {
   app: FastifyInstance
@@ -45,18 +45,6 @@ async function codes (app: FastifyInstance, n: number, req: Req = {}): Promise<n
   const out: number[] = []
   for (let i = 0; i < n; i++) out.push((await app.inject({ url: '/', ...req })).statusCode)
   return out
-}
-
-/** Every key under a nameSpace, by SCAN. */
-async function scanAll (redis: Redis, nameSpace: string): Promise<string[]> {
-  const found: string[] = []
-  let cursor = '0'
-  do {
-    const [next, batch] = await redis.scan(cursor, 'MATCH', `${nameSpace}*`, 'COUNT', 1000)
-    cursor = next
-    found.push(...batch)
-  } while (cursor !== '0')
-  return [...new Set(found)].sort()
 }
 
 t.test('x-api-key: the apikey tier, over user and IP', async t => {
@@ -293,7 +281,7 @@ t.test('API keys never appear in Redis key names', async t => {
   t.same(await codes(s.app, 2, withKey), [200, 429], 'a log and a strike')
   await codes(s.app, 1, { ...withKey, url: '/own' })
   await codes(s.app, 1, { ...withKey, url: '/g' })
-  let keys = await scanAll(s.redis, s.nameSpace)
+  let keys = await scanKeys(s.redis, s.nameSpace)
   const identity = `apikey:${secret}`
   const tag = `{${hashIdentity(identity)}}`
   t.same(keys, [
@@ -304,7 +292,7 @@ t.test('API keys never appear in Redis key names', async t => {
   ].sort(), 'one log per budget and the strikes')
 
   t.same(await codes(s.app, 1, withKey), [403], 'banned')
-  keys = await scanAll(s.redis, s.nameSpace)
+  keys = await scanKeys(s.redis, s.nameSpace)
   t.ok(keys.includes(identityKeys(s.nameSpace, 'all', `apikey:${secret}`).banned), 'a ban key')
   for (const key of keys) {
     t.notOk(key.includes(secret), `${key} holds no API key`)
@@ -335,7 +323,7 @@ t.test('hostile identities give constant-length keys with exactly one hash tag e
     const results = await codes(app, 2, { headers: { 'x-i': String(i) } })
     t.same(results, [200, 403], `identity ${i} is limited on its own`)
   }
-  const keys = await scanAll(redis, nameSpace)
+  const keys = await scanKeys(redis, nameSpace)
   t.equal(keys.length, hostile.length * 2, 'a log and a ban key per identity: no two identities collide')
   const lengths = new Set<string>()
   for (const key of keys) {
@@ -355,7 +343,7 @@ t.test('hostile identities give constant-length keys with exactly one hash tag e
   for (const value of ['}', '{}', '{', 'k'.repeat(4096)]) await codes(s.app, 1, { headers: { 'x-api-key': value } })
   await codes(s.app, 1, { headers: { 'x-api-key': 'k'.repeat(16 * 1024) } })
   t.same(s.keys, ['apikey:}', 'apikey:{}', 'apikey:{', `apikey:${'k'.repeat(4096)}`, 'ip:127.0.0.1'], 'a 16 KB header is no identity: the IP')
-  const headerKeys = await scanAll(s.redis, s.nameSpace)
+  const headerKeys = await scanKeys(s.redis, s.nameSpace)
   t.equal(headerKeys.length, 5)
   t.ok(headerKeys.every(key => /^\{[A-Za-z0-9_-]{22}\}:log:all$/.test(key.slice(s.nameSpace.length))), 'all well-formed')
 })

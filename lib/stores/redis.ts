@@ -93,11 +93,10 @@ export function queueingOptions (client: RedisLike): string[] {
   return options.enableOfflineQueue === false ? [] : ['enableOfflineQueue']
 }
 
-/** `maxmemory-policy`, or undefined when the server will not say (managed Redis often forbids CONFIG). */
-export async function evictionPolicy (client: RedisLike): Promise<string | undefined> {
+/** `maxmemory-policy` as the server gives it (a flat pair, or a map under RESP3 `replyMapping: 'resp3'`). */
+export async function evictionPolicy (client: RedisLike): Promise<unknown> {
   const reply: unknown = await client.config('GET', 'maxmemory-policy')
-  const value = Array.isArray(reply) ? reply[1] : (reply as Record<string, unknown>)['maxmemory-policy']
-  return typeof value === 'string' ? value : undefined
+  return Array.isArray(reply) ? reply[1] : (reply as Record<string, unknown>)['maxmemory-policy']
 }
 
 /** Resolves when the client is ready, or false after `ms` or when it reports an error first. */

@@ -101,3 +101,15 @@ export function client (t: Teardownable, url: string, opts: RedisOptions = {}): 
 export function uniquePrefix (): string {
   return `t-${randomBytes(6).toString('hex')}:`
 }
+
+/** Every key under `nameSpace`, by SCAN (never KEYS), sorted and without repeats. */
+export async function scanKeys (redis: Redis, nameSpace: string): Promise<string[]> {
+  const found = new Set<string>()
+  let cursor = '0'
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', `${nameSpace}*`, 'COUNT', 1000)
+    cursor = next
+    for (const key of batch) found.add(key)
+  } while (cursor !== '0')
+  return [...found].sort()
+}
