@@ -27,6 +27,9 @@ const READY_WAIT = 2000
 
 async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOptions): Promise<void> {
   const opts = resolveOptions(options)
+  if (trustsEveryProxy(fastify)) {
+    fastify.log.warn('rate-guard: trustProxy is true, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead')
+  }
   const limiter = await openLimiter(fastify, opts)
   fastify.addHook('onClose', async () => await limiter.close())
 
@@ -117,6 +120,15 @@ async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike)
   if (typeof policy === 'string' && policy !== 'noeviction') {
     fastify.log.warn({ policy }, 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters')
   }
+}
+
+/** Whether the app was made with `trustProxy: true` (Fastify keeps its options under an unexported symbol). */
+function trustsEveryProxy (fastify: FastifyInstance): boolean {
+  for (let o: object | null = fastify; o !== null; o = Object.getPrototypeOf(o) as object | null) {
+    const symbol = Object.getOwnPropertySymbols(o).find(s => s.description === 'fastify.options')
+    if (symbol !== undefined) return (o as Record<symbol, { trustProxy?: unknown }>)[symbol]?.trustProxy === true
+  }
+  return false
 }
 
 /** `fastify.redis` from `@fastify/redis`, when it is registered: lent, never closed by us. */
