@@ -1,7 +1,7 @@
 -- Sliding-window log: one decision, atomically, on Redis's clock.
 --
 -- KEYS[1]  log      ZSET of the requests counted in the window: score = arrival (ms), member = unique id
--- KEYS[2]  strikes  STRING counter of denials in the current window (per identity)
+-- KEYS[2]  strikes  SET of the members of the requests denied in the current window (per identity)
 -- KEYS[3]  banned   STRING present while the identity is banned (per identity)
 -- ARGV[1]  max             requests allowed in the window (integer >= 1)
 -- ARGV[2]  window          window length (ms, integer >= 1)
@@ -18,6 +18,8 @@
 --   banStarted  1 when this request started a ban
 --
 -- Every key written carries a TTL; the log never holds more than max entries.
+-- Safe to replay: run again with the same member (a client re-sending a command whose reply it lost), a
+-- decision counts nothing twice: the entry is added once, and the denial is one strike.
 
 local max = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -44,16 +46,20 @@ end
 
 if count < max then
   if not peek then
-    redis.call('ZADD', KEYS[1], now, ARGV[5])
+    count = count + redis.call('ZADD', KEYS[1], 'NX', now, ARGV[5])
     -- The log lives until its newest entry leaves: after a clock step back, now is not the newest.
     if redis.call('PTTL', KEYS[1]) < window then
       redis.call('PEXPIRE', KEYS[1], window)
     end
-    count = count + 1
   end
   if count == 0 then
     return { 0, 0, 0, 0, 0 }
   end
+  return { 0, count, leaves(0), 0, 0 }
+end
+
+-- A replay of a request that was counted when the log had room: it was allowed, and still is.
+if not peek and redis.call('ZSCORE', KEYS[1], ARGV[5]) then
   return { 0, count, leaves(0), 0, 0 }
 end
 
@@ -66,13 +72,14 @@ end
 
 -- Strikes count for one window from the first. Redis keeps a key through its expiry millisecond (PTTL 0):
 -- that is the next window already, so such strikes start over too.
-local strikes = 1
-if redis.call('PTTL', KEYS[2]) > 0 then
-  strikes = redis.call('INCR', KEYS[2])
+if redis.call('PTTL', KEYS[2]) <= 0 then
+  redis.call('DEL', KEYS[2])
+  redis.call('SADD', KEYS[2], ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], window)
 else
-  redis.call('SET', KEYS[2], 1, 'PX', window)
+  redis.call('SADD', KEYS[2], ARGV[5])
 end
-if strikes < threshold then
+if redis.call('SCARD', KEYS[2]) < threshold then
   return { 1, count, reset, retry, 0 }
 end
 

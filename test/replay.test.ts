@@ -1,0 +1,31 @@
+// A command whose reply was lost can run twice (a client re-sending it after a reconnect). The script is
+// safe to replay: the same member never counts twice, and one denial is one strike.
+import t from 'tap'
+import { identityKeys } from '../lib/keys.js'
+import { defineSlidingLog } from '../lib/stores/redis.js'
+import { toDecision } from '../lib/stores/store.js'
+import { client, getRedis, uniquePrefix } from './helpers/redis.js'
+
+t.test('replaying a decision with the same member counts nothing twice', async t => {
+  const redis = client(t, (await getRedis(t)).url)
+  const slidingLog = defineSlidingLog(redis)
+  const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.1')
+  // max 2, window 60 s, ban after 2 denials for 60 s
+  const decide = async (member: string) => toDecision(
+    await slidingLog(keys.log, keys.strikes, keys.banned, 2, 60_000, 2, 60_000, member, 0))
+
+  t.match(await decide('a'), { status: 'allowed', count: 1 })
+  t.match(await decide('a'), { status: 'allowed', count: 1 }, 'the replay of an allowed request adds no entry')
+  t.equal(await redis.zcard(keys.log), 1)
+
+  t.match(await decide('b'), { status: 'allowed', count: 2 })
+  t.match(await decide('a'), { status: 'allowed', count: 2 }, 'replayed once the log is full: still allowed, no strike')
+  t.equal(await redis.exists(keys.strikes), 0, 'no strike was counted for it')
+
+  t.match(await decide('c'), { status: 'limited', count: 2 }, 'a new request is denied: strike 1')
+  t.match(await decide('c'), { status: 'limited', count: 2 }, 'its replay is the same denial, not strike 2')
+  t.equal(await redis.scard(keys.strikes), 1)
+  t.match(await decide('d'), { status: 'banned', banStarted: true }, 'a second request denied: the ban starts')
+  t.equal(await redis.exists(keys.strikes), 0, 'the strikes are gone once the ban starts')
+  t.ok(await redis.pttl(keys.banned) > 59_000, 'banned for the ban duration')
+})
