@@ -55,3 +55,14 @@ export const UnavailableError = createError<'FST_RATE_GUARD_UNAVAILABLE', [strin
   Error,
   false
 )
+
+// Registration: Redis cannot serve the plugin.
+export const RedisNotReadyError = createError<'FST_RATE_GUARD_REDIS_NOT_READY', [number]>(
+  'FST_RATE_GUARD_REDIS_NOT_READY',
+  'Redis did not answer within %d ms at registration (strict: true)'
+)
+
+export const RedisRefusedError = createError<'FST_RATE_GUARD_REDIS_REFUSED', [string]>(
+  'FST_RATE_GUARD_REDIS_REFUSED',
+  'Redis refused the rate-guard script (check the ACL user, e.g. +evalsha +eval, and the key space): %s'
+)

@@ -4,13 +4,16 @@ import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
 import { createHook } from './hook.js'
 import type { RouteBudget } from './hook.js'
-import { GLOBAL_SCOPE, scopeOf } from './keys.js'
-import { Limiter, deadline } from './limiter.js'
+import { Breaker } from './breaker.js'
+import { RedisNotReadyError, RedisRefusedError } from './errors.js'
+import { GLOBAL_SCOPE, identityKeys, scopeOf } from './keys.js'
+import { Limiter, deadline, isPermanent } from './limiter.js'
 import { resolveOptions, resolveRouteConfig } from './options.js'
 import type { RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
+import type { DecideInput } from './stores/store.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -82,31 +85,64 @@ function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], fn:
 async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
   const { failMode, timeout, cache } = opts
   const local = (): MemoryStore => new MemoryStore({ cache })
-  const lent = opts.redis ?? lentByFastifyRedis(fastify)
-  if (lent === undefined) {
+  const given = opts.redis ?? lentByFastifyRedis(fastify)
+  if (given === undefined) {
     fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')
-    return new Limiter({ store: local(), remote: false, failMode, timeout, fallback: undefined })
+    return new Limiter({ store: local(), remote: false, failMode, timeout, fallback: undefined, breaker: undefined })
   }
 
-  const owned = typeof lent === 'string'
-  const client: RedisLike = owned ? await createClient(lent, timeout) : lent
-  // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
-  const store = new RedisStore(client, owned)
-  const limiter = new Limiter({ store, remote: true, failMode, timeout, fallback: failMode === 'local' ? local() : undefined })
-  if (owned) {
-    client.on('error', (err: Error) => limiter.report(err, fastify.log))
-  } else {
-    for (const option of queueingOptions(client)) {
-      fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
+  const owned = typeof given === 'string' || Array.isArray(given)
+  const client = owned ? await createClient(given as string | readonly string[], timeout) : given as RedisLike
+  try {
+    // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
+    const store = new RedisStore(client, owned)
+    const limiter = new Limiter({
+      store,
+      remote: true,
+      failMode,
+      timeout,
+      fallback: failMode === 'local' ? local() : undefined,
+      breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs)
+    })
+    if (owned) {
+      client.on('error', (err: Error) => limiter.report(err, fastify.log))
+    } else {
+      for (const option of queueingOptions(client)) {
+        fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
+      }
+    }
+    await checkStartup(fastify, opts, store)
+    return limiter
+  } catch (err) {
+    if (owned) client.disconnect()
+    throw err
+  }
+}
+
+/** What an identity no client can have looks like to the script: a read-only decision proves EVALSHA works. */
+const PROBE: Omit<DecideInput, 'keys'> = { max: 1, windowMs: 1, banThreshold: 0, banMs: 0, peek: true }
+
+/**
+ * Waits (boundedly) for Redis, then runs the script once read-only: a Redis that refuses it (an ACL user
+ * without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
+ * the plugin starts degraded, `failMode` deciding until Redis answers.
+ */
+async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore): Promise<void> {
+  let ready = await whenReady(store.client, READY_WAIT)
+  if (ready) {
+    try {
+      await deadline(store.decide({ ...PROBE, keys: identityKeys(opts.nameSpace, 'probe', 'rate-guard:probe') }), READY_WAIT)
+    } catch (err) {
+      if (isPermanent(err as Error)) throw new RedisRefusedError((err as Error).message)
+      ready = false
     }
   }
-
-  if (await whenReady(client, READY_WAIT)) {
-    await checkEvictionPolicy(fastify, client)
-  } else {
-    fastify.log.warn({ failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
+  if (!ready) {
+    if (opts.strict) throw new RedisNotReadyError(READY_WAIT)
+    fastify.log.warn({ failMode: opts.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
+    return
   }
-  return limiter
+  await checkEvictionPolicy(fastify, store.client)
 }
 
 async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
@@ -148,7 +184,7 @@ export { normalizeIP } from './keys.js'
 export * as errors from './errors.js'
 export type { RateGuardDecorator, PeekOptions, PeekResult } from './admin.js'
 export type {
-  RateGuardOptions, RouteRateLimitOptions, BanOptions, ErrorResponseContext, ErrorResponseBuilder,
+  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, ErrorResponseContext, ErrorResponseBuilder,
   KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, HookName, FailMode
 } from './options.js'
 export type { RedisLike } from './stores/redis.js'

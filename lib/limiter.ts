@@ -1,11 +1,14 @@
 import type { FastifyBaseLogger } from 'fastify'
+import type { Breaker } from './breaker.js'
 import { DeadlineError } from './errors.js'
 import type { FailMode } from './options.js'
+import type { MemoryStore } from './stores/memory.js'
 import type { DecideInput, Decision, Store } from './stores/store.js'
 
 /**
  * One decision under a deadline: the store answers within `timeout` ms, or `failMode` decides — `open`
- * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin.
+ * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
+ * breaker is open, `failMode` decides without asking Redis at all.
  */
 
 export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable' }
@@ -16,8 +19,15 @@ const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000
 
-// Faults in how Redis is set up: they will not pass by themselves, so they are logged as errors.
-const PERMANENT = /^(NOPERM|WRONGTYPE|NOSCRIPT|ERR|FST_RATE_GUARD_INVALID_REPLY)/
+// Faults in how Redis is set up (no permission, a foreign value at our key, a broken script): they will not
+// pass by themselves, so they are logged as errors and do not trip the breaker, since Redis did answer.
+// Everything else (connection lost, deadline, BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY, OOM, …) passes.
+const PERMANENT = /^(NOPERM|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
+
+/** Whether `err` is a fault in how Redis is set up rather than one that passes. */
+export function isPermanent (err: Error): boolean {
+  return PERMANENT.test((err as { code?: unknown }).code === undefined ? err.message : String((err as { code?: unknown }).code))
+}
 
 export interface LimiterOptions {
   store: Store
@@ -25,7 +35,9 @@ export interface LimiterOptions {
   remote: boolean
   failMode: FailMode
   timeout: number
-  fallback: Store | undefined
+  fallback: MemoryStore | undefined
+  /** Set when `store` is remote and the breaker is on. */
+  breaker: Breaker | undefined
 }
 
 export class Limiter {
@@ -33,16 +45,18 @@ export class Limiter {
   readonly #remote: boolean
   readonly #failMode: FailMode
   readonly #timeout: number
-  readonly #fallback: Store | undefined
+  readonly #fallback: MemoryStore | undefined
+  readonly #breaker: Breaker | undefined
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, failMode, timeout, fallback }: LimiterOptions) {
+  constructor ({ store, remote, failMode, timeout, fallback, breaker }: LimiterOptions) {
     this.store = store
     this.#remote = remote
     this.#failMode = failMode
     this.#timeout = timeout
     this.#fallback = fallback
+    this.#breaker = breaker
   }
 
   decide (input: DecideInput, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
@@ -51,14 +65,23 @@ export class Limiter {
   }
 
   async #decideRemote (input: DecideInput, log: FastifyBaseLogger): Promise<Verdict> {
+    if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
     try {
-      return await deadline(this.store.decide(input), this.#timeout)
+      const decision = await deadline(this.store.decide(input), this.#timeout)
+      this.#breaker?.success()
+      return decision
     } catch (err) {
+      if (isPermanent(err as Error)) this.#breaker?.success()
+      else this.#breaker?.failure()
       this.report(err as Error, log)
-      if (this.#failMode === 'open') return UNENFORCED
-      if (this.#failMode === 'closed') return UNAVAILABLE
-      return this.#fallback!.decide(input)
+      return this.#failModeDecides(input)
     }
+  }
+
+  #failModeDecides (input: DecideInput): Verdict {
+    if (this.#failMode === 'open') return UNENFORCED
+    if (this.#failMode === 'closed') return UNAVAILABLE
+    return this.#fallback!.decide(input)
   }
 
   /** Logs Redis trouble at most once per interval, with how much was held back since the last line. */
@@ -71,7 +94,7 @@ export class Limiter {
     const heldBack = this.#heldBack
     this.#lastLogged = now
     this.#heldBack = 0
-    const level = PERMANENT.test((err as { code?: string }).code ?? err.message) ? 'error' : 'warn'
+    const level = isPermanent(err) ? 'error' : 'warn'
     log[level]({ err, failMode: this.#failMode, heldBack }, 'rate-guard: Redis did not decide; failMode decides')
   }
 

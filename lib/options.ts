@@ -47,8 +47,16 @@ export interface RouteRateLimitOptions {
   standardHeaders?: false | 'draft-10'
 }
 
+export interface BreakerOptions {
+  /** Transient Redis failures in a row that open the breaker. */
+  threshold: number
+  /** How long it stays open before one decision probes Redis: ms or a string such as `'1s'`. */
+  coolDown: number | string
+}
+
 export interface RateGuardOptions extends RouteRateLimitOptions {
-  redis?: RedisLike | string
+  /** A client you lend, a URL, or the URLs of Redis Cluster nodes (a client is made with fail-fast options). */
+  redis?: RedisLike | string | readonly string[]
   hook?: HookName
   global?: boolean
   nameSpace?: string
@@ -56,6 +64,9 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   /** `@fastify/rate-limit`'s spelling: true is `failMode: 'open'`, false is `failMode: 'closed'`. */
   skipOnError?: boolean
   timeout?: number
+  /** Fail registration when Redis is not ready within 2 s; default: start degraded, keep reconnecting. */
+  strict?: boolean
+  breaker?: false | BreakerOptions
   cache?: number
   apiKeyHeader?: string | false
   verifyApiKey?: (apiKey: string, request: FastifyRequest) => Awaitable<boolean>
@@ -82,13 +93,20 @@ export interface ResolvedRoute {
   readonly standardHeaders: boolean
 }
 
+export interface ResolvedBreaker {
+  readonly threshold: number
+  readonly coolDownMs: number
+}
+
 export interface ResolvedOptions {
-  readonly redis: RedisLike | string | undefined
+  readonly redis: RedisLike | string | readonly string[] | undefined
   readonly hook: HookName
   readonly global: boolean
   readonly nameSpace: string
   readonly failMode: FailMode
   readonly timeout: number
+  readonly strict: boolean
+  readonly breaker: ResolvedBreaker | null
   readonly cache: number
   /** Writes a key the way the default generator does (see `canonicalKey`). */
   readonly canonicalKey: (key: string) => string
@@ -102,7 +120,7 @@ const ROUTE_KEYS = new Set<string>([
   'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders'
 ])
 const PLUGIN_KEYS = new Set<string>([
-  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'failMode', 'skipOnError', 'timeout', 'cache',
+  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'failMode', 'skipOnError', 'timeout', 'strict', 'breaker', 'cache',
   'apiKeyHeader', 'verifyApiKey', 'userId', 'ipv6Subnet',
   // Fastify's own registration options reach the plugin too.
   'prefix', 'logLevel', 'logSerializers'
@@ -113,6 +131,7 @@ export const DEFAULTS = Object.freeze({
   timeWindow: 60_000,
   nameSpace: 'rate-guard:',
   timeout: 100,
+  breaker: { threshold: 5, coolDown: 1000 },
   cache: 10_000,
   apiKeyHeader: 'x-api-key',
   ipv6Subnet: 64
@@ -162,6 +181,17 @@ function checkKeys (input: object, allowed: ReadonlySet<string>, where: string):
   for (const key of Object.keys(input)) {
     if (!allowed.has(key)) fail(`${where}${key}`, (input as Record<string, unknown>)[key], 'no such option (see the README for the list)')
   }
+}
+
+function checkBreaker (value: unknown): ResolvedBreaker | null {
+  if (value === false) return null
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('breaker', value, 'false or { threshold, coolDown }')
+  const breaker = value as Record<string, unknown>
+  checkKeys(breaker, new Set(['threshold', 'coolDown']), 'breaker.')
+  return Object.freeze({
+    threshold: checkMax(breaker.threshold, 'breaker.threshold'),
+    coolDownMs: checkDuration(breaker.coolDown, 'breaker.coolDown')
+  })
 }
 
 function checkBan (value: unknown, name: string): ResolvedBan | null {
@@ -230,11 +260,19 @@ export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, rout
   return resolveRoute(config as Record<string, unknown>, opts.route, 'config.rateLimit.', opts.canonicalKey)
 }
 
-function checkRedis (value: unknown): RedisLike | string | undefined {
+const REDIS_URL = /^rediss?:\/\/[^\s]+$/
+
+function checkRedis (value: unknown): ResolvedOptions['redis'] {
   if (value === undefined || value === null) return undefined
   if (typeof value === 'string') {
-    if (!/^rediss?:\/\//.test(value)) fail('redis', value, 'a redis:// or rediss:// URL')
+    if (!REDIS_URL.test(value)) fail('redis', value, 'a redis:// or rediss:// URL')
     return value
+  }
+  if (Array.isArray(value)) {
+    if (value.length === 0 || !value.every(url => typeof url === 'string' && REDIS_URL.test(url))) {
+      fail('redis', value, 'a non-empty list of redis:// or rediss:// URLs of Redis Cluster nodes')
+    }
+    return Object.freeze([...value as string[]])
   }
   const client = value as Partial<RedisLike>
   if (typeof value !== 'object' || typeof client.defineCommand !== 'function' || typeof client.on !== 'function') {
@@ -298,6 +336,8 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     nameSpace,
     failMode,
     timeout: has('timeout') ? checkMax(opts.timeout, 'timeout') : DEFAULTS.timeout,
+    strict: has('strict') ? checkBoolean(opts.strict, 'strict') : false,
+    breaker: checkBreaker(has('breaker') ? opts.breaker : DEFAULTS.breaker),
     cache: has('cache') ? checkMax(opts.cache, 'cache') : DEFAULTS.cache,
     canonicalKey: canonical,
     route: resolveRoute(opts, base, '', canonical)

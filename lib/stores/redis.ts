@@ -70,22 +70,38 @@ export class RedisStore implements Store {
 }
 
 /**
- * A client for a URL, with options that fail fast: nothing queues while disconnected, a command is never
- * retried or re-sent after a reconnect (a late re-send would spend quota for a request already answered),
- * and reconnection goes on forever with a capped backoff.
+ * A client for a URL (or a Redis Cluster for a list of node URLs), with options that fail fast: nothing
+ * queues while disconnected, a command is never retried or re-sent after a reconnect (a late re-send would
+ * spend quota for a request already answered), and reconnection goes on forever with a capped backoff.
  */
-export async function createClient (url: string, timeout: number): Promise<Redis> {
-  const { Redis } = await import('ioredis')
-  return new Redis(url, {
-    enableOfflineQueue: false,
+export async function createClient (url: string | readonly string[], timeout: number): Promise<RedisLike> {
+  const { Redis, Cluster } = await import('ioredis')
+  const backoff = (times: number): number => Math.min(times * 100, 2000)
+  const node = {
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
     commandTimeout: Math.max(timeout, 1000),
-    connectTimeout: 2000,
-    retryStrategy: (times: number) => Math.min(times * 100, 2000),
-    lazyConnect: false
+    connectTimeout: 2000
+  }
+  if (typeof url === 'string') return new Redis(url, { ...node, enableOfflineQueue: false, retryStrategy: backoff })
+  // Cluster nodes always queue while offline: only the cluster-level switch makes a dead cluster fail fast.
+  return new Cluster([...url], {
+    ...CLUSTER_OPTIONS,
+    clusterRetryStrategy: backoff,
+    redisOptions: node
   })
 }
+
+/** The cluster options a client made from URLs uses, and the README recommends. */
+export const CLUSTER_OPTIONS = Object.freeze({
+  enableOfflineQueue: false,
+  scaleReads: 'master' as const,
+  maxRedirections: 16,
+  retryDelayOnFailover: 100,
+  retryDelayOnClusterDown: 100,
+  retryDelayOnTryAgain: 100,
+  slotsRefreshTimeout: 1000
+})
 
 /** Options of a lent client that make requests wait on a dead Redis; each is worth one warning. */
 export function queueingOptions (client: RedisLike): string[] {
