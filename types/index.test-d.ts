@@ -131,6 +131,8 @@ const everything: RateGuardOptions = {
   nameSpace: 'my-app:',
   failMode: 'local',
   timeout: 50,
+  strict: false,
+  breaker: { threshold: 5, coolDown: '1s' },
   cache: 5000,
   apiKeyHeader: 'x-api-key',
   verifyApiKey: async (apiKey, request) => apiKey.length === 32 && request.headers.host !== undefined,
@@ -144,6 +146,11 @@ const everything: RateGuardOptions = {
   standardHeaders: 'draft-10'
 }
 await app.register(rateGuard, everything)
+await app.register(rateGuard, { redis: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'], breaker: false, strict: true })
+// @ts-expect-error the breaker needs a threshold and a cool-down
+await app.register(rateGuard, { breaker: { threshold: 5 } })
+// @ts-expect-error strict is a boolean
+await app.register(rateGuard, { strict: 'yes' })
 await app.register(rateGuard, { apiKeyHeader: false, keyGenerator: async (request) => `tenant:${request.hostname}` })
 // @ts-expect-error a key generator answers a string
 await app.register(rateGuard, { keyGenerator: (request: FastifyRequest) => request.headers })
