@@ -95,13 +95,21 @@ export function canonicalKey (key: string, ipv6Subnet: number): string {
   return key.startsWith('ip:') && isIP(key.slice(3)) !== 0 ? `ip:${normalizeIP(key.slice(3), ipv6Subnet)}` : key
 }
 
+const LONE_SURROGATE = /\p{Surrogate}/u
+const ILL_FORMED = Buffer.from([0xff])
+
 /**
  * The fixed-length hash of an identity: 22 base64url characters (132 bits of SHA-256). It is the Redis
  * Cluster hash tag of every key of that identity, so whatever a client sends (`}`, `{}`, nothing, 16 KB),
  * the keys of one decision share one slot, have one length, and never hold an API key in plain text.
  */
 export function hashIdentity (key: string): string {
-  return createHash('sha256').update(key).digest('base64url').slice(0, 22)
+  const hash = createHash('sha256')
+  // UTF-8 turns every lone surrogate into U+FFFD, so '\uD800', '\uDFFF' and '\uFFFD' would share one budget:
+  // a string holding one is hashed as 0xFF (a byte UTF-8 never has) and its UTF-16 code units, losing nothing.
+  if (LONE_SURROGATE.test(key)) hash.update(ILL_FORMED).update(key, 'utf16le')
+  else hash.update(key)
+  return hash.digest('base64url').slice(0, 22)
 }
 
 /** The names of every key one identity has under one budget (`scope`). */
