@@ -1,0 +1,416 @@
+// Redis Cluster: the plugin on a real 3-master + 3-replica cluster of redis-server processes. Every
+// decision's keys share one slot whatever the identity, and limiting is exact across instances. A killed
+// master, a slot migrated by hand, and every node killed (then restarted) each leave every decision within
+// the deadline, with limiting exact again afterwards. Measured latencies, recovery times and ghost hits are
+// printed as comments (`npx tap test/cluster.test.ts -R tap` shows them).
+import { performance } from 'node:perf_hooks'
+import { setTimeout as sleep } from 'node:timers/promises'
+import Fastify from 'fastify'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import type { Cluster } from 'ioredis'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import { DEFAULTS } from '../lib/options.js'
+import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
+import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
+import type { ClusterNode, TestCluster } from './helpers/cluster.js'
+import { scanKeys, uniquePrefix } from './helpers/redis.js'
+
+/** The decision deadline of the latency cases, and the bound each answer is held to on a noisy 2-core machine. */
+const TIMEOUT = 150
+const BOUND = TIMEOUT + 150
+/** Cases about correctness, not latency: a deadline no busy machine misses, and 503 (never 200) if it did. */
+const RELAXED = { timeout: 3000, failMode: 'closed' } as const
+/**
+ * After a fault, how soon Redis must decide again: the breaker (default: open after 5 failures, one probe
+ * per 1 s cool-down) may have opened just before Redis came back, so its cool-down plus one bounded decision.
+ */
+const RESUME_BOUND = DEFAULTS.breaker.coolDown + BOUND
+/** The budget of `GET /exact`, a route of its own: a fresh budget to show limiting is exact after a fault. */
+const EXACT_MAX = 5
+
+// Whatever escapes during this file is recorded here and fails the last test.
+const unhandled: unknown[] = []
+const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
+process.on('unhandledRejection', onUnhandled)
+const unlistened: string[] = []
+const consoleError = console.error
+console.error = (...args: unknown[]) => {
+  if (String(args[0]).includes('Unhandled error event')) unlistened.push(args.map(String).join(' '))
+  else consoleError(...args)
+}
+t.teardown(() => {
+  process.off('unhandledRejection', onUnhandled)
+  console.error = consoleError
+})
+
+// Identities of any bytes: requests carry an index into this registry, and the key generator returns the
+// identity itself, so no HTTP header rule stands between a hostile identity and the key it makes.
+const registry: string[] = []
+function idHeaders (identity: string): Record<string, string> {
+  let index = registry.indexOf(identity)
+  if (index === -1) index = registry.push(identity) - 1
+  return { 'x-id': String(index) }
+}
+const keyGenerator = (request: { headers: Record<string, unknown> }): string => {
+  const identity = registry[Number(request.headers['x-id'])]
+  if (identity === undefined) throw new Error('a request without a registered identity')
+  return identity
+}
+
+interface LogLine { level: number, msg: string, err?: { message?: string } }
+interface App { app: FastifyInstance, logs: LogLine[], nameSpace: string }
+
+/**
+ * An app on the cluster: `redis` is a Cluster client lent to the plugin, or the node URLs (the plugin makes
+ * and closes its own client). `GET /` is on the plugin's budget, `GET /exact` on its own with max EXACT_MAX.
+ */
+async function makeApp (t: Test, redis: Cluster | readonly string[], options: RateGuardOptions): Promise<App> {
+  const logs: LogLine[] = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } } } })
+  t.teardown(async () => { await app.close() })
+  const nameSpace = options.nameSpace ?? uniquePrefix()
+  await app.register(rateGuard, { max: 1_000_000, ...options, redis, nameSpace, keyGenerator })
+  app.get('/', async () => 'ok')
+  app.get('/exact', { config: { rateLimit: { max: EXACT_MAX } } }, async () => 'ok')
+  await app.ready()
+  return { app, logs, nameSpace }
+}
+
+/**
+ * The plugin's own error-level lines (`rate-guard: …`). Fastify's error handler logs every 5xx reply at error
+ * level by itself, so a failMode 'closed' 503 shows up there once per request whatever the plugin does.
+ */
+function ownErrors (logs: readonly LogLine[]): string[] {
+  return logs.filter(line => line.level >= 50 && line.msg.startsWith('rate-guard')).map(line => `${line.msg} ${line.err?.message ?? ''}`)
+}
+
+interface Sample {
+  identity: string
+  /** When the request was sent, in ms since the case's own start. */
+  at: number
+  ms: number
+  status: number
+  /** Redis decided: an allowed request with the counts, or a 429/403. */
+  decided: boolean
+  res: LightMyRequestResponse
+}
+
+async function send (app: FastifyInstance, identity: string, origin: number, url = '/'): Promise<Sample> {
+  const started = performance.now()
+  const res = await app.inject({ url, headers: idHeaders(identity) })
+  const ms = performance.now() - started
+  const decided = (res.statusCode === 200 && 'x-ratelimit-remaining' in res.headers) || res.statusCode === 429 || res.statusCode === 403
+  return { identity, at: started - origin, ms, status: res.statusCode, decided, res }
+}
+
+/** `count` calls of `fire`, one every `everyMs` on a fixed schedule (a slow answer never delays the next). */
+async function paced<T> (count: number, everyMs: number, fire: (i: number) => Promise<T>): Promise<T[]> {
+  const start = performance.now()
+  const pending: Array<Promise<T>> = []
+  for (let i = 0; i < count; i++) {
+    const wait = start + i * everyMs - performance.now()
+    if (wait > 0) await sleep(wait)
+    pending.push(fire(i))
+  }
+  return await Promise.all(pending)
+}
+
+/** Runs `fn` over `items` with at most `width` at a time. */
+async function pool<T, R> (items: readonly T[], width: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length)
+  let next = 0
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < items.length) {
+      const i = next++
+      results[i] = await fn(items[i]!)
+    }
+  }))
+  return results
+}
+
+function worst (samples: readonly Sample[]): number {
+  return Math.max(0, ...samples.map(s => s.ms))
+}
+
+function allWithin (t: Test, samples: readonly Sample[], what: string): void {
+  const late = samples.filter(s => s.ms > BOUND)
+  t.same(late.map(s => `${s.status} in ${s.ms.toFixed(0)} ms at +${s.at.toFixed(0)} ms`), [],
+    `${what}: all ${samples.length} answered within ${BOUND} ms (deadline ${TIMEOUT} ms + 150 ms slack); worst ${worst(samples).toFixed(1)} ms`)
+}
+
+/** max + 1 requests on a fresh budget: exactly one 429, the rest allowed by Redis. */
+async function checkExact (t: Test, app: FastifyInstance, identity: string, what: string): Promise<void> {
+  const statuses: number[] = []
+  for (let i = 0; i <= EXACT_MAX; i++) statuses.push((await send(app, identity, 0, '/exact')).status)
+  t.same(statuses, [...Array<number>(EXACT_MAX).fill(200), 429], `${what}: max + 1 requests give exactly one 429`)
+}
+
+/** An identity whose keys live on `owner` now, found by asking the cluster where each candidate's keys go. */
+async function identityOn (cluster: TestCluster, owner: ClusterNode, nameSpace: string, label: string): Promise<string> {
+  for (let i = 0; i < 200; i++) {
+    const identity = `${label}-${i}`
+    if (await cluster.ownerOf(await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log)) === owner) return identity
+  }
+  throw new Error(`no identity on ${owner.port} among 200 candidates`)
+}
+
+/** A reproducible PRNG (mulberry32), so a failing identity can be found again from the printed seed. */
+function prng (seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let x = Math.imul(a ^ (a >>> 15), 1 | a)
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+const HOSTILE = [
+  '', '}', '{', '{}', '{{}}', '}{', '{a}', 'a{}b', '{}}', '\0', '\0{\0}', '\r\n', '\r\nSet-Cookie: x=1', '\n{x}\r',
+  'x'.repeat(16 * 1024), '{' + 'y'.repeat(16 * 1024) + '}', '🦀', '{🦀}', '\ud800', '\udfff{', 'ip:127.0.0.1', 'apikey:{}'
+]
+const ALPHABET = ['{', '}', '\0', '\r', '\n', ' ', ':', 'a', 'Z', '9', 'é', '字', '🦀', '\ud83d', '\u200b', '%', '\\', '"']
+
+function randomIdentities (seed: number, count: number): string[] {
+  const random = prng(seed)
+  const pick = (n: number): number => Math.floor(random() * n)
+  const ids = new Set(HOSTILE)
+  while (ids.size < count) {
+    const length = random() < 0.02 ? 1000 + pick(15_000) : pick(40)
+    let id = ''
+    for (let i = 0; i < length; i++) id += ALPHABET[pick(ALPHABET.length)]
+    ids.add(id)
+  }
+  return [...ids]
+}
+
+let cluster: TestCluster
+
+t.before(async () => {
+  const started = performance.now()
+  cluster = await startCluster(t)
+  t.comment(`cluster of 3 masters + 3 replicas ready in ${Math.round(performance.now() - started)} ms`)
+})
+
+t.test('1,000 identities of any bytes: every decision in one slot, no CROSSSLOT, limited like any other', async t => {
+  const seed = Number(process.env.CLUSTER_SEED ?? Date.now() % 1_000_000)
+  const identities = randomIdentities(seed, 1000)
+  t.comment(`seed ${seed} (CLUSTER_SEED=${seed} repeats this run)`)
+  t.equal(identities.length, 1000)
+
+  const { app, logs, nameSpace } = await makeApp(t, cluster.urls, { ...RELAXED, max: 1, timeWindow: '1 minute', ban: { threshold: 2, duration: '1 minute' } })
+
+  // Where the cluster itself puts every key of every decision (CLUSTER KEYSLOT, one pipeline).
+  const keysOf = identities.map(id => identityKeys(nameSpace, GLOBAL_SCOPE, id))
+  const pipeline = cluster.nodes[0]!.redis.pipeline()
+  for (const keys of keysOf) for (const key of [keys.log, keys.strikes, keys.banned]) pipeline.call('CLUSTER', 'KEYSLOT', key)
+  const slots = (await pipeline.exec())!.map(([err, slot]) => err === null ? Number(slot) : NaN)
+  const split = identities.filter((_, i) => !(slots[3 * i] === slots[3 * i + 1] && slots[3 * i] === slots[3 * i + 2] && Number.isInteger(slots[3 * i])))
+  t.same(split.map(id => JSON.stringify(id.slice(0, 40))), [], 'the three keys of every identity are in one slot')
+  const distinct = new Set(slots)
+  t.ok(distinct.size > 900, `the identities spread over ${distinct.size} slots (the hash tag is the identity's hash, not a constant)`)
+  t.equal(new Set(keysOf.map(keys => keys.log.length)).size, 1, 'every log key has the same length, whatever the identity')
+
+  // Through the plugin: allowed, limited, banned — never a 503 (which is what a CROSSSLOT would give).
+  const started = performance.now()
+  const outcomes = await pool(identities, 20, async identity => {
+    const samples: Sample[] = []
+    for (let i = 0; i < 3; i++) samples.push(await send(app, identity, started))
+    return samples
+  })
+  const wrong = outcomes.flatMap((samples, i) => {
+    const statuses = samples.map(s => s.status)
+    return statuses.join() === '200,429,403' ? [] : [`${JSON.stringify(identities[i]!.slice(0, 40))}: ${statuses.join()} ${samples.map(s => s.res.body.slice(0, 120)).join(' | ')}`]
+  })
+  t.same(wrong, [], 'every identity: allowed, then 429, then 403 (its ban starts)')
+  t.same(logs.filter(line => line.level >= 40).map(line => `${line.msg} ${line.err?.message ?? ''}`), [], 'nothing logged: no CROSSSLOT, no Redis trouble')
+  t.comment(`3,000 decisions, 20 at a time: worst ${worst(outcomes.flat()).toFixed(1)} ms`)
+
+  // What landed in Redis: every identity's log and ban, nothing that is not one of their keys.
+  const masters = await cluster.masters()
+  const found = (await Promise.all(masters.map(async m => await scanKeys(m.redis, nameSpace)))).flat()
+  const expected = new Set(keysOf.flatMap(keys => [keys.log, keys.strikes, keys.banned]))
+  t.same(found.filter(key => !expected.has(key)), [], 'every key written is one of an identity\'s three')
+  const present = new Set(found)
+  t.equal(keysOf.filter(keys => present.has(keys.log) && present.has(keys.banned)).length, identities.length, 'every identity has its log and its ban in the cluster')
+})
+
+t.test('4 instances, each with its own cluster client: exactly max allowed per identity', async t => {
+  const nameSpace = uniquePrefix()
+  const max = 10
+  const perIdentity = 100
+  // Two instances are given the node URLs, two lend a Cluster client of their own, one of them speaking
+  // RESP2 (ioredis 6 speaks RESP3 by default): a mixed fleet still shares one budget exactly.
+  const redisFor: Array<Cluster | readonly string[]> = [cluster.urls, cluster.urls, cluster.client(), cluster.client({ redisOptions: { protocol: 2 } })]
+  const apps = await Promise.all(redisFor.map(async redis => (await makeApp(t, redis, { ...RELAXED, nameSpace, max })).app))
+  // One identity on each master, so all three shards decide at once.
+  const identities = await Promise.all((await cluster.masters()).map(async (m, i) => await identityOn(cluster, m, nameSpace, `shared-${i}`)))
+
+  const replies = await Promise.all(identities.flatMap(identity => Array.from({ length: perIdentity }, async (_, i) => await send(apps[i % apps.length]!, identity, 0))))
+  const observer = cluster.client()
+  await clusterReady(observer)
+  for (const identity of identities) {
+    const mine = replies.filter(r => r.identity === identity)
+    const allowed = mine.filter(r => r.status === 200)
+    t.equal(allowed.length, max, `${identity}: exactly max allowed across 4 instances`)
+    t.equal(mine.filter(r => r.status === 429).length, perIdentity - max, `${identity}: every other request limited (no 503)`)
+    t.same(allowed.map(r => Number(r.res.headers['x-ratelimit-remaining'])).sort((a, b) => a - b), Array.from({ length: max }, (_, i) => i),
+      `${identity}: remaining counts down from max - 1 to 0, each value once`)
+    t.equal(await observer.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log), max, `${identity}: the log holds exactly max entries`)
+  }
+  t.comment(`300 parallel decisions on 4 instances: worst ${worst(replies).toFixed(1)} ms`)
+})
+
+t.test('a slot migrated by hand while its identity is under traffic', async t => {
+  const { app, nameSpace, logs } = await makeApp(t, cluster.client(), { timeout: TIMEOUT, failMode: 'closed' })
+  const [source, target] = await cluster.masters()
+  const identity = await identityOn(cluster, source!, nameSpace, 'migrating')
+  const keys = identityKeys(nameSpace, GLOBAL_SCOPE, identity)
+  const slot = await cluster.keySlot(keys.log)
+  t.equal((await send(app, identity, 0)).status, 200, 'Redis decides before the migration')
+
+  const origin = performance.now()
+  const phases: Array<[string, number]> = []
+  const mark = (phase: string): void => { phases.push([phase, performance.now() - origin]) }
+  const admin = (node: ClusterNode, ...args: Array<string | number>): Promise<unknown> => node.redis.call(args[0] as string, ...args.slice(1))
+  // The migration, step by step as redis-cli --cluster reshard does it; each state is held for 400 ms
+  // (on purpose, not to wait for anything) so that traffic meets it.
+  const migrate = async (): Promise<void> => {
+    await sleep(500)
+    await admin(target!, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', source!.id)
+    await admin(source!, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', target!.id)
+    mark('migrating')
+    await sleep(400)
+    for (;;) {
+      const batch = await admin(source!, 'CLUSTER', 'GETKEYSINSLOT', slot, 100) as string[]
+      if (batch.length === 0) break
+      await admin(source!, 'MIGRATE', target!.host, target!.port, '', 0, 5000, 'KEYS', ...batch)
+    }
+    mark('keys moved')
+    await sleep(400)
+    await admin(target!, 'CLUSTER', 'SETSLOT', slot, 'NODE', target!.id)
+    await admin(source!, 'CLUSTER', 'SETSLOT', slot, 'NODE', target!.id)
+    mark('owned by target')
+  }
+  // 50 requests a second for 4 s: the migration runs from 0.5 s to about 1.3 s.
+  const [samples] = await Promise.all([paced(200, 20, async () => await send(app, identity, origin)), migrate()])
+
+  allWithin(t, samples, 'during the migration')
+  t.same(samples.filter(s => !s.decided && s.status !== 503).map(s => s.status), [], 'every answer is a Redis decision or failMode\'s 503')
+  const ownedAt = phases.find(([phase]) => phase === 'owned by target')![1]
+  const lastUndecided = Math.max(-Infinity, ...samples.filter(s => !s.decided).map(s => s.at))
+  t.ok(Number.isFinite(lastUndecided), 'the migration was felt (TRYAGAIN sent some requests to failMode)')
+  t.ok(lastUndecided - ownedAt <= RESUME_BOUND, `Redis decides every request from ${Math.round(lastUndecided - ownedAt)} ms after SETSLOT NODE on (bound ${RESUME_BOUND} ms: breaker cool-down + one decision)`)
+  t.ok(samples.filter(s => s.at > ownedAt + RESUME_BOUND).length > 20, 'the traffic went on long enough to show it')
+  t.equal(await cluster.ownerOf(slot), target, 'the slot is served by the target now')
+  t.equal(await target!.redis.exists(keys.log), 1, 'the identity\'s log moved with it')
+  await checkExact(t, app, identity, 'after the migration')
+
+  const undecided = samples.filter(s => !s.decided).length
+  const allowed = samples.filter(s => s.status === 200).length
+  const counted = (await app.rateGuard.peek(identity)).count - 1 // the request before the traffic
+  t.comment(`migration phases (ms from start): ${phases.map(([p, at]) => `${p} +${Math.round(at)}`).join(', ')}`)
+  t.comment(`migration: ${samples.length} requests, worst ${worst(samples).toFixed(1)} ms, ${undecided} answered by failMode ` +
+    `(TRYAGAIN), Redis deciding again ${Number.isFinite(lastUndecided) ? Math.round(lastUndecided - ownedAt) : '(never stopped)'} ms after SETSLOT NODE; ` +
+    `${allowed} allowed, ${counted} counted (${counted - allowed} ghost hits: commands retried by ioredis after their deadline)`)
+  t.same(ownErrors(logs), [], 'the plugin logged no error-level line: TRYAGAIN is transient')
+})
+
+t.test('a master SIGKILLed under 50 requests a second', async t => {
+  const { app, nameSpace, logs } = await makeApp(t, cluster.urls, { timeout: TIMEOUT, failMode: 'closed' })
+  const masters = await cluster.masters()
+  const victim = masters[0]!
+  const replica = await cluster.replicaOf(victim)
+  const onVictim = await identityOn(cluster, victim, nameSpace, 'victim')
+  const elsewhere = await identityOn(cluster, masters[1]!, nameSpace, 'bystander')
+  for (const identity of [onVictim, elsewhere]) t.equal((await send(app, identity, 0)).status, 200, 'Redis decides before the kill')
+
+  const origin = performance.now()
+  let killedAt = NaN
+  let promotedAt = NaN
+  const failover = async (): Promise<void> => {
+    await sleep(2000)
+    killedAt = performance.now() - origin
+    await victim.kill()
+    // The promotion, as the replica itself reports it.
+    await pollUntil('replica promoted', 15_000, async () => await replica.roleNow() === 'master')
+    promotedAt = performance.now() - origin
+  }
+  // 600 requests at 50 a second (12 s), alternating an identity on the victim and one on another master.
+  const [samples] = await Promise.all([
+    paced(600, 20, async i => await send(app, i % 2 === 0 ? onVictim : elsewhere, origin)),
+    failover()
+  ])
+
+  allWithin(t, samples, 'through the failover')
+  t.same(samples.filter(s => !s.decided && s.status !== 503).map(s => s.status), [], 'every answer is a Redis decision or failMode\'s 503')
+  const victims = samples.filter(s => s.identity === onVictim)
+  const lastUndecided = Math.max(-Infinity, ...victims.filter(s => !s.decided).map(s => s.at))
+  const resumed = Math.max(0, lastUndecided - promotedAt)
+  t.ok(Number.isFinite(promotedAt), `the replica was promoted ${Math.round(promotedAt - killedAt)} ms after the kill`)
+  t.ok(Number.isFinite(lastUndecided), 'the kill was felt (some requests went to failMode)')
+  t.ok(lastUndecided - promotedAt <= RESUME_BOUND, `Redis decides every request for the victim's identity from ${Math.round(lastUndecided - promotedAt)} ms after the promotion (bound ${RESUME_BOUND} ms: breaker cool-down + one decision)`)
+  const bystanders = samples.filter(s => s.identity === elsewhere)
+  t.comment(`failover: kill at +${Math.round(killedAt)} ms, promotion seen at +${Math.round(promotedAt)} ms (${Math.round(promotedAt - killedAt)} ms), ` +
+    `victim's identity decided again ${Math.round(resumed)} ms after the promotion; worst decision ${worst(samples).toFixed(1)} ms; ` +
+    `failMode answered ${victims.filter(s => !s.decided).length}/${victims.length} on the victim, ${bystanders.filter(s => !s.decided).length}/${bystanders.length} on another master`)
+
+  t.equal(await cluster.ownerOf(await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, onVictim).log)), replica, 'the promoted replica serves the slot')
+  // Replication is asynchronous: what the victim counted just before it died may be lost; what ioredis
+  // retried after a request's deadline may be counted late (ghost hits). Both are measured, not asserted.
+  const allowedOnVictim = victims.filter(s => s.status === 200).length + 1 // + the request before the traffic
+  const countedOnVictim = (await app.rateGuard.peek(onVictim)).count
+  t.comment(`failover: victim's identity: ${allowedOnVictim} allowed, ${countedOnVictim} counted on the promoted replica (${countedOnVictim - allowedOnVictim} = ghost hits − writes lost with the master)`)
+  await checkExact(t, app, onVictim, 'after the failover, on the promoted replica')
+  t.same(ownErrors(logs), [], 'the plugin logged no error-level line: a failover is transient')
+})
+
+t.test('every node killed: every decision within the deadline; exact again once they are back', async t => {
+  const apps = {
+    closed: await makeApp(t, cluster.urls, { timeout: TIMEOUT, failMode: 'closed' }),
+    open: await makeApp(t, cluster.client(), { timeout: TIMEOUT, failMode: 'open' })
+  }
+  for (const { app } of Object.values(apps)) t.equal((await send(app, 'before', 0)).status, 200, 'Redis decides before the kill')
+
+  const origin = performance.now()
+  await Promise.all(cluster.nodes.map(async node => await node.kill()))
+  const modes = ['closed', 'open'] as const
+  // 3 s at 50 requests a second across both apps, then a burst of 20 on each.
+  const fire = async (i: number, identity: string): Promise<Sample & { mode: typeof modes[number] }> => {
+    const mode = modes[i % 2]!
+    return { ...await send(apps[mode].app, identity, origin), mode }
+  }
+  const samples = [
+    ...await paced(150, 20, async i => await fire(i, `down-${i % 7}`)),
+    ...await Promise.all(Array.from({ length: 40 }, async (_, i) => await fire(i, `burst-${i}`)))
+  ]
+  allWithin(t, samples, 'with every node dead')
+  const closed = samples.filter(s => s.mode === 'closed')
+  const open = samples.filter(s => s.mode === 'open')
+  t.same([...new Set(closed.map(s => `${s.status} ${s.res.json().code}`))], ['503 FST_RATE_GUARD_UNAVAILABLE'], 'failMode closed: every request refused with 503')
+  t.ok(open.every(s => s.status === 200 && s.res.headers['x-ratelimit-enforced'] === 'false'), 'failMode open: every request let through, marked unenforced')
+  const late = (list: Sample[]): number => worst(list.filter(s => s.at > 1000))
+  t.comment(`all nodes down: worst ${worst(samples).toFixed(1)} ms (closed ${worst(closed).toFixed(1)}, open ${worst(open).toFixed(1)}); ` +
+    `after the first second: closed ${late(closed).toFixed(1)} ms, open ${late(open).toFixed(1)} ms`)
+
+  // Every node started again from its nodes.conf (empty: persistence is off): the clients reconnect by
+  // themselves and limiting is exact again.
+  const restarted = performance.now()
+  await Promise.all(cluster.nodes.map(async node => await node.restart()))
+  const healthyAfter = performance.now() - restarted
+  await cluster.waitHealthy()
+  const wholeAfter = performance.now() - restarted
+  const decidingAfter = await Promise.all(Object.values(apps).map(async ({ app }) =>
+    await pollUntil('the plugin decides again', 20_000, async () => (await send(app, 'after-restart', 0)).decided) + wholeAfter))
+  for (const [mode, { app }] of Object.entries(apps)) await checkExact(t, app, `back-${mode}`, `failMode ${mode}, after every node restarted`)
+  t.comment(`all nodes restarted: processes up in ${Math.round(healthyAfter)} ms, cluster whole in ${Math.round(wholeAfter)} ms, ` +
+    `the plugin deciding again after ${decidingAfter.map(Math.round).join(' / ')} ms (closed / open)`)
+})
+
+t.test('nothing escaped: no unhandled rejection, no unlistened error event', async t => {
+  t.same(unhandled.map(String), [])
+  t.same(unlistened, [])
+})
