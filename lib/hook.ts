@@ -25,10 +25,13 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
   const { keyGenerator, allowList, ban } = route
   const banThreshold = ban?.threshold ?? 0
   const banMs = ban?.durationMs ?? 0
-  // 503 answers say when to try again: one deadline from now, in whole seconds.
+  // 503 answers say when to try again: one deadline from now, in whole seconds. They are sent, not thrown:
+  // Fastify logs every thrown 5xx as an error, which during an outage would be one log line per request.
   const unavailableAfter = retryAfterSeconds(timeout)
+  const unavailable = new UnavailableError(formatDuration(unavailableAfter * 1000))
+  const unavailableBody = JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
 
-  return async function rateGuard (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  return async function rateGuard (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
     const key = checkKey(await keyGenerator(request))
     if (allowList !== null && (typeof allowList === 'function' ? await allowList(request, key) : allowList.has(key))) return
 
@@ -46,8 +49,7 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
         reply.header(UNENFORCED_HEADER, 'false')
         return
       case 'unavailable':
-        reply.header('retry-after', unavailableAfter)
-        throw new UnavailableError(formatDuration(unavailableAfter * 1000))
+        return reply.code(503).header('retry-after', unavailableAfter).type('application/json; charset=utf-8').send(unavailableBody)
     }
 
     writeHeaders(reply, headers, max, windowMs, verdict)

@@ -77,7 +77,7 @@ function routeName (routeOptions: RouteOptions): string {
 }
 
 /** Appends to the route's own hook list, so routes that opt out pay nothing. */
-function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], fn: (...args: any[]) => Promise<void>): void {
+function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], fn: (...args: any[]) => Promise<unknown>): void {
   const existing = routeOptions[hook] as unknown
   routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
 }

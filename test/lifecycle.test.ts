@@ -240,6 +240,19 @@ t.test('an evicting maxmemory-policy draws exactly one warning naming it; noevic
   }
 })
 
+t.test('a Redis that forbids CONFIG (as managed ones do): no policy to judge, no warning, limits work', async t => {
+  const server = await startRedisServer(t)
+  const admin = await ready(client(t, server.url))
+  await admin.acl('SETUSER', 'noconfig', 'on', '>pw', '~*', '+@all', '-config')
+  const { app: server1, logs, warnings } = app(t)
+  await server1.register(rateGuard, { redis: `redis://noconfig:pw@127.0.0.1:${server.port}`, nameSpace: uniquePrefix(), max: 1 })
+  server1.get('/', async () => 'ok')
+  await server1.ready()
+  t.same(warnings(), [], 'no warning')
+  t.ok(logs.some(line => line.level === 20 && /could not read maxmemory-policy/.test(line.msg)), 'the refusal is logged at debug level')
+  t.same([(await server1.inject('/')).statusCode, (await server1.inject('/')).statusCode], [200, 429])
+})
+
 t.test('a foreign command under our name is refused; our own definition is shared', async t => {
   const { url } = await getRedis(t)
 

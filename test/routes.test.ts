@@ -7,7 +7,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { ErrorResponseContext, RateGuardOptions } from '../lib/index.js'
-import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { freePort, getRedis, uniquePrefix } from './helpers/redis.js'
 
 const ok = async (): Promise<string> => 'ok'
 
@@ -421,4 +421,26 @@ t.test("the limiter runs after the route's own hooks, as a function or a list", 
 t.test('an empty allowList allows nobody in particular', async t => {
   const app = await setup(t, { max: 1, allowList: [] })
   t.same(await codes(app, 2), [200, 429])
+})
+
+t.test("failMode 'closed' answers 503 from every hook, without an error log per request", async t => {
+  const closedPort = await freePort()
+  for (const hook of ['onRequest', 'preParsing', 'preValidation', 'preHandler'] as const) {
+    const lines: Array<{ level: number }> = []
+    const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { lines.push(JSON.parse(line) as { level: number }) } } } })
+    t.teardown(() => app.close())
+    // A port nothing listens on: every decision fails, the breaker off so each one tries Redis.
+    await app.register(rateGuard, { redis: `redis://127.0.0.1:${closedPort}`, hook, failMode: 'closed', breaker: false })
+    let handled = 0
+    app.post('/', async () => { handled++; return 'ok' })
+    await app.ready()
+    for (let i = 0; i < 5; i++) {
+      const res = await app.inject({ method: 'POST', url: '/', payload: { a: 1 } })
+      t.equal(res.statusCode, 503, `${hook}: 503`)
+      t.equal(res.headers['retry-after'], '1')
+      t.same(res.json(), { statusCode: 503, code: 'FST_RATE_GUARD_UNAVAILABLE', error: 'Service Unavailable', message: 'Rate limiter unavailable, retry in 1 second' })
+    }
+    t.equal(handled, 0, `${hook}: the handler never ran`)
+    t.equal(lines.filter(line => line.level >= 50).length, 0, `${hook}: no error-level line per refused request`)
+  }
 })

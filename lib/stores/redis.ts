@@ -92,14 +92,19 @@ export async function createClient (url: string | readonly string[], timeout: nu
   })
 }
 
-/** The cluster options a client made from URLs uses, and the README recommends. */
+/**
+ * The cluster options a client made from URLs uses, and the README recommends. ioredis retries TRYAGAIN,
+ * CLUSTERDOWN and lost connections up to `maxRedirections` times, each after its `retryDelayOn*`: a window
+ * much longer than the decision deadline only makes ghost hits (retries that land after the request was
+ * answered), so it is kept near the deadline; three redirections still follow a MOVED and an ASK.
+ */
 export const CLUSTER_OPTIONS = Object.freeze({
   enableOfflineQueue: false,
   scaleReads: 'master' as const,
-  maxRedirections: 16,
-  retryDelayOnFailover: 100,
-  retryDelayOnClusterDown: 100,
-  retryDelayOnTryAgain: 100,
+  maxRedirections: 3,
+  retryDelayOnFailover: 50,
+  retryDelayOnClusterDown: 50,
+  retryDelayOnTryAgain: 50,
   slotsRefreshTimeout: 1000
 })
 
