@@ -514,11 +514,6 @@ t.test('f. an ACL user without EVAL/EVALSHA: registration is refused, naming NOP
   reliability(t, 'ACL user without EVAL/EVALSHA (registration refused)', worst.worst, 'n/a')
 })
 
-t.test('f. an ACL user without CONFIG (as managed Redis often has): registration succeeds and limits', async t => {
-  const server = await startRedisServer(t, ['--maxmemory-policy', 'allkeys-lru'])
-  const admin = await ready(client(t, server.url))
-  await admin.acl('SETUSER', 'noconfig', 'on', '>pw', '~*', '+@all', '-config')
-  const app = await makeApp(t, { redis: `redis://noconfig:pw@${server.host}:${server.port}`, max: 3, timeout: 2000 })
   t.notOk(app.logs.some(line => line.level >= 40), 'no warning: the eviction policy could not be read, which is not a fault')
   t.same(await exactCodes(app.app, 3), exactly(3), 'limits exactly')
 })
