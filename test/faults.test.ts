@@ -514,10 +514,6 @@ t.test('f. an ACL user without EVAL/EVALSHA: registration is refused, naming NOP
   reliability(t, 'ACL user without EVAL/EVALSHA (registration refused)', worst.worst, 'n/a')
 })
 
-  t.notOk(app.logs.some(line => line.level >= 40), 'no warning: the eviction policy could not be read, which is not a fault')
-  t.same(await exactCodes(app.app, 3), exactly(3), 'limits exactly')
-})
-
 t.test('no unhandled rejection and no unlistened error event', async t => {
   await new Promise(resolve => setImmediate(resolve))
   t.same(escapes.unhandled.map(String), [], 'no unhandled rejection')
