@@ -57,12 +57,12 @@ export const UnavailableError = createError<'FST_RATE_GUARD_UNAVAILABLE', [strin
 )
 
 // Registration: Redis cannot serve the plugin.
-export const RedisNotReadyError = createError<'FST_RATE_GUARD_REDIS_NOT_READY', [number]>(
+export const RedisNotReadyError = createError<'FST_RATE_GUARD_REDIS_NOT_READY', [string]>(
   'FST_RATE_GUARD_REDIS_NOT_READY',
-  'Redis did not answer within %d ms at registration (strict: true)'
+  'Redis was not ready at registration (strict: true): %s'
 )
 
 export const RedisRefusedError = createError<'FST_RATE_GUARD_REDIS_REFUSED', [string]>(
   'FST_RATE_GUARD_REDIS_REFUSED',
-  'Redis refused the rate-guard script (check the ACL user, e.g. +evalsha +eval, and the key space): %s'
+  'Redis refused rate-guard (check the password, and that the ACL user may run EVALSHA and EVAL on the key space): %s'
 )

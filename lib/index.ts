@@ -128,21 +128,18 @@ const PROBE: Omit<DecideInput, 'keys'> = { max: 1, windowMs: 1, banThreshold: 0,
  * the plugin starts degraded, `failMode` deciding until Redis answers.
  */
 async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore): Promise<void> {
-  let ready = await whenReady(store.client, READY_WAIT)
-  if (ready) {
+  let outcome = await whenReady(store.client, READY_WAIT)
+  if (outcome === true) {
     try {
       await deadline(store.decide({ ...PROBE, keys: identityKeys(opts.nameSpace, 'probe', 'rate-guard:probe') }), READY_WAIT)
     } catch (err) {
-      if (isPermanent(err as Error)) throw new RedisRefusedError((err as Error).message)
-      ready = false
+      outcome = err as Error
     }
   }
-  if (!ready) {
-    if (opts.strict) throw new RedisNotReadyError(READY_WAIT)
-    fastify.log.warn({ failMode: opts.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
-    return
-  }
-  await checkEvictionPolicy(fastify, store.client)
+  if (outcome === true) return await checkEvictionPolicy(fastify, store.client)
+  if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
+  if (opts.strict) throw new RedisNotReadyError(outcome.message)
+  fastify.log.warn({ err: outcome, failMode: opts.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
 }
 
 async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {

@@ -19,10 +19,10 @@ const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000
 
-// Faults in how Redis is set up (no permission, a foreign value at our key, a broken script): they will not
+// Faults in how Redis is set up (no permission, a wrong password, a foreign value at our key, a broken script): they will not
 // pass by themselves, so they are logged as errors and do not trip the breaker, since Redis did answer.
 // Everything else (connection lost, deadline, BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY, OOM, …) passes.
-const PERMANENT = /^(NOPERM|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
+const PERMANENT = /^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
 
 /** Whether `err` is a fault in how Redis is set up rather than one that passes. */
 export function isPermanent (err: Error): boolean {

@@ -487,6 +487,21 @@ async function strictChild (url: string): Promise<{ code: string, rejectedAfter:
   return Object.assign({ code: 'none', rejectedAfter: NaN, exitedAfter: NaN }, ...out.split('\n').filter(Boolean).map(line => JSON.parse(line) as object))
 }
 
+t.test('f. a wrong or missing password: registration is refused at once, naming it, in both startup modes', async t => {
+  const server = await startRedisServer(t, ['--requirepass', 'secret'])
+  const cases = { 'a wrong password': [`redis://:wrong@${server.host}:${server.port}`, /WRONGPASS/], 'no password': [server.url, /NOAUTH/] } as const
+  for (const [name, [url, reason]] of Object.entries(cases)) {
+    for (const strict of [false, true]) {
+      const started = performance.now()
+      const [error, owned] = await withOwnedClient(async () => await makeApp(t, { redis: url, strict }).then(() => undefined, (err: Error) => err))
+      const took = performance.now() - started
+      t.match(error, { code: 'FST_RATE_GUARD_REDIS_REFUSED', message: reason }, `${name}, strict: ${strict}: refused (${error?.message})`)
+      t.ok(took < 1000, `${name}, strict: ${strict}: within ${Math.round(took)} ms`)
+      await ended(owned)
+    }
+  }
+})
+
 t.test('f. an ACL user without EVAL/EVALSHA: registration is refused, naming NOPERM', async t => {
   const server = await startRedisServer(t)
   const admin = await ready(client(t, server.url))
