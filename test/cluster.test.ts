@@ -17,6 +17,7 @@ import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { scanKeys, uniquePrefix } from './helpers/redis.js'
+import { watchEscapes } from './helpers/faults.js'
 
 /** The decision deadline of the latency cases, and the bound each answer is held to on a noisy 2-core machine. */
 const TIMEOUT = 150
@@ -32,19 +33,7 @@ const RESUME_BOUND = DEFAULTS.breaker.coolDown + BOUND
 const EXACT_MAX = 5
 
 // Whatever escapes during this file is recorded here and fails the last test.
-const unhandled: unknown[] = []
-const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
-process.on('unhandledRejection', onUnhandled)
-const unlistened: string[] = []
-const consoleError = console.error
-console.error = (...args: unknown[]) => {
-  if (String(args[0]).includes('Unhandled error event')) unlistened.push(args.map(String).join(' '))
-  else consoleError(...args)
-}
-t.teardown(() => {
-  process.off('unhandledRejection', onUnhandled)
-  console.error = consoleError
-})
+const escaped = watchEscapes()
 
 // Identities of any bytes: requests carry an index into this registry, and the key generator returns the
 // identity itself, so no HTTP header rule stands between a hostile identity and the key it makes.
@@ -411,6 +400,6 @@ t.test('every node killed: every decision within the deadline; exact again once 
 })
 
 t.test('nothing escaped: no unhandled rejection, no unlistened error event', async t => {
-  t.same(unhandled.map(String), [])
-  t.same(unlistened, [])
+  t.same(escaped.unhandled.map(String), [])
+  t.same(escaped.unlistened, [])
 })

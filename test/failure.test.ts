@@ -13,26 +13,14 @@ import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { client, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { watchEscapes } from './helpers/faults.js'
 
 const TIMEOUT = 100
 /** Each answer within the deadline, with generous slack for a noisy 2-core machine. */
 const BOUND = TIMEOUT + 150
 
 // Whatever escapes during this file is recorded here and fails the last test.
-const unhandled: unknown[] = []
-const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
-process.on('unhandledRejection', onUnhandled)
-// ioredis reports an 'error' event nobody listens to on console.error instead of throwing.
-const unlistened: string[] = []
-const consoleError = console.error
-console.error = (...args: unknown[]) => {
-  if (String(args[0]).includes('Unhandled error event')) unlistened.push(args.map(String).join(' '))
-  else consoleError(...args)
-}
-t.teardown(() => {
-  process.off('unhandledRejection', onUnhandled)
-  console.error = consoleError
-})
+const escaped = watchEscapes()
 
 interface LogLine { level: number, msg: string, [field: string]: unknown }
 
@@ -270,6 +258,6 @@ t.test('a foreign value at one of our keys: an error-level log, and failMode dec
 t.test('no unhandled rejection and no unlistened error event', async t => {
   // Let anything still in flight from the tests above settle first.
   await new Promise(resolve => setImmediate(resolve))
-  t.same(unhandled.map(String), [], 'no unhandled rejection')
-  t.same(unlistened, [], 'no ioredis error event without a listener')
+  t.same(escaped.unhandled.map(String), [], 'no unhandled rejection')
+  t.same(escaped.unlistened, [], 'no ioredis error event without a listener')
 })
