@@ -131,7 +131,7 @@ export const DEFAULTS = Object.freeze({
   timeWindow: 60_000,
   nameSpace: 'rate-guard:',
   timeout: 100,
-  breaker: { threshold: 5, coolDown: 1000 },
+  breaker: { threshold: 5, coolDown: 500 },
   cache: 10_000,
   apiKeyHeader: 'x-api-key',
   ipv6Subnet: 64

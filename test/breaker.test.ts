@@ -2,7 +2,6 @@
 // and which do not (permanent), its options, and end to end against a killed and a frozen redis-server:
 // once it is open a decision costs no round trip and no deadline, exactly one decision per cool-down probes
 // Redis, and once Redis is back the first probe closes it and limiting is enforced (and exact) again.
-import { once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
@@ -20,7 +19,7 @@ import { DEFAULTS, resolveOptions } from '../lib/options.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import { Latency, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
-import { client, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 const TIMEOUT = 100
 /** Each answer within the deadline, with slack for a noisy 2-core machine. */
@@ -36,11 +35,6 @@ const OPEN_SAMPLES = 500
 const ROUNDS = 5
 
 const escapes = watchEscapes()
-
-async function ready (redis: Redis): Promise<Redis> {
-  if (redis.status !== 'ready') await once(redis, 'ready')
-  return redis
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // The state machine, on a clock the test moves.

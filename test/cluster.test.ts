@@ -28,7 +28,8 @@ const RELAXED = { timeout: 3000, failMode: 'closed' } as const
  * After a fault, how soon Redis must decide again: the breaker (default: open after 5 failures, one probe
  * per 1 s cool-down) may have opened just before Redis came back, so its cool-down plus one bounded decision.
  */
-const RESUME_BOUND = DEFAULTS.breaker.coolDown + BOUND
+// The issue's bound: limiting resumes within 1 s of a promotion (the cool-down plus one decision fit in it).
+const RESUME_BOUND = Math.min(1000, DEFAULTS.breaker.coolDown + BOUND)
 /** The budget of `GET /exact`, a route of its own: a fresh budget to show limiting is exact after a fault. */
 const EXACT_MAX = 5
 

@@ -1,7 +1,6 @@
 // Failure: a Redis that is killed, frozen or restarted. Every request is answered within the decision
 // deadline as failMode says, Redis trouble is logged once per interval, limiting is exact again once Redis
 // is back, and nothing escapes as an unhandled rejection or an unlistened 'error' event.
-import { once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
@@ -12,7 +11,7 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
-import { client, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { watchEscapes } from './helpers/faults.js'
 
 const TIMEOUT = 100
@@ -63,10 +62,6 @@ async function withOwnedClient<T> (register: () => Promise<T>): Promise<[T, Redi
   } finally {
     delete proto.defineCommand
   }
-}
-
-async function ready (redis: Redis): Promise<void> {
-  if (redis.status !== 'ready') await once(redis, 'ready')
 }
 
 async function timed (app: FastifyInstance, apiKey?: string): Promise<{ res: LightMyRequestResponse, ms: number }> {

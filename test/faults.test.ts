@@ -16,7 +16,7 @@ import type { FailMode } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { Latency, Stream, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, startOwned, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
-import { client, startRedisServer } from './helpers/redis.js'
+import { client, ready, startRedisServer } from './helpers/redis.js'
 import type { RedisProcess } from './helpers/redis.js'
 
 const TIMEOUT = 100
@@ -27,11 +27,6 @@ const MODES: readonly FailMode[] = ['open', 'closed', 'local']
 const GAP = 10
 
 const escapes = watchEscapes()
-
-async function ready (redis: Redis): Promise<Redis> {
-  if (redis.status !== 'ready') await once(redis, 'ready')
-  return redis
-}
 
 /**
  * Resolves (with performance.now()) once a client has ended for good (status 'end': no socket, no

@@ -1,7 +1,6 @@
 // Lifecycle: who owns the Redis client, what registration warns about, and that registration never hangs.
 // Where a test counts requests against a live Redis, `timeout: 2000` keeps a busy machine from tripping
 // the decision deadline: these tests are about ownership and start-up, failure.test.ts is about the deadline.
-import { once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import fastifyRedis from '@fastify/redis'
 import Fastify from 'fastify'
@@ -12,7 +11,7 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { identityKeys } from '../lib/keys.js'
 import { SLIDING_LOG_COMMAND } from '../lib/stores/redis.js'
-import { client, freePort, getRedis, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, freePort, getRedis, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 interface LogLine { level: number, msg: string, [field: string]: unknown }
 
@@ -42,11 +41,6 @@ async function until (check: () => Promise<boolean>, what: string, ms = 3000): P
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
     await new Promise(resolve => setTimeout(resolve, 20))
   }
-}
-
-async function ready (redis: Redis): Promise<Redis> {
-  if (redis.status !== 'ready') await once(redis, 'ready')
-  return redis
 }
 
 t.test('an owned client (redis: url) is quit on app.close() and stays closed', async t => {

@@ -113,3 +113,12 @@ export async function scanKeys (redis: Redis, nameSpace: string): Promise<string
   } while (cursor !== '0')
   return [...found].sort()
 }
+
+/**
+ * Resolves once `redis` is ready. Unlike `events.once`, a connection error on the way (a reconnect that
+ * raced a restart) does not reject: the client retries by itself, and its 'ready' event is what counts.
+ */
+export async function ready<T extends Redis> (redis: T): Promise<T> {
+  if (redis.status !== 'ready') await new Promise(resolve => redis.once('ready', resolve))
+  return redis
+}
