@@ -18,6 +18,7 @@ import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { scanKeys, uniquePrefix } from './helpers/redis.js'
 import { watchEscapes } from './helpers/faults.js'
+import { prng } from './helpers/random.js'
 
 /** The decision deadline of the latency cases, and the bound each answer is held to on a noisy 2-core machine. */
 const TIMEOUT = 150
@@ -145,17 +146,6 @@ async function identityOn (cluster: TestCluster, owner: ClusterNode, nameSpace: 
     if (await cluster.ownerOf(await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log)) === owner) return identity
   }
   throw new Error(`no identity on ${owner.port} among 200 candidates`)
-}
-
-/** A reproducible PRNG (mulberry32), so a failing identity can be found again from the printed seed. */
-function prng (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let x = Math.imul(a ^ (a >>> 15), 1 | a)
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 const HOSTILE = [

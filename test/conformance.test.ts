@@ -15,6 +15,7 @@ import type { DecideInput, Decision } from '../lib/stores/store.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 import { memoryStore, redisStore } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
+import { prng } from './helpers/random.js'
 
 const started = Date.now()
 t.teardown(() => { t.comment(`conformance.test.ts ran in ${Date.now() - started} ms`) })
@@ -396,17 +397,6 @@ t.test('sliding, not fixed: at most max in any window, where a fixed-window coun
     t.equal(worst, max, `${store.kind}: at most max in every window ending at an arrival`)
   }
 })
-
-/** mulberry32: small, seedable, good enough to draw traffic. */
-function prng (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6D2B79F5) >>> 0
-    let x = Math.imul(a ^ (a >>> 15), 1 | a)
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 // A fixed seed whose traffic is known to reach every kind of answer, and a fresh one each run to explore
 // further (agreement is all a fresh seed can be held to). CONFORMANCE_SEED=<n> replays one.
