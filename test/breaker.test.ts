@@ -22,8 +22,8 @@ import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 const TIMEOUT = 100
-/** Each answer within the deadline, with slack for a noisy 2-core machine. */
-const BOUND = TIMEOUT + 150
+/** Each answer within the deadline plus 50 ms for noise. */
+const BOUND = TIMEOUT + 50
 /** An open breaker answers without Redis: this is what "costs nothing" means here, generously (p99, ms). */
 const FAST = 5
 /** A decision that waited for the deadline took at least this long (timers may fire a little early). */

@@ -15,8 +15,8 @@ import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.j
 import { watchEscapes } from './helpers/faults.js'
 
 const TIMEOUT = 100
-/** Each answer within the deadline, with generous slack for a noisy 2-core machine. */
-const BOUND = TIMEOUT + 150
+/** Each answer within the deadline plus 50 ms for noise. */
+const BOUND = TIMEOUT + 50
 
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()

@@ -20,8 +20,8 @@ import { client, ready, startRedisServer } from './helpers/redis.js'
 import type { RedisProcess } from './helpers/redis.js'
 
 const TIMEOUT = 100
-/** Each answer within the deadline, with slack for a noisy 2-core machine. */
-const BOUND = TIMEOUT + 150
+/** Each answer within the deadline plus 50 ms for noise. */
+const BOUND = TIMEOUT + 50
 const MODES: readonly FailMode[] = ['open', 'closed', 'local']
 /** Pace of the polls that look for the first decision Redis makes again. */
 const GAP = 10
