@@ -1,3 +1,5 @@
+import { ALGORITHMS } from './algorithms/index.js'
+import type { Algorithm } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import type { RouteBudget } from './hook.js'
 import { identityKeys } from './keys.js'
@@ -40,7 +42,7 @@ export interface RateGuardDecorator {
   ban (key: string, duration: number | string): Promise<void>
   /** Lifts a ban and forgets the denials counted toward the next one. */
   unban (key: string): Promise<void>
-  /** Forgets every request counted for `key` on every budget, and its denials; a ban stays (see `unban`). */
+  /** Forgets every request counted for `key` on every budget (by any algorithm), and its denials; a ban stays (see `unban`). */
   reset (key: string): Promise<void>
   /** What the limiter knows about `key`, without counting a request. */
   peek (key: string, options?: PeekOptions): Promise<PeekResult>
@@ -60,9 +62,9 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
     delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms)
   }
-  const keysOf = (key: string, scope = ''): ReturnType<typeof identityKeys> => {
+  const keysOf = (key: string, scope = '', algorithm?: Algorithm): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
-    return identityKeys(nameSpace, scope, canonicalKey(key))
+    return identityKeys(nameSpace, scope, canonicalKey(key), algorithm)
   }
   return Object.freeze({
     async ban (key: string, duration: number | string) {
@@ -73,8 +75,9 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       await store.delete([keys.banned, keys.strikes])
     },
     async reset (key: string) {
+      // Every algorithm's state on every budget: a budget whose algorithm changed in a deploy starts over too.
       const scopes = new Set([...budgets.values()].map(budget => budget.scope))
-      const logs = [...scopes].map(scope => keysOf(key, scope).log)
+      const logs = [...scopes].flatMap(scope => ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log))
       await store.delete([...logs, keysOf(key).strikes])
     },
     async peek (key: string, options: PeekOptions = {}) {
@@ -87,7 +90,8 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       if (typeof max !== 'number' || typeof windowMs !== 'number') {
         throw new InvalidOptionError('peek', `budget ${JSON.stringify(name)} computes max or timeWindow per request: pass them`)
       }
-      const decision = await store.decide({ keys: keysOf(key, budget.scope), max, windowMs, banThreshold: 0, banMs: 0, peek: true })
+      const { algorithm } = route
+      const decision = await store.decide({ keys: keysOf(key, budget.scope, algorithm), max, windowMs, banThreshold: 0, banMs: 0, peek: true, algorithm })
       const remaining = decision.status === 'banned' ? 0 : Math.max(0, max - decision.count)
       return { key, status: decision.status, max, count: decision.count, remaining, resetMs: decision.resetMs, retryMs: decision.retryMs }
     }

@@ -22,7 +22,7 @@ export const UNENFORCED_HEADER = 'x-ratelimit-enforced'
 
 export function createHook (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget) {
   const { route, scope, headers } = budget
-  const { keyGenerator, allowList, ban } = route
+  const { keyGenerator, allowList, ban, algorithm } = route
   const banThreshold = ban?.threshold ?? 0
   const banMs = ban?.durationMs ?? 0
   // 503 answers say when to try again: one deadline from now, in whole seconds. They are sent, not thrown:
@@ -38,8 +38,8 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
     const max = typeof route.max === 'function' ? checkMax(await route.max(request, key)) : route.max
     const windowMs = typeof route.windowMs === 'function' ? checkDuration(await route.windowMs(request, key), 'timeWindow') : route.windowMs
 
-    const keys = identityKeys(nameSpace, scope, key)
-    const verdict = await limiter.decide({ keys, max, windowMs, banThreshold, banMs, peek: false }, request.log)
+    const keys = identityKeys(nameSpace, scope, key, algorithm)
+    const verdict = await limiter.decide({ keys, max, windowMs, banThreshold, banMs, peek: false, algorithm }, request.log)
 
     switch (verdict.status) {
       case 'allowed':

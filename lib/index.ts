@@ -185,3 +185,4 @@ export type {
   KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, HookName, FailMode
 } from './options.js'
 export type { RedisLike } from './stores/redis.js'
+export type { Algorithm } from './algorithms/index.js'

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto'
 import { isIP, isIPv4, isIPv6 } from 'node:net'
 import type { FastifyRequest } from 'fastify'
+import { DEFAULT_ALGORITHM, STATE_SEGMENT } from './algorithms/index.js'
+import type { Algorithm } from './algorithms/index.js'
 import type { Awaitable, KeyGenerator } from './options.js'
 
 /** Who a request is (API key, then user, then client IP) and where that identity lives in Redis. */
@@ -114,18 +116,20 @@ export function hashIdentity (key: string): string {
 
 /** The names of every key one identity has under one budget (`scope`). */
 export interface IdentityKeys {
+  /** The budget's state: the sliding log, or the algorithm's counters (see `STATE_SEGMENT`). */
   readonly log: string
   readonly strikes: string
   readonly banned: string
 }
 
 /**
- * `<nameSpace>{<hash>}:log:<scope>` holds the sliding log of one budget; `…:strikes` counts denials and
- * `…:banned` marks a ban: both are per identity, so a ban holds on every route of the registration.
+ * `<nameSpace>{<hash>}:log:<scope>` holds the sliding log of one budget (`fw:` / `sw:` the counters of the
+ * other algorithms); `…:strikes` counts denials and `…:banned` marks a ban: both are per identity, so a ban
+ * holds on every route of the registration.
  */
-export function identityKeys (nameSpace: string, scope: string, key: string): IdentityKeys {
+export function identityKeys (nameSpace: string, scope: string, key: string, algorithm: Algorithm = DEFAULT_ALGORITHM): IdentityKeys {
   const prefix = `${nameSpace}{${hashIdentity(key)}}:`
-  return { log: `${prefix}log:${scope}`, strikes: `${prefix}strikes`, banned: `${prefix}banned` }
+  return { log: `${prefix}${STATE_SEGMENT[algorithm]}:${scope}`, strikes: `${prefix}strikes`, banned: `${prefix}banned` }
 }
 
 /** A short, fixed-length scope for a route's own budget or a group's, from names the developer chose. */

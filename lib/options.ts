@@ -1,4 +1,6 @@
 import type { FastifyRequest } from 'fastify'
+import { ALGORITHMS, DEFAULT_ALGORITHM } from './algorithms/index.js'
+import type { Algorithm } from './algorithms/index.js'
 import { toMilliseconds } from './duration.js'
 import { InvalidOptionError, InvalidRouteConfigError } from './errors.js'
 import { canonicalKey, defaultKeyGenerator } from './keys.js'
@@ -34,6 +36,8 @@ export interface BanOptions {
 
 /** The options a route may set in `config.rateLimit`, over the plugin's. */
 export interface RouteRateLimitOptions {
+  /** How requests are counted: `'sliding-log'` (exact, the default), `'fixed-window'` or `'sliding-window'`. */
+  algorithm?: Algorithm
   max?: number | MaxFunction
   timeWindow?: number | string | TimeWindowFunction
   keyGenerator?: KeyGenerator
@@ -80,6 +84,7 @@ export interface ResolvedBan {
 }
 
 export interface ResolvedRoute {
+  readonly algorithm: Algorithm
   readonly max: number | MaxFunction
   readonly windowMs: number | TimeWindowFunction
   readonly keyGenerator: KeyGenerator
@@ -116,7 +121,7 @@ export interface ResolvedOptions {
 const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
 const ROUTE_KEYS = new Set<string>([
-  'max', 'timeWindow', 'keyGenerator', 'ban', 'allowList', 'groupId', 'errorResponseBuilder',
+  'algorithm', 'max', 'timeWindow', 'keyGenerator', 'ban', 'allowList', 'groupId', 'errorResponseBuilder',
   'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders'
 ])
 const PLUGIN_KEYS = new Set<string>([
@@ -232,6 +237,7 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
     fail(name('standardHeaders'), standardHeaders, "false or 'draft-10'")
   }
   return Object.freeze({
+    algorithm: has('algorithm') ? checkOneOf(input.algorithm, name('algorithm'), ALGORITHMS) : base.algorithm,
     max: !has('max') ? base.max : typeof max === 'function' ? max as MaxFunction : checkMax(max, name('max')),
     windowMs: !has('timeWindow')
       ? base.windowMs
@@ -316,6 +322,7 @@ export function resolveOptions (input: unknown): ResolvedOptions {
   }
 
   const base: ResolvedRoute = {
+    algorithm: DEFAULT_ALGORITHM,
     max: DEFAULTS.max,
     windowMs: DEFAULTS.timeWindow,
     keyGenerator,

@@ -7,6 +7,8 @@ import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { Test } from 'tap'
+import { ALGORITHMS } from '../lib/algorithms/index.js'
+import type { Algorithm } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/keys.js'
 import type { IdentityKeys } from '../lib/keys.js'
 import { MemoryStore } from '../lib/stores/memory.js'
@@ -53,6 +55,8 @@ type Step =
 
 interface Case {
   name: string
+  /** Default: the sliding log. */
+  algorithm?: Algorithm
   settings: Settings
   steps: Step[]
 }
@@ -319,6 +323,110 @@ const CASES: Case[] = [
       { at: 960, threshold: 3, expect: limited(1, 40) },
       { at: 970, threshold: 3, expect: banStarts(1, 30, 1000) }
     ]
+  },
+  // fixed-window: one counter per window aligned to the epoch (T0 is a multiple of every window here).
+  {
+    name: 'fixed-window: max per window; reset = the window end; denied until it ends; 2 × max across a boundary',
+    algorithm: 'fixed-window',
+    settings: { max: 3, windowMs: 1000 },
+    steps: [
+      { at: 700, expect: allowed(1, 300) },
+      { at: 800, expect: allowed(2, 200) },
+      { at: 900, expect: allowed(3, 100) },
+      { at: 950, expect: limited(3, 50) },
+      { at: 999, expect: limited(3, 1) },
+      // The window ends at 1000 exactly: a fresh count, so six requests pass within 302 ms.
+      { at: 1000, expect: allowed(1, 1000) },
+      { at: 1001, expect: allowed(2, 999) },
+      { at: 1002, expect: allowed(3, 998) },
+      { at: 1003, expect: limited(3, 997) },
+      { at: 1500, max: 2, expect: limited(3, 500) },
+      { at: 1999, peek: true, expect: limited(3, 1) },
+      { at: 2000, peek: true, expect: EMPTY },
+      { at: 2000, expect: allowed(1, 1000) },
+      { at: 2000, expect: allowed(2, 1000) }
+    ]
+  },
+  {
+    name: 'fixed-window: peek, bans, and the admin calls, as for the log',
+    algorithm: 'fixed-window',
+    settings: { max: 2, windowMs: 1000, threshold: 2, banMs: 1500 },
+    steps: [
+      { at: 0, peek: true, expect: EMPTY },
+      { at: 10, expect: allowed(1, 990) },
+      { at: 20, peek: true, expect: allowed(1, 980) },
+      { at: 30, expect: allowed(2, 970) },
+      { at: 40, peek: true, expect: limited(2, 960) },
+      { at: 50, expect: limited(2, 950) },
+      { at: 60, expect: banStarts(2, 940, 1500) },
+      { at: 70, expect: banned(1490) },
+      // The window ended at 1000, but the ban is looked at first.
+      { at: 1000, expect: banned(560) },
+      { at: 1559, peek: true, expect: banned(1) },
+      { at: 1560, expect: allowed(1, 440) },
+      { at: 1570, expect: allowed(2, 430) },
+      // The strikes were cleared when the ban started: this is the first again; it lives until 2580.
+      { at: 1580, expect: limited(2, 420) },
+      { at: 2000, expect: allowed(1, 1000) },
+      { at: 2001, expect: allowed(2, 999) },
+      { at: 2002, expect: banStarts(2, 998, 1500) },
+      { at: 2003, remove: ['banned', 'strikes'] },
+      { at: 2004, expect: limited(2, 996) },
+      { at: 2005, remove: ['log'] },
+      { at: 2006, expect: allowed(1, 994) },
+      { at: 2007, setBan: 100 },
+      { at: 2008, expect: banned(99) }
+    ]
+  },
+  // sliding-window: prev × (window - elapsed) / window + curr, in integers; windows aligned to the epoch.
+  {
+    name: 'sliding-window: the previous window weighs as much as still overlaps; retry is the first millisecond that fits',
+    algorithm: 'sliding-window',
+    settings: { max: 4, windowMs: 1000 },
+    steps: [
+      // Counted requests stop counting at the end of the next window (2000).
+      { at: 100, expect: allowed(1, 1900) },
+      { at: 200, expect: allowed(2, 1800) },
+      { at: 300, expect: allowed(3, 1700) },
+      { at: 400, expect: allowed(4, 1600) },
+      // This window alone is full: the request fits once 4 × (1000 - elapsed) / 1000 + 1 <= 4, at 1250.
+      { at: 500, expect: limited(4, 1500, 750) },
+      // max lowered to 2: 4 × (1000 - elapsed) / 1000 + 1 <= 2 at 1750.
+      { at: 600, max: 2, expect: limited(4, 1400, 1150) },
+      // Not a fixed window: the new window starts with the previous one's 4 at full weight.
+      { at: 1000, expect: limited(4, 1000, 250) },
+      { at: 1249, expect: limited(4, 751, 1) },
+      { at: 1250, expect: allowed(4, 1750) },
+      // Weight 2.996 + 2: the next fits when prev's weight is 2, at 1500.
+      { at: 1251, expect: limited(4, 1749, 249) },
+      { at: 1500, expect: allowed(4, 1500) },
+      { at: 2000, peek: true, expect: allowed(2, 1000) },
+      { at: 2500, peek: true, expect: allowed(1, 500) },
+      { at: 2999, peek: true, expect: allowed(1, 1) },
+      { at: 3000, peek: true, expect: EMPTY }
+    ]
+  },
+  {
+    name: 'sliding-window: bans, peek during a ban, and the admin calls, as for the log',
+    algorithm: 'sliding-window',
+    settings: { max: 1, windowMs: 1000, threshold: 2, banMs: 500 },
+    steps: [
+      { at: 0, expect: allowed(1, 2000) },
+      { at: 10, expect: limited(1, 1990, 1990) },
+      { at: 20, expect: banStarts(1, 1980, 500) },
+      { at: 519, peek: true, expect: banned(1) },
+      { at: 519, expect: banned(1) },
+      { at: 520, expect: limited(1, 1480, 1480) },
+      // The previous window's one request weighs 1 at the start of the next: still denied, second strike.
+      { at: 1000, expect: banStarts(1, 1000, 500) },
+      { at: 1500, expect: limited(1, 500, 500) },
+      { at: 1600, remove: ['log'] },
+      { at: 1601, expect: allowed(1, 1399) },
+      { at: 2000, expect: banStarts(1, 1000, 500) },
+      { at: 2100, remove: ['banned', 'strikes'] },
+      { at: 2100, peek: true, expect: limited(1, 900, 900) },
+      { at: 3000, expect: allowed(1, 2000) }
+    ]
   }
 ]
 
@@ -329,7 +437,7 @@ function describe (step: Step): string {
 
 async function runCase (t: Test, store: StoreUnderTest, c: Case): Promise<void> {
   const prefix = uniquePrefix()
-  const keysOf = (scope = 'all'): IdentityKeys => identityKeys(prefix, scope, 'ip:192.0.2.1')
+  const keysOf = (scope = 'all'): IdentityKeys => identityKeys(prefix, scope, 'ip:192.0.2.1', c.algorithm)
   const { max, windowMs, threshold = 0, banMs = 1000 } = c.settings
   for (const step of c.steps) {
     const now = T0 + step.at
@@ -347,6 +455,7 @@ async function runCase (t: Test, store: StoreUnderTest, c: Case): Promise<void> 
     } else {
       const input: DecideInput = {
         keys: keysOf(step.scope),
+        algorithm: c.algorithm,
         max: step.max ?? max,
         windowMs: step.windowMs ?? windowMs,
         banThreshold: step.threshold ?? threshold,
@@ -405,13 +514,15 @@ const seeds = process.env.CONFORMANCE_SEED !== undefined
   ? [Number(process.env.CONFORMANCE_SEED)]
   : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
 
-for (const seed of seeds) {
-  t.test(`differential: random traffic gets identical decisions from both stores, step by step (seed ${seed})`, async t => {
-    await differential(t, seed, seed === FIXED_SEED || seeds.length === 1)
-  })
+for (const algorithm of ALGORITHMS) {
+  for (const seed of seeds) {
+    t.test(`differential (${algorithm}): random traffic gets identical decisions from both stores, step by step (seed ${seed})`, async t => {
+      await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1)
+    })
+  }
 }
 
-async function differential (t: Test, seed: number, requireEveryKind: boolean): Promise<void> {
+async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
   const random = prng(seed)
   const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
@@ -449,7 +560,7 @@ async function differential (t: Test, seed: number, requireEveryKind: boolean): 
     }
     const who = pick(identities)
     const budget = pick(who.budgets)
-    const keys = identityKeys(prefix, budget.scope, who.name)
+    const keys = identityKeys(prefix, budget.scope, who.name, algorithm)
     const admin = random()
     let action: string
     let results: string[]
@@ -470,7 +581,8 @@ async function differential (t: Test, seed: number, requireEveryKind: boolean): 
         windowMs: budget.windowMs,
         banThreshold: who.threshold,
         banMs: who.banMs,
-        peek: random() < 0.1
+        peek: random() < 0.1,
+        algorithm
       }
       action = `decide(${who.name}/${budget.scope}, max ${input.max}, window ${input.windowMs}, threshold ${input.banThreshold}, ban ${input.banMs}${input.peek ? ', peek' : ''})`
       const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]

@@ -46,13 +46,13 @@ function lend (t: Test, url: string, opts: RedisOptions = {}): Redis {
   return redis
 }
 
-/** The next client the plugin creates for itself: read from `defineCommand`, the one call it makes on it. */
+/** The next client the plugin creates for itself: read from `defineCommand` (once per algorithm's script). */
 async function withOwnedClient<T> (register: () => Promise<T>): Promise<[T, Redis]> {
   const made: Redis[] = []
   const proto = Redis.prototype as unknown as Record<string, (...args: unknown[]) => unknown>
   const original = proto.defineCommand!
   proto.defineCommand = function (this: Redis, ...args: unknown[]) {
-    made.push(this)
+    if (!made.includes(this)) made.push(this)
     return original.apply(this, args)
   }
   try {

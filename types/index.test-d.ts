@@ -151,6 +151,10 @@ await app.register(rateGuard, { redis: ['redis://10.0.0.1:7000', 'redis://10.0.0
 await app.register(rateGuard, { breaker: { threshold: 5 } })
 // @ts-expect-error strict is a boolean
 await app.register(rateGuard, { strict: 'yes' })
+await app.register(rateGuard, { algorithm: 'fixed-window' })
+app.get('/approx', { config: { rateLimit: { algorithm: 'sliding-window', max: 100 } } }, async () => 'ok')
+// @ts-expect-error only the algorithms that exist
+await app.register(rateGuard, { algorithm: 'leaky-bucket' })
 await app.register(rateGuard, { apiKeyHeader: false, keyGenerator: async (request) => `tenant:${request.hostname}` })
 // @ts-expect-error a key generator answers a string
 await app.register(rateGuard, { keyGenerator: (request: FastifyRequest) => request.headers })

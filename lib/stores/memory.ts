@@ -1,15 +1,17 @@
+import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
+import type { State } from '../algorithms/index.js'
 import { toDecision } from './store.js'
 import type { DecideInput, Decision, RawDecision, Store } from './store.js'
 
 /**
- * The in-process twin of `lua/sliding-log.lua`: the same steps on the same key names, over `Date.now()`.
- * Bounded: at most `cache` logs are tracked (plus the strikes and bans of their identities, and bans set by
+ * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
+ * Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
+ * Bounded: at most `cache` budgets (logs or counters) are tracked (plus the strikes and bans of their identities, and bans set by
  * an operator); expired keys are swept. When the table is full of live logs, a new identity is counted in one
  * shared overflow log per budget instead of pushing anyone else's log out, so flooding the table with new
  * identities can never reset an existing client's budget, nor keep an existing abuser from being banned.
  */
 
-interface Log { times: number[], expiresAt: number }
 interface Mark { value: number, expiresAt: number }
 
 export interface MemoryStoreOptions {
@@ -24,7 +26,7 @@ export interface MemoryStoreOptions {
 const OVERFLOW = 'overflow'
 
 export class MemoryStore implements Store {
-  readonly #logs = new Map<string, Log>()
+  readonly #logs = new Map<string, State>()
   readonly #marks = new Map<string, Mark>()
   readonly #cache: number
   readonly #now: () => number
@@ -46,34 +48,18 @@ export class MemoryStore implements Store {
     return toDecision(this.#decide(input))
   }
 
-  #decide ({ keys, max, windowMs: window, banThreshold, banMs, peek }: DecideInput): RawDecision {
+  #decide ({ keys, max, windowMs: window, banThreshold, banMs, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): RawDecision {
     const now = this.#now()
 
     const banned = this.#live(this.#marks, keys.banned, now)
     if (banned !== undefined) return [2, 0, 0, banned.expiresAt - now, 0]
 
-    const logKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf(':log:'))
-    const log = this.#live(this.#logs, logKey, now)
-    const times = log?.times ?? []
-    let expired = 0
-    while (expired < times.length && times[expired]! <= now - window) expired++
-    if (expired > 0) times.splice(0, expired)
-    let count = times.length
-    const leaves = (index: number): number => times[index]! + window - now
+    const logKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
+    const step = STEPS[algorithm](this.#live(this.#logs, logKey, now), max, window, now, peek)
+    if (step.state !== undefined) this.#logs.set(logKey, step.state)
+    const { count, reset, retry } = step
+    if (step.allowed) return [0, count, reset, 0, 0]
 
-    if (count < max) {
-      if (!peek) {
-        insertSorted(times, now)
-        if (log === undefined) this.#logs.set(logKey, { times, expiresAt: now + window })
-        // As in the script: the log lives until its newest entry leaves, also after the clock stepped back.
-        else log.expiresAt = Math.max(log.expiresAt, now + window)
-        count++
-      }
-      return count === 0 ? [0, 0, 0, 0, 0] : [0, count, leaves(0), 0, 0]
-    }
-
-    const reset = leaves(0)
-    const retry = leaves(count - max)
     // The overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
     if (peek || banThreshold === 0 || logKey !== keys.log) return [1, count, reset, retry, 0]
 
@@ -130,11 +116,4 @@ export class MemoryStore implements Store {
     this.sweep()
     return this.#logs.size < this.#cache
   }
-}
-
-/** Appends `value`, keeping the array sorted even when the clock steps back. */
-function insertSorted (times: number[], value: number): void {
-  let i = times.length
-  while (i > 0 && times[i - 1]! > value) i--
-  times.splice(i, 0, value)
 }

@@ -1,39 +1,62 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
+import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
+import type { Algorithm } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
 import { toDecision } from './store.js'
 import type { DecideInput, Decision, Store } from './store.js'
 
-/** The Redis store: one script call per decision, defined once per client under a name holding its hash. */
+/** The Redis store: one script call per decision, each script defined once per client under a name holding its hash. */
 
 export type RedisLike = Redis | Cluster
 
-export const SLIDING_LOG_SCRIPT = readFileSync(new URL('../../lua/sliding-log.lua', import.meta.url), 'utf8')
-export const SLIDING_LOG_COMMAND = `rateGuardSlidingLog_${createHash('sha1').update(SLIDING_LOG_SCRIPT).digest('hex').slice(0, 8)}`
+/** One script per algorithm, read once; its command name holds its hash, so an edited script is a new command. */
+export interface Script {
+  readonly lua: string
+  readonly command: string
+}
 
-type SlidingLogCommand = (log: string, strikes: string, banned: string, ...argv: Array<string | number>) => Promise<unknown>
+function script (algorithm: Algorithm): Script {
+  const lua = readFileSync(new URL(`../../lua/${algorithm}.lua`, import.meta.url), 'utf8')
+  const name = algorithm.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
+  return Object.freeze({ lua, command: `rateGuard${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
+}
+
+export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(
+  Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, script(algorithm)])) as Record<Algorithm, Script>
+)
+export const SLIDING_LOG_SCRIPT = SCRIPTS['sliding-log'].lua
+export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
+
+/** Every script takes the same keys and arguments (see the header of each `lua/*.lua`). */
+type ScriptCommand = (state: string, strikes: string, banned: string, ...argv: Array<string | number>) => Promise<unknown>
 
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
 const defined = new WeakMap<object, Set<string>>()
 
-/** Defines the script on `client` once; refuses a command of the same name that is not ours. */
-export function defineSlidingLog (client: RedisLike): SlidingLogCommand {
+/** Defines `algorithm`'s script on `client` once; refuses a command of the same name that is not ours. */
+export function defineScript (client: RedisLike, algorithm: Algorithm): ScriptCommand {
+  const { command: name, lua } = SCRIPTS[algorithm]
   let ours = defined.get(client)
-  if (ours?.has(SLIDING_LOG_COMMAND) !== true) {
-    if (SLIDING_LOG_COMMAND in client) throw new CommandConflictError(SLIDING_LOG_COMMAND)
-    client.defineCommand(SLIDING_LOG_COMMAND, { numberOfKeys: 3, lua: SLIDING_LOG_SCRIPT })
+  if (ours?.has(name) !== true) {
+    if (name in client) throw new CommandConflictError(name)
+    client.defineCommand(name, { numberOfKeys: 3, lua })
     if (ours === undefined) defined.set(client, ours = new Set())
-    ours.add(SLIDING_LOG_COMMAND)
+    ours.add(name)
   }
-  const command = (client as unknown as Record<string, SlidingLogCommand>)[SLIDING_LOG_COMMAND]!
+  const command = (client as unknown as Record<string, ScriptCommand>)[name]!
   return command.bind(client)
+}
+
+export function defineSlidingLog (client: RedisLike): ScriptCommand {
+  return defineScript(client, 'sliding-log')
 }
 
 export class RedisStore implements Store {
   readonly client: RedisLike
   readonly #owned: boolean
-  readonly #slidingLog: SlidingLogCommand
+  readonly #commands: Readonly<Record<Algorithm, ScriptCommand>>
   /** Log members are `<random per store><counter>`: unique across instances, never client input. */
   readonly #memberPrefix = randomBytes(9).toString('base64url')
   #counter = 0
@@ -41,12 +64,12 @@ export class RedisStore implements Store {
   constructor (client: RedisLike, owned: boolean) {
     this.client = client
     this.#owned = owned
-    this.#slidingLog = defineSlidingLog(client)
+    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
   }
 
-  async decide ({ keys, max, windowMs, banThreshold, banMs, peek }: DecideInput): Promise<Decision> {
+  async decide ({ keys, max, windowMs, banThreshold, banMs, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): Promise<Decision> {
     const member = this.#memberPrefix + (this.#counter++).toString(36)
-    const reply = await this.#slidingLog(keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0)
+    const reply = await this.#commands[algorithm](keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0)
     return toDecision(reply)
   }
 

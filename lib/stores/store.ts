@@ -1,3 +1,4 @@
+import type { Algorithm } from '../algorithms/index.js'
 import { InvalidReplyError } from '../errors.js'
 import type { IdentityKeys } from '../keys.js'
 
@@ -12,6 +13,8 @@ export interface DecideInput {
   readonly banMs: number
   /** Report what the store knows without counting the request or a strike. */
   readonly peek: boolean
+  /** How the budget counts; default `'sliding-log'`. `keys` must be made for the same algorithm. */
+  readonly algorithm?: Algorithm
 }
 
 export type DecisionStatus = 'allowed' | 'limited' | 'banned'
@@ -20,7 +23,10 @@ export interface Decision {
   readonly status: DecisionStatus
   /** Requests counted in the window after this decision. */
   readonly count: number
-  /** Milliseconds until the oldest counted request leaves the window (0: none counted). */
+  /**
+   * Milliseconds until the oldest counted request leaves the window (0: none counted); for the counting
+   * algorithms, until the counted requests stop counting (the fixed window ends, or both windows pass).
+   */
   readonly resetMs: number
   /** Milliseconds until this request would be allowed: 0 when allowed, the remaining ban when banned. */
   readonly retryMs: number

@@ -5,7 +5,7 @@
 //   const memory = memoryStore(t)         // MemoryStore with `now: () => clock`
 //   const decision = await redis.decide(input, nowMs)
 //
-// Redis: `timeVariant(SLIDING_LOG_SCRIPT)` takes "now" as its last argv, but
+// Redis: `timeVariant(SCRIPTS[algorithm].lua)` (one per algorithm, chosen by the input's) takes "now" as its last argv, but
 // Redis expires keys (and answers PTTL) on its own clock, which a test cannot
 // move. So this adapter keeps every key it touched without a TTL between
 // steps and remembers each key's expiry on the test's clock; a step then runs
@@ -24,7 +24,8 @@
 // writes without any TTL fails the step: the script promises a TTL on every key.
 import type { ChainableCommander, Redis } from 'ioredis'
 import { MemoryStore } from '../../lib/stores/memory.js'
-import { SLIDING_LOG_SCRIPT } from '../../lib/stores/redis.js'
+import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
+import { SCRIPTS } from '../../lib/stores/redis.js'
 import { toDecision } from '../../lib/stores/store.js'
 import type { DecideInput, Decision } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
@@ -48,8 +49,8 @@ export type Stored =
   | { readonly type: 'zset', readonly scores: number[], readonly ttl: number }
   | { readonly type: 'string', readonly value: string, readonly ttl: number }
 
-/** The test-only command name of the time-injected script. */
-export const TIMED_COMMAND = 'rateGuardTestSlidingLogAt'
+/** The test-only command name of an algorithm's time-injected script. */
+export const timedCommand = (algorithm: string): string => `rateGuardTestAt_${algorithm}`
 
 const RETRIES = 100
 
@@ -109,13 +110,16 @@ class TimedRedis implements TimedRedisStore {
 
   constructor (redis: Redis) {
     this.#redis = redis
-    if (!(TIMED_COMMAND in redis)) redis.defineCommand(TIMED_COMMAND, { numberOfKeys: 3, lua: timeVariant(SLIDING_LOG_SCRIPT) })
+    for (const algorithm of ALGORITHMS) {
+      const name = timedCommand(algorithm)
+      if (!(name in redis)) redis.defineCommand(name, { numberOfKeys: 3, lua: timeVariant(SCRIPTS[algorithm].lua) })
+    }
   }
 
-  async decide ({ keys, max, windowMs, banThreshold, banMs, peek }: DecideInput, nowMs: number): Promise<Decision> {
+  async decide ({ keys, max, windowMs, banThreshold, banMs, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput, nowMs: number): Promise<Decision> {
     const member = `m${(this.#member++).toString(36)}`
     const reply = await this.#step(nowMs, [keys.log, keys.strikes, keys.banned], (multi) => {
-      const command = (multi as unknown as Record<string, Command>)[TIMED_COMMAND]!
+      const command = (multi as unknown as Record<string, Command>)[timedCommand(algorithm)]!
       command.call(multi, keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0, nowMs)
     })
     return toDecision(reply)

@@ -1,0 +1,126 @@
+// The `algorithm` option end to end: validated at register, chosen per plugin or per route, counted by
+// its own script under its own key (same hash tag as the log), seen by peek and forgotten by reset. The
+// behaviour of each algorithm at its edges is in conformance.test.ts, on both stores.
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import Fastify from 'fastify'
+import t from 'tap'
+import rateGuard from '../lib/index.js'
+import { ALGORITHMS } from '../lib/algorithms/index.js'
+import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
+import { SCRIPTS } from '../lib/stores/redis.js'
+import { client, getRedis, uniquePrefix } from './helpers/redis.js'
+
+const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
+const ME = 'ip:127.0.0.1'
+const DAY = 24 * 3600_000
+
+t.test('each script is its own file, named by its hash, with the one clock line and the same keys', async t => {
+  const names = new Set<string>()
+  for (const algorithm of ALGORITHMS) {
+    const lua = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
+    const { command } = SCRIPTS[algorithm]
+    t.equal(SCRIPTS[algorithm].lua, lua, `${algorithm}: the script read is the file`)
+    t.ok(command.endsWith('_' + createHash('sha1').update(lua).digest('hex').slice(0, 8)), `${algorithm}: ${command} holds its hash`)
+    t.match(lua, /^local now = milliseconds\(redis\.call\('TIME'\)\)$/m, `${algorithm}: Redis TIME is the clock`)
+    t.match(lua, /^-- KEYS\[1\].*\n-- KEYS\[2\]\s+strikes.*\n-- KEYS\[3\]\s+banned/m, `${algorithm}: the header names the keys`)
+    t.match(lua, /-- Reply: \{ status, count, reset, retry, banStarted \}/, `${algorithm}: the header gives the reply`)
+    names.add(command)
+  }
+  t.equal(names.size, ALGORITHMS.length, 'one command per algorithm')
+})
+
+t.test('an unknown algorithm fails registration with a coded error naming the option', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await t.rejects(async () => { await app.register(rateGuard, { algorithm: 'token-bucket' as never }) }, {
+    code: INVALID,
+    message: /"algorithm": expected one of 'sliding-log', 'fixed-window', 'sliding-window', got "token-bucket"/
+  })
+
+  const routes = Fastify({ logger: false })
+  t.teardown(() => routes.close())
+  await routes.register(rateGuard, {})
+  await t.rejects(async () => {
+    routes.get('/', { config: { rateLimit: { algorithm: 'leaky-bucket' as never } } }, async () => 'ok')
+    await routes.ready()
+  }, { code: INVALID, message: /"config\.rateLimit\.algorithm": expected one of/ })
+})
+
+t.test('on Redis: the plugin algorithm, a route that overrides it, a route that inherits it; peek and reset', async t => {
+  const { url } = await getRedis(t)
+  const redis = client(t, url)
+  const nameSpace = uniquePrefix()
+  const app = Fastify()
+  t.teardown(() => app.close())
+  // A fixed window of one day: the window ends at UTC midnight, which the test will not meet.
+  await app.register(rateGuard, { redis: url, nameSpace, algorithm: 'fixed-window', max: 2, timeWindow: DAY })
+  app.get('/', async () => 'ok')
+  app.get('/own', { config: { rateLimit: { algorithm: 'sliding-window', max: 3 } } }, async () => 'ok')
+  app.get('/log', { config: { rateLimit: { algorithm: 'sliding-log', max: 1 } } }, async () => 'ok')
+  app.get('/inherits', { config: { rateLimit: { max: 1 } } }, async () => 'ok')
+  await app.ready()
+  const get = async (url: string) => await app.inject({ url })
+
+  const plugin = [await get('/'), await get('/'), await get('/')]
+  t.strictSame(plugin.map(r => r.statusCode), [200, 200, 429], 'fixed-window: max 2 on the plugin budget')
+  t.strictSame(plugin.map(r => r.headers['x-ratelimit-remaining']), ['1', '0', '0'])
+  const retryAfter = Number(plugin[2]!.headers['retry-after'])
+  t.ok(retryAfter >= 1 && retryAfter <= DAY / 1000, `retry-after ${retryAfter} s: when the window ends`)
+  t.equal(plugin[2]!.json().code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS')
+  const counter = identityKeys(nameSpace, GLOBAL_SCOPE, ME, 'fixed-window').log
+  t.equal(counter, `${identityKeys(nameSpace, GLOBAL_SCOPE, ME).log.replace(':log:', ':fw:')}`, 'same hash tag as the log, its own key')
+  t.equal(await redis.get(counter), '2', 'one counter, not a log: the denied request wrote nothing')
+  const ttl = await redis.pttl(counter)
+  t.ok(ttl > 0 && ttl <= DAY, `the counter expires with its window (PTTL ${ttl})`)
+  t.equal(await redis.exists(identityKeys(nameSpace, GLOBAL_SCOPE, ME).log), 0, 'no sliding log was written')
+
+  const own = [await get('/own'), await get('/own'), await get('/own'), await get('/own')]
+  t.strictSame(own.map(r => r.statusCode), [200, 200, 200, 429], 'sliding-window on the route: its own max 3')
+  const window = identityKeys(nameSpace, scopeOf('route', 'GET /own'), ME, 'sliding-window').log
+  t.match(await redis.hgetall(window), { p: '0', c: '3' }, 'two counters in one hash')
+
+  t.strictSame([(await get('/log')).statusCode, (await get('/log')).statusCode], [200, 429], 'sliding-log on the route')
+  t.equal(await redis.zcard(identityKeys(nameSpace, scopeOf('route', 'GET /log'), ME).log), 1)
+  t.strictSame([(await get('/inherits')).statusCode, (await get('/inherits')).statusCode], [200, 429], 'a route given only max')
+  t.equal(await redis.get(identityKeys(nameSpace, scopeOf('route', 'GET /inherits'), ME, 'fixed-window').log), '1', 'inherits fixed-window')
+
+  t.match(await app.rateGuard.peek(ME), { status: 'limited', count: 2, remaining: 0, max: 2 }, 'peek reads the fixed-window counter')
+  t.match(await app.rateGuard.peek(ME, { route: 'GET /own' }), { status: 'limited', count: 3, remaining: 0, max: 3 }, 'and the sliding-window one')
+  t.equal(await redis.get(counter), '2', 'peek counted nothing')
+
+  await app.rateGuard.reset(ME)
+  t.equal(await redis.exists(counter, window), 0, 'reset forgets every algorithm\'s state')
+  t.equal((await get('/')).statusCode, 200)
+  t.equal((await get('/own')).statusCode, 200)
+})
+
+t.test('on Redis: bans work the same with every algorithm', async t => {
+  const { url } = await getRedis(t)
+  for (const algorithm of ALGORITHMS) {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await app.register(rateGuard, { redis: url, nameSpace: uniquePrefix(), algorithm, max: 1, timeWindow: DAY, ban: { threshold: 2, duration: '1 hour' } })
+    app.get('/', async () => 'ok')
+    const codes = []
+    for (let i = 0; i < 4; i++) codes.push((await app.inject({ url: '/' })).statusCode)
+    t.strictSame(codes, [200, 429, 403, 403], `${algorithm}: allowed, a strike, banned, still banned`)
+  }
+})
+
+t.test('in process (no Redis): the algorithm applies to the twin too', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { algorithm: 'sliding-window', max: 2, timeWindow: DAY })
+  app.get('/', async () => 'ok')
+  app.get('/fixed', { config: { rateLimit: { algorithm: 'fixed-window', max: 1 } } }, async () => 'ok')
+  const codes = async (url: string, n: number): Promise<number[]> => {
+    const out = []
+    for (let i = 0; i < n; i++) out.push((await app.inject({ url })).statusCode)
+    return out
+  }
+  t.strictSame(await codes('/', 3), [200, 200, 429])
+  t.strictSame(await codes('/fixed', 2), [200, 429])
+  t.match(await app.rateGuard.peek(ME), { status: 'limited', count: 2 })
+  t.match(await app.rateGuard.peek(ME, { route: 'GET /fixed' }), { status: 'limited', count: 1 })
+})
