@@ -2,50 +2,79 @@ import { ALGORITHMS } from './algorithms/index.js'
 import type { Algorithm } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import type { RouteBudget } from './hook.js'
+import { staticLimits } from './hook.js'
 import { identityKeys } from './keys.js'
 import { deadline } from './limiter.js'
-import { checkDuration, checkMax } from './options.js'
+import { checkDuration, checkMax, checkStaticLimits } from './options.js'
 import type { ResolvedOptions } from './options.js'
+import { encodeLimits } from './stores/store.js'
 import type { Store } from './stores/store.js'
 
 /**
- * `fastify.rateGuard`: what an operator does to one client. It acts on the shared store, so with Redis a ban
- * or reset holds on every instance at once. Keys are the ones the key generator makes (`ip:1.2.3.4`,
- * `user:42`, `apikey:…`).
+ * `fastify.rateGuard`: what an operator does to one client. It acts on the shared store, so with Redis a ban,
+ * a reset or an override holds on every instance at once. Keys are the ones the key generator makes
+ * (`ip:1.2.3.4`, `user:42`, `apikey:…`).
  */
 
-export interface PeekOptions {
-  /** Which budget: a route as `'GET /search'`, or a group id. Default: the plugin-wide budget. */
+/** Which budget: a route as `'GET /search'`, or a group id. Default: the plugin-wide budget. */
+export interface BudgetOptions {
   route?: string
   groupId?: string
+}
+
+export interface PeekOptions extends BudgetOptions {
   /** Needed when that budget's `max` / `timeWindow` are functions of the request. */
   max?: number
   timeWindow?: number | string
+}
+
+/** New limits for one client on one budget, and how long they hold. */
+export interface OverrideOptions extends BudgetOptions {
+  max?: number
+  timeWindow?: number | string
+  burst?: number
+  limits?: ReadonlyArray<{ max: number, timeWindow: number | string, burst?: number }>
+  /** How long the override holds (ms or `'30 days'`); or `permanent: true`. One of the two is required. */
+  ttl?: number | string
+  permanent?: true
+}
+
+export interface PeekLimit {
+  max: number
+  windowMs: number
+  count: number
+  remaining: number
+  resetMs: number
 }
 
 export interface PeekResult {
   key: string
   /** What the next request would get: allowed, limited (429) or banned (403). */
   status: 'allowed' | 'limited' | 'banned'
+  /** The binding limit's (fewest remaining): its capacity, requests counted now, what remains, ms until its count falls. */
   max: number
-  /** Requests counted in the window now. */
   count: number
   remaining: number
-  /** Milliseconds until the oldest counted request leaves the window. */
   resetMs: number
   /** Milliseconds until a request would be allowed (the remaining ban when banned; 0 when allowed). */
   retryMs: number
+  /** Every limit (an override's, when one is set). */
+  limits: PeekLimit[]
 }
 
 export interface RateGuardDecorator {
   /** Bans `key` on every route of this registration for `duration` (ms or `'10 minutes'`). */
   ban (key: string, duration: number | string): Promise<void>
-  /** Lifts a ban and forgets the denials counted toward the next one. */
+  /** Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation). */
   unban (key: string): Promise<void>
   /** Forgets every request counted for `key` on every budget (by any algorithm), and its denials; a ban stays (see `unban`). */
   reset (key: string): Promise<void>
   /** What the limiter knows about `key`, without counting a request. */
   peek (key: string, options?: PeekOptions): Promise<PeekResult>
+  /** Gives `key` its own limits on one budget, on every instance from its next request. */
+  setOverride (key: string, options: OverrideOptions): Promise<void>
+  /** Puts `key` back on the budget's own limits. */
+  clearOverride (key: string, options?: BudgetOptions): Promise<void>
 }
 
 /** Budgets by name: `default`, `GET /search`, `group:<id>`. */
@@ -54,17 +83,27 @@ export type Budgets = ReadonlyMap<string, RouteBudget>
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
 export const ADMIN_MIN_DEADLINE = 1000
 
+/** Options of setOverride that are not the limits. */
+const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
+
 export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets): RateGuardDecorator {
   const { nameSpace, canonicalKey } = opts
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const store = {
     decide: async (input: Parameters<Store['decide']>[0]) => await deadline(inner.decide(input), ms),
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
+    setValue: async (key: string, value: string, ttl: number | null) => await deadline(inner.setValue(key, value, ttl), ms),
     delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms)
   }
   const keysOf = (key: string, scope = '', algorithm?: Algorithm): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
     return identityKeys(nameSpace, scope, canonicalKey(key), algorithm)
+  }
+  const budgetOf = (options: BudgetOptions, call: string): RouteBudget => {
+    const name = options.route ?? (options.groupId !== undefined ? `group:${options.groupId}` : 'default')
+    const budget = budgets.get(name)
+    if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
+    return budget
   }
   return Object.freeze({
     async ban (key: string, duration: number | string) {
@@ -72,7 +111,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     },
     async unban (key: string) {
       const keys = keysOf(key)
-      await store.delete([keys.banned, keys.strikes])
+      await store.delete([keys.banned, keys.strikes, keys.offences])
     },
     async reset (key: string) {
       // Every algorithm's state on every budget: a budget whose algorithm changed in a deploy starts over too.
@@ -81,19 +120,51 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       await store.delete([...logs, keysOf(key).strikes])
     },
     async peek (key: string, options: PeekOptions = {}) {
-      const name = options.route ?? (options.groupId !== undefined ? `group:${options.groupId}` : 'default')
-      const budget = budgets.get(name)
-      if (budget === undefined) throw new InvalidOptionError('peek', `no budget named ${JSON.stringify(name)}`)
+      const budget = budgetOf(options, 'peek')
       const { route } = budget
-      const max = options.max !== undefined ? checkMax(options.max) : route.max
-      const windowMs = options.timeWindow !== undefined ? checkDuration(options.timeWindow, 'timeWindow') : route.windowMs
-      if (typeof max !== 'number' || typeof windowMs !== 'number') {
-        throw new InvalidOptionError('peek', `budget ${JSON.stringify(name)} computes max or timeWindow per request: pass them`)
+      const given = options.max !== undefined || options.timeWindow !== undefined
+      const first = route.limits[0]!
+      const limits = staticLimits(given
+        ? [{
+            max: options.max !== undefined ? checkMax(options.max) : first.max,
+            windowMs: options.timeWindow !== undefined ? checkDuration(options.timeWindow, 'timeWindow') : first.windowMs,
+            burst: first.burst,
+            name: undefined
+          }]
+        : route.limits)
+      if (limits === null) {
+        throw new InvalidOptionError('peek', `budget ${JSON.stringify(options.route ?? options.groupId ?? 'default')} computes max or timeWindow per request: pass them`)
       }
       const { algorithm } = route
-      const decision = await store.decide({ keys: keysOf(key, budget.scope, algorithm), max, windowMs, banThreshold: 0, banMs: 0, peek: true, algorithm })
-      const remaining = decision.status === 'banned' ? 0 : Math.max(0, max - decision.count)
-      return { key, status: decision.status, max, count: decision.count, remaining, resetMs: decision.resetMs, retryMs: decision.retryMs }
+      const decision = await store.decide({ keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm })
+      const banned = decision.status === 'banned'
+      const remaining = (limit: number, count: number): number => banned ? 0 : Math.max(0, limit - count)
+      return {
+        key,
+        status: decision.status,
+        max: decision.limit,
+        count: decision.count,
+        remaining: remaining(decision.limit, decision.count),
+        resetMs: decision.resetMs,
+        retryMs: decision.retryMs,
+        limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remaining(l.limit, l.count), resetMs: l.resetMs }))
+      }
+    },
+    async setOverride (key: string, options: OverrideOptions) {
+      if (typeof options !== 'object' || options === null) throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
+      const budget = budgetOf(options, 'setOverride')
+      const limits = staticLimits(checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS))!
+      if (budget.route.algorithm !== 'token-bucket' && limits.some(limit => limit.burst !== limit.max)) {
+        throw new InvalidOptionError('setOverride.burst', "expected no burst but on a budget with algorithm: 'token-bucket'")
+      }
+      if ((options.ttl === undefined) === (options.permanent !== true)) {
+        throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')
+      }
+      const ttl = options.permanent === true ? null : checkDuration(options.ttl, 'setOverride.ttl')
+      await store.setValue(keysOf(key, budget.scope).override, encodeLimits(limits), ttl)
+    },
+    async clearOverride (key: string, options: BudgetOptions = {}) {
+      await store.delete([keysOf(key, budgetOf(options, 'clearOverride').scope).override])
     }
   })
 }

@@ -9,7 +9,7 @@ import { RedisNotReadyError, RedisRefusedError } from './errors.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from './keys.js'
 import { Limiter, deadline, isPermanent } from './limiter.js'
 import { resolveOptions, resolveRouteConfig } from './options.js'
-import type { RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
+import type { RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
@@ -38,10 +38,15 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
 
   const budgets = new Map<string, RouteBudget>()
   const budget = (name: string, route: ResolvedRoute, scope: string): RouteBudget => {
+    const policy = route.groupId ?? 'default'
+    const policies = (limits: readonly ResolvedLimit[], first: string): string[] =>
+      limits.map((limit, i) => limit.name ?? (i === 0 ? first : `${first}-${i + 1}`))
+    const style = { legacy: route.legacyHeaders, standard: route.standardHeaders }
     const made: RouteBudget = {
       route,
       scope,
-      headers: { legacy: route.legacyHeaders, standard: route.standardHeaders, policy: route.groupId ?? 'default' }
+      headers: { ...style, policies: policies(route.limits, policy) },
+      sharedHeaders: { ...style, policies: policies(route.shared ?? [], `${policy}-shared`) }
     }
     budgets.set(name, made)
     return made
@@ -120,7 +125,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
 }
 
 /** What an identity no client can have looks like to the script: a read-only decision proves EVALSHA works. */
-const PROBE: Omit<DecideInput, 'keys'> = { max: 1, windowMs: 1, banThreshold: 0, banMs: 0, peek: true }
+const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst: 1 }], ban: null, peek: true }
 
 /**
  * Waits (boundedly) for Redis, then runs the script once read-only: a Redis that refuses it (an ACL user
@@ -179,10 +184,11 @@ export default rateGuard
 
 export { normalizeIP } from './keys.js'
 export * as errors from './errors.js'
-export type { RateGuardDecorator, PeekOptions, PeekResult } from './admin.js'
+export type { RateGuardDecorator, PeekOptions, PeekResult, OverrideOptions } from './admin.js'
 export type {
-  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, ErrorResponseContext, ErrorResponseBuilder,
-  KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, HookName, FailMode
+  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, LimitOptions, SharedOptions, ErrorResponseContext,
+  ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, BanCallback, BanInfo,
+  HookName, FailMode
 } from './options.js'
 export type { RedisLike } from './stores/redis.js'
 export type { Algorithm } from './algorithms/index.js'

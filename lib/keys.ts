@@ -114,22 +114,43 @@ export function hashIdentity (key: string): string {
   return hash.digest('base64url').slice(0, 22)
 }
 
-/** The names of every key one identity has under one budget (`scope`). */
+/** The names of every key one identity has under one budget (`scope`): one hash tag, so one Redis Cluster slot. */
 export interface IdentityKeys {
   /** The budget's state: the sliding log, or the algorithm's counters (see `STATE_SEGMENT`). */
   readonly log: string
+  /** Per identity: denials toward a ban, the ban, and how many bans in a row (for escalation). */
   readonly strikes: string
   readonly banned: string
+  readonly offences: string
+  /** Limits an operator set for this identity on this budget (`setOverride`). */
+  readonly override: string
 }
 
 /**
- * `<nameSpace>{<hash>}:log:<scope>` holds the sliding log of one budget (`fw:` / `sw:` the counters of the
- * other algorithms); `…:strikes` counts denials and `…:banned` marks a ban: both are per identity, so a ban
- * holds on every route of the registration.
+ * `<nameSpace>{<hash>}:log:<scope>` holds the sliding log of one budget (`fw:` / `sw:` / `tb:` the state of
+ * the other algorithms) and `…:override:<scope>` its override; `…:strikes`, `…:banned` and `…:offences` are
+ * per identity, so a ban holds on every route of the registration.
  */
 export function identityKeys (nameSpace: string, scope: string, key: string, algorithm: Algorithm = DEFAULT_ALGORITHM): IdentityKeys {
-  const prefix = `${nameSpace}{${hashIdentity(key)}}:`
-  return { log: `${prefix}${STATE_SEGMENT[algorithm]}:${scope}`, strikes: `${prefix}strikes`, banned: `${prefix}banned` }
+  return keysUnder(`${nameSpace}{${hashIdentity(key)}}:`, scope, algorithm)
+}
+
+/**
+ * The keys of a budget shared by every client of a route: `<nameSpace>{s:<hash of the scope>}:…`, a slot of
+ * its own (no identity's hash has a colon), with no strikes, bans or overrides ever written.
+ */
+export function sharedKeys (nameSpace: string, scope: string, algorithm: Algorithm): IdentityKeys {
+  return keysUnder(`${nameSpace}{s:${hashIdentity(scope)}}:`, scope, algorithm)
+}
+
+function keysUnder (prefix: string, scope: string, algorithm: Algorithm): IdentityKeys {
+  return {
+    log: `${prefix}${STATE_SEGMENT[algorithm]}:${scope}`,
+    strikes: `${prefix}strikes`,
+    banned: `${prefix}banned`,
+    offences: `${prefix}offences`,
+    override: `${prefix}override:${scope}`
+  }
 }
 
 /** A short, fixed-length scope for a route's own budget or a group's, from names the developer chose. */

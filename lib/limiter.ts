@@ -3,7 +3,7 @@ import type { Breaker } from './breaker.js'
 import { DeadlineError } from './errors.js'
 import type { FailMode } from './options.js'
 import type { MemoryStore } from './stores/memory.js'
-import type { DecideInput, Decision, Store } from './stores/store.js'
+import type { DecideInput, Decision, Store, UndoInput } from './stores/store.js'
 
 /**
  * One decision under a deadline: the store answers within `timeout` ms, or `failMode` decides — `open`
@@ -76,6 +76,19 @@ export class Limiter {
       this.report(err as Error, log)
       return this.#failModeDecides(input)
     }
+  }
+
+  /**
+   * Gives back a request a decision counted, without making the request wait: on Redis it is sent and not
+   * awaited (its failure is reported like a decision's); skipped while the breaker is open.
+   */
+  undo (input: UndoInput, log: FastifyBaseLogger): void {
+    if (!this.#remote) {
+      void this.store.undo(input)
+      return
+    }
+    if (this.#breaker?.allow() === false) return
+    deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
   #failModeDecides (input: DecideInput): Verdict {

@@ -1,10 +1,11 @@
 import type { FastifyRequest } from 'fastify'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from './algorithms/index.js'
-import type { Algorithm } from './algorithms/index.js'
+import type { Algorithm, Limit } from './algorithms/index.js'
 import { toMilliseconds } from './duration.js'
 import { InvalidOptionError, InvalidRouteConfigError } from './errors.js'
 import { canonicalKey, defaultKeyGenerator } from './keys.js'
 import type { RedisLike } from './stores/redis.js'
+import type { BanPolicy } from './stores/store.js'
 
 /** Option types, defaults and validation: every option is checked once, at register, into one frozen object. */
 
@@ -14,6 +15,12 @@ export type MaxFunction = (request: FastifyRequest, key: string) => Awaitable<nu
 export type TimeWindowFunction = (request: FastifyRequest, key: string) => Awaitable<number | string>
 export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
 export type KeyCallback = (request: FastifyRequest, key: string) => void
+/** What `onBanReach` is told of the ban: its length, and which ban in a row it is (1 for the first). */
+export interface BanInfo {
+  durationMs: number
+  offence: number
+}
+export type BanCallback = (request: FastifyRequest, key: string, ban: BanInfo) => void
 export type HookName = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
 export type FailMode = 'open' | 'closed' | 'local'
 
@@ -28,25 +35,55 @@ export interface ErrorResponseContext {
 export type ErrorResponseBuilder = (request: FastifyRequest, context: ErrorResponseContext) => object
 
 export interface BanOptions {
-  /** Denials within one time window that start a ban. */
+  /** Denials within one time window (of the limit hit) that start a ban. */
   threshold: number
-  /** How long a ban lasts: milliseconds or a string such as `'10 minutes'`. */
-  duration: number | string
+  /** How long a ban lasts (the first, when bans escalate): milliseconds or a string such as `'10 minutes'`. */
+  duration?: number | string
+  /**
+   * Longer bans for repeat offenders: a factor (`2`: each ban in a row twice as long as the one before, up
+   * to `maxDuration`), or the length of every ban in a row (`['1m', '5m', '1h']`, the last repeating; then
+   * without `duration`). Default: every ban lasts `duration`.
+   */
+  escalate?: number | ReadonlyArray<number | string>
+  /** The cap on a ban's length with a factor. Default `'1 day'`. */
+  maxDuration?: number | string
+  /** A ban still counts toward the next one's length this long after it ends. Default `'1 day'`. */
+  forget?: number | string
 }
+
+/** One limit: `max` requests per `timeWindow`, and for the token bucket up to `burst` at once (default `max`). */
+export interface LimitOptions {
+  max: number | MaxFunction
+  timeWindow: number | string | TimeWindowFunction
+  burst?: number
+  /** Its name in the IETF `RateLimit` fields. Default: the budget's (group id or `default`), `-2`, `-3`... after the first. */
+  name?: string
+}
+
+/** A budget shared by every client of a route, beside each client's own: one limit, or several. */
+export type SharedOptions =
+  | { max: number, timeWindow: number | string, burst?: number, name?: string }
+  | { limits: ReadonlyArray<{ max: number, timeWindow: number | string, burst?: number, name?: string }> }
 
 /** The options a route may set in `config.rateLimit`, over the plugin's. */
 export interface RouteRateLimitOptions {
-  /** How requests are counted: `'sliding-log'` (exact, the default), `'fixed-window'` or `'sliding-window'`. */
+  /** How requests are counted: `'sliding-log'` (exact, the default), `'fixed-window'`, `'sliding-window'` or `'token-bucket'`. */
   algorithm?: Algorithm
   max?: number | MaxFunction
   timeWindow?: number | string | TimeWindowFunction
+  /** The token bucket's capacity: requests a full bucket lets through at once. Default `max`. */
+  burst?: number
+  /** Several limits in one decision (instead of `max` / `timeWindow`): a request must pass them all. */
+  limits?: readonly LimitOptions[]
+  /** A budget the route's clients share, checked after each client's own; `false` for none. */
+  shared?: false | SharedOptions
   keyGenerator?: KeyGenerator
   ban?: false | BanOptions
   allowList?: readonly string[] | AllowListFunction
   groupId?: string
   errorResponseBuilder?: ErrorResponseBuilder
   onExceeded?: KeyCallback
-  onBanReach?: KeyCallback
+  onBanReach?: BanCallback
   legacyHeaders?: boolean
   standardHeaders?: false | 'draft-10'
 }
@@ -78,22 +115,25 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   ipv6Subnet?: number
 }
 
-export interface ResolvedBan {
-  readonly threshold: number
-  readonly durationMs: number
+export interface ResolvedLimit {
+  readonly max: number | MaxFunction
+  readonly windowMs: number | TimeWindowFunction
+  /** `null`: the limit's max. */
+  readonly burst: number | null
+  readonly name: string | undefined
 }
 
 export interface ResolvedRoute {
   readonly algorithm: Algorithm
-  readonly max: number | MaxFunction
-  readonly windowMs: number | TimeWindowFunction
+  readonly limits: readonly ResolvedLimit[]
+  readonly shared: readonly ResolvedLimit[] | null
   readonly keyGenerator: KeyGenerator
-  readonly ban: ResolvedBan | null
+  readonly ban: BanPolicy | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null
   readonly groupId: string | undefined
   readonly errorResponseBuilder: ErrorResponseBuilder | undefined
   readonly onExceeded: KeyCallback | undefined
-  readonly onBanReach: KeyCallback | undefined
+  readonly onBanReach: BanCallback | undefined
   readonly legacyHeaders: boolean
   readonly standardHeaders: boolean
 }
@@ -121,7 +161,7 @@ export interface ResolvedOptions {
 const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
 const ROUTE_KEYS = new Set<string>([
-  'algorithm', 'max', 'timeWindow', 'keyGenerator', 'ban', 'allowList', 'groupId', 'errorResponseBuilder',
+  'algorithm', 'max', 'timeWindow', 'burst', 'limits', 'shared', 'keyGenerator', 'ban', 'allowList', 'groupId', 'errorResponseBuilder',
   'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders'
 ])
 const PLUGIN_KEYS = new Set<string>([
@@ -137,6 +177,8 @@ export const DEFAULTS = Object.freeze({
   nameSpace: 'rate-guard:',
   timeout: 100,
   breaker: { threshold: 5, coolDown: 500 },
+  banMaxDuration: 24 * 3600_000,
+  banForget: 24 * 3600_000,
   cache: 10_000,
   apiKeyHeader: 'x-api-key',
   ipv6Subnet: 64
@@ -199,15 +241,99 @@ function checkBreaker (value: unknown): ResolvedBreaker | null {
   })
 }
 
-function checkBan (value: unknown, name: string): ResolvedBan | null {
+/** Steps a factor ladder may take before it reaches its cap: 2^40 ms outlasts any cap worth setting. */
+const MAX_LADDER = 64
+
+function checkBan (value: unknown, name: string): BanPolicy | null {
   if (value === false) return null
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, 'false or { threshold, duration }')
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, 'false or { threshold, duration, escalate }')
   const ban = value as Record<string, unknown>
-  checkKeys(ban, new Set(['threshold', 'duration']), `${name}.`)
-  return Object.freeze({
-    threshold: checkMax(ban.threshold, `${name}.threshold`),
-    durationMs: checkDuration(ban.duration, `${name}.duration`)
+  checkKeys(ban, new Set(['threshold', 'duration', 'escalate', 'maxDuration', 'forget']), `${name}.`)
+  const threshold = checkMax(ban.threshold, `${name}.threshold`)
+  const forgetMs = ban.forget === undefined ? DEFAULTS.banForget : checkDuration(ban.forget, `${name}.forget`)
+  const { escalate } = ban
+  let ladder: number[]
+  if (Array.isArray(escalate)) {
+    if (ban.duration !== undefined || ban.maxDuration !== undefined) {
+      fail(`${name}.escalate`, escalate, 'a list of ban lengths without duration or maxDuration (the list holds them all)')
+    }
+    if (escalate.length === 0 || escalate.length > MAX_LADDER) fail(`${name}.escalate`, escalate, `a list of 1 to ${MAX_LADDER} ban lengths`)
+    ladder = escalate.map((step: unknown, i) => checkDuration(step, `${name}.escalate[${i}]`))
+  } else {
+    ladder = [checkDuration(ban.duration, `${name}.duration`)]
+    if (escalate !== undefined) {
+      if (typeof escalate !== 'number' || !Number.isFinite(escalate) || escalate <= 1) {
+        fail(`${name}.escalate`, escalate, 'a factor above 1, or a list of ban lengths')
+      }
+      const cap = ban.maxDuration === undefined ? Math.max(DEFAULTS.banMaxDuration, ladder[0]!) : checkDuration(ban.maxDuration, `${name}.maxDuration`)
+      if (cap < ladder[0]!) fail(`${name}.maxDuration`, ban.maxDuration, 'at least duration')
+      while (ladder[ladder.length - 1]! < cap && ladder.length < MAX_LADDER) {
+        ladder.push(Math.min(cap, Math.ceil(ladder[ladder.length - 1]! * escalate)))
+      }
+    } else if (ban.maxDuration !== undefined) {
+      fail(`${name}.maxDuration`, ban.maxDuration, 'no cap without escalate')
+    }
+  }
+  return Object.freeze({ threshold, ladder: Object.freeze(ladder), forgetMs })
+}
+
+// The largest product of a limit's size and window (or burst and window) the scripts count exactly: Lua
+// numbers are doubles, and the token bucket counts in ticks of 1/max ms.
+const MAX_PRODUCT = 2 ** 50
+
+/** A limit's values as one decision takes them, or a coded error (the product bound keeps the arithmetic exact). */
+export function checkLimit (max: number, windowMs: number, burst: number, name: string): Limit {
+  if (Math.max(max, burst) * windowMs > MAX_PRODUCT) {
+    fail(name, `${max} per ${windowMs} ms`, `max (and burst) × timeWindow in ms up to 2^50`)
+  }
+  return { max, windowMs, burst }
+}
+
+function checkOneLimit (input: Record<string, unknown>, base: ResolvedLimit | undefined, name: string, statics: boolean): ResolvedLimit {
+  const { max, timeWindow, burst, name: policy } = input
+  const limit: ResolvedLimit = Object.freeze({
+    max: max === undefined ? base?.max ?? DEFAULTS.max : typeof max === 'function' && !statics ? max as MaxFunction : checkMax(max, `${name}max`),
+    windowMs: timeWindow === undefined
+      ? base?.windowMs ?? DEFAULTS.timeWindow
+      : typeof timeWindow === 'function' && !statics ? timeWindow as TimeWindowFunction : checkDuration(timeWindow, `${name}timeWindow`),
+    burst: burst === undefined ? base?.burst ?? null : checkMax(burst, `${name}burst`),
+    name: policy === undefined ? base?.name : checkPolicyName(policy, `${name}name`)
   })
+  if (typeof limit.max === 'number' && typeof limit.windowMs === 'number') checkLimit(limit.max, limit.windowMs, limit.burst ?? limit.max, `${name}max`)
+  return limit
+}
+
+function checkLimitList (value: unknown, name: string, statics: boolean): readonly ResolvedLimit[] {
+  if (!Array.isArray(value) || value.length === 0 || value.length > 16) fail(name, value, 'a list of 1 to 16 { max, timeWindow } limits')
+  const limits = value.map((item: unknown, i) => {
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) fail(`${name}[${i}]`, item, 'an object { max, timeWindow }')
+    checkKeys(item, LIMIT_KEYS, `${name}[${i}].`)
+    const limit = item as Record<string, unknown>
+    if (limit.max === undefined || limit.timeWindow === undefined) fail(`${name}[${i}]`, item, 'both max and timeWindow')
+    return checkOneLimit(limit, undefined, `${name}[${i}].`, statics)
+  })
+  const names = limits.map(limit => limit.name).filter(n => n !== undefined)
+  if (new Set(names).size !== names.length) fail(name, value, 'limits with different names')
+  return Object.freeze(limits)
+}
+
+const LIMIT_KEYS = new Set(['max', 'timeWindow', 'burst', 'name'])
+
+function checkShared (value: unknown, name: string): readonly ResolvedLimit[] | null {
+  return value === false ? null : checkStaticLimits(value, name)
+}
+
+/** `{ max, timeWindow, burst? }` or `{ limits: [...] }` with numbers and durations only (a shared budget, an override). */
+export function checkStaticLimits (value: unknown, name: string, ignore: readonly string[] = []): readonly ResolvedLimit[] {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ max, timeWindow } or { limits }')
+  const shared = Object.fromEntries(Object.entries(value).filter(([key]) => !ignore.includes(key)))
+  if (shared.limits !== undefined) {
+    checkKeys(shared, new Set(['limits']), `${name}.`)
+    return checkLimitList(shared.limits, `${name}.limits`, true)
+  }
+  checkKeys(shared, LIMIT_KEYS, `${name}.`)
+  if (shared.max === undefined || shared.timeWindow === undefined) fail(name, value, 'both max and timeWindow, or limits')
+  return Object.freeze([checkOneLimit(shared, undefined, `${name}.`, true)])
 }
 
 function checkAllowList (value: unknown, name: string, canonical: (key: string) => string): ResolvedRoute['allowList'] {
@@ -216,8 +342,15 @@ function checkAllowList (value: unknown, name: string, canonical: (key: string) 
   return value.length === 0 ? null : new Set(value.map(canonical))
 }
 
-// Printable ASCII without quotes or backslashes: a group id becomes an IETF policy name in a header.
-const GROUP_ID = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/
+// Printable ASCII without quotes or backslashes: a group id or a limit's name becomes an IETF policy name in a header.
+const POLICY_NAME = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/
+
+function checkPolicyName (value: unknown, name: string): string {
+  if (typeof value !== 'string' || !POLICY_NAME.test(value)) {
+    fail(name, value, 'a string of 1 to 64 printable characters without quotes, backslashes or spaces')
+  }
+  return value
+}
 
 /**
  * Merges one route's (or the plugin's) options over `base`, checking every option given; `canonical`
@@ -226,22 +359,27 @@ const GROUP_ID = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/
 export function resolveRoute (input: Record<string, unknown>, base: ResolvedRoute, where: string, canonical: (key: string) => string): ResolvedRoute {
   const has = (key: string): boolean => input[key] !== undefined
   const name = (key: string): string => `${where}${key}`
-  const max = input.max
-  const timeWindow = input.timeWindow
   const groupId = input.groupId
   const standardHeaders = input.standardHeaders
-  if (has('groupId') && (typeof groupId !== 'string' || !GROUP_ID.test(groupId))) {
-    fail(name('groupId'), groupId, 'a string of 1 to 64 printable characters without quotes, backslashes or spaces')
-  }
+  if (has('groupId')) checkPolicyName(groupId, name('groupId'))
   if (has('standardHeaders') && standardHeaders !== false && standardHeaders !== 'draft-10') {
     fail(name('standardHeaders'), standardHeaders, "false or 'draft-10'")
   }
+  const oneLimit = has('max') || has('timeWindow') || has('burst')
+  if (has('limits') && oneLimit) fail(name('limits'), input.limits, 'limits, or max / timeWindow / burst, not both')
+  // One limit given in parts takes what it does not give from the base's single limit.
+  const limits = has('limits')
+    ? checkLimitList(input.limits, name('limits'), false)
+    : oneLimit ? Object.freeze([checkOneLimit(input, base.limits.length === 1 ? base.limits[0] : undefined, where, false)]) : base.limits
+  const algorithm = has('algorithm') ? checkOneOf(input.algorithm, name('algorithm'), ALGORITHMS) : base.algorithm
+  const shared = has('shared') ? checkShared(input.shared, name('shared')) : base.shared
+  if (algorithm !== 'token-bucket' && [...limits, ...shared ?? []].some(limit => limit.burst !== null)) {
+    fail(name('burst'), limits.find(limit => limit.burst !== null)?.burst ?? shared?.find(limit => limit.burst !== null)?.burst, "no burst but with algorithm: 'token-bucket'")
+  }
   return Object.freeze({
-    algorithm: has('algorithm') ? checkOneOf(input.algorithm, name('algorithm'), ALGORITHMS) : base.algorithm,
-    max: !has('max') ? base.max : typeof max === 'function' ? max as MaxFunction : checkMax(max, name('max')),
-    windowMs: !has('timeWindow')
-      ? base.windowMs
-      : typeof timeWindow === 'function' ? timeWindow as TimeWindowFunction : checkDuration(timeWindow, name('timeWindow')),
+    algorithm,
+    limits,
+    shared,
     keyGenerator: has('keyGenerator') ? checkFunction<KeyGenerator>(input.keyGenerator, name('keyGenerator')) : base.keyGenerator,
     ban: has('ban') ? checkBan(input.ban, name('ban')) : base.ban,
     allowList: has('allowList') ? checkAllowList(input.allowList, name('allowList'), canonical) : base.allowList,
@@ -250,7 +388,7 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
       ? checkFunction<ErrorResponseBuilder>(input.errorResponseBuilder, name('errorResponseBuilder'))
       : base.errorResponseBuilder,
     onExceeded: has('onExceeded') ? checkFunction<KeyCallback>(input.onExceeded, name('onExceeded')) : base.onExceeded,
-    onBanReach: has('onBanReach') ? checkFunction<KeyCallback>(input.onBanReach, name('onBanReach')) : base.onBanReach,
+    onBanReach: has('onBanReach') ? checkFunction<BanCallback>(input.onBanReach, name('onBanReach')) : base.onBanReach,
     legacyHeaders: has('legacyHeaders') ? checkBoolean(input.legacyHeaders, name('legacyHeaders')) : base.legacyHeaders,
     standardHeaders: has('standardHeaders') ? standardHeaders === 'draft-10' : base.standardHeaders
   })
@@ -323,8 +461,8 @@ export function resolveOptions (input: unknown): ResolvedOptions {
 
   const base: ResolvedRoute = {
     algorithm: DEFAULT_ALGORITHM,
-    max: DEFAULTS.max,
-    windowMs: DEFAULTS.timeWindow,
+    limits: Object.freeze([{ max: DEFAULTS.max, windowMs: DEFAULTS.timeWindow, burst: null, name: undefined }]),
+    shared: null,
     keyGenerator,
     ban: null,
     allowList: null,

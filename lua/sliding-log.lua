@@ -1,89 +1,73 @@
--- Sliding-window log: one decision, atomically, on Redis's clock.
+-- Sliding-window log: exact. Loaded in front of lua/decide.lua, which reads the keys and arguments and
+-- builds the reply (see its header); this file counts.
 --
--- KEYS[1]  log      ZSET of the requests counted in the window: score = arrival (ms), member = unique id
--- KEYS[2]  strikes  SET of the members of the requests denied in the current window (per identity)
--- KEYS[3]  banned   STRING present while the identity is banned (per identity)
--- ARGV[1]  max             requests allowed in the window (integer >= 1)
--- ARGV[2]  window          window length (ms, integer >= 1)
--- ARGV[3]  ban threshold   denials within one window that start a ban (0: bans off)
--- ARGV[4]  ban duration    ms
--- ARGV[5]  member          unique id for this request's log entry, made by the plugin
--- ARGV[6]  peek            1: report without counting or striking, 0: decide and count
+-- KEYS[1]  log  ZSET of the requests counted: score = arrival (ms, Redis time), member = ARGV[2]. One log
+--               serves every limit of the budget: it keeps the longest window, and a limit counts the
+--               entries inside its own window. It never holds more than the longest window's max.
+-- ARGV     per limit: max (requests), window (ms); burst is not used.
+-- Reply    per limit: count = entries in its window; reset = ms until the oldest of them leaves.
 --
--- Reply: { status, count, reset, retry, banStarted }, integers only
---   status      0 allowed, 1 rate limited, 2 banned
---   count       entries in the window after this decision (a denied request adds none)
---   reset       ms until the oldest counted entry leaves the window (0: the log is empty)
---   retry       ms until this request would be allowed (0 when allowed; the remaining ban when banned)
---   banStarted  1 when this request started a ban
---
--- Every key written carries a TTL; the log never holds more than max entries.
 -- Safe to replay: run again with the same member (a client re-sending a command whose reply it lost), a
--- decision counts nothing twice: the entry is added once, and the denial is one strike.
+-- decision counts nothing twice: the entry is added once (ZADD NX), and a denied replay of a request that
+-- was counted is answered as allowed, as it was.
 
-local max = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local threshold = tonumber(ARGV[3])
-local peek = ARGV[6] == '1'
+local function count (log, limits, now, member, peek)
+  local longest = 0
+  for _, limit in ipairs(limits) do
+    longest = math.max(longest, limit.window)
+  end
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - longest)
+  local total = redis.call('ZCARD', log)
+  local function leaves (rank, window)
+    local entry = redis.call('ZRANGE', log, rank, rank, 'WITHSCORES')
+    return tonumber(entry[2]) + window - now
+  end
 
-local function milliseconds (time)
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
-local now = milliseconds(redis.call('TIME'))
-
-local banned = redis.call('PTTL', KEYS[3])
-if banned > 0 then
-  return { 2, 0, 0, banned, 0 }
-end
-
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local count = redis.call('ZCARD', KEYS[1])
-
-local function leaves (index)
-  local entry = redis.call('ZRANGE', KEYS[1], index, index, 'WITHSCORES')
-  return tonumber(entry[2]) + window - now
-end
-
-if count < max then
-  if not peek then
-    count = count + redis.call('ZADD', KEYS[1], 'NX', now, ARGV[5])
-    -- The log lives until its newest entry leaves: after a clock step back, now is not the newest.
-    if redis.call('PTTL', KEYS[1]) < window then
-      redis.call('PEXPIRE', KEYS[1], window)
+  local entries, allowed = {}, true
+  for i, limit in ipairs(limits) do
+    local n = total
+    if limit.window < longest then
+      n = redis.call('ZCOUNT', log, '(' .. (now - limit.window), '+inf')
     end
+    local entry = { count = n, reset = 0, retry = 0 }
+    if n > 0 then
+      entry.reset = leaves(total - n, limit.window)
+    end
+    -- The wait is until enough entries leave this window for one more to fit.
+    if n >= limit.max then
+      entry.retry = leaves(total - limit.max, limit.window)
+      allowed = false
+    end
+    entries[i] = entry
   end
-  if count == 0 then
-    return { 0, 0, 0, 0, 0 }
+
+  if allowed then
+    if not peek and redis.call('ZADD', log, 'NX', now, member) == 1 then
+      for i, entry in ipairs(entries) do
+        -- The new entry is the oldest when the log was empty, or when the clock stepped back.
+        if entry.count == 0 or entry.reset > limits[i].window then
+          entry.reset = limits[i].window
+        end
+        entry.count = entry.count + 1
+      end
+      -- The log lives until its newest entry leaves: after a clock step back, now is not the newest.
+      if redis.call('PTTL', log) < longest then
+        redis.call('PEXPIRE', log, longest)
+      end
+    end
+    return true, entries
   end
-  return { 0, count, leaves(0), 0, 0 }
+
+  -- A replay of a request that was counted when the log had room: it was allowed, and still is.
+  if not peek and redis.call('ZSCORE', log, member) then
+    for _, entry in ipairs(entries) do
+      entry.retry = 0
+    end
+    return true, entries
+  end
+  return false, entries
 end
 
--- A replay of a request that was counted when the log had room: it was allowed, and still is.
-if not peek and redis.call('ZSCORE', KEYS[1], ARGV[5]) then
-  return { 0, count, leaves(0), 0, 0 }
+local function undo (log, limits, member, at, now)
+  redis.call('ZREM', log, member)
 end
-
--- Denied: the request is not logged. The wait is until enough entries leave for one more to fit.
-local reset = leaves(0)
-local retry = leaves(count - max)
-if peek or threshold == 0 then
-  return { 1, count, reset, retry, 0 }
-end
-
--- Strikes count for one window from the first. Redis keeps a key through its expiry millisecond (PTTL 0):
--- that is the next window already, so such strikes start over too.
-if redis.call('PTTL', KEYS[2]) <= 0 then
-  redis.call('DEL', KEYS[2])
-  redis.call('SADD', KEYS[2], ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], window)
-else
-  redis.call('SADD', KEYS[2], ARGV[5])
-end
-if redis.call('SCARD', KEYS[2]) < threshold then
-  return { 1, count, reset, retry, 0 }
-end
-
-local duration = tonumber(ARGV[4])
-redis.call('SET', KEYS[3], '1', 'PX', duration)
-redis.call('DEL', KEYS[2])
-return { 2, count, reset, duration, 1 }

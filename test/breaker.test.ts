@@ -20,6 +20,7 @@ import { RedisStore } from '../lib/stores/redis.js'
 import { Latency, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { decideInput } from './helpers/stores.js'
 
 const TIMEOUT = 100
 /** Each answer within the deadline plus 50 ms for noise. */
@@ -189,13 +190,13 @@ t.test('isPermanent: the errors a real redis-server gives, through the script', 
   const keys = identityKeys(nameSpace, GLOBAL_SCOPE, 'ip:10.0.0.1')
   const decide = async (): Promise<Error> => {
     try {
-      await store.decide({ keys, max: 5, windowMs: 1000, banThreshold: 0, banMs: 0, peek: false })
+      await store.decide(decideInput({ keys, max: 5 }))
     } catch (err) {
       return err as Error
     }
     throw new Error('the decision succeeded')
   }
-  t.equal((await store.decide({ keys, max: 5, windowMs: 1000, banThreshold: 0, banMs: 0, peek: true })).status, 'allowed', 'healthy first')
+  t.equal((await store.decide(decideInput({ keys, max: 5, peek: true }))).status, 'allowed', 'healthy first')
 
   // OOM, from a plain write and from a write inside a script. (Our script is not refused under OOM on
   // Redis 7: its first write, ZREMRANGEBYSCORE, is not a deny-oom command, and after it the script may go on.)

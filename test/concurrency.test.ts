@@ -11,6 +11,7 @@ import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
+import { decideInput } from './helpers/stores.js'
 
 const INSTANCES = 4
 /**
@@ -135,9 +136,9 @@ t.test('the in-process twin stays within its cache bound under a flood of identi
   const cache = 100
   const store = new MemoryStore({ cache })
   t.teardown(async () => { await store.close() })
-  const decide = (key: string, max = 3): string => store.decide({
-    keys: identityKeys('t:', GLOBAL_SCOPE, key), max, windowMs: 60_000, banThreshold: 2, banMs: 60_000, peek: false
-  }).status
+  const decide = (key: string, max = 3): string => store.decide(decideInput({
+    keys: identityKeys('t:', GLOBAL_SCOPE, key), max, windowMs: 60_000, banThreshold: 2, banMs: 60_000
+  })).status
 
   t.same([decide('regular'), decide('regular'), decide('regular'), decide('regular')], ['allowed', 'allowed', 'allowed', 'limited'])
   for (let i = 0; i < 10_000; i++) decide(`stranger-${i}`)

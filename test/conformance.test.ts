@@ -15,7 +15,7 @@ import { MemoryStore } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
-import { memoryStore, redisStore } from './helpers/stores.js'
+import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
 import { prng } from './helpers/random.js'
 
@@ -25,15 +25,17 @@ t.teardown(() => { t.comment(`conformance.test.ts ran in ${Date.now() - started}
 /** Step times are offsets from a realistic epoch millisecond. */
 const T0 = 1_700_000_000_000
 
-const allowed = (count: number, resetMs: number): Decision =>
+type Summary = ReturnType<typeof summary>
+
+const allowed = (count: number, resetMs: number): Summary =>
   ({ status: 'allowed', count, resetMs, retryMs: 0, banStarted: false })
-const limited = (count: number, resetMs: number, retryMs = resetMs): Decision =>
+const limited = (count: number, resetMs: number, retryMs = resetMs): Summary =>
   ({ status: 'limited', count, resetMs, retryMs, banStarted: false })
 /** Refused by an ongoing ban: nothing else is looked at. */
-const banned = (retryMs: number): Decision =>
+const banned = (retryMs: number): Summary =>
   ({ status: 'banned', count: 0, resetMs: 0, retryMs, banStarted: false })
 /** The denial that reaches the threshold: the ban starts with this request. */
-const banStarts = (count: number, resetMs: number, banMs: number): Decision =>
+const banStarts = (count: number, resetMs: number, banMs: number): Summary =>
   ({ status: 'banned', count, resetMs, retryMs: banMs, banStarted: true })
 const EMPTY = allowed(0, 0)
 
@@ -47,7 +49,7 @@ interface Settings {
 }
 
 type Step =
-  | { at: number, expect: Decision, peek?: boolean, max?: number, threshold?: number, scope?: string, windowMs?: number }
+  | { at: number, expect: Summary, peek?: boolean, max?: number, threshold?: number, scope?: string, windowMs?: number }
   | { at: number, setBan: number }
   | { at: number, remove: KeyName[], scope?: string }
   /** Redis only: the log's scores (offsets from T0), to show what a step wrote. */
@@ -453,7 +455,7 @@ async function runCase (t: Test, store: StoreUnderTest, c: Case): Promise<void> 
       const scores = stored.type === 'zset' ? stored.scores.map(s => s - T0) : []
       t.strictSame(scores, step.logHolds, what)
     } else {
-      const input: DecideInput = {
+      const input = decideInput({
         keys: keysOf(step.scope),
         algorithm: c.algorithm,
         max: step.max ?? max,
@@ -461,8 +463,8 @@ async function runCase (t: Test, store: StoreUnderTest, c: Case): Promise<void> 
         banThreshold: step.threshold ?? threshold,
         banMs,
         peek: step.peek === true
-      }
-      t.strictSame(await store.decide(input, now), step.expect, what)
+      })
+      t.strictSame(summary(await store.decide(input, now)), step.expect, what)
     }
   }
 }
@@ -498,7 +500,7 @@ t.test('sliding, not fixed: at most max in any window, where a fixed-window coun
     const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.2')
     const allowedAt: number[] = []
     for (const at of arrivals) {
-      const decision = await store.decide({ keys, max, windowMs, banThreshold: 0, banMs: 0, peek: false }, T0 + at)
+      const decision = await store.decide(decideInput({ keys, max, windowMs }), T0 + at)
       if (decision.status === 'allowed') allowedAt.push(at)
     }
     t.strictSame(allowedAt.slice(0, 4), [700, 800, 900, 1725], `${store.kind}: nothing after the boundary until 700 has left`)
@@ -575,7 +577,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
       for (const store of stores) await store.delete(names.map(name => keys[name]), now)
       results = ['', '']
     } else {
-      const input: DecideInput = {
+      const simple = {
         keys,
         max: budget.varyMax && random() < 0.3 ? int(1, budget.max) : budget.max,
         windowMs: budget.windowMs,
@@ -584,9 +586,10 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
         peek: random() < 0.1,
         algorithm
       }
-      action = `decide(${who.name}/${budget.scope}, max ${input.max}, window ${input.windowMs}, threshold ${input.banThreshold}, ban ${input.banMs}${input.peek ? ', peek' : ''})`
+      const input = decideInput(simple)
+      action = `decide(${who.name}/${budget.scope}, max ${simple.max}, window ${simple.windowMs}, threshold ${simple.banThreshold}, ban ${simple.banMs}${simple.peek ? ', peek' : ''})`
       const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
-      results = decisions.map(d => JSON.stringify(d))
+      results = decisions.map(({ member, ...d }) => JSON.stringify(d))
       seen.add(decisions[1]!.status + (decisions[1]!.banStarted ? '+start' : '') + (input.peek ? ' peek' : ''))
     }
     history.push(`#${step} at T0+${now - T0}: ${action} -> ${results[1]}`)
@@ -613,7 +616,7 @@ t.test('MemoryStore bounds', async t => {
   const max = 3
   const windowMs = 1000
   const input = (keys: IdentityKeys, banThreshold = 0): DecideInput =>
-    ({ keys, max, windowMs, banThreshold, banMs: 5000, peek: false })
+    decideInput({ keys, max, windowMs, banThreshold, banMs: 5000 })
   const setup = (t: Test, cache: number): { store: MemoryStore, at: (ms: number) => void, keys: (i: number) => IdentityKeys } => {
     let clock = T0
     const store = new MemoryStore({ cache, now: () => clock })
@@ -626,18 +629,18 @@ t.test('MemoryStore bounds', async t => {
     const { store, at, keys } = setup(t, 4)
     at(0)
     for (let i = 0; i < 4; i++) t.equal(store.decide(input(keys(i))).status, 'allowed')
-    t.strictSame(store.decide(input(keys(0))), allowed(2, 1000), 'identity 0 has spent 2 of 3')
+    t.strictSame(summary(store.decide(input(keys(0)))), allowed(2, 1000), 'identity 0 has spent 2 of 3')
     t.equal(store.size, 4, 'the table is full of live identities')
 
     at(100)
     const flood = Array.from({ length: 50 }, (_, i) => store.decide(input(keys(100 + i))))
-    t.strictSame(flood.slice(0, 3), [allowed(1, 1000), allowed(2, 1000), allowed(3, 1000)], 'newcomers count in one shared log')
+    t.strictSame(flood.slice(0, 3).map(summary), [allowed(1, 1000), allowed(2, 1000), allowed(3, 1000)], 'newcomers count in one shared log')
     t.ok(flood.slice(3).every(d => d.status === 'limited' && d.count === 3), 'and are limited together once it is full')
     t.equal(store.size, 5, 'one overflow log was added, nothing else')
 
-    t.strictSame(store.decide(input(keys(0))), allowed(3, 900), 'identity 0 keeps its own count: one left, not a fresh budget')
-    t.strictSame(store.decide(input(keys(0))), limited(3, 900), 'and is then limited')
-    t.strictSame(store.decide(input(keys(1))), allowed(2, 900), 'identity 1 too')
+    t.strictSame(summary(store.decide(input(keys(0)))), allowed(3, 900), 'identity 0 keeps its own count: one left, not a fresh budget')
+    t.strictSame(summary(store.decide(input(keys(0)))), limited(3, 900), 'and is then limited')
+    t.strictSame(summary(store.decide(input(keys(1)))), allowed(2, 900), 'identity 1 too')
   })
 
   t.test('the overflow log limits but never strikes or bans anybody', async t => {
@@ -651,7 +654,7 @@ t.test('MemoryStore bounds', async t => {
     t.ok(decisions.slice(3).every(d => d.status === 'limited' && !d.banStarted), 'the rest are limited, with threshold 1, and never banned')
     t.equal(store.size, 3, 'no strikes or bans were stored for them')
     at(1010)
-    t.strictSame(store.decide(input(keys(103), 1)), allowed(1, 1000), 'once the shared entries leave, a newcomer is let in again')
+    t.strictSame(summary(store.decide(input(keys(103), 1))), allowed(1, 1000), 'once the shared entries leave, a newcomer is let in again')
   })
 
   t.test('a full table still bans an identity it tracks', async t => {
@@ -661,8 +664,8 @@ t.test('MemoryStore bounds', async t => {
     store.decide(input(keys(1)))
     t.equal(store.decide(input(keys(2))).count, 1, 'the table is full: a newcomer goes to the overflow log')
     at(10)
-    t.strictSame(store.decide(input(keys(0), 2)), limited(3, 990, 990), 'first denial: a strike')
-    t.strictSame(store.decide(input(keys(0), 2)), banStarts(3, 990, 5000), 'second denial: banned, though the table is full')
+    t.strictSame(summary(store.decide(input(keys(0), 2))), limited(3, 990, 990), 'first denial: a strike')
+    t.strictSame(summary(store.decide(input(keys(0), 2))), banStarts(3, 990, 5000), 'second denial: banned, though the table is full')
     t.equal(store.decide(input(keys(0), 2)).status, 'banned')
   })
 
@@ -673,7 +676,7 @@ t.test('MemoryStore bounds', async t => {
     store.decide(input(keys(3), 1))
     store.decide(input(keys(3), 1))
     store.decide(input(keys(3), 1))
-    t.strictSame(store.decide(input(keys(3), 1)), banStarts(3, 1000, 5000))
+    t.strictSame(summary(store.decide(input(keys(3), 1))), banStarts(3, 1000, 5000))
     t.equal(store.size, 5, 'four logs and a ban')
     at(500)
     store.decide(input(keys(0)))
@@ -723,7 +726,7 @@ t.test('MemoryStore bounds', async t => {
     const source = `
       import { MemoryStore } from ${JSON.stringify(new URL('../lib/stores/memory.ts', import.meta.url).href)}
       const store = new MemoryStore({ cache: 10, sweepInterval: 10 })
-      store.decide({ keys: { log: 'l', strikes: 's', banned: 'b' }, max: 1, windowMs: 60000, banThreshold: 0, banMs: 0, peek: false })
+      store.decide({ keys: { log: 'l', strikes: 's', banned: 'b', offences: 'o', override: 'v' }, limits: [{ max: 1, windowMs: 60000, burst: 1 }], ban: null, peek: false })
       console.log('decided')`
     // Only tap's TypeScript loader (not its coverage or mocks), so the child can import lib/ sources.
     const loader = process.execArgv.filter(arg => arg.includes('@tapjs/typescript'))
@@ -759,7 +762,7 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
     return found.length
   }
   const decide = async (scope: keyof typeof windows, peek = false): Promise<Decision> =>
-    await store.decide({ keys: keys(scope), max: 2, windowMs: windows[scope], banThreshold: 3, banMs, peek })
+    await store.decide(decideInput({ keys: keys(scope), max: 2, windowMs: windows[scope], banThreshold: 3, banMs, peek }))
 
   t.equal((await decide('all', true)).status, 'allowed')
   t.equal(await check('after a peek'), 0, 'a peek writes nothing')

@@ -2,8 +2,9 @@
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
 import { identityKeys } from '../lib/keys.js'
-import { defineSlidingLog } from '../lib/stores/redis.js'
+import { defineSlidingLog, scriptArgs } from '../lib/stores/redis.js'
 import { toDecision } from '../lib/stores/store.js'
+import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 t.test('replaying a decision with the same member counts nothing twice', async t => {
@@ -11,8 +12,8 @@ t.test('replaying a decision with the same member counts nothing twice', async t
   const slidingLog = defineSlidingLog(redis)
   const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.1')
   // max 2, window 60 s, ban after 2 denials for 60 s
-  const decide = async (member: string) => toDecision(
-    await slidingLog(keys.log, keys.strikes, keys.banned, 2, 60_000, 2, 60_000, member, 0))
+  const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })
+  const decide = async (member: string) => toDecision(await slidingLog(...scriptArgs(input, 'decide', member)), member)
 
   t.match(await decide('a'), { status: 'allowed', count: 1 })
   t.match(await decide('a'), { status: 'allowed', count: 1 }, 'the replay of an allowed request adds no entry')

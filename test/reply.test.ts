@@ -1,21 +1,35 @@
-// The one place a script reply becomes a decision: what it accepts (RESP2, RESP3, stringNumbers) and what
-// it refuses with a coded error instead of a wrong decision.
+// The one place a script reply becomes a decision: what it accepts (RESP2, RESP3, stringNumbers), which
+// limit it reports as binding, and what it refuses with a coded error instead of a wrong decision.
 import t from 'tap'
 import { toDecision } from '../lib/stores/store.js'
 
 t.test('integers, or numeric strings from a client with stringNumbers', async t => {
-  t.strictSame(toDecision([0, 3, 900, 0, 0]), { status: 'allowed', count: 3, resetMs: 900, retryMs: 0, banStarted: false })
-  t.strictSame(toDecision(['1', '5', '800', '800', '0']), { status: 'limited', count: 5, resetMs: 800, retryMs: 800, banStarted: false })
-  t.strictSame(toDecision([2, 5, 800, 60000, 1]), { status: 'banned', count: 5, resetMs: 800, retryMs: 60000, banStarted: true })
+  t.strictSame(toDecision([0, 0, 0, 1000, 1, 5, 1000, 3, 900], 'm'), {
+    status: 'allowed', limit: 5, windowMs: 1000, count: 3, resetMs: 900, retryMs: 0, banStarted: false, offence: 0,
+    limits: [{ limit: 5, windowMs: 1000, count: 3, resetMs: 900 }], at: 1000, member: 'm'
+  })
+  t.match(toDecision(['1', '800', '0', '7', '1', '5', '1000', '5', '800'], 'm'), { status: 'limited', count: 5, resetMs: 800, retryMs: 800, banStarted: false })
+  t.match(toDecision([2, 60000, 3, 7, 1, 5, 1000, 5, 800], 'm'), { status: 'banned', count: 5, resetMs: 800, retryMs: 60000, banStarted: true, offence: 3 })
+})
+
+t.test('several limits: the binding one has the fewest remaining; on a tie, the later reset', async t => {
+  const reply = [0, 0, 0, 7, 3, 10, 1000, 4, 500, 100, 60_000, 95, 30_000, 8, 2000, 2, 1500]
+  const decision = toDecision(reply, 'm')
+  t.match(decision, { limit: 100, windowMs: 60_000, count: 95, resetMs: 30_000 }, '5 remaining of 100 binds before 6 of 10 and 6 of 8')
+  t.equal(decision.limits.length, 3)
+  const tie = toDecision([0, 0, 0, 7, 2, 10, 1000, 5, 500, 10, 60_000, 5, 30_000], 'm')
+  t.match(tie, { windowMs: 60_000 }, 'equal remaining: the one that resets later')
 })
 
 t.test('anything else is refused with FST_RATE_GUARD_INVALID_REPLY', async t => {
+  const ok = [0, 0, 0, 7, 1, 5, 1000, 3, 900]
   const bad: unknown[] = [
-    undefined, null, 'OK', 42, {}, [], [0, 1, 2, 3], [0, 1, 2, 3, 0, 5],
-    [3, 0, 0, 0, 0], [-1, 0, 0, 0, 0], [0, -1, 0, 0, 0], [0, 1.5, 0, 0, 0], [0, 1, 0, 0, 2],
-    [0, '1e3', 0, 0, 0], [0, ' 1', 0, 0, 0], [0, null, 0, 0, 0], [0, 1, 0, 0, true], [0, 2 ** 53, 0, 0, 0]
+    undefined, null, 'OK', 42, {}, [], [0, 1, 2, 3], ok.slice(0, 8), [...ok, 0],
+    [0, 0, 0, 7, 0], [0, 0, 0, 7, 2, 5, 1000, 3, 900],
+    [3, ...ok.slice(1)], [-1, ...ok.slice(1)], [0, -1, ...ok.slice(2)], [0, 1.5, ...ok.slice(2)],
+    [0, '1e3', ...ok.slice(2)], [0, ' 1', ...ok.slice(2)], [0, null, ...ok.slice(2)], [0, true, ...ok.slice(2)], [0, 2 ** 53, ...ok.slice(2)]
   ]
   for (const reply of bad) {
-    t.throws(() => toDecision(reply), { code: 'FST_RATE_GUARD_INVALID_REPLY' }, JSON.stringify(reply) ?? String(reply))
+    t.throws(() => toDecision(reply, 'm'), { code: 'FST_RATE_GUARD_INVALID_REPLY' }, JSON.stringify(reply) ?? String(reply))
   }
 })

@@ -1,21 +1,44 @@
-import type { State, Step } from './step.js'
+import { fieldsOf } from './step.js'
+import type { Entry, Step } from './step.js'
 
-/** The twin of `lua/fixed-window.lua`: one counter per window aligned to the epoch, gone when the window ends. */
+/** The twin of `lua/fixed-window.lua`: per limit, a counter of the window (aligned to the epoch) it counts in. */
 
-interface Counter extends State {
-  count: number
-}
+export const fixedWindow: Step = {
+  count (state, limits, now, peek) {
+    const hash = fieldsOf(state)
+    const { fields } = hash
+    let allowed = true
+    const starts: number[] = []
+    const entries = limits.map((limit, index): Entry => {
+      const i = index + 1
+      const start = now - now % limit.windowMs
+      const n = fields.get(`s${i}`) === start ? fields.get(`c${i}`)! : 0
+      const entry = { count: n, reset: n > 0 ? start + limit.windowMs - now : 0, retry: 0 }
+      if (n >= limit.max) {
+        entry.retry = start + limit.windowMs - now
+        allowed = false
+      }
+      starts.push(start)
+      return entry
+    })
+    if (!allowed || peek) return { allowed, entries }
 
-export const fixedWindow: Step = (state, max, window, now, peek) => {
-  const counter = state as Counter | undefined
-  const count = counter?.count ?? 0
-  const reset = counter === undefined ? 0 : counter.expiresAt - now
-  if (count >= max) return { allowed: false, count, reset, retry: reset }
-  if (peek) return { allowed: true, count, reset, retry: 0 }
-  if (counter !== undefined) {
-    counter.count++
-    return { allowed: true, count: counter.count, reset, retry: 0 }
+    let ttl = 0
+    for (const [index, entry] of entries.entries()) {
+      entry.count++
+      entry.reset = starts[index]! + limits[index]!.windowMs - now
+      ttl = Math.max(ttl, entry.reset)
+      fields.set(`s${index + 1}`, starts[index]!).set(`c${index + 1}`, entry.count)
+    }
+    hash.expiresAt = now + ttl
+    return { allowed, entries, state: hash }
+  },
+
+  undo (state, limits, at) {
+    const { fields } = fieldsOf(state)
+    limits.forEach((limit, index) => {
+      const i = index + 1
+      if (fields.get(`s${i}`) === at - at % limit.windowMs && fields.get(`c${i}`)! > 0) fields.set(`c${i}`, fields.get(`c${i}`)! - 1)
+    })
   }
-  const end = window - now % window
-  return { allowed: true, count: 1, reset: end, retry: 0, state: { count: 1, expiresAt: now + end } as Counter }
 }

@@ -1,6 +1,7 @@
 import { fixedWindow } from './fixed-window.js'
 import { slidingLog } from './sliding-log.js'
 import { slidingWindow } from './sliding-window.js'
+import { tokenBucket } from './token-bucket.js'
 import type { Step } from './step.js'
 
 /**
@@ -8,28 +9,30 @@ import type { Step } from './step.js'
  * (a `Step` in this folder) with the same reply; the ban and strike rules around them are shared.
  */
 
-export type Algorithm = 'sliding-log' | 'fixed-window' | 'sliding-window'
+export type Algorithm = 'sliding-log' | 'fixed-window' | 'sliding-window' | 'token-bucket'
 
-export const ALGORITHMS: readonly Algorithm[] = ['sliding-log', 'fixed-window', 'sliding-window']
+export const ALGORITHMS: readonly Algorithm[] = ['sliding-log', 'fixed-window', 'sliding-window', 'token-bucket']
 
 export const DEFAULT_ALGORITHM: Algorithm = 'sliding-log'
 
 /**
- * The name of a budget's state key under the identity's hash tag: `log:<scope>`, `fw:<scope>`, `sw:<scope>`.
+ * The name of a budget's state key under the identity's hash tag: `log:<scope>`, `fw:`, `sw:`, `tb:`.
  * Each algorithm has its own, so switching a route's algorithm starts a fresh count instead of meeting a key
  * of another type (a WRONGTYPE error on every request until it expired).
  */
 export const STATE_SEGMENT: Readonly<Record<Algorithm, string>> = Object.freeze({
   'sliding-log': 'log',
   'fixed-window': 'fw',
-  'sliding-window': 'sw'
+  'sliding-window': 'sw',
+  'token-bucket': 'tb'
 })
 
 /** The in-process twins, by algorithm. */
 export const STEPS: Readonly<Record<Algorithm, Step>> = Object.freeze({
   'sliding-log': slidingLog,
   'fixed-window': fixedWindow,
-  'sliding-window': slidingWindow
+  'sliding-window': slidingWindow,
+  'token-bucket': tokenBucket
 })
 
-export type { State, Step, StepResult } from './step.js'
+export type { Counted, Entry, Limit, State, Step } from './step.js'

@@ -1,32 +1,55 @@
-import type { State, Step } from './step.js'
+import type { Entry, State, Step } from './step.js'
 
-/** The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first. */
+/** The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first, one log for all limits. */
 
 interface Log extends State {
   times: number[]
 }
 
-export const slidingLog: Step = (state, max, window, now, peek) => {
-  const log = state as Log | undefined
-  const times = log?.times ?? []
-  let expired = 0
-  while (expired < times.length && times[expired]! <= now - window) expired++
-  if (expired > 0) times.splice(0, expired)
-  let count = times.length
-  const leaves = (index: number): number => times[index]! + window - now
+export const slidingLog: Step = {
+  count (state, limits, now, peek) {
+    const log = state as Log | undefined
+    const times = log?.times ?? []
+    const longest = Math.max(...limits.map(limit => limit.windowMs))
+    let expired = 0
+    while (expired < times.length && times[expired]! <= now - longest) expired++
+    if (expired > 0) times.splice(0, expired)
+    const total = times.length
+    const leaves = (rank: number, window: number): number => times[rank]! + window - now
 
-  if (count < max) {
-    let made: Log | undefined
-    if (!peek) {
-      insertSorted(times, now)
-      if (log === undefined) made = { times, expiresAt: now + window }
-      // As in the script: the log lives until its newest entry leaves, also after the clock stepped back.
-      else log.expiresAt = Math.max(log.expiresAt, now + window)
-      count++
+    let allowed = true
+    const entries = limits.map(({ max, windowMs: window }): Entry => {
+      let n = total
+      while (n > 0 && times[total - n]! <= now - window) n--
+      const entry = { count: n, reset: n > 0 ? leaves(total - n, window) : 0, retry: 0 }
+      // The wait is until enough entries leave this window for one more to fit.
+      if (n >= max) {
+        entry.retry = leaves(total - max, window)
+        allowed = false
+      }
+      return entry
+    })
+    if (!allowed || peek) return { allowed, entries }
+
+    insertSorted(times, now)
+    for (const [index, entry] of entries.entries()) {
+      // The new entry is the oldest when the log was empty, or when the clock stepped back.
+      if (entry.count === 0 || entry.reset > limits[index]!.windowMs) entry.reset = limits[index]!.windowMs
+      entry.count++
     }
-    return { allowed: true, count, reset: count === 0 ? 0 : leaves(0), retry: 0, state: made }
+    // As in the script: the log lives until its newest entry leaves, also after the clock stepped back.
+    if (log !== undefined) {
+      log.expiresAt = Math.max(log.expiresAt, now + longest)
+      return { allowed, entries }
+    }
+    return { allowed, entries, state: { times, expiresAt: now + longest } as Log }
+  },
+
+  undo (state, _limits, at) {
+    const { times } = state as Log
+    const index = times.indexOf(at)
+    if (index !== -1) times.splice(index, 1)
   }
-  return { allowed: false, count, reset: leaves(0), retry: leaves(count - max) }
 }
 
 /** Appends `value`, keeping the array sorted even when the clock steps back. */

@@ -1,43 +1,71 @@
-import type { State, Step } from './step.js'
+import { fieldsOf } from './step.js'
+import type { Entry, Step } from './step.js'
 
 /**
- * The twin of `lua/sliding-window.lua`: two counters, the current window's and the previous one's (windows
- * aligned to the epoch). The previous window's requests weigh as much of it as the sliding window still
- * covers, `(window - elapsed) / window`: an estimate that assumes they were spread evenly. Integer arithmetic
- * in the same order as the script, so both give the same answer to the millisecond.
+ * The twin of `lua/sliding-window.lua`: per limit, two counters, the current window's and the previous one's
+ * (windows aligned to the epoch). The previous window's requests weigh as much of it as the sliding window
+ * still covers, `(window - elapsed) / window`: an estimate that assumes they were spread evenly. Integer
+ * arithmetic in the same order as the script, so both give the same answer to the millisecond.
  */
 
-interface Counters extends State {
-  start: number
-  prev: number
-  curr: number
-}
+interface Counters { start: number, prev: number, curr: number, weighted: number }
 
-export const slidingWindow: Step = (state, max, window, now, peek) => {
-  const start = now - now % window
-  const stored = state as Counters | undefined
-  let prev = 0
-  let curr = 0
-  if (stored?.start === start) {
-    prev = stored.prev
-    curr = stored.curr
-  } else if (stored?.start === start - window) {
-    prev = stored.curr
-  }
-  const weighted = prev * (window - now + start)
-  const count = (c: number): number => c + Math.floor((weighted + window - 1) / window)
-  const reset = (c: number): number => c > 0 ? start + 2 * window - now : prev > 0 ? start + window - now : 0
+export const slidingWindow: Step = {
+  count (state, limits, now, peek) {
+    const hash = fieldsOf(state)
+    const { fields } = hash
+    let allowed = true
+    const counters: Counters[] = []
+    const entries = limits.map(({ max, windowMs: window }, index): Entry => {
+      const i = index + 1
+      const start = now - now % window
+      let prev = 0
+      let curr = 0
+      if (fields.get(`w${i}`) === start) {
+        prev = fields.get(`p${i}`)!
+        curr = fields.get(`c${i}`)!
+      } else if (fields.get(`w${i}`) === start - window) {
+        prev = fields.get(`c${i}`)!
+      }
+      const weighted = prev * (window - now + start)
+      counters.push({ start, prev, curr, weighted })
+      const entry = { count: 0, reset: 0, retry: 0 }
+      if (weighted + (curr + 1) * window > max * window) {
+        // The first millisecond the request fits: later in this window as the previous one's weight fades,
+        // or once this window's requests are the previous ones.
+        entry.retry = curr < max
+          ? start + window - Math.floor((max - curr - 1) * window / prev) - now
+          : start + 2 * window - Math.floor((max - 1) * window / curr) - now
+        allowed = false
+      }
+      return entry
+    })
 
-  if (weighted + (curr + 1) * window <= max * window) {
-    if (peek) return { allowed: true, count: count(curr), reset: reset(curr), retry: 0 }
-    curr++
-    const made: Counters = { start, prev, curr, expiresAt: start + 2 * window }
-    return { allowed: true, count: count(curr), reset: reset(curr), retry: 0, state: made }
+    let ttl = 0
+    for (const [index, entry] of entries.entries()) {
+      const i = index + 1
+      const window = limits[index]!.windowMs
+      const c = counters[index]!
+      if (allowed && !peek) {
+        c.curr++
+        fields.set(`w${i}`, c.start).set(`p${i}`, c.prev).set(`c${i}`, c.curr)
+        ttl = Math.max(ttl, c.start + 2 * window - now)
+      }
+      entry.count = c.curr + Math.floor((c.weighted + window - 1) / window)
+      entry.reset = c.curr > 0 ? c.start + 2 * window - now : c.prev > 0 ? c.start + window - now : 0
+    }
+    if (ttl === 0) return { allowed, entries }
+    hash.expiresAt = now + ttl
+    return { allowed, entries, state: hash }
+  },
+
+  undo (state, limits, at) {
+    const { fields } = fieldsOf(state)
+    limits.forEach(({ windowMs: window }, index) => {
+      const i = index + 1
+      const start = at - at % window
+      if (fields.get(`w${i}`) === start && fields.get(`c${i}`)! > 0) fields.set(`c${i}`, fields.get(`c${i}`)! - 1)
+      else if (fields.get(`w${i}`) === start + window && fields.get(`p${i}`)! > 0) fields.set(`p${i}`, fields.get(`p${i}`)! - 1)
+    })
   }
-  // The first millisecond the request fits: later in this window as the previous one's weight fades, or
-  // once this window's requests are the previous ones.
-  const retry = curr < max
-    ? start + window - Math.floor((max - curr - 1) * window / prev) - now
-    : start + 2 * window - Math.floor((max - 1) * window / curr) - now
-  return { allowed: false, count: count(curr), reset: reset(curr), retry }
 }

@@ -1,22 +1,48 @@
-/** What an in-process twin of one script is: the counting part, without the ban and strike rules around it. */
+/**
+ * What an in-process twin of one `lua/<algorithm>.lua` is: its `count` and `undo`, on the same state, with
+ * the same arithmetic. The ban, strike and override rules around them are the store's (`lua/decide.lua`).
+ */
+
+/** One limit of a budget: `max` requests per `windowMs`; `burst` is the capacity (equal to `max` but for the token bucket). */
+export interface Limit {
+  readonly max: number
+  readonly windowMs: number
+  readonly burst: number
+}
+
+/** One limit's answer: the count after the decision, ms until it starts falling to zero, ms until a retry passes (0: allows). */
+export interface Entry {
+  count: number
+  reset: number
+  retry: number
+}
 
 /** A budget's state in the in-process store; it is forgotten at `expiresAt` (the script's key TTL). */
 export interface State {
   expiresAt: number
 }
 
-export interface StepResult {
+export interface Counted {
+  /** Every limit allows the request (for a peek: would allow it). */
   readonly allowed: boolean
-  /** As in the script's reply: the count after this decision, ms until reset, ms until a retry may pass. */
-  readonly count: number
-  readonly reset: number
-  readonly retry: number
-  /** The state to store under the budget's key, when the step made a new one; otherwise nothing is written. */
+  readonly entries: Entry[]
+  /** The state to store under the budget's key, when the step made a new one; otherwise nothing new is written. */
   readonly state?: State
 }
 
-/**
- * One decision on a budget's live state (`undefined`: none, or expired) at `now`. A peek or a denial never
- * changes the count; a step may mutate `state` in place.
- */
-export type Step = (state: State | undefined, max: number, window: number, now: number, peek: boolean) => StepResult
+export interface Step {
+  /** One decision on the budget's live state (`undefined`: none, or expired) at `now`; a peek or a denial counts nothing. */
+  count (state: State | undefined, limits: readonly Limit[], now: number, peek: boolean): Counted
+  /** Gives back one request counted at `at` (a decision allowed here but refused by another budget). */
+  undo (state: State, limits: readonly Limit[], at: number, now: number): void
+}
+
+/** A HASH as the counting scripts keep it: `<field><limit index, from 1>` → integer. */
+export interface Fields extends State {
+  readonly fields: Map<string, number>
+}
+
+/** The fields of a live hash, or a new empty one (not stored until a step returns it). */
+export function fieldsOf (state: State | undefined): Fields {
+  return (state as Fields | undefined) ?? { fields: new Map(), expiresAt: 0 }
+}

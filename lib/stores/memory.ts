@@ -1,7 +1,7 @@
 import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
-import type { State } from '../algorithms/index.js'
-import { toDecision } from './store.js'
-import type { DecideInput, Decision, RawDecision, Store } from './store.js'
+import type { Entry, State } from '../algorithms/index.js'
+import { parseLimits, toDecision } from './store.js'
+import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './store.js'
 
 /**
  * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
@@ -12,7 +12,7 @@ import type { DecideInput, Decision, RawDecision, Store } from './store.js'
  * identities can never reset an existing client's budget, nor keep an existing abuser from being banned.
  */
 
-interface Mark { value: number, expiresAt: number }
+interface Mark { value: number | string, expiresAt: number }
 
 export interface MemoryStoreOptions {
   /** Most keys tracked at once. */
@@ -45,39 +45,75 @@ export class MemoryStore implements Store {
   }
 
   decide (input: DecideInput): Decision {
-    return toDecision(this.#decide(input))
+    return toDecision(this.#decide(input), '')
   }
 
-  #decide ({ keys, max, windowMs: window, banThreshold, banMs, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): RawDecision {
+  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): RawDecision {
     const now = this.#now()
+    const override = this.#live(this.#marks, keys.override, now)
+    const limits = override === undefined ? given : parseLimits(override.value as string)
+    const reply = (status: number, retry: number, offence: number, entries?: Entry[]): RawDecision => [
+      status, retry, offence, now, limits.length,
+      ...limits.flatMap((limit, i) => [limit.burst, limit.windowMs, entries?.[i]!.count ?? 0, entries?.[i]!.reset ?? 0])
+    ]
 
     const banned = this.#live(this.#marks, keys.banned, now)
-    if (banned !== undefined) return [2, 0, 0, banned.expiresAt - now, 0]
+    if (banned !== undefined) return reply(2, banned.expiresAt - now, 0)
 
-    const logKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
-    const step = STEPS[algorithm](this.#live(this.#logs, logKey, now), max, window, now, peek)
-    if (step.state !== undefined) this.#logs.set(logKey, step.state)
-    const { count, reset, retry } = step
-    if (step.allowed) return [0, count, reset, 0, 0]
+    const stateKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
+    const counted = STEPS[algorithm].count(this.#live(this.#logs, stateKey, now), limits, now, peek)
+    if (counted.state !== undefined) this.#logs.set(stateKey, counted.state)
+    const { entries } = counted
+    if (counted.allowed) return reply(0, 0, 0, entries)
 
+    // Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
+    let retry = 0
+    let strikeWindow = 0
+    entries.forEach((entry, i) => {
+      if (entry.retry > retry) [retry, strikeWindow] = [entry.retry, limits[i]!.windowMs]
+    })
     // The overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
-    if (peek || banThreshold === 0 || logKey !== keys.log) return [1, count, reset, retry, 0]
+    if (peek || ban === null || stateKey !== keys.log) return reply(1, retry, 0, entries)
 
-    let strikes = this.#live(this.#marks, keys.strikes, now)
-    if (strikes === undefined) {
-      strikes = { value: 0, expiresAt: now + window }
-      this.#marks.set(keys.strikes, strikes)
+    const strikes = this.#count(keys.strikes, now, now + strikeWindow)
+    if ((strikes.value as number) < ban.threshold) return reply(1, retry, 0, entries)
+
+    // The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
+    const { ladder } = ban
+    let offence = 1
+    let duration = ladder[0]!
+    if (ladder.length > 1) {
+      const offences = this.#count(keys.offences, now, 0)
+      offence = offences.value as number
+      duration = ladder[Math.min(offence, ladder.length) - 1]!
+      offences.expiresAt = now + duration + ban.forgetMs
     }
-    strikes.value++
-    if (strikes.value < banThreshold) return [1, count, reset, retry, 0]
-
+    this.#marks.set(keys.banned, { value: 1, expiresAt: now + duration })
     this.#marks.delete(keys.strikes)
-    this.#marks.set(keys.banned, { value: 1, expiresAt: now + banMs })
-    return [2, count, reset, banMs, 1]
+    return reply(2, duration, offence, entries)
+  }
+
+  undo ({ keys, limits, algorithm = DEFAULT_ALGORITHM, at }: UndoInput): void {
+    const now = this.#now()
+    const override = this.#live(this.#marks, keys.override, now)
+    const state = this.#live(this.#logs, keys.log, now)
+    if (state !== undefined) STEPS[algorithm].undo(state, override === undefined ? limits : parseLimits(override.value as string), at, now)
+  }
+
+  /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */
+  #count (key: string, now: number, expiresAt: number): Mark {
+    let mark = this.#live(this.#marks, key, now)
+    if (mark === undefined) this.#marks.set(key, mark = { value: 0, expiresAt })
+    mark.value = (mark.value as number) + 1
+    return mark
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
     this.#marks.set(bannedKey, { value: 1, expiresAt: this.#now() + ms })
+  }
+
+  async setValue (key: string, value: string, ms: number | null): Promise<void> {
+    this.#marks.set(key, { value, expiresAt: ms === null ? Infinity : this.#now() + ms })
   }
 
   async delete (keys: readonly string[]): Promise<void> {

@@ -4,21 +4,28 @@ import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
-import { toDecision } from './store.js'
-import type { DecideInput, Decision, Store } from './store.js'
+import { encodeLimits, toDecision } from './store.js'
+import type { DecideInput, Decision, Store, UndoInput } from './store.js'
 
 /** The Redis store: one script call per decision, each script defined once per client under a name holding its hash. */
 
 export type RedisLike = Redis | Cluster
 
-/** One script per algorithm, read once; its command name holds its hash, so an edited script is a new command. */
+/**
+ * One script per algorithm, read once: the algorithm's file (its `count` and `undo`) followed by
+ * `lua/decide.lua` (the bans, strikes and overrides around them, the same for all). Its command name holds
+ * its hash, so an edited script is a new command.
+ */
 export interface Script {
   readonly lua: string
   readonly command: string
 }
 
+const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
+const DECIDE = read('decide')
+
 function script (algorithm: Algorithm): Script {
-  const lua = readFileSync(new URL(`../../lua/${algorithm}.lua`, import.meta.url), 'utf8')
+  const lua = `${read(algorithm)}\n${DECIDE}`
   const name = algorithm.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
   return Object.freeze({ lua, command: `rateGuard${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
 }
@@ -29,8 +36,22 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(
 export const SLIDING_LOG_SCRIPT = SCRIPTS['sliding-log'].lua
 export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 
-/** Every script takes the same keys and arguments (see the header of each `lua/*.lua`). */
-type ScriptCommand = (state: string, strikes: string, banned: string, ...argv: Array<string | number>) => Promise<unknown>
+/** Every script takes the same keys and arguments (see the header of `lua/decide.lua`). */
+type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
+
+/** How many keys every script takes: state, strikes, banned, offences, override. */
+export const SCRIPT_KEYS = 5
+
+/** The keys and arguments of one script call (see the header of `lua/decide.lua`). */
+export function scriptArgs (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', member: string): Array<string | number> {
+  const { keys } = input
+  const ban = 'ban' in input ? input.ban : null
+  return [
+    keys.log, keys.strikes, keys.banned, keys.offences, keys.override,
+    mode, member, ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, encodeLimits(input.limits),
+    ...'at' in input ? [input.at] : []
+  ]
+}
 
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
 const defined = new WeakMap<object, Set<string>>()
@@ -41,7 +62,7 @@ export function defineScript (client: RedisLike, algorithm: Algorithm): ScriptCo
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
-    client.defineCommand(name, { numberOfKeys: 3, lua })
+    client.defineCommand(name, { numberOfKeys: SCRIPT_KEYS, lua })
     if (ours === undefined) defined.set(client, ours = new Set())
     ours.add(name)
   }
@@ -67,14 +88,22 @@ export class RedisStore implements Store {
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
   }
 
-  async decide ({ keys, max, windowMs, banThreshold, banMs, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): Promise<Decision> {
+  async decide (input: DecideInput): Promise<Decision> {
     const member = this.#memberPrefix + (this.#counter++).toString(36)
-    const reply = await this.#commands[algorithm](keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0)
-    return toDecision(reply)
+    const reply = await this.#commands[input.algorithm ?? DEFAULT_ALGORITHM](...scriptArgs(input, input.peek ? 'peek' : 'decide', member))
+    return toDecision(reply, member)
+  }
+
+  async undo (input: UndoInput): Promise<void> {
+    await this.#commands[input.algorithm ?? DEFAULT_ALGORITHM](...scriptArgs(input, 'undo', input.member))
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
     await this.client.set(bannedKey, '1', 'PX', ms)
+  }
+
+  async setValue (key: string, value: string, ms: number | null): Promise<void> {
+    await (ms === null ? this.client.set(key, value) : this.client.set(key, value, 'PX', ms))
   }
 
   async delete (keys: readonly string[]): Promise<void> {

@@ -25,17 +25,53 @@
 import type { ChainableCommander, Redis } from 'ioredis'
 import { MemoryStore } from '../../lib/stores/memory.js'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
-import { SCRIPTS } from '../../lib/stores/redis.js'
+import type { Algorithm } from '../../lib/algorithms/index.js'
+import type { IdentityKeys } from '../../lib/keys.js'
+import { SCRIPT_KEYS, SCRIPTS, scriptArgs } from '../../lib/stores/redis.js'
 import { toDecision } from '../../lib/stores/store.js'
-import type { DecideInput, Decision } from '../../lib/stores/store.js'
+import type { DecideInput, Decision, UndoInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
 
 export type StoreKind = 'redis' | 'memory'
+
+/** A decision's input in the one-limit spelling most tests use (`ladder` / `limits` for the rest). */
+export interface Simple {
+  keys: IdentityKeys
+  max?: number
+  windowMs?: number
+  burst?: number
+  limits?: Array<{ max: number, windowMs: number, burst?: number }>
+  banThreshold?: number
+  banMs?: number
+  ladder?: number[]
+  forgetMs?: number
+  peek?: boolean
+  algorithm?: Algorithm
+}
+
+export function decideInput ({ keys, max = 1, windowMs = 1000, burst, limits, banThreshold = 0, banMs = 1000, ladder, forgetMs = 0, peek = false, algorithm }: Simple): DecideInput {
+  return {
+    keys,
+    limits: (limits ?? [{ max, windowMs, burst }]).map(l => ({ max: l.max, windowMs: l.windowMs, burst: l.burst ?? l.max })),
+    ban: banThreshold === 0 ? null : { threshold: banThreshold, ladder: ladder ?? [banMs], forgetMs },
+    peek,
+    algorithm
+  }
+}
+
+/** The fields of a decision most tests state: status, the binding limit's count and reset, retry, banStarted. */
+export function summary ({ status, count, resetMs, retryMs, banStarted }: Decision): Pick<Decision, 'status' | 'count' | 'resetMs' | 'retryMs' | 'banStarted'> {
+  return { status, count, resetMs, retryMs, banStarted }
+}
 
 export interface StoreUnderTest {
   readonly kind: StoreKind
   /** One decision at `nowMs` on the test's clock. */
   decide (input: DecideInput, nowMs: number): Promise<Decision>
+  /** Gives back a request counted at `input.at`, at `nowMs`. */
+  undo (input: UndoInput, nowMs: number): Promise<void>
+  /** The admin override: `key` set to `value` for `ms` (null: no TTL) from `nowMs`. */
+  setValue (key: string, value: string, ms: number | null, nowMs: number): Promise<void>
   /** The admin ban: `bannedKey` banned for `ms` from `nowMs`. */
   setBan (bannedKey: string, ms: number, nowMs: number): Promise<void>
   /** The admin unban/reset: deletes `keys` at `nowMs`. */
@@ -48,6 +84,7 @@ export type Stored =
   | { readonly type: 'none' }
   | { readonly type: 'zset', readonly scores: number[], readonly ttl: number }
   | { readonly type: 'string', readonly value: string, readonly ttl: number }
+  | { readonly type: 'hash', readonly fields: Record<string, string>, readonly ttl: number }
 
 /** The test-only command name of an algorithm's time-injected script. */
 export const timedCommand = (algorithm: string): string => `rateGuardTestAt_${algorithm}`
@@ -66,6 +103,14 @@ export function memoryStore (t: Teardownable, cache = 100_000): StoreUnderTest {
     async decide (input, nowMs) {
       clock = nowMs
       return store.decide(input)
+    },
+    async undo (input, nowMs) {
+      clock = nowMs
+      store.undo(input)
+    },
+    async setValue (key, value, ms, nowMs) {
+      clock = nowMs
+      await store.setValue(key, value, ms)
     },
     async setBan (bannedKey, ms, nowMs) {
       clock = nowMs
@@ -107,22 +152,38 @@ class TimedRedis implements TimedRedisStore {
   /** The latest expiry of a key deleted because it expired. */
   #expired = -Infinity
   #member = 0
+  /** Keys written without a TTL on purpose (a permanent override). */
+  readonly #permanent = new Set<string>()
 
   constructor (redis: Redis) {
     this.#redis = redis
     for (const algorithm of ALGORITHMS) {
       const name = timedCommand(algorithm)
-      if (!(name in redis)) redis.defineCommand(name, { numberOfKeys: 3, lua: timeVariant(SCRIPTS[algorithm].lua) })
+      if (!(name in redis)) redis.defineCommand(name, { numberOfKeys: SCRIPT_KEYS, lua: timeVariant(SCRIPTS[algorithm].lua) })
     }
   }
 
-  async decide ({ keys, max, windowMs, banThreshold, banMs, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput, nowMs: number): Promise<Decision> {
+  async decide (input: DecideInput, nowMs: number): Promise<Decision> {
     const member = `m${(this.#member++).toString(36)}`
-    const reply = await this.#step(nowMs, [keys.log, keys.strikes, keys.banned], (multi) => {
-      const command = (multi as unknown as Record<string, Command>)[timedCommand(algorithm)]!
-      command.call(multi, keys.log, keys.strikes, keys.banned, max, windowMs, banThreshold, banMs, member, peek ? 1 : 0, nowMs)
+    return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', member, nowMs), member)
+  }
+
+  async undo (input: UndoInput, nowMs: number): Promise<void> {
+    await this.#script(input, 'undo', input.member, nowMs)
+  }
+
+  async #script (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', member: string, nowMs: number): Promise<unknown> {
+    const { keys } = input
+    return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override], (multi) => {
+      const command = (multi as unknown as Record<string, Command>)[timedCommand(input.algorithm ?? DEFAULT_ALGORITHM)]!
+      command.call(multi, ...scriptArgs(input, mode, member), nowMs)
     })
-    return toDecision(reply)
+  }
+
+  async setValue (key: string, value: string, ms: number | null, nowMs: number): Promise<void> {
+    if (ms === null) this.#permanent.add(key)
+    else this.#permanent.delete(key)
+    await this.#step(nowMs, [key], (multi) => { if (ms === null) multi.set(key, value); else multi.set(key, value, 'PX', ms) })
   }
 
   // The same commands as RedisStore.setBan / RedisStore.delete, run inside the step.
@@ -149,6 +210,7 @@ class TimedRedis implements TimedRedisStore {
       return { type, scores: flat.filter((_, i) => i % 2 === 1).map(Number), ttl: at - nowMs }
     }
     if (type === 'string') return { type, value: (await this.#redis.get(key))!, ttl: at - nowMs }
+    if (type === 'hash') return { type, fields: await this.#redis.hgetall(key), ttl: at - nowMs }
     throw new Error(`inspect: ${key} is a ${type}`)
   }
 
@@ -202,6 +264,8 @@ class TimedRedis implements TimedRedisStore {
           this.#expiries.delete(key)
         } else if (ttl >= 0) {
           this.#expiries.set(key, nowMs + ttl)
+        } else if (this.#permanent.has(key)) {
+          // No TTL, by design.
         } else if (atExpiry.has(key)) {
           // Alive through its expiry millisecond, untouched by this step: gone from the next one on.
           await this.#redis.del(key)

@@ -1,0 +1,85 @@
+-- Token bucket, as GCRA: one theoretical arrival time (TAT) per limit. A limit lets `max` requests through per
+-- `window` ms at a steady rate, one every window / max ms, and up to `burst` at once from a full bucket.
+-- To stay exact in integers, time is counted in ticks of 1/max ms: a request costs `window` ticks and the
+-- bucket holds burst x window ticks. Loaded in front of lua/decide.lua, which reads the keys and arguments
+-- and builds the reply (see its header); this file counts.
+--
+-- KEYS[1]  bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
+--                  The bucket is full again at the TAT; the key lives until the last limit's TAT.
+-- ARGV     per limit: max (requests per window), window (ms), burst (requests at once, the capacity).
+-- Reply    per limit: capacity = burst; count = tokens in use, rounded up; reset = ms until the bucket is
+--          full again. Retry is exact: the first millisecond at which the request's tokens are back.
+--
+-- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
+-- a TAT keeps no members.
+
+-- a = q x b + r with 0 <= r < b, exact for integers below 2^53 (a float quotient alone can round up).
+local function divmod (a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    return q - 1, r + b
+  elseif r >= b then
+    return q + 1, r - b
+  end
+  return q, r
+end
+local function ceildiv (a, b)
+  local q, r = divmod(a, b)
+  if r > 0 then
+    return q + 1
+  end
+  return q
+end
+local function store (bucket, i, now, tat, max)
+  local ms, ticks = divmod(tat, max)
+  redis.call('HSET', bucket, 't' .. i, now + ms, 'f' .. i, ticks)
+end
+
+local function count (bucket, limits, now, member, peek)
+  local stored = redis.call('HGETALL', bucket)
+  local fields = {}
+  for i = 1, #stored, 2 do
+    fields[stored[i]] = tonumber(stored[i + 1])
+  end
+
+  local entries, ahead, allowed = {}, {}, true
+  for i, limit in ipairs(limits) do
+    local max, window = limit.max, limit.window
+    -- Ticks from now until the bucket is full again (0: full).
+    local tat = 0
+    if fields['t' .. i] then
+      tat = math.max(0, (fields['t' .. i] - now) * max + fields['f' .. i])
+    end
+    local entry = { count = ceildiv(tat, window), reset = ceildiv(tat, max), retry = 0 }
+    local over = tat + window - limit.burst * window
+    if over > 0 then
+      entry.retry = ceildiv(over, max)
+      allowed = false
+    end
+    entries[i], ahead[i] = entry, tat
+  end
+  if not allowed or peek then
+    return allowed, entries
+  end
+
+  local ttl = 0
+  for i, entry in ipairs(entries) do
+    local max, tat = limits[i].max, ahead[i] + limits[i].window
+    entry.count = ceildiv(tat, limits[i].window)
+    entry.reset = ceildiv(tat, max)
+    ttl = math.max(ttl, entry.reset)
+    store(bucket, i, now, tat, max)
+  end
+  redis.call('PEXPIRE', bucket, ttl)
+  return true, entries
+end
+
+local function undo (bucket, limits, member, at, now)
+  for i, limit in ipairs(limits) do
+    local stored = redis.call('HMGET', bucket, 't' .. i, 'f' .. i)
+    if stored[1] then
+      store(bucket, i, now, math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]) - limit.window), limit.max)
+    end
+  end
+end
