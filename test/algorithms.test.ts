@@ -15,16 +15,21 @@ const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 const ME = 'ip:127.0.0.1'
 const DAY = 24 * 3600_000
 
-t.test('each script is its own file, named by its hash, with the one clock line and the same keys', async t => {
+t.test('each script is its algorithm file then lua/decide.lua, named by its hash, with the one clock line', async t => {
   const names = new Set<string>()
+  const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
+  t.match(decide, /^-- KEYS\[1\]\s+state.*\n-- KEYS\[2\]\s+strikes.*\n-- KEYS\[3\]\s+banned.*\n-- KEYS\[4\]\s+offences.*\n-- KEYS\[5\]\s+override/m, 'the frame names the keys')
+  t.match(decide, /-- Reply: \{ status, retry, offence, at, n, /, 'and the reply')
   for (const algorithm of ALGORITHMS) {
-    const lua = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
-    const { command } = SCRIPTS[algorithm]
-    t.equal(SCRIPTS[algorithm].lua, lua, `${algorithm}: the script read is the file`)
+    const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
+    const { command, lua } = SCRIPTS[algorithm]
+    t.equal(lua, `${file}\n${decide}`, `${algorithm}: the script is the file, then the frame`)
     t.ok(command.endsWith('_' + createHash('sha1').update(lua).digest('hex').slice(0, 8)), `${algorithm}: ${command} holds its hash`)
-    t.match(lua, /^local now = milliseconds\(redis\.call\('TIME'\)\)$/m, `${algorithm}: Redis TIME is the clock`)
-    t.match(lua, /^-- KEYS\[1\].*\n-- KEYS\[2\]\s+strikes.*\n-- KEYS\[3\]\s+banned/m, `${algorithm}: the header names the keys`)
-    t.match(lua, /-- Reply: \{ status, count, reset, retry, banStarted \}/, `${algorithm}: the header gives the reply`)
+    t.equal(lua.match(/^local now = milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
+    t.match(file, /^-- KEYS\[1\]\s+\w+\s+(ZSET|HASH)/m, `${algorithm}: the header names its state key`)
+    t.match(file, /^-- ARGV\s+per limit: max \(requests/m, `${algorithm}: its arguments with units`)
+    t.match(file, /^-- Reply\s+per limit: /m, `${algorithm}: and what its reply holds`)
+    t.match(file, /^local function count \(.*\n[^]*^local function undo \(/m, `${algorithm}: it defines count and undo`)
     names.add(command)
   }
   t.equal(names.size, ALGORITHMS.length, 'one command per algorithm')
@@ -33,9 +38,9 @@ t.test('each script is its own file, named by its hash, with the one clock line 
 t.test('an unknown algorithm fails registration with a coded error naming the option', async t => {
   const app = Fastify()
   t.teardown(() => app.close())
-  await t.rejects(async () => { await app.register(rateGuard, { algorithm: 'token-bucket' as never }) }, {
+  await t.rejects(async () => { await app.register(rateGuard, { algorithm: 'leaky-bucket' as never }) }, {
     code: INVALID,
-    message: /"algorithm": expected one of 'sliding-log', 'fixed-window', 'sliding-window', got "token-bucket"/
+    message: /"algorithm": expected one of 'sliding-log', 'fixed-window', 'sliding-window', 'token-bucket', got "leaky-bucket"/
   })
 
   const routes = Fastify({ logger: false })
@@ -70,7 +75,7 @@ t.test('on Redis: the plugin algorithm, a route that overrides it, a route that 
   t.equal(plugin[2]!.json().code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS')
   const counter = identityKeys(nameSpace, GLOBAL_SCOPE, ME, 'fixed-window').log
   t.equal(counter, `${identityKeys(nameSpace, GLOBAL_SCOPE, ME).log.replace(':log:', ':fw:')}`, 'same hash tag as the log, its own key')
-  t.equal(await redis.get(counter), '2', 'one counter, not a log: the denied request wrote nothing')
+  t.match(await redis.hgetall(counter), { c1: '2' }, 'one counter, not a log: the denied request wrote nothing')
   const ttl = await redis.pttl(counter)
   t.ok(ttl > 0 && ttl <= DAY, `the counter expires with its window (PTTL ${ttl})`)
   t.equal(await redis.exists(identityKeys(nameSpace, GLOBAL_SCOPE, ME).log), 0, 'no sliding log was written')
@@ -78,16 +83,16 @@ t.test('on Redis: the plugin algorithm, a route that overrides it, a route that 
   const own = [await get('/own'), await get('/own'), await get('/own'), await get('/own')]
   t.strictSame(own.map(r => r.statusCode), [200, 200, 200, 429], 'sliding-window on the route: its own max 3')
   const window = identityKeys(nameSpace, scopeOf('route', 'GET /own'), ME, 'sliding-window').log
-  t.match(await redis.hgetall(window), { p: '0', c: '3' }, 'two counters in one hash')
+  t.match(await redis.hgetall(window), { p1: '0', c1: '3' }, 'two counters in one hash')
 
   t.strictSame([(await get('/log')).statusCode, (await get('/log')).statusCode], [200, 429], 'sliding-log on the route')
   t.equal(await redis.zcard(identityKeys(nameSpace, scopeOf('route', 'GET /log'), ME).log), 1)
   t.strictSame([(await get('/inherits')).statusCode, (await get('/inherits')).statusCode], [200, 429], 'a route given only max')
-  t.equal(await redis.get(identityKeys(nameSpace, scopeOf('route', 'GET /inherits'), ME, 'fixed-window').log), '1', 'inherits fixed-window')
+  t.match(await redis.hgetall(identityKeys(nameSpace, scopeOf('route', 'GET /inherits'), ME, 'fixed-window').log), { c1: '1' }, 'inherits fixed-window')
 
   t.match(await app.rateGuard.peek(ME), { status: 'limited', count: 2, remaining: 0, max: 2 }, 'peek reads the fixed-window counter')
   t.match(await app.rateGuard.peek(ME, { route: 'GET /own' }), { status: 'limited', count: 3, remaining: 0, max: 3 }, 'and the sliding-window one')
-  t.equal(await redis.get(counter), '2', 'peek counted nothing')
+  t.match(await redis.hgetall(counter), { c1: '2' }, 'peek counted nothing')
 
   await app.rateGuard.reset(ME)
   t.equal(await redis.exists(counter, window), 0, 'reset forgets every algorithm\'s state')
