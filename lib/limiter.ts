@@ -80,14 +80,14 @@ export class Limiter {
 
   /**
    * Gives back a request a decision counted, without making the request wait: on Redis it is sent and not
-   * awaited (its failure is reported like a decision's); skipped while the breaker is open.
+   * awaited (its failure is reported like a decision's); skipped unless the breaker is closed.
    */
   undo (input: UndoInput, log: FastifyBaseLogger): void {
     if (!this.#remote) {
-      void this.store.undo(input)
+      this.store.undo(input) as undefined
       return
     }
-    if (this.#breaker?.allow() === false) return
+    if (this.#breaker !== undefined && this.#breaker.state !== 'closed') return
     deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 

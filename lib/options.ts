@@ -284,7 +284,7 @@ const MAX_PRODUCT = 2 ** 50
 /** A limit's values as one decision takes them, or a coded error (the product bound keeps the arithmetic exact). */
 export function checkLimit (max: number, windowMs: number, burst: number, name: string): Limit {
   if (Math.max(max, burst) * windowMs > MAX_PRODUCT) {
-    fail(name, `${max} per ${windowMs} ms`, `max (and burst) × timeWindow in ms up to 2^50`)
+    fail(name, `${max} per ${windowMs} ms`, 'max (and burst) × timeWindow in ms up to 2^50')
   }
   return { max, windowMs, burst }
 }

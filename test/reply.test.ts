@@ -5,8 +5,17 @@ import { toDecision } from '../lib/stores/store.js'
 
 t.test('integers, or numeric strings from a client with stringNumbers', async t => {
   t.strictSame(toDecision([0, 0, 0, 1000, 1, 5, 1000, 3, 900], 'm'), {
-    status: 'allowed', limit: 5, windowMs: 1000, count: 3, resetMs: 900, retryMs: 0, banStarted: false, offence: 0,
-    limits: [{ limit: 5, windowMs: 1000, count: 3, resetMs: 900 }], at: 1000, member: 'm'
+    status: 'allowed',
+    limit: 5,
+    windowMs: 1000,
+    count: 3,
+    resetMs: 900,
+    retryMs: 0,
+    banStarted: false,
+    offence: 0,
+    limits: [{ limit: 5, windowMs: 1000, count: 3, resetMs: 900 }],
+    at: 1000,
+    member: 'm'
   })
   t.match(toDecision(['1', '800', '0', '7', '1', '5', '1000', '5', '800'], 'm'), { status: 'limited', count: 5, resetMs: 800, retryMs: 800, banStarted: false })
   t.match(toDecision([2, 60000, 3, 7, 1, 5, 1000, 5, 800], 'm'), { status: 'banned', count: 5, resetMs: 800, retryMs: 60000, banStarted: true, offence: 3 })
