@@ -13,7 +13,7 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { DEFAULTS } from '../lib/options.js'
-import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
+import { GLOBAL_SCOPE, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { scanKeys, uniquePrefix } from './helpers/redis.js'
@@ -242,6 +242,42 @@ t.test('4 instances, each with its own cluster client: exactly max allowed per i
     t.equal(await observer.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log), max, `${identity}: the log holds exactly max entries`)
   }
   t.comment(`300 parallel decisions on 4 instances: worst ${worst(replies).toFixed(1)} ms`)
+})
+
+t.test('a shared budget: its keys in a slot apart from every client\'s, and both budgets hold', async t => {
+  const nameSpace = uniquePrefix()
+  const app = Fastify()
+  t.teardown(async () => { await app.close() })
+  await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator })
+  app.get('/shared', { config: { rateLimit: { max: 2, timeWindow: '1 minute', shared: { max: 3, timeWindow: '1 minute' } } } }, async () => 'ok')
+  await app.ready()
+
+  const scope = scopeOf('route', 'GET /shared')
+  const sharedLog = sharedKeys(nameSpace, scope, 'sliding-log').log
+  const sharedSlot = await cluster.keySlot(sharedLog)
+  const sharedOwner = await cluster.ownerOf(sharedSlot)
+  // Clients whose keys live on the other masters: each decision of theirs runs on two shards.
+  const others = (await cluster.masters()).filter(m => m !== sharedOwner)
+  const [a, b, c] = await Promise.all(['a', 'b', 'c'].map(async (label, i) => await identityOn(cluster, others[i % others.length]!, nameSpace, `shared-budget-${label}`))) as [string, string, string]
+  for (const identity of [a, b, c]) {
+    t.not(await cluster.keySlot(identityKeys(nameSpace, scope, identity).log), sharedSlot, `${identity}: its own log is in another slot than the shared log`)
+  }
+
+  const hit = async (identity: string): Promise<Array<string | number | undefined>> => {
+    const { res } = await send(app, identity, 0, '/shared')
+    return [res.statusCode, res.headers['x-ratelimit-limit']?.toString(), res.headers['x-ratelimit-remaining']?.toString()]
+  }
+  t.strictSame([await hit(a), await hit(a), await hit(a)], [[200, '2', '1'], [200, '2', '0'], [429, '2', '0']], 'a: its own budget of 2, then its own 429')
+  t.strictSame(await hit(b), [200, '2', '1'], 'b takes the third and last of the shared budget (a\'s refusal took none)')
+  t.strictSame(await hit(c), [429, '3', '0'], 'c meets the spent shared budget, with its headers')
+
+  const observer = cluster.client()
+  await clusterReady(observer)
+  t.equal(await observer.zcard(sharedLog), 3, 'the shared log holds the 3 requests that passed')
+  let own = await app.rateGuard.peek(c, { route: 'GET /shared' })
+  for (let i = 0; i < 20 && own.count !== 0; i++) own = await app.rateGuard.peek(c, { route: 'GET /shared' })
+  t.equal(own.count, 0, 'c\'s own count was given back, on its own shard')
+  t.equal((await app.rateGuard.peek(a, { route: 'GET /shared' })).count, 2)
 })
 
 t.test('a slot migrated by hand while its identity is under traffic', async t => {

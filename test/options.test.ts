@@ -266,3 +266,108 @@ t.test('options that are not an object are refused', async t => {
     t.throws(() => resolveOptions(input), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"options": expected an object/ }, String(input))
   }
 })
+
+// ---- Several limits, the token bucket's burst, shared budgets, the size bound ---------------------------
+
+const limitCases: Record<string, Case[]> = {
+  limits: [
+    [{ limits: [] }, 'limits', 'an array'],
+    [{ limits: { max: 1, timeWindow: 1000 } }, 'limits', 'an object'],
+    [{ limits: 'burst' }, 'limits', '"burst"'],
+    [{ limits: Array.from({ length: 17 }, (_, i) => ({ max: 1, timeWindow: 1000 * (i + 1) })) }, 'limits', 'an array'],
+    [{ limits: [5] }, 'limits[0]', '5'],
+    [{ limits: [null] }, 'limits[0]', 'null'],
+    [{ limits: [[5, 1000]] }, 'limits[0]', 'an array'],
+    [{ limits: [{ timeWindow: 1000 }] }, 'limits[0]', 'an object'],
+    [{ limits: [{ max: 5, timeWindow: 1000 }, { max: 10 }] }, 'limits[1]', 'an object'],
+    [{ limits: [{ max: 0, timeWindow: 1000 }] }, 'limits[0].max', '0'],
+    [{ limits: [{ max: 5, timeWindow: 'soon' }] }, 'limits[0].timeWindow', '"soon"'],
+    [{ limits: [{ max: 5, timeWindow: 1000, nmae: 'x' }] }, 'limits[0].nmae', '"x"'],
+    [{ limits: [{ max: 5, timeWindow: 1000, name: 'a b' }] }, 'limits[0].name', '"a b"'],
+    [{ limits: [{ max: 5, timeWindow: 1000, name: 'a' }, { max: 9, timeWindow: 60_000, name: 'a' }] }, 'limits', 'an array'],
+    [{ limits: [{ max: 5, timeWindow: 1000 }], max: 5 }, 'limits', 'an array'],
+    [{ limits: [{ max: 5, timeWindow: 1000 }], timeWindow: 1000 }, 'limits', 'an array']
+  ],
+  burst: [
+    [{ max: 5, burst: 10 }, 'burst', '10'],
+    [{ algorithm: 'fixed-window', burst: 10 }, 'burst', '10'],
+    [{ algorithm: 'token-bucket', burst: 0 }, 'burst', '0'],
+    [{ algorithm: 'token-bucket', burst: 1.5 }, 'burst', '1.5'],
+    [{ algorithm: 'token-bucket', limits: [{ max: 5, timeWindow: 1000, burst: '10' }] }, 'limits[0].burst', '"10"'],
+  ],
+  shared: [
+    [{ shared: true }, 'shared', 'true'],
+    [{ shared: null }, 'shared', 'null'],
+    [{ shared: [] }, 'shared', 'an array'],
+    [{ shared: 5 }, 'shared', '5'],
+    [{ shared: {} }, 'shared', 'an object'],
+    [{ shared: { max: 3 } }, 'shared', 'an object'],
+    [{ shared: { timeWindow: 1000 } }, 'shared', 'an object'],
+    [{ shared: { max: 0, timeWindow: 1000 } }, 'shared.max', '0'],
+    [{ shared: { max: () => 3, timeWindow: 1000 } }, 'shared.max', 'a function'],
+    [{ shared: { max: 3, timeWindow: () => 1000 } }, 'shared.timeWindow', 'a function'],
+    [{ shared: { max: 3, timeWindow: 1000, per: 'ip' } }, 'shared.per', '"ip"'],
+    [{ shared: { limits: [] } }, 'shared.limits', 'an array'],
+    [{ shared: { limits: [{ max: 3 }] } }, 'shared.limits[0]', 'an object'],
+    [{ shared: { limits: [{ max: 3, timeWindow: 1000 }], max: 3 } }, 'shared.max', '3']
+  ],
+  'the size bound (max × window up to 2^50)': [
+    [{ max: 2 ** 30, timeWindow: 2 ** 21 }, 'max', `"${2 ** 30} per ${2 ** 21} ms"`],
+    [{ max: 2 ** 40, timeWindow: '1 day' }, 'max', `"${2 ** 40} per 86400000 ms"`],
+    [{ limits: [{ max: 5, timeWindow: 1000 }, { max: 2 ** 30, timeWindow: 2 ** 21 }] }, 'limits[1].max', `"${2 ** 30} per ${2 ** 21} ms"`],
+    [{ shared: { max: 2 ** 30, timeWindow: 2 ** 21 } }, 'shared.max', `"${2 ** 30} per ${2 ** 21} ms"`]
+  ]
+}
+
+for (const [group, list] of Object.entries(limitCases)) {
+  t.test(`invalid ${group} is refused at register`, async t => {
+    for (const [options, name, shown] of list) await refuses(t, options, name, shown)
+  })
+}
+
+t.test('a burst inside limits or shared, without the token bucket; a burst that breaks the size bound', async t => {
+  // The option named is checked loosely: today it is `burst` (not `limits[0].burst`), and the bound's message
+  // shows max and window, not the burst that broke it.
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [{ limits: [{ max: 5, timeWindow: 1000, burst: 10 }] }, /burst".*got 10$/],
+    [{ shared: { max: 5, timeWindow: 1000, burst: 10 } }, /burst".*got 10$/],
+    [{ algorithm: 'token-bucket', max: 1, timeWindow: 2 ** 21, burst: 2 ** 30 }, /"max": .*up to 2\^50/]
+  ]
+  for (const [options, message] of cases) {
+    await t.rejects(async () => { await app(t).register(rateGuard, options as never) }, { code: INVALID, message }, JSON.stringify(options))
+  }
+})
+
+t.test('limits, burst and shared on a route are checked when it is declared, named under config.rateLimit', async t => {
+  const server = app(t)
+  await server.register(rateGuard, { max: 5 })
+  const declare = (rateLimit: unknown): void => {
+    server.get(`/r${Math.random().toString(36).slice(2)}`, { config: { rateLimit: rateLimit as never } }, async () => 'ok')
+  }
+  t.throws(() => declare({ limits: [] }), { code: INVALID, message: /"config\.rateLimit\.limits".*got an array$/ })
+  t.throws(() => declare({ limits: [{ max: 1, timeWindow: 1000 }], max: 2 }), { code: INVALID, message: /"config\.rateLimit\.limits": expected limits, or max \/ timeWindow \/ burst, not both/ })
+  t.throws(() => declare({ limits: [{ max: 1, timeWindow: 1000, name: 'x' }, { max: 2, timeWindow: 2000, name: 'x' }] }), { code: INVALID, message: /"config\.rateLimit\.limits": expected limits with different names/ })
+  t.throws(() => declare({ burst: 10 }), { code: INVALID, message: /"config\.rateLimit\.burst": expected no burst but with algorithm: 'token-bucket', got 10$/ })
+  t.throws(() => declare({ limits: [{ max: 1, timeWindow: 1000, burst: 3 }] }), { code: INVALID, message: /"config\.rateLimit\..*burst".*got 3$/ }, 'burst inside limits')
+  t.throws(() => declare({ shared: { max: 3 } }), { code: INVALID, message: /"config\.rateLimit\.shared": expected both max and timeWindow, or limits/ })
+  t.throws(() => declare({ max: 2 ** 30, timeWindow: 2 ** 21 }), { code: INVALID, message: /"config\.rateLimit\.max".*up to 2\^50/ })
+  t.doesNotThrow(() => declare({ algorithm: 'token-bucket', burst: 10 }), 'burst with the token bucket')
+  t.doesNotThrow(() => declare({ limits: [{ max: 1, timeWindow: 1000 }, { max: 2, timeWindow: 2000 }], shared: { limits: [{ max: 3, timeWindow: 1000 }] } }))
+  t.doesNotThrow(() => declare({ max: 2 ** 25, timeWindow: 2 ** 25 }), 'max × window = 2^50 exactly is allowed')
+
+  // A route's burst, given while the plugin counts with the token bucket, is refused once the route changes algorithm.
+  const bucket = app(t)
+  await bucket.register(rateGuard, { algorithm: 'token-bucket', burst: 10 })
+  t.throws(() => bucket.get('/fw', { config: { rateLimit: { algorithm: 'fixed-window' } } }, async () => 'ok'),
+    { code: INVALID, message: /"config\.rateLimit\..*burst".*got 10$/ }, 'the plugin\'s burst is inherited, and checked against the route\'s algorithm')
+})
+
+t.test('a max function whose answer breaks the size bound fails that request with the coded error', async t => {
+  const server = app(t)
+  await server.register(rateGuard, { max: () => 2 ** 40, timeWindow: '1 day' })
+  server.get('/', async () => 'ok')
+  const res = await server.inject('/')
+  t.equal(res.statusCode, 500)
+  t.equal(res.json().code, INVALID)
+  t.match(res.json().message, /"max".*up to 2\^50/)
+})

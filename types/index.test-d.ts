@@ -12,7 +12,8 @@ import rateGuard, { rateGuard as named, normalizeIP, errors } from 'fastify-rate
 import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
-  AllowListFunction, KeyCallback, HookName, FailMode, RedisLike
+  AllowListFunction, KeyCallback, HookName, FailMode, RedisLike, LimitOptions, SharedOptions, BanCallback, BanInfo,
+  OverrideOptions
 } from 'fastify-rate-guard'
 
 /** True only when A and B are the same type (not merely assignable either way). */
@@ -308,3 +309,86 @@ await app.register(async (child) => {
   expectType<RateGuardDecorator>(child.rateGuard)
   child.get('/child', { config: { rateLimit: { max: 3, timeWindow: '1s' } } }, async () => 'ok')
 })
+
+// ---- Several limits, the token bucket's burst, shared budgets ----------------------------------------------
+
+await app.register(rateGuard, { limits: [{ max: 10, timeWindow: '1s', name: 'burst' }, { max: 1000, timeWindow: '1 hour' }] })
+await app.register(rateGuard, { limits: [{ max: (_request, key) => key.startsWith('apikey:') ? 50 : 5, timeWindow: async () => '1s' }] })
+await app.register(rateGuard, { algorithm: 'token-bucket', max: 10, timeWindow: '1 minute', burst: 30 })
+await app.register(rateGuard, { algorithm: 'token-bucket', limits: [{ max: 10, timeWindow: '1 minute', burst: 30 }] })
+const limit: LimitOptions = { max: 5, timeWindow: 1000 }
+await app.register(rateGuard, { limits: [limit] as const })
+// @ts-expect-error a limit needs its window
+await app.register(rateGuard, { limits: [{ max: 5 }] })
+// @ts-expect-error limits is a list
+await app.register(rateGuard, { limits: { max: 5, timeWindow: 1000 } })
+// @ts-expect-error a limit's name is a string
+await app.register(rateGuard, { limits: [{ max: 5, timeWindow: 1000, name: 1 }] })
+// @ts-expect-error burst is a number of requests
+await app.register(rateGuard, { algorithm: 'token-bucket', burst: '30' })
+
+app.get('/shared', { config: { rateLimit: { max: 5, shared: { max: 100, timeWindow: '1 minute' } } } }, async () => 'ok')
+app.get('/shared-limits', { config: { rateLimit: { shared: { limits: [{ max: 10, timeWindow: '1s' }, { max: 100, timeWindow: '1 minute', name: 'all' }] } } } }, async () => 'ok')
+app.get('/not-shared', { config: { rateLimit: { shared: false } } }, async () => 'ok')
+const shared: SharedOptions = { max: 3, timeWindow: 1000, burst: 5, name: 'everyone' }
+expectType<RouteRateLimitOptions>({ shared })
+// @ts-expect-error a shared budget is not per request: max is a number
+const sharedFn: SharedOptions = { max: () => 3, timeWindow: 1000 }
+// @ts-expect-error it is switched on with an object, not true
+const sharedOn: RouteRateLimitOptions = { shared: true }
+expectType<unknown[]>([sharedFn, sharedOn])
+
+// ---- Escalating bans, and what onBanReach is told -------------------------------------------------------
+
+await app.register(rateGuard, { ban: { threshold: 3, duration: '1 minute', escalate: 2, maxDuration: '1 day', forget: '1 week' } })
+await app.register(rateGuard, { ban: { threshold: 3, escalate: ['1 minute', '10 minutes', 3_600_000] } })
+// @ts-expect-error escalate is a factor or a list of durations
+await app.register(rateGuard, { ban: { threshold: 3, duration: '1m', escalate: 'double' } })
+// @ts-expect-error maxDuration is a duration
+await app.register(rateGuard, { ban: { threshold: 3, duration: '1m', escalate: 2, maxDuration: true } })
+const ladder: BanOptions = { threshold: 2, escalate: ['1s', '5s'] }
+expectType<BanOptions>(ladder)
+
+const banCallback: BanCallback = (request, key, ban) => {
+  expectType<FastifyRequest>(request)
+  expectType<string>(key)
+  assertEqual<typeof ban, BanInfo>(true)
+  expectType<number>(ban.durationMs)
+  expectType<number>(ban.offence)
+  // @ts-expect-error the ban's length is durationMs
+  expectType<unknown>(ban.duration)
+}
+await app.register(rateGuard, { onBanReach: banCallback })
+await app.register(rateGuard, { onBanReach: (request, key, { durationMs, offence }) => { request.log.warn({ key, durationMs, offence }, 'banned') } })
+// A callback that ignores the ban's details still fits.
+await app.register(rateGuard, { onBanReach: (_request, key) => { expectType<string>(key) } })
+// @ts-expect-error the third argument is an object, not a number of ms
+await app.register(rateGuard, { onBanReach: (_request: FastifyRequest, _key: string, ms: number) => ms })
+
+// ---- Overrides, and every limit in peek ---------------------------------------------------------------
+
+assertEqual<ReturnType<typeof app.rateGuard.setOverride>, Promise<void>>(true)
+assertEqual<ReturnType<typeof app.rateGuard.clearOverride>, Promise<void>>(true)
+await app.rateGuard.setOverride('apikey:big-customer', { max: 10_000, timeWindow: '1 minute', ttl: '30 days' })
+await app.rateGuard.setOverride('user:42', { limits: [{ max: 10, timeWindow: '1s' }, { max: 500, timeWindow: '1 hour' }], permanent: true })
+await app.rateGuard.setOverride('user:42', { route: 'GET /search', max: 100, timeWindow: 60_000, burst: 20, ttl: 3_600_000 })
+await app.rateGuard.setOverride('user:42', { groupId: 'reports', max: 100, timeWindow: '1 minute', permanent: true })
+await app.rateGuard.clearOverride('user:42')
+await app.rateGuard.clearOverride('user:42', { route: 'GET /search' })
+await app.rateGuard.clearOverride('user:42', { groupId: 'reports' })
+const override: OverrideOptions = { max: 5, timeWindow: '1s', ttl: 1000 }
+expectType<OverrideOptions>(override)
+// @ts-expect-error an override needs its options
+await app.rateGuard.setOverride('user:42')
+// @ts-expect-error permanent is true or left out
+await app.rateGuard.setOverride('user:42', { max: 5, timeWindow: '1s', permanent: false })
+// @ts-expect-error an override's max is a number: it applies without a request
+await app.rateGuard.setOverride('user:42', { max: () => 5, timeWindow: '1s', ttl: '1h' })
+// @ts-expect-error clearOverride names the budget, nothing else
+await app.rateGuard.clearOverride('user:42', { ttl: '1h' })
+
+// Every limit, the binding one first among equals (an override's, when one is set).
+const limitsSeen = (await app.rateGuard.peek('user:42')).limits
+assertEqual<typeof limitsSeen, PeekResult['limits']>(true)
+expectType<number>(limitsSeen[0]!.remaining)
+assertEqual<PeekResult['limits'][number], { max: number, windowMs: number, count: number, remaining: number, resetMs: number }>(true)
