@@ -23,7 +23,7 @@ export interface BudgetOptions {
 }
 
 export interface PeekOptions extends BudgetOptions {
-  /** Needed when that budget's `max` / `timeWindow` are functions of the request. */
+  /** Needed when that budget's `max` / `timeWindow` are functions of the request: they stand in for the functions. */
   max?: number
   timeWindow?: number | string
 }
@@ -122,16 +122,14 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     async peek (key: string, options: PeekOptions = {}) {
       const budget = budgetOf(options, 'peek')
       const { route } = budget
-      const given = options.max !== undefined || options.timeWindow !== undefined
-      const first = route.limits[0]!
-      const limits = staticLimits(given
-        ? [{
-            max: options.max !== undefined ? checkMax(options.max) : first.max,
-            windowMs: options.timeWindow !== undefined ? checkDuration(options.timeWindow, 'timeWindow') : first.windowMs,
-            burst: first.burst,
-            name: undefined
-          }]
-        : route.limits)
+      // `max` / `timeWindow` stand in for the parts of the budget's limits that are functions of the request.
+      const max = options.max === undefined ? undefined : checkMax(options.max)
+      const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
+      const limits = staticLimits(route.limits.map(limit => ({
+        ...limit,
+        max: typeof limit.max === 'function' ? max ?? limit.max : limit.max,
+        windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
+      })))
       if (limits === null) {
         throw new InvalidOptionError('peek', `budget ${JSON.stringify(options.route ?? options.groupId ?? 'default')} computes max or timeWindow per request: pass them`)
       }
@@ -153,10 +151,14 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     async setOverride (key: string, options: OverrideOptions) {
       if (typeof options !== 'object' || options === null) throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
       const budget = budgetOf(options, 'setOverride')
-      const limits = staticLimits(checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS))!
-      if (budget.route.algorithm !== 'token-bucket' && limits.some(limit => limit.burst !== limit.max)) {
+      const resolved = checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS)
+      if (budget.route.algorithm !== 'token-bucket' && resolved.some(limit => limit.burst !== null)) {
         throw new InvalidOptionError('setOverride.burst', "expected no burst but on a budget with algorithm: 'token-bucket'")
       }
+      if (resolved.some(limit => limit.name !== undefined)) {
+        throw new InvalidOptionError('setOverride.name', 'expected no names: an override keeps the budget\'s policy names')
+      }
+      const limits = staticLimits(resolved)!
       if ((options.ttl === undefined) === (options.permanent !== true)) {
         throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')
       }

@@ -184,9 +184,9 @@ export default rateGuard
 
 export { normalizeIP } from './keys.js'
 export * as errors from './errors.js'
-export type { RateGuardDecorator, PeekOptions, PeekResult, OverrideOptions } from './admin.js'
+export type { RateGuardDecorator, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
 export type {
-  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, LimitOptions, SharedOptions, ErrorResponseContext,
+  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, BanCallback, BanInfo,
   HookName, FailMode
 } from './options.js'

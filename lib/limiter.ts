@@ -83,8 +83,9 @@ export class Limiter {
    * awaited (its failure is reported like a decision's); skipped unless the breaker is closed.
    */
   undo (input: UndoInput, log: FastifyBaseLogger): void {
-    if (!this.#remote) {
-      this.store.undo(input) as undefined
+    // The in-process store gives no member: the decision was its own, or the fallback's.
+    if (!this.#remote || input.member === '') {
+      (this.#fallback ?? this.store).undo(input) as undefined
       return
     }
     if (this.#breaker !== undefined && this.#breaker.state !== 'closed') return

@@ -34,19 +34,27 @@ export interface ErrorResponseContext {
 }
 export type ErrorResponseBuilder = (request: FastifyRequest, context: ErrorResponseContext) => object
 
-export interface BanOptions {
+/** Bans: every ban as long (`duration`), or longer for repeat offenders (`escalate`). */
+export type BanOptions = BanCommon & (
+  | {
+    /** How long a ban lasts (the first, with a factor): milliseconds or a string such as `'10 minutes'`. */
+    duration: number | string
+    /** Each ban in a row this many times as long as the one before (`2`: doubling), up to `maxDuration`. */
+    escalate?: number
+    /** The cap on a ban's length with a factor. Default `'1 day'`. */
+    maxDuration?: number | string
+  }
+  | {
+    /** The length of every ban in a row (`['1m', '5m', '1h']`), the last repeating. */
+    escalate: ReadonlyArray<number | string>
+    duration?: never
+    maxDuration?: never
+  }
+)
+
+export interface BanCommon {
   /** Denials within one time window (of the limit hit) that start a ban. */
   threshold: number
-  /** How long a ban lasts (the first, when bans escalate): milliseconds or a string such as `'10 minutes'`. */
-  duration?: number | string
-  /**
-   * Longer bans for repeat offenders: a factor (`2`: each ban in a row twice as long as the one before, up
-   * to `maxDuration`), or the length of every ban in a row (`['1m', '5m', '1h']`, the last repeating; then
-   * without `duration`). Default: every ban lasts `duration`.
-   */
-  escalate?: number | ReadonlyArray<number | string>
-  /** The cap on a ban's length with a factor. Default `'1 day'`. */
-  maxDuration?: number | string
   /** A ban still counts toward the next one's length this long after it ends. Default `'1 day'`. */
   forget?: number | string
 }
@@ -367,6 +375,9 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
   }
   const oneLimit = has('max') || has('timeWindow') || has('burst')
   if (has('limits') && oneLimit) fail(name('limits'), input.limits, 'limits, or max / timeWindow / burst, not both')
+  if (oneLimit && base.limits.length > 1 && !(has('max') && has('timeWindow'))) {
+    fail(name(has('max') ? 'max' : 'timeWindow'), input[has('max') ? 'max' : 'timeWindow'], 'both max and timeWindow: the plugin has several limits to take the other from')
+  }
   // One limit given in parts takes what it does not give from the base's single limit.
   const limits = has('limits')
     ? checkLimitList(input.limits, name('limits'), false)

@@ -16,7 +16,10 @@ local function count (log, limits, now, member, peek)
   for _, limit in ipairs(limits) do
     longest = math.max(longest, limit.window)
   end
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - longest)
+  -- A peek writes nothing, so it counts around the entries that have left instead of removing them.
+  if not peek then
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', now - longest)
+  end
   local total = redis.call('ZCARD', log)
   local function leaves (rank, window)
     local entry = redis.call('ZRANGE', log, rank, rank, 'WITHSCORES')
@@ -26,7 +29,7 @@ local function count (log, limits, now, member, peek)
   local entries, allowed = {}, true
   for i, limit in ipairs(limits) do
     local n = total
-    if limit.window < longest then
+    if peek or limit.window < longest then
       n = redis.call('ZCOUNT', log, '(' .. (now - limit.window), '+inf')
     end
     local entry = { count = n, reset = 0, retry = 0 }

@@ -691,7 +691,7 @@ t.test('MemoryStore bounds', async t => {
     at(10_000)
     for (let i = 0; i < 5; i++) store.decide(input(keys(i)))
     t.equal(store.size, 5, 'full')
-    at(11_000)
+    at(11_001)
     for (let i = 10; i < 12; i++) {
       const own = [store.decide(input(keys(i))), store.decide(input(keys(i))), store.decide(input(keys(i)))]
       t.strictSame(own.map(d => d.count), [1, 2, 3], `newcomer ${i} counts on its own log`)

@@ -11,9 +11,12 @@ export const slidingLog: Step = {
     const log = state as Log | undefined
     const times = log?.times ?? []
     const longest = Math.max(...limits.map(limit => limit.windowMs))
-    let expired = 0
-    while (expired < times.length && times[expired]! <= now - longest) expired++
-    if (expired > 0) times.splice(0, expired)
+    // A peek writes nothing, so it counts around the entries that have left instead of removing them.
+    if (!peek) {
+      let expired = 0
+      while (expired < times.length && times[expired]! <= now - longest) expired++
+      if (expired > 0) times.splice(0, expired)
+    }
     const total = times.length
     const leaves = (rank: number, window: number): number => times[rank]! + window - now
 
@@ -37,12 +40,11 @@ export const slidingLog: Step = {
       if (entry.count === 0 || entry.reset > limits[index]!.windowMs) entry.reset = limits[index]!.windowMs
       entry.count++
     }
-    // As in the script: the log lives until its newest entry leaves, also after the clock stepped back.
-    if (log !== undefined) {
-      log.expiresAt = Math.max(log.expiresAt, now + longest)
-      return { allowed, entries }
-    }
-    return { allowed, entries, state: { times, expiresAt: now + longest } as Log }
+    // As in the script: the log lives until its newest entry leaves, also after the clock stepped back; a
+    // log the trim emptied is gone in Redis, TTL and all, so it starts afresh.
+    if (log === undefined) return { allowed, entries, state: { times, expiresAt: now + longest } as Log }
+    log.expiresAt = total > 0 ? Math.max(log.expiresAt, now + longest) : now + longest
+    return { allowed, entries }
   },
 
   undo (state, _limits, at) {

@@ -57,7 +57,7 @@ export class MemoryStore implements Store {
       ...limits.flatMap((limit, i) => [limit.burst, limit.windowMs, entries?.[i]!.count ?? 0, entries?.[i]!.reset ?? 0])
     ]
 
-    const banned = this.#live(this.#marks, keys.banned, now)
+    const banned = this.#live(this.#marks, keys.banned, now, false)
     if (banned !== undefined) return reply(2, banned.expiresAt - now, 0)
 
     const stateKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
@@ -75,7 +75,7 @@ export class MemoryStore implements Store {
     // The overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
     if (peek || ban === null || stateKey !== keys.log) return reply(1, retry, 0, entries)
 
-    const strikes = this.#count(keys.strikes, now, now + strikeWindow)
+    const strikes = this.#count(keys.strikes, now, now + strikeWindow, false)
     if ((strikes.value as number) < ban.threshold) return reply(1, retry, 0, entries)
 
     // The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
@@ -83,7 +83,7 @@ export class MemoryStore implements Store {
     let offence = 1
     let duration = ladder[0]!
     if (ladder.length > 1) {
-      const offences = this.#count(keys.offences, now, 0)
+      const offences = this.#count(keys.offences, now, 0, true)
       offence = offences.value as number
       duration = ladder[Math.min(offence, ladder.length) - 1]!
       offences.expiresAt = now + duration + ban.forgetMs
@@ -101,8 +101,8 @@ export class MemoryStore implements Store {
   }
 
   /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */
-  #count (key: string, now: number, expiresAt: number): Mark {
-    let mark = this.#live(this.#marks, key, now)
+  #count (key: string, now: number, expiresAt: number, throughExpiry: boolean): Mark {
+    let mark = this.#live(this.#marks, key, now, throughExpiry)
     if (mark === undefined) this.#marks.set(key, mark = { value: 0, expiresAt })
     mark.value = (mark.value as number) + 1
     return mark
@@ -133,13 +133,17 @@ export class MemoryStore implements Store {
   sweep (): void {
     const now = this.#now()
     for (const map of [this.#logs, this.#marks]) {
-      for (const [key, entry] of map) if (entry.expiresAt <= now) map.delete(key)
+      for (const [key, entry] of map) if (entry.expiresAt < now) map.delete(key)
     }
   }
 
-  #live<T extends { expiresAt: number }> (map: Map<string, T>, key: string, now: number): T | undefined {
+  /**
+   * The entry at `key` unless it has expired. As in Redis, a key lives through its expiry millisecond; the
+   * scripts read a ban and strikes as gone at it (`PTTL > 0`), so those pass `throughExpiry: false`.
+   */
+  #live<T extends { expiresAt: number }> (map: Map<string, T>, key: string, now: number, throughExpiry = true): T | undefined {
     const entry = map.get(key)
-    if (entry === undefined || entry.expiresAt > now) return entry
+    if (entry === undefined || entry.expiresAt > now || (throughExpiry && entry.expiresAt === now)) return entry
     map.delete(key)
     return undefined
   }

@@ -65,6 +65,7 @@ export interface Decision {
   readonly limits: readonly LimitState[]
   /** The store's time of the decision (ms): with `member`, what `undo` needs. */
   readonly at: number
+  /** The id of this request in the store (`''` from the in-process store, which needs none). */
   readonly member: string
 }
 

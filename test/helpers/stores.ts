@@ -266,6 +266,7 @@ class TimedRedis implements TimedRedisStore {
           this.#expiries.set(key, nowMs + ttl)
         } else if (this.#permanent.has(key)) {
           // No TTL, by design.
+          this.#expiries.delete(key)
         } else if (atExpiry.has(key)) {
           // Alive through its expiry millisecond, untouched by this step: gone from the next one on.
           await this.#redis.del(key)
