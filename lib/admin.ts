@@ -99,11 +99,11 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
     return identityKeys(nameSpace, scope, canonicalKey(key), algorithm)
   }
-  const budgetOf = (options: BudgetOptions, call: string): RouteBudget => {
+  const budgetOf = (options: BudgetOptions, call: string): RouteBudget & { name: string } => {
     const name = options.route ?? (options.groupId !== undefined ? `group:${options.groupId}` : 'default')
     const budget = budgets.get(name)
     if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
-    return budget
+    return { ...budget, name }
   }
   return Object.freeze({
     async ban (key: string, duration: number | string) {
@@ -131,7 +131,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
         windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
       })))
       if (limits === null) {
-        throw new InvalidOptionError('peek', `budget ${JSON.stringify(options.route ?? options.groupId ?? 'default')} computes max or timeWindow per request: pass them`)
+        throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
       }
       const { algorithm } = route
       const decision = await store.decide({ keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm })

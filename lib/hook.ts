@@ -55,7 +55,7 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
       const own = verdict
       const whole = await limiter.decide(shared, request.log)
       if (whole.status === 'limited' || whole.status === 'unavailable') {
-        limiter.undo({ ...input, member: own.member, at: own.at }, request.log)
+        limiter.undo({ keys: input.keys, limits, algorithm, member: own.member, at: own.at }, request.log)
         verdict = whole
         headers = budget.sharedHeaders
       }

@@ -88,7 +88,7 @@ export class Limiter {
       (this.#fallback ?? this.store).undo(input) as undefined
       return
     }
-    if (this.#breaker !== undefined && this.#breaker.state !== 'closed') return
+    if ((this.#breaker?.state ?? 'closed') !== 'closed') return
     deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 

@@ -300,9 +300,10 @@ export function checkLimit (max: number, windowMs: number, burst: number, name: 
 function checkOneLimit (input: Record<string, unknown>, base: ResolvedLimit | undefined, name: string, statics: boolean): ResolvedLimit {
   const { max, timeWindow, burst, name: policy } = input
   const limit: ResolvedLimit = Object.freeze({
-    max: max === undefined ? base?.max ?? DEFAULTS.max : typeof max === 'function' && !statics ? max as MaxFunction : checkMax(max, `${name}max`),
+    // Only a route's one limit leaves a part out, and then `base` is the plugin's one limit (resolveRoute).
+    max: max === undefined ? (base as ResolvedLimit).max : typeof max === 'function' && !statics ? max as MaxFunction : checkMax(max, `${name}max`),
     windowMs: timeWindow === undefined
-      ? base?.windowMs ?? DEFAULTS.timeWindow
+      ? (base as ResolvedLimit).windowMs
       : typeof timeWindow === 'function' && !statics ? timeWindow as TimeWindowFunction : checkDuration(timeWindow, `${name}timeWindow`),
     burst: burst === undefined ? base?.burst ?? null : checkMax(burst, `${name}burst`),
     name: policy === undefined ? base?.name : checkPolicyName(policy, `${name}name`)

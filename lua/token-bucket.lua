@@ -13,27 +13,14 @@
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- a TAT keeps no members.
 
--- a = q x b + r with 0 <= r < b, exact for integers below 2^53 (a float quotient alone can round up).
-local function divmod (a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    return q - 1, r + b
-  elseif r >= b then
-    return q + 1, r - b
-  end
-  return q, r
-end
+-- Below 2^53 (the plugin bounds max x window by 2^50), a float quotient is never rounded across an
+-- integer, so floor and ceil of a / b are exact.
 local function ceildiv (a, b)
-  local q, r = divmod(a, b)
-  if r > 0 then
-    return q + 1
-  end
-  return q
+  return math.ceil(a / b)
 end
 local function store (bucket, i, now, tat, max)
-  local ms, ticks = divmod(tat, max)
-  redis.call('HSET', bucket, 't' .. i, now + ms, 'f' .. i, ticks)
+  local ms = math.floor(tat / max)
+  redis.call('HSET', bucket, 't' .. i, now + ms, 'f' .. i, tat - ms * max)
 end
 
 local function count (bucket, limits, now, member, peek)

@@ -12,6 +12,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
+import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { DEFAULTS } from '../lib/options.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
@@ -278,6 +279,47 @@ t.test('a shared budget: its keys in a slot apart from every client\'s, and both
   for (let i = 0; i < 20 && own.count !== 0; i++) own = await app.rateGuard.peek(c, { route: 'GET /shared' })
   t.equal(own.count, 0, 'c\'s own count was given back, on its own shard')
   t.equal((await app.rateGuard.peek(a, { route: 'GET /shared' })).count, 2)
+})
+
+t.test('every algorithm on the cluster: two limits, an override and an escalating ban, keys in one slot per identity', async t => {
+  const observer = cluster.client()
+  await clusterReady(observer)
+  const masters = await cluster.masters()
+  for (const [i, algorithm] of ALGORITHMS.entries()) {
+    const nameSpace = uniquePrefix()
+    const app = Fastify()
+    t.teardown(async () => { await app.close() })
+    const bans: Array<[number, number]> = []
+    await app.register(rateGuard, {
+      ...RELAXED,
+      redis: cluster.urls,
+      nameSpace,
+      keyGenerator,
+      algorithm,
+      limits: [{ max: 2, timeWindow: '1 minute' }, { max: 100, timeWindow: '1 hour' }],
+      ban: { threshold: 1, escalate: ['1 minute', '1 hour'] },
+      onBanReach: (_request, _key, { durationMs, offence }) => { bans.push([durationMs, offence]) }
+    })
+    app.get('/', async () => 'ok')
+    await app.ready()
+    // Each algorithm on another master, so every shard runs every script.
+    const [plain, raised] = await Promise.all(['plain', 'raised'].map(async label => await identityOn(cluster, masters[i % masters.length]!, nameSpace, `${algorithm}-${label}`))) as [string, string]
+    const status = async (identity: string): Promise<number> => (await send(app, identity, 0)).res.statusCode
+
+    t.strictSame([await status(plain), await status(plain), await status(plain)], [200, 200, 403], `${algorithm}: two allowed, the third denied and banned (threshold 1)`)
+    t.strictSame(bans, [[60_000, 1]], `${algorithm}: the first ban of the ladder`)
+    const keys = identityKeys(nameSpace, GLOBAL_SCOPE, plain, algorithm)
+    await observer.del(keys.banned)
+    t.equal(await status(plain), 403, `${algorithm}: denied again once the ban is lifted by hand: banned at once`)
+    t.strictSame(bans[1], [3_600_000, 2], `${algorithm}: the second ban is the ladder's second step (offences kept in the identity's slot)`)
+    const slots = new Set(await Promise.all([keys.log, keys.offences, keys.banned].map(async key => await cluster.keySlot(key))))
+    t.equal(slots.size, 1, `${algorithm}: state, offences and ban in one slot`)
+
+    await app.rateGuard.setOverride(raised, { max: 4, timeWindow: '1 minute', ttl: '1 minute' })
+    const replies = []
+    for (let n = 0; n < 5; n++) replies.push(await status(raised))
+    t.strictSame(replies, [200, 200, 200, 200, 403], `${algorithm}: the override's 4 apply, read in the same call on the identity's shard`)
+  }
 })
 
 t.test('a slot migrated by hand while its identity is under traffic', async t => {

@@ -6,23 +6,13 @@ import type { Entry, Fields, Step } from './step.js'
  * 1/max ms so every step is an integer. A request costs `windowMs` ticks; the bucket holds `burst × windowMs`.
  */
 
-/** `a = q × b + r` with `0 <= r < b`, exact below 2^53, as the script computes it. */
-function divmod (a: number, b: number): [number, number] {
-  const q = Math.floor(a / b)
-  const r = a - q * b
-  if (r < 0) return [q - 1, r + b]
-  if (r >= b) return [q + 1, r - b]
-  return [q, r]
-}
-
-function ceildiv (a: number, b: number): number {
-  const [q, r] = divmod(a, b)
-  return r > 0 ? q + 1 : q
-}
+// Below 2^53 (options.ts bounds max × window by 2^50), a float quotient is never rounded across an integer,
+// so floor and ceil of a / b are exact, in Lua as here.
+const ceildiv = (a: number, b: number): number => Math.ceil(a / b)
 
 function store ({ fields }: Fields, i: number, now: number, tat: number, max: number): void {
-  const [ms, ticks] = divmod(tat, max)
-  fields.set(`t${i}`, now + ms).set(`f${i}`, ticks)
+  const ms = Math.floor(tat / max)
+  fields.set(`t${i}`, now + ms).set(`f${i}`, tat - ms * max)
 }
 
 export const tokenBucket: Step = {

@@ -93,7 +93,7 @@ export class MemoryStore implements Store {
     return reply(2, duration, offence, entries)
   }
 
-  undo ({ keys, limits, algorithm = DEFAULT_ALGORITHM, at }: UndoInput): void {
+  undo ({ keys, limits, algorithm, at }: UndoInput): void {
     const now = this.#now()
     const override = this.#live(this.#marks, keys.override, now)
     const state = this.#live(this.#logs, keys.log, now)

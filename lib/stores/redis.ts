@@ -95,7 +95,7 @@ export class RedisStore implements Store {
   }
 
   async undo (input: UndoInput): Promise<void> {
-    await this.#commands[input.algorithm ?? DEFAULT_ALGORITHM](...scriptArgs(input, 'undo', input.member))
+    await this.#commands[input.algorithm](...scriptArgs(input, 'undo', input.member))
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {

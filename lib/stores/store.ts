@@ -30,7 +30,7 @@ export interface DecideInput {
 export interface UndoInput {
   readonly keys: IdentityKeys
   readonly limits: readonly Limit[]
-  readonly algorithm?: Algorithm
+  readonly algorithm: Algorithm
   readonly member: string
   readonly at: number
 }

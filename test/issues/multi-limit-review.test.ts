@@ -2,11 +2,10 @@
 // trimmed the log of the others; a route given half a limit over a plugin with several fell back to the
 // defaults; under failMode 'local' a shared refusal gave the count back to Redis instead of the fallback
 // that had counted it.
-import { freePort } from '../helpers/redis.js'
 import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard from '../../lib/index.js'
-import { getRedis, uniquePrefix } from '../helpers/redis.js'
+import { freePort, getRedis, uniquePrefix } from '../helpers/redis.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 
@@ -36,6 +35,14 @@ t.test('a route giving max or timeWindow alone over a plugin with several limits
     await app.ready()
   }, { code: INVALID, message: /"config\.rateLimit\.timeWindow": expected both max and timeWindow/ })
 
+  const alone = Fastify()
+  t.teardown(() => alone.close())
+  await alone.register(rateGuard, { limits: [{ max: 5, timeWindow: '1s' }, { max: 100, timeWindow: '1 hour' }] })
+  await t.rejects(async () => {
+    alone.get('/c', { config: { rateLimit: { max: 3 } } }, async () => 'ok')
+    await alone.ready()
+  }, { code: INVALID, message: /"config\.rateLimit\.max": expected both max and timeWindow/ })
+
   const other = Fastify()
   t.teardown(() => other.close())
   await other.register(rateGuard, { limits: [{ max: 5, timeWindow: '1s' }, { max: 100, timeWindow: '1 hour' }] })
@@ -62,4 +69,17 @@ t.test('setOverride refuses names: an override keeps the budget\'s policy names'
   t.teardown(() => app.close())
   await app.register(rateGuard, {})
   await t.rejects(app.rateGuard.setOverride('ip:1.2.3.4', { limits: [{ max: 1, timeWindow: 1000, name: 'x' } as never], ttl: 1000 }), { code: INVALID, message: /setOverride\.name/ })
+})
+
+t.test('without a breaker, a shared refusal on Redis still gives the client its count back', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), timeout: 3000, breaker: false })
+  app.get('/', { config: { rateLimit: { max: 2, timeWindow: '1 minute', shared: { max: 1, timeWindow: '1 minute' } } } }, async () => 'ok')
+  t.equal((await app.inject({ url: '/', remoteAddress: '10.0.0.1' })).statusCode, 200)
+  t.equal((await app.inject({ url: '/', remoteAddress: '10.0.0.2' })).statusCode, 429, 'the shared budget is spent')
+  // The give-back is sent without being awaited: read until it has landed, a bounded number of times.
+  let seen = await app.rateGuard.peek('ip:10.0.0.2', { route: 'GET /' })
+  for (let i = 0; i < 50 && seen.count !== 0; i++) seen = await app.rateGuard.peek('ip:10.0.0.2', { route: 'GET /' })
+  t.equal(seen.count, 0, 'the refused client\'s own count was given back')
 })
