@@ -80,7 +80,8 @@ export class Limiter {
 
   /**
    * Gives back a request a decision counted, without making the request wait: on Redis it is sent and not
-   * awaited (its failure is reported like a decision's); skipped unless the breaker is closed.
+   * awaited; it is bounded by the deadline, and its failure is reported like a decision's. (It only follows a
+   * decision Redis just answered, so the breaker has nothing to save it from.)
    */
   undo (input: UndoInput, log: FastifyBaseLogger): void {
     // The in-process store gives no member: the decision was its own, or the fallback's.
@@ -88,7 +89,6 @@ export class Limiter {
       (this.#fallback ?? this.store).undo(input) as undefined
       return
     }
-    if ((this.#breaker?.state ?? 'closed') !== 'closed') return
     deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
