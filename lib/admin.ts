@@ -86,14 +86,15 @@ export const ADMIN_MIN_DEADLINE = 1000
 /** Options of setOverride that are not the limits. */
 const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
 
-export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets): RateGuardDecorator {
+export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, unbanned: (bannedKey: string) => Promise<void>): RateGuardDecorator {
   const { nameSpace, canonicalKey } = opts
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const store = {
     decide: async (input: Parameters<Store['decide']>[0]) => await deadline(inner.decide(input), ms),
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
     setValue: async (key: string, value: string, ttl: number | null) => await deadline(inner.setValue(key, value, ttl), ms),
-    delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms)
+    delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms),
+    unbanned: async (bannedKey: string) => await deadline(unbanned(bannedKey), ms)
   }
   const keysOf = (key: string, scope = '', algorithm?: Algorithm): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
@@ -112,6 +113,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     async unban (key: string) {
       const keys = keysOf(key)
       await store.delete([keys.banned, keys.strikes, keys.offences])
+      await store.unbanned(keys.banned)
     },
     async reset (key: string) {
       // Every algorithm's state on every budget: a budget whose algorithm changed in a deploy starts over too.

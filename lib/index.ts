@@ -4,6 +4,7 @@ import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
 import { createHook } from './hook.js'
 import type { RouteBudget } from './hook.js'
+import { BanCache, listenForUnbans, unbanChannel } from './bans.js'
 import { Breaker } from './breaker.js'
 import { RedisNotReadyError, RedisRefusedError } from './errors.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from './keys.js'
@@ -54,7 +55,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const pluginBudget = budget('default', opts.route, GLOBAL_SCOPE)
   const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget)
 
-  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets))
+  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets, limiter.unbanned))
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
@@ -98,10 +99,18 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
 
   const owned = typeof given === 'string' || Array.isArray(given)
   const client = owned ? await createClient(given as string | readonly string[], timeout) : given as RedisLike
+  const bans = opts.banCache ? new BanCache(cache) : undefined
+  let stopListening = (): void => {}
   try {
     // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
     const store = new RedisStore(client, owned)
+    if (bans !== undefined) {
+      stopListening = listenForUnbans(client, opts.nameSpace, bans, fastify.log)
+      fastify.addHook('onClose', async () => stopListening())
+    }
     const limiter = new Limiter({
+      bans,
+      announceUnban: async (bannedKey) => await client.publish(unbanChannel(opts.nameSpace), bannedKey),
       store,
       remote: true,
       failMode,
@@ -119,6 +128,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
     await checkStartup(fastify, opts, store)
     return limiter
   } catch (err) {
+    stopListening()
     if (owned) client.disconnect()
     throw err
   }

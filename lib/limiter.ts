@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import type { BanCache } from './bans.js'
 import type { Breaker } from './breaker.js'
 import { DeadlineError } from './errors.js'
 import type { FailMode } from './options.js'
@@ -38,6 +39,9 @@ export interface LimiterOptions {
   fallback: MemoryStore | undefined
   /** Set when `store` is remote and the breaker is on. */
   breaker: Breaker | undefined
+  /** Set when `store` is remote: the bans Redis reported, held until they end, and how an unban is told to every instance. */
+  bans?: BanCache
+  announceUnban?: (bannedKey: string) => Promise<unknown>
 }
 
 export class Limiter {
@@ -47,16 +51,26 @@ export class Limiter {
   readonly #timeout: number
   readonly #fallback: MemoryStore | undefined
   readonly #breaker: Breaker | undefined
+  readonly #bans: BanCache | undefined
+  readonly #announceUnban: ((bannedKey: string) => Promise<unknown>) | undefined
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, failMode, timeout, fallback, breaker }: LimiterOptions) {
+  constructor ({ store, remote, failMode, timeout, fallback, breaker, bans, announceUnban }: LimiterOptions) {
     this.store = store
     this.#remote = remote
     this.#failMode = failMode
     this.#timeout = timeout
     this.#fallback = fallback
     this.#breaker = breaker
+    this.#bans = bans
+    this.#announceUnban = announceUnban
+  }
+
+  /** An operator lifted the ban on `bannedKey` in the store: forget it here, and tell every instance. */
+  readonly unbanned = async (bannedKey: string): Promise<void> => {
+    this.#bans?.delete(bannedKey)
+    await this.#announceUnban?.(bannedKey)
   }
 
   decide (input: DecideInput, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
@@ -65,10 +79,13 @@ export class Limiter {
   }
 
   async #decideRemote (input: DecideInput, log: FastifyBaseLogger): Promise<Verdict> {
+    const banned = this.#bans?.remaining(input.keys.banned) ?? 0
+    if (banned > 0) return bannedFor(input, banned)
     if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
     try {
       const decision = await deadline(this.store.decide(input), this.#timeout)
       this.#breaker?.success()
+      if (decision.status === 'banned') this.#bans?.add(input.keys.banned, decision.retryMs)
       return decision
     } catch (err) {
       if (isPermanent(err as Error)) this.#breaker?.success()
@@ -116,6 +133,13 @@ export class Limiter {
     await this.store.close()
     await this.#fallback?.close()
   }
+}
+
+/** The answer Redis would give a client whose ban is known here to last `ms` more. */
+function bannedFor ({ limits }: DecideInput, ms: number): Decision {
+  const states = limits.map(({ burst, windowMs }) => ({ limit: burst, windowMs, count: 0, resetMs: 0 }))
+  const { limit, windowMs } = states[0]!
+  return { status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs: ms, banStarted: false, offence: 0, limits: states, at: 0, member: '' }
 }
 
 /** `promise`, or a DeadlineError after `ms`; the timer never outlives the answer. */

@@ -116,6 +116,12 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   /** Fail registration when Redis is not ready within 2 s; default: start degraded, keep reconnecting. */
   strict?: boolean
   breaker?: false | BreakerOptions
+  /**
+   * Hold bans Redis reported in process until they end, so a banned client costs no Redis call (default
+   * true). Lift bans with `fastify.rateGuard.unban`, which every instance hears; set false if bans are
+   * lifted behind the plugin's back (a `DEL` from redis-cli).
+   */
+  banCache?: boolean
   cache?: number
   apiKeyHeader?: string | false
   verifyApiKey?: (apiKey: string, request: FastifyRequest) => Awaitable<boolean>
@@ -160,6 +166,7 @@ export interface ResolvedOptions {
   readonly timeout: number
   readonly strict: boolean
   readonly breaker: ResolvedBreaker | null
+  readonly banCache: boolean
   readonly cache: number
   /** Writes a key the way the default generator does (see `canonicalKey`). */
   readonly canonicalKey: (key: string) => string
@@ -173,7 +180,7 @@ const ROUTE_KEYS = new Set<string>([
   'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders'
 ])
 const PLUGIN_KEYS = new Set<string>([
-  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'failMode', 'skipOnError', 'timeout', 'strict', 'breaker', 'cache',
+  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'failMode', 'skipOnError', 'timeout', 'strict', 'breaker', 'banCache', 'cache',
   'apiKeyHeader', 'verifyApiKey', 'userId', 'ipv6Subnet',
   // Fastify's own registration options reach the plugin too.
   'prefix', 'logLevel', 'logSerializers'
@@ -495,6 +502,7 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     timeout: has('timeout') ? checkMax(opts.timeout, 'timeout') : DEFAULTS.timeout,
     strict: has('strict') ? checkBoolean(opts.strict, 'strict') : false,
     breaker: checkBreaker(has('breaker') ? opts.breaker : DEFAULTS.breaker),
+    banCache: has('banCache') ? checkBoolean(opts.banCache, 'banCache') : true,
     cache: has('cache') ? checkMax(opts.cache, 'cache') : DEFAULTS.cache,
     canonicalKey: canonical,
     route: resolveRoute(opts, base, '', canonical)
