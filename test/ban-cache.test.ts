@@ -84,7 +84,7 @@ t.test('a lost subscription forgets every cached ban: an unban it could not hear
   t.equal((await app.inject('/')).statusCode, 403)
   t.equal(await scriptCalls(observer) - before, 0, 'held in process')
 
-  await observer.client('KILL', 'TYPE', 'pubsub')
+  await observer.call('CLIENT', 'KILL', 'TYPE', 'pubsub')
   // Lifted behind the plugin's back, with no message: only forgetting the cache can reveal it.
   await observer.del(...(await observer.keys(`${nameSpace}*banned`)), ...(await observer.keys(`${nameSpace}*:log:*`)))
   let status = 403
