@@ -42,12 +42,7 @@ local function parse (text)
   return limits
 end
 
-local limits = parse(redis.call('GET', KEYS[5]) or ARGV[6])
-
-if mode == 'undo' then
-  undo(KEYS[1], limits, member, tonumber(ARGV[7]), now)
-  return { 0 }
-end
+local limits
 
 local function reply (status, retry, offence, entries)
   local out = { status, retry, offence, now, #limits }
@@ -61,9 +56,19 @@ local function reply (status, retry, offence, entries)
   return out
 end
 
-local banned = redis.call('PTTL', KEYS[3])
-if banned > 0 then
-  return reply(2, banned, 0, nil)
+-- A banned client is answered first and at the least cost: its reply shows the budget's own limits.
+if mode ~= 'undo' then
+  local banned = redis.call('PTTL', KEYS[3])
+  if banned > 0 then
+    limits = parse(ARGV[6])
+    return reply(2, banned, 0, nil)
+  end
+end
+
+limits = parse(redis.call('GET', KEYS[5]) or ARGV[6])
+if mode == 'undo' then
+  undo(KEYS[1], limits, member, tonumber(ARGV[7]), now)
+  return { 0 }
 end
 
 local allowed, entries = count(KEYS[1], limits, now, member, mode == 'peek')

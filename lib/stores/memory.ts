@@ -50,15 +50,18 @@ export class MemoryStore implements Store {
 
   #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): RawDecision {
     const now = this.#now()
-    const override = this.#live(this.#marks, keys.override, now)
-    const limits = override === undefined ? given : parseLimits(override.value as string)
+    let limits = given
     const reply = (status: number, retry: number, offence: number, entries?: Entry[]): RawDecision => [
       status, retry, offence, now, limits.length,
       ...limits.flatMap((limit, i) => [limit.burst, limit.windowMs, entries?.[i]!.count ?? 0, entries?.[i]!.reset ?? 0])
     ]
 
+    // A banned client is answered first: its reply shows the budget's own limits.
     const banned = this.#live(this.#marks, keys.banned, now, false)
     if (banned !== undefined) return reply(2, banned.expiresAt - now, 0)
+
+    const override = this.#live(this.#marks, keys.override, now)
+    if (override !== undefined) limits = parseLimits(override.value as string)
 
     const stateKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
     const counted = STEPS[algorithm].count(this.#live(this.#logs, stateKey, now), limits, now, peek)
