@@ -21,7 +21,7 @@ const UNENFORCED = Buffer.from('x-ratelimit-enforced')
 let run = null
 
 function newCounts () {
-  return { requests: 0, statuses: {}, errors: 0, histogram: new Uint32Array(MAX_US + 1), maxUs: 0, at: performance.now() }
+  return { requests: 0, statuses: {}, errors: 0, histogram: new Uint32Array(MAX_US + 1), maxUs: 0, at: performance.now(), cpu: process.cpuUsage() }
 }
 
 /** The position just after `content-length:` in the header block, case-insensitively (Node writes it lower case). */
@@ -99,6 +99,7 @@ function percentile (histogram, total, p) {
 
 function summary (counts) {
   const elapsedMs = performance.now() - counts.at
+  const cpu = process.cpuUsage(counts.cpu)
   const { requests } = counts
   return {
     requests,
@@ -108,7 +109,9 @@ function summary (counts) {
     errors: counts.errors,
     p50Ms: requests === 0 ? null : percentile(counts.histogram, requests, 0.5) / 1000,
     p99Ms: requests === 0 ? null : percentile(counts.histogram, requests, 0.99) / 1000,
-    maxMs: counts.maxUs / 1000
+    maxMs: counts.maxUs / 1000,
+    // The generator's own CPU over the window, as a share of one core: near 1, it is what limits req/s.
+    cpuShare: (cpu.user + cpu.system) / (elapsedMs * 1000)
   }
 }
 

@@ -46,3 +46,22 @@ export async function machine (redis, pin) {
     loadAverageBefore: loadAverage()
   }
 }
+
+/** Busy and total jiffies of each CPU (from /proc/stat), or null where there is no /proc. */
+export function coreTimes () {
+  try {
+    return readFileSync('/proc/stat', 'utf8').split('\n').filter(line => /^cpu\d/.test(line)).map((line) => {
+      const [user, nice, system, idle, iowait, irq, softirq, steal] = line.split(/\s+/).slice(1).map(Number)
+      const busy = user + nice + system + irq + softirq + steal
+      return { busy, total: busy + idle + iowait }
+    })
+  } catch {
+    return null
+  }
+}
+
+/** Each CPU's busy share between two `coreTimes()` readings. */
+export function coreBusy (before, after) {
+  if (before === null || after === null) return null
+  return after.map((core, i) => (core.busy - before[i].busy) / Math.max(1, core.total - before[i].total))
+}

@@ -2,7 +2,8 @@
 import { SCENARIOS } from './plan.js'
 import { BANS, BARE, REFERENCE } from './variants.js'
 
-const METRICS = ['rps', 'p50Ms', 'p99Ms', 'p50SingleMs', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'roundTripsPerRequest', 'redisCommandsPerRequest', 'redisBytesPerClient']
+const METRICS = ['rps', 'p50Ms', 'p99Ms', 'p50SingleMs', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'roundTripsPerRequest', 'redisCommandsPerRequest',
+  'redisBytesPerClient', 'requestsPerClient', 'serverCpuShare', 'loadCpuShare']
 
 function median (sorted) {
   const mid = sorted.length >> 1
@@ -57,6 +58,7 @@ export function aggregate (runs, variants, scenarios) {
 const fmt = (x, digits = 1) => x === null || x === undefined ? '–' : x.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const med = (s, digits) => s === null ? '–' : fmt(s.median, digits)
 const range = (s, digits) => s === null ? '–' : s.n === 1 ? fmt(s.median, digits) : `${fmt(s.median, digits)} (${fmt(s.min, digits)}–${fmt(s.max, digits)})`
+const scale = (s, k) => ({ ...s, median: s.median * k, min: s.min * k, max: s.max * k })
 const times = (s) => s === null ? '–' : `${fmt(s.median, 2)}×`
 
 function responses (shares) {
@@ -67,13 +69,15 @@ function scenarioTable (rows, scenario) {
   const mine = rows.filter(row => row.scenario === scenario)
   const memory = mine.some(row => row.redisBytesPerClient !== null)
   const head = ['server', 'req/s', '× bare', '× frl-redis', 'p50 ms', 'p99 ms', 'p50 ms, 1 conn', 'server µs/req', 'CPU × bare', 'CPU × frl-redis',
-    'Redis µs/req', 'round trips/req', 'Redis cmds/req', ...memory ? ['Redis B/client'] : [], 'responses']
+    'Redis µs/req', 'round trips/req', 'Redis cmds/req', ...memory ? ['Redis B/client (req/client)'] : [], 'core busy: server / load', 'responses']
   const lines = [`| ${head.join(' | ')} |`, `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`]
   for (const row of mine) {
     lines.push(`| ${[
       row.variant, range(row.rps, 0), times(row.vsBare.rps), times(row.vsReference.rps), med(row.p50Ms, 2), med(row.p99Ms, 2), med(row.p50SingleMs, 3),
       range(row.serverCpuUsPerRequest, 1), times(row.vsBare.serverCpu), times(row.vsReference.serverCpu), med(row.redisCpuUsPerRequest, 1),
-      med(row.roundTripsPerRequest, 2), med(row.redisCommandsPerRequest, 2), ...memory ? [med(row.redisBytesPerClient, 0)] : [],
+      med(row.roundTripsPerRequest, 2), med(row.redisCommandsPerRequest, 2),
+      ...memory ? [row.redisBytesPerClient === null ? '–' : `${med(row.redisBytesPerClient, 0)} (${med(row.requestsPerClient, 1)})`] : [],
+      `${med(row.serverCpuShare === null ? null : scale(row.serverCpuShare, 100), 0)}% / ${med(row.loadCpuShare === null ? null : scale(row.loadCpuShare, 100), 0)}%`,
       responses(row.responses) + (row.errors > 0 ? `; ${row.errors} errors` : '')
     ].join(' | ')} |`)
   }
@@ -118,6 +122,12 @@ export function targets (rows, scripts) {
   return out.sort((a, b) => a.target.localeCompare(b.target))
 }
 
+function noise (share) {
+  if (share === null) return '.'
+  return `; over the measured windows, other processes kept the server's core ${fmt(share.median * 100, 0)}% busy ` +
+    `(median; ${fmt(share.min * 100, 0)}–${fmt(share.max * 100, 0)}%): req/s suffers from that, CPU per request much less.`
+}
+
 export function markdown (results) {
   const { machine: m, settings: s, rows, scripts } = results
   const parts = [
@@ -127,11 +137,13 @@ export function markdown (results) {
     '',
     `Machine: ${m.nproc} CPUs (${m.cpu}), Node ${m.node}, Redis ${m.redis} (maxmemory-policy ${m.redisMaxmemoryPolicy}); ` +
       Object.entries(m.packages).map(([name, v]) => `${name} ${v}`).join(', ') + '.',
-    `Processes: ${m.pinning}. Load average ${m.loadAverageBefore} before, ${m.loadAverageAfter} after.`,
+    `Processes: ${m.pinning}. Load average ${m.loadAverageBefore} before, ${m.loadAverageAfter} after${noise(results.noise)}`,
     `Each figure: median of ${s.rounds} interleaved rounds (min–max in brackets), ${s.durationS} s measured after ${s.warmupS} s of warm-up at ` +
       `${s.connections} connections; "1 conn" is a further ${s.singleS} s at one connection. Ratios are taken within each round, then the median. ` +
       'CPU is the server process\'s (`process.cpuUsage`) and Redis\'s (`INFO cpu`) per answered request; round trips are counted in the server ' +
-      'process (a command sent alone, or one pipeline / autopipelined batch); Redis cmds include the commands scripts run.'
+      'process (a command sent alone, or one pipeline / autopipelined batch); Redis cmds include the commands scripts run. ' +
+      '"Core busy" is the CPU the server and the load generator used over the window, as a share of one core: the one near 100% is what ' +
+      'limits req/s. Redis B/client: Redis memory grown over the allowed run per client of the pool (with the requests each client sent).'
   ]
   for (const scenario of s.scenarios) parts.push('', `## ${SCENARIOS[scenario].title}`, '', scenarioTable(rows, scenario))
   if (s.scenarios.includes('banned')) {

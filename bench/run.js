@@ -13,11 +13,11 @@ import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
-import { loadAverage, machine } from './machine.js'
+import { coreBusy, coreTimes, loadAverage, machine } from './machine.js'
 import { MAX, POOL, SCENARIOS, bannedKeys, key } from './plan.js'
 import { pinning, startLoad, startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
-import { aggregate, markdown } from './report.js'
+import { aggregate, markdown, spread } from './report.js'
 import { scriptCosts } from './scripts.js'
 import { allVariants, selectVariants } from './variants.js'
 
@@ -61,14 +61,16 @@ async function measure (load, server, plan, connections, seconds, withCounters) 
   await load.ask({ type: 'start', port: server.port, plan, connections }, 'started')
   await sleep(settings.warmupS * 1000 * (connections === 1 ? 0.3 : 1))
   const before = withCounters ? await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(redis)]) : null
+  const cores = coreTimes()
   await load.ask({ type: 'mark' }, 'marked')
   await sleep(seconds * 1000)
   const [result, ...after] = await Promise.all([
     load.ask({ type: 'stop' }, 'result'),
     ...withCounters ? [server.ask({ type: 'snapshot' }, 'snapshot'), info(redis)] : []
   ])
+  const busy = coreBusy(cores, coreTimes())
   if (!withCounters) return { result }
-  return { result, server: [before[0], after[0]], redis: [before[1], after[1]] }
+  return { result, server: [before[0], after[0]], redis: [before[1], after[1]], busy }
 }
 
 async function runScenario (load, server, variant, scenario, round) {
@@ -103,9 +105,16 @@ async function runScenario (load, server, variant, scenario, round) {
     redisCpuUsPerRequest: perRequest(redisDelta.cpuUs),
     redisCommandsPerRequest: perRequest(redisDelta.commands),
     // Redis memory grown from before the warm-up to the end of the measured run, per client of the pool.
-    redisBytesPerClient: kind === 'pool' ? (main.redis[1].used_memory - memoryBefore) / POOL : null,
-    requestsPerClient: kind === 'pool' ? result.sentSinceStart / POOL : null,
-    serverRss: main.server[1].rss
+    redisBytesPerClient: kind === 'pool' && variant.redis ? (main.redis[1].used_memory - memoryBefore) / POOL : null,
+    requestsPerClient: kind === 'pool' && variant.redis ? result.sentSinceStart / POOL : null,
+    serverRss: main.server[1].rss,
+    // Shares of one core over the measured window: whichever is near 1 is what limits req/s.
+    serverCpuShare: (main.server[1].cpuUs - main.server[0].cpuUs) / (result.elapsedMs * 1000),
+    loadCpuShare: result.cpuShare,
+    // How busy each CPU was over the window, everything on it included (other processes of the machine too).
+    coreBusy: main.busy,
+    // The server's core, busy with anything but the server: the noise a shared machine adds.
+    otherOnServerCore: pin.taskset && main.busy !== null ? Math.max(0, main.busy[Number(pin.server)] - (main.server[1].cpuUs - main.server[0].cpuUs) / (result.elapsedMs * 1000)) : null
   }
 }
 
@@ -152,7 +161,7 @@ await redis.quit()
 meta.machine.loadAverageAfter = loadAverage()
 meta.elapsedS = Math.round((Date.now() - started) / 1000)
 const rows = aggregate(runs, variants, scenarios)
-const results = { ...meta, rows, scripts, runs }
+const results = { ...meta, noise: spread(runs.map(run => run.otherOnServerCore)), rows, scripts, runs }
 mkdirSync(dirname(settings.out), { recursive: true })
 writeFileSync(settings.out, JSON.stringify(results, null, 2) + '\n')
 process.stdout.write(markdown(results))

@@ -16,16 +16,16 @@ export function allVariants (algorithms) {
     ? []
     : algorithms.flatMap(algorithm => algorithm === 'sliding-log'
       ? [
-          { id: `rate-guard ${algorithm} autopipelining`, kind: 'rate-guard', algorithm, autopipelining: true },
-          { id: `rate-guard ${algorithm}`, kind: 'rate-guard', algorithm, autopipelining: false }
+          { id: `rate-guard ${algorithm} autopipelining`, kind: 'rate-guard', redis: true, algorithm, autopipelining: true },
+          { id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }
         ]
-      : [{ id: `rate-guard ${algorithm}`, kind: 'rate-guard', algorithm, autopipelining: false }])
+      : [{ id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }])
   return [
-    { id: BARE, kind: 'bare' },
+    { id: BARE, kind: 'bare', redis: false },
     ...ours,
-    { id: REFERENCE, kind: 'frl-redis' },
-    { id: '@fastify/rate-limit memory', kind: 'frl-memory' },
-    { id: 'rate-limiter-flexible redis', kind: 'rlf-redis' }
+    { id: REFERENCE, kind: 'frl-redis', redis: true },
+    { id: '@fastify/rate-limit memory', kind: 'frl-memory', redis: false },
+    { id: 'rate-limiter-flexible redis', kind: 'rlf-redis', redis: true }
   ]
 }
 
