@@ -16,9 +16,10 @@ export function pinning () {
     : { taskset: false, note: cores < 2 ? 'one CPU: nothing pinned' : 'taskset not available: nothing pinned' }
 }
 
-function start (script, args, cpu) {
+function start (script, args, cpu, nodeArgs = []) {
   const path = fileURLToPath(new URL(script, import.meta.url))
-  const command = cpu === undefined ? [process.execPath, path, ...args] : ['taskset', '-c', cpu, process.execPath, path, ...args]
+  const node = [process.execPath, ...nodeArgs, path, ...args]
+  const command = cpu === undefined ? node : ['taskset', '-c', cpu, ...node]
   const child = spawn(command[0], command.slice(1), { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   const waiting = []
   const early = []
@@ -53,8 +54,9 @@ function start (script, args, cpu) {
   }
 }
 
-export async function startServer (config, pin) {
-  const server = start('./server.js', [JSON.stringify(config)], pin.taskset ? pin.server : undefined)
+/** `nodeArgs`: options for node itself, such as `--cpu-prof`. */
+export async function startServer (config, pin, nodeArgs = []) {
+  const server = start('./server.js', [JSON.stringify(config)], pin.taskset ? pin.server : undefined, nodeArgs)
   const ready = await Promise.race([server.next('ready'), server.exited.then(({ code }) => { throw new Error(`the ${config.variant.id} server exited (${code}) before it was ready`) })])
   return { ...server, port: ready.port }
 }

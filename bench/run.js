@@ -101,6 +101,7 @@ async function runScenario (load, server, variant, scenario, round) {
     statuses: result.statuses,
     errors: result.errors,
     serverCpuUsPerRequest: perRequest(main.server[1].cpuUs - main.server[0].cpuUs),
+    commandsSentPerRequest: perRequest(main.server[1].commands - main.server[0].commands),
     roundTripsPerRequest: perRequest(main.server[1].roundTrips - main.server[0].roundTrips),
     redisCpuUsPerRequest: perRequest(redisDelta.cpuUs),
     redisCommandsPerRequest: perRequest(redisDelta.commands),

@@ -37,13 +37,25 @@ function redisBenchmark (redisUrl, calls, command) {
   })
 }
 
-/** µs per call of `sha` inside Redis while redis-benchmark runs `argv` (evalsha's commandstats delta). */
+/**
+ * µs per call of `sha` inside Redis while redis-benchmark runs `argv` (evalsha's commandstats delta), and the
+ * commands the script ran per call, each with its µs (the other commandstats deltas).
+ */
 async function measure (redis, redisUrl, calls, sha, keys, argv) {
-  const before = commandStat(await info(redis), 'evalsha')
+  const before = await info(redis)
   const rps = await redisBenchmark(redisUrl, calls, ['EVALSHA', sha, String(keys.length), ...keys, ...argv.map(String)])
-  const after = commandStat(await info(redis), 'evalsha')
-  const n = after.calls - before.calls
-  return { calls: n, usPerCall: n > 0 ? (after.usec - before.usec) / n : null, rps }
+  const after = await info(redis)
+  const evalsha = [commandStat(before, 'evalsha'), commandStat(after, 'evalsha')]
+  const n = evalsha[1].calls - evalsha[0].calls
+  const inside = {}
+  for (const name of Object.keys(after)) {
+    if (!name.startsWith('cmdstat_') || name === 'cmdstat_evalsha' || name === 'cmdstat_info') continue
+    const command = name.slice('cmdstat_'.length)
+    const [b, a] = [commandStat(before, command), commandStat(after, command)]
+    // Below one call in a hundred: another client of the same Redis, not the script.
+    if (n > 0 && (a.calls - b.calls) / n >= 0.01) inside[command] = { perCall: (a.calls - b.calls) / n, usPerCall: (a.usec - b.usec) / n }
+  }
+  return { calls: n, usPerCall: n > 0 ? (evalsha[1].usec - evalsha[0].usec) / n : null, rps, inside }
 }
 
 /** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per minute. */

@@ -1,7 +1,7 @@
 // One server variant in its own process (pinned by the runner to one core). argv[2] is JSON:
 // { variant, redisUrl, nameSpace }. It answers the runner over IPC:
-//   { type: 'snapshot' }            → { cpuUs, roundTrips, rss, heapUsed }: process CPU (user + system, µs) and
-//                                     Redis round trips sent by this process, both since start
+//   { type: 'snapshot' }            → { cpuUs, commands, roundTrips, rss, heapUsed }: process CPU (user + system,
+//                                     µs), Redis commands and round trips sent by this process, since start
 //   { type: 'inject', url, key, count } → sends that many requests in process (to put a key over its limit)
 //   { type: 'ban', keys }           → bans those clients the variant's way (see BANS in bench/variants.js)
 //   { type: 'close' }               → closes the app and its clients, then exits
@@ -12,12 +12,14 @@ import { RATE_GUARD_TIMEOUT } from './variants.js'
 
 const { variant, redisUrl, nameSpace } = JSON.parse(process.argv[2])
 
-// Round trips: a command sent on its own, or one batch (a pipeline, a MULTI, or what autopipelining gathered
-// in one tick), written at once and answered together. Counted in this process, so a Redis shared with
-// anyone else does not blur it.
+// Commands sent to Redis, and round trips: a command sent on its own, or one batch (a pipeline, a MULTI, or
+// what autopipelining gathered in one tick), written at once and answered together. Counted in this process,
+// so a Redis shared with anyone else does not blur them.
 let roundTrips = 0
+let commands = 0
 const sendCommand = Redis.prototype.sendCommand
 Redis.prototype.sendCommand = function (command, stream) {
+  commands++
   if (stream === undefined) roundTrips++
   return sendCommand.call(this, command, stream)
 }
@@ -120,7 +122,7 @@ process.on('message', async (msg) => {
   if (msg.type === 'snapshot') {
     const cpu = process.cpuUsage()
     const { rss, heapUsed } = process.memoryUsage()
-    process.send({ type: 'snapshot', cpuUs: cpu.user + cpu.system, roundTrips, rss, heapUsed })
+    process.send({ type: 'snapshot', cpuUs: cpu.user + cpu.system, commands, roundTrips, rss, heapUsed })
   } else if (msg.type === 'inject') {
     await inject(msg.url, msg.key, msg.count)
     process.send({ type: 'injected' })
