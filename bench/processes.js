@@ -1,7 +1,11 @@
 // Child processes of the bench: each server variant and the load generator, pinned with `taskset` when the
 // machine allows, and a small request/reply over their IPC channel.
 import { spawn, spawnSync } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer } from 'node:net'
 import { availableParallelism } from 'node:os'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
 import { fileURLToPath } from 'node:url'
 
 /**
@@ -12,7 +16,7 @@ export function pinning () {
   const cores = availableParallelism()
   const taskset = cores >= 2 && spawnSync('taskset', ['-c', '0', 'true']).status === 0
   return taskset
-    ? { taskset: true, server: '0', load: '1', note: 'server pinned to CPU 0, load generator to CPU 1 (taskset -c); Redis and the runner not pinned' }
+    ? { taskset: true, server: '0', load: '1', note: 'server pinned to CPU 0, load generator to CPU 1 (taskset -c); the runner not pinned' }
     : { taskset: false, note: cores < 2 ? 'one CPU: nothing pinned' : 'taskset not available: nothing pinned' }
 }
 
@@ -68,4 +72,48 @@ export async function stopServer (server) {
 
 export function startLoad (pin) {
   return start('./load.js', [], pin.taskset ? pin.load : undefined)
+}
+
+async function freePort () {
+  const server = createServer().listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address()
+  server.close()
+  return port
+}
+
+/**
+ * A redis-server of the bench's own (`BENCH_REDIS=start`), without persistence, pinned with the load generator
+ * (so it never takes the server's core). Resolves { url, stop }.
+ */
+export async function startRedis (pin) {
+  const port = await freePort()
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']
+  const command = pin.taskset ? ['taskset', '-c', pin.load, 'redis-server', ...args] : ['redis-server', ...args]
+  const child = spawn(command[0], command.slice(1), { stdio: 'ignore' })
+  const url = `redis://127.0.0.1:${port}`
+  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  probe.on('error', () => {})
+  for (let i = 0; ; i++) {
+    try {
+      await probe.connect()
+      await probe.ping()
+      break
+    } catch (err) {
+      if (i === 50 || child.exitCode !== null) {
+        child.kill()
+        throw new Error(`redis-server did not start on port ${port}: ${err.message}`)
+      }
+      await sleep(100)
+    }
+  }
+  probe.disconnect()
+  return {
+    url,
+    note: `its own redis-server on port ${port}${pin.taskset ? `, pinned to CPU ${pin.load} with the load generator` : ''}`,
+    async stop () {
+      child.kill()
+      await once(child, 'exit')
+    }
+  }
 }

@@ -3,6 +3,11 @@
 //
 //   node bench/profile.js [variant id substring] [scenario] [seconds]
 //   node bench/profile.js 'rate-guard sliding-log' allowed 5          (the default)
+//   BENCH_REDIS=start node bench/profile.js …                          (a redis-server of its own, pinned away)
+//
+// A sampled profile is wall-clock: time the server's thread was preempted inside a call (by a Redis woken on
+// the same core, say) is charged to that call. Pin Redis away (BENCH_REDIS=start) before reading much into
+// the time in `writeUtf8String` (ioredis's socket write).
 //
 // Prints the summary; the .cpuprofile stays in bench/results/ (open it in Chrome DevTools for the flame chart).
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs'
@@ -10,7 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { MAX, SCENARIOS, bannedKeys, key } from './plan.js'
-import { pinning, startLoad, startServer, stopServer } from './processes.js'
+import { pinning, startLoad, startRedis, startServer, stopServer } from './processes.js'
 import { deleteKeys } from './redis-info.js'
 import { allVariants } from './variants.js'
 
@@ -73,10 +78,11 @@ async function main () {
   const dir = fileURLToPath(new URL('./results/', import.meta.url))
   mkdirSync(dir, { recursive: true })
   const before = new Set(readdirSync(dir))
-  const redisUrl = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
+  const pin = pinning()
+  const ownRedis = process.env.BENCH_REDIS === 'start' ? await startRedis(pin) : null
+  const redisUrl = ownRedis?.url ?? (process.env.REDIS_URL || 'redis://127.0.0.1:6379')
   const redis = new Redis(redisUrl)
   const nameSpace = `bench:profile:${process.pid}:`
-  const pin = pinning()
   const server = await startServer({ variant, redisUrl, nameSpace }, pin, ['--cpu-prof', '--cpu-prof-dir', dir])
   const load = startLoad(pin)
   try {
@@ -93,6 +99,7 @@ async function main () {
     await stopServer(server)
     await deleteKeys(redis, nameSpace)
     await redis.quit()
+    await ownRedis?.stop()
   }
   const file = readdirSync(dir).find(name => name.endsWith('.cpuprofile') && !before.has(name))
   if (file === undefined) throw new Error('the server wrote no profile')

@@ -141,7 +141,7 @@ export function markdown (results) {
     '',
     `Machine: ${m.nproc} CPUs (${m.cpu}), Node ${m.node}, Redis ${m.redis} (maxmemory-policy ${m.redisMaxmemoryPolicy}); ` +
       Object.entries(m.packages).map(([name, v]) => `${name} ${v}`).join(', ') + '.',
-    `Processes: ${m.pinning}. Load average ${m.loadAverageBefore} before, ${m.loadAverageAfter} after${noise(results.noise)}`,
+    `Processes: ${m.pinning}; Redis: ${m.redisServer}. Load average ${m.loadAverageBefore} before, ${m.loadAverageAfter} after${noise(results.noise)}`,
     `Each figure: median of ${s.rounds} interleaved rounds (min–max in brackets), ${s.durationS} s measured after ${s.warmupS} s of warm-up at ` +
       `${s.connections} connections; "1 conn" is a further ${s.singleS} s at one connection. Ratios are taken within each round, then the median. ` +
       'CPU is the server process\'s (`process.cpuUsage`) and Redis\'s (`INFO cpu`) per answered request; commands sent and round trips are ' +

@@ -6,7 +6,7 @@
 // (default 3), BENCH_CONNECTIONS (default 100), BENCH_SINGLE (s measured at one connection, default 0.75),
 // BENCH_ONLY (comma-separated substrings of variant ids), BENCH_SCENARIOS (comma-separated: allowed, hot,
 // banned, mixed), BENCH_SCRIPTS (0 to skip the redis-benchmark section), BENCH_OUT (the JSON file),
-// REDIS_URL (default redis://127.0.0.1:6379).
+// REDIS_URL (default redis://127.0.0.1:6379), BENCH_REDIS=start (a redis-server of its own, pinned with the load).
 import { randomBytes } from 'node:crypto'
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { coreBusy, coreTimes, loadAverage, machine } from './machine.js'
 import { MAX, POOL, SCENARIOS, bannedKeys, key } from './plan.js'
-import { pinning, startLoad, startServer, stopServer } from './processes.js'
+import { pinning, startLoad, startRedis, startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
 import { aggregate, markdown, spread } from './report.js'
 import { scriptCosts } from './scripts.js'
@@ -50,9 +50,11 @@ if (variants.length === 0) {
 }
 if (algorithms === null) console.error('bench: dist/ is not built, so this plugin\'s variants are left out (`npm run bench` builds it)')
 
+const pin = pinning()
+const ownRedis = env.BENCH_REDIS === 'start' ? await startRedis(pin) : null
+if (ownRedis !== null) settings.redisUrl = ownRedis.url
 const redis = new Redis(settings.redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
 await redis.connect()
-const pin = pinning()
 const tag = `bench:${Date.now().toString(36)}${randomBytes(3).toString('hex')}`
 const log = (...args) => console.error(...args)
 
@@ -121,10 +123,10 @@ async function runScenario (load, server, variant, scenario, round) {
 
 const started = Date.now()
 const meta = {
-  command: `${['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_SINGLE', 'BENCH_ONLY', 'BENCH_SCENARIOS', 'BENCH_SCRIPTS', 'REDIS_URL']
+  command: `${['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_SINGLE', 'BENCH_ONLY', 'BENCH_SCENARIOS', 'BENCH_SCRIPTS', 'BENCH_REDIS', 'BENCH_RG_TIMEOUT', 'REDIS_URL']
     .filter(name => env[name] !== undefined && env[name] !== '').map(name => `${name}=${env[name]} `).join('')}npm run bench`,
   settings: { ...settings, scenarios, pool: POOL },
-  machine: await machine(redis, pin),
+  machine: { ...await machine(redis, pin), redisServer: ownRedis?.note ?? `the Redis at ${settings.redisUrl}, not pinned` },
   variants
 }
 log(`bench: ${variants.length} variants × ${scenarios.length} scenarios × ${settings.rounds} rounds, ${settings.durationS} s each (${pin.note})`)
@@ -158,6 +160,7 @@ try {
 
 const scripts = settings.scripts ? await scriptCosts(redis, settings.redisUrl, `${tag}:scripts:`, log) : null
 await redis.quit()
+await ownRedis?.stop()
 
 meta.machine.loadAverageAfter = loadAverage()
 meta.elapsedS = Math.round((Date.now() - started) / 1000)
