@@ -62,7 +62,8 @@ const scale = (s, k) => ({ ...s, median: s.median * k, min: s.min * k, max: s.ma
 const times = (s) => s === null ? '–' : `${fmt(s.median, 2)}×`
 
 function responses (shares) {
-  return Object.entries(shares).sort(([, a], [, b]) => b - a).map(([code, share]) => `${code} ${fmt(share * 100, share < 0.995 && share > 0.005 ? 1 : 0)}%`).join(', ')
+  const digits = (share) => share < 0.01 ? 2 : share < 0.995 ? 1 : 0
+  return Object.entries(shares).sort(([, a], [, b]) => b - a).map(([code, share]) => `${code} ${fmt(share * 100, digits(share))}%`).join(', ')
 }
 
 function scenarioTable (rows, scenario) {
