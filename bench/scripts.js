@@ -58,17 +58,17 @@ async function measure (redis, redisUrl, calls, sha, keys, argv) {
   return { calls: n, usPerCall: n > 0 ? (evalsha[1].usec - evalsha[0].usec) / n : null, rps, inside }
 }
 
-/** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per minute. */
+/** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per hour. */
 function ourPaths (prefix, algorithm) {
   const keys = (tag) => ['state', 'strikes', 'banned', 'offences', 'override'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
   const argv = (limits, threshold) => ['decide', `m${RAND}`, threshold, '600000', '0', limits]
   return [
     // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
-    { path: 'allowed', keys: keys(RAND), argv: argv('1000 60000 1000', 5) },
+    { path: 'allowed', keys: keys(RAND), argv: argv('1000 3600000 1000', 5) },
     // Over a limit of 1 (primed by one call); no ban policy, so each call is a plain denial.
     { path: 'denied', keys: keys(`denied-${algorithm}`), argv: argv('1 600000 1', 0), prime: 1 },
     // A banned client: the banned key is set first, so the script returns after its ban check.
-    { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv('1000 60000 1000', 5), ban: true }
+    { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv('1000 3600000 1000', 5), ban: true }
   ]
 }
 
@@ -108,7 +108,7 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
     if (peer !== undefined) {
       const sha = await redis.script('LOAD', peer)
       for (const [path, key, max] of [['allowed', `${prefix}frl:${RAND}`, 1000], ['denied', `${prefix}frl:denied`, 1]]) {
-        const argv = [60000, max, 'false', 'false']
+        const argv = [3_600_000, max, 'false', 'false']
         if (path === 'denied') await redis.evalsha(sha, 1, key, ...argv.map(String))
         const row = { script: '@fastify/rate-limit (INCR)', path, ...await measure(redis, redisUrl, calls, sha, [key], argv) }
         rows.push(row)

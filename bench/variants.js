@@ -1,5 +1,5 @@
 // The servers compared. Each runs in its own process (bench/server.js) with the same routes:
-//   GET /        { hello: 'world' }, limited to MAX requests per client per minute (bench/plan.js)
+//   GET /        { hello: 'world' }, limited to MAX requests per client per hour (bench/plan.js)
 //   GET /banned  the same, for the banned flood (see `banned` below for how each variant bans)
 // Clients are told apart by the `x-api-key` header in every variant.
 
