@@ -1,0 +1,172 @@
+// `npm run bench`: every server variant under every scenario, in interleaved rounds (A B C … A B C …), each
+// server in its own process and the load in another; then the scripts' cost inside Redis (bench/scripts.js).
+// Prints markdown to stdout and writes bench/results/latest.json. See bench/README.md.
+//
+// Environment: BENCH_DURATION (s measured per run, default 2.5), BENCH_WARMUP (s, default 0.75), BENCH_ROUNDS
+// (default 3), BENCH_CONNECTIONS (default 100), BENCH_SINGLE (s measured at one connection, default 0.75),
+// BENCH_ONLY (comma-separated substrings of variant ids), BENCH_SCENARIOS (comma-separated: allowed, hot,
+// banned, mixed), BENCH_SCRIPTS (0 to skip the redis-benchmark section), BENCH_OUT (the JSON file),
+// REDIS_URL (default redis://127.0.0.1:6379), BENCH_REDIS=start (a redis-server of its own, pinned with the load).
+import { randomBytes } from 'node:crypto'
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { Redis } from 'ioredis'
+import { coreBusy, coreTimes, loadAverage, machine } from './machine.js'
+import { MAX, POOL, SCENARIOS, bannedKeys, key } from './plan.js'
+import { pinning, startLoad, startRedis, startServer, stopServer } from './processes.js'
+import { deleteKeys, delta, info } from './redis-info.js'
+import { aggregate, markdown, spread } from './report.js'
+import { scriptCosts } from './scripts.js'
+import { allVariants, selectVariants } from './variants.js'
+
+const env = process.env
+const number = (name, fallback) => {
+  const value = env[name] === undefined || env[name] === '' ? fallback : Number(env[name])
+  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a non-negative number, got ${env[name]}`)
+  return value
+}
+const settings = {
+  durationS: number('BENCH_DURATION', 2.5),
+  warmupS: number('BENCH_WARMUP', 0.75),
+  rounds: Math.max(1, Math.round(number('BENCH_ROUNDS', 3))),
+  connections: Math.max(1, Math.round(number('BENCH_CONNECTIONS', 100))),
+  singleS: number('BENCH_SINGLE', 0.75),
+  redisUrl: env.REDIS_URL || 'redis://127.0.0.1:6379',
+  scripts: env.BENCH_SCRIPTS !== '0',
+  out: env.BENCH_OUT || fileURLToPath(new URL('./results/latest.json', import.meta.url))
+}
+const scenarios = (env.BENCH_SCENARIOS || Object.keys(SCENARIOS).join(',')).split(',').map(s => s.trim()).filter(Boolean)
+for (const s of scenarios) if (!(s in SCENARIOS)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s} (known: ${Object.keys(SCENARIOS).join(', ')})`)
+
+const dist = new URL('../dist/', import.meta.url)
+const algorithms = existsSync(new URL('algorithms/index.js', dist))
+  ? (await import(new URL('algorithms/index.js', dist))).ALGORITHMS
+  : null
+const variants = selectVariants(allVariants(algorithms), env.BENCH_ONLY)
+if (variants.length === 0) {
+  throw new Error(`BENCH_ONLY=${env.BENCH_ONLY} selects no variant${algorithms === null ? ' (dist/ is not built: `npm run build` for this plugin\'s variants)' : ''}`)
+}
+if (algorithms === null) console.error('bench: dist/ is not built, so this plugin\'s variants are left out (`npm run bench` builds it)')
+
+const pin = pinning()
+const ownRedis = env.BENCH_REDIS === 'start' ? await startRedis(pin) : null
+if (ownRedis !== null) settings.redisUrl = ownRedis.url
+const redis = new Redis(settings.redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
+await redis.connect()
+const tag = `bench:${Date.now().toString(36)}${randomBytes(3).toString('hex')}`
+const log = (...args) => console.error(...args)
+
+/** One measured run: warm-up, then `seconds` measured, with the server's and Redis's counters read around it. */
+async function measure (load, server, plan, connections, seconds, withCounters) {
+  await load.ask({ type: 'start', port: server.port, plan, connections }, 'started')
+  await sleep(settings.warmupS * 1000 * (connections === 1 ? 0.3 : 1))
+  const before = withCounters ? await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(redis)]) : null
+  const cores = coreTimes()
+  await load.ask({ type: 'mark' }, 'marked')
+  await sleep(seconds * 1000)
+  const [result, ...after] = await Promise.all([
+    load.ask({ type: 'stop' }, 'result'),
+    ...withCounters ? [server.ask({ type: 'snapshot' }, 'snapshot'), info(redis)] : []
+  ])
+  const busy = coreBusy(cores, coreTimes())
+  if (!withCounters) return { result }
+  return { result, server: [before[0], after[0]], redis: [before[1], after[1]], busy }
+}
+
+async function runScenario (load, server, variant, scenario, round) {
+  const prefix = `r${round}-${scenario}-`
+  const plan = { scenario, prefix }
+  const { kind } = SCENARIOS[scenario]
+  if (kind === 'banned') await server.ask({ type: 'ban', keys: bannedKeys(prefix) }, 'banned')
+  // The denied key goes over its limit before the load starts, whatever the throughput.
+  if (kind === 'hot' || kind === 'mixed') await server.ask({ type: 'inject', url: '/', key: key.hot(prefix), count: MAX + 1 }, 'injected')
+  const memoryBefore = (await info(redis)).used_memory
+  const main = await measure(load, server, plan, settings.connections, settings.durationS, true)
+  const { result } = main
+  const requests = result.requests
+  const redisDelta = delta(main.redis[0], main.redis[1])
+  const perRequest = (x) => requests === 0 ? null : x / requests
+  const single = settings.singleS > 0 ? (await measure(load, server, plan, 1, settings.singleS, false)).result : null
+  return {
+    round,
+    variant: variant.id,
+    scenario,
+    requests,
+    rps: result.rps,
+    p50Ms: result.p50Ms,
+    p99Ms: result.p99Ms,
+    maxMs: result.maxMs,
+    p50SingleMs: single?.p50Ms ?? null,
+    singleRps: single?.rps ?? null,
+    statuses: result.statuses,
+    errors: result.errors,
+    serverCpuUsPerRequest: perRequest(main.server[1].cpuUs - main.server[0].cpuUs),
+    commandsSentPerRequest: perRequest(main.server[1].commands - main.server[0].commands),
+    roundTripsPerRequest: perRequest(main.server[1].roundTrips - main.server[0].roundTrips),
+    redisCpuUsPerRequest: perRequest(redisDelta.cpuUs),
+    redisCommandsPerRequest: perRequest(redisDelta.commands),
+    // Redis memory grown from before the warm-up to the end of the measured run, per client of the pool.
+    redisBytesPerClient: kind === 'pool' && variant.redis ? (main.redis[1].used_memory - memoryBefore) / POOL : null,
+    requestsPerClient: kind === 'pool' && variant.redis ? result.sentSinceStart / POOL : null,
+    serverRss: main.server[1].rss,
+    // Shares of one core over the measured window: whichever is near 1 is what limits req/s.
+    serverCpuShare: (main.server[1].cpuUs - main.server[0].cpuUs) / (result.elapsedMs * 1000),
+    loadCpuShare: result.cpuShare,
+    // How busy each CPU was over the window, everything on it included (other processes of the machine too).
+    coreBusy: main.busy,
+    // The server's core, busy with anything but the server: the noise a shared machine adds.
+    otherOnServerCore: pin.taskset && main.busy !== null ? Math.max(0, main.busy[Number(pin.server)] - (main.server[1].cpuUs - main.server[0].cpuUs) / (result.elapsedMs * 1000)) : null
+  }
+}
+
+const started = Date.now()
+const meta = {
+  command: `${['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_SINGLE', 'BENCH_ONLY', 'BENCH_SCENARIOS', 'BENCH_SCRIPTS', 'BENCH_REDIS', 'BENCH_RG_TIMEOUT', 'REDIS_URL']
+    .filter(name => env[name] !== undefined && env[name] !== '').map(name => `${name}=${env[name]} `).join('')}npm run bench`,
+  settings: { ...settings, scenarios, pool: POOL },
+  machine: { ...await machine(redis, pin), redisServer: ownRedis?.note ?? `the Redis at ${settings.redisUrl}, not pinned` },
+  variants
+}
+log(`bench: ${variants.length} variants × ${scenarios.length} scenarios × ${settings.rounds} rounds, ${settings.durationS} s each (${pin.note})`)
+
+const runs = []
+const load = startLoad(pin)
+try {
+  for (let round = 1; round <= settings.rounds; round++) {
+    for (const [i, variant] of variants.entries()) {
+      const nameSpace = `${tag}:${round}:${i}:`
+      const server = await startServer({ variant, redisUrl: settings.redisUrl, nameSpace }, pin)
+      try {
+        // A fresh process: its first warm-up is the JIT's, not the first scenario's.
+        await measure(load, server, { scenario: 'allowed', prefix: 'warm-' }, settings.connections, 0, false)
+        for (const scenario of scenarios) {
+          const run = await runScenario(load, server, variant, scenario, round)
+          runs.push(run)
+          log(`round ${round}/${settings.rounds} ${variant.id.padEnd(36)} ${scenario.padEnd(8)} ${Math.round(run.rps).toString().padStart(6)} req/s  ` +
+            `p50 ${run.p50Ms?.toFixed(2)} ms  server ${run.serverCpuUsPerRequest?.toFixed(1)} µs/req  ${JSON.stringify(run.statuses)}${run.errors > 0 ? ` errors ${run.errors}` : ''}`)
+        }
+      } finally {
+        await stopServer(server)
+        await deleteKeys(redis, nameSpace)
+      }
+    }
+  }
+} finally {
+  load.child.send({ type: 'exit' })
+  await load.exited
+}
+
+const scripts = settings.scripts ? await scriptCosts(redis, settings.redisUrl, `${tag}:scripts:`, log) : null
+await redis.quit()
+await ownRedis?.stop()
+
+meta.machine.loadAverageAfter = loadAverage()
+meta.elapsedS = Math.round((Date.now() - started) / 1000)
+const rows = aggregate(runs, variants, scenarios)
+const results = { ...meta, noise: spread(runs.map(run => run.otherOnServerCore)), rows, scripts, runs }
+mkdirSync(dirname(settings.out), { recursive: true })
+writeFileSync(settings.out, JSON.stringify(results, null, 2) + '\n')
+process.stdout.write(markdown(results))
+log(`bench: ${meta.elapsedS} s; JSON in ${settings.out}`)

@@ -1,0 +1,133 @@
+// The cost of each script inside Redis: `redis-benchmark` calls EVALSHA of the script (its text from dist's
+// SCRIPTS, loaded with SCRIPT LOAD) on three paths, and Redis's own INFO commandstats tells the time it spent
+// per call (`usec` / `calls` of evalsha, read before and after, so nothing is reset on a shared Redis).
+// `@fastify/rate-limit`'s INCR script is measured the same way, for reference.
+//
+// Runs as a section of bench/run.js, or alone: `node bench/scripts.js` (BENCH_SCRIPT_CALLS, REDIS_URL).
+import { spawn, spawnSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { fileURLToPath } from 'node:url'
+import { Redis } from 'ioredis'
+import { commandStat, deleteKeys, info } from './redis-info.js'
+
+const RAND = '__rand_int__'
+/** redis-benchmark's -r: the allowed path spreads over this many clients (so each log stays short). */
+const KEYSPACE = 10_000
+
+/** Runs redis-benchmark; resolves its requests/s (from --csv). */
+function redisBenchmark (redisUrl, calls, command) {
+  const url = new URL(redisUrl)
+  const args = ['-h', url.hostname, '-p', url.port || '6379', '-n', String(calls), '-c', '50', '-r', String(KEYSPACE), '--csv']
+  if (url.password !== '') args.push('-a', decodeURIComponent(url.password))
+  if (url.username !== '') args.push('--user', decodeURIComponent(url.username))
+  if (url.pathname.length > 1) args.push('--dbnum', url.pathname.slice(1))
+  return new Promise((resolve, reject) => {
+    const child = spawn('redis-benchmark', [...args, ...command], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    let err = ''
+    child.stdout.on('data', (d) => { out += d })
+    child.stderr.on('data', (d) => { err += d })
+    child.on('error', reject)
+    child.on('exit', (code) => {
+      const line = out.trim().split('\n').find(l => l.startsWith('"EVALSHA'))
+      if (code !== 0 || line === undefined) reject(new Error(`redis-benchmark failed (${code}): ${err || out}`))
+      else resolve(Number(JSON.parse(`[${line}]`)[1]))
+    })
+  })
+}
+
+/**
+ * µs per call of `sha` inside Redis while redis-benchmark runs `argv` (evalsha's commandstats delta), and the
+ * commands the script ran per call, each with its µs (the other commandstats deltas).
+ */
+async function measure (redis, redisUrl, calls, sha, keys, argv) {
+  const before = await info(redis)
+  const rps = await redisBenchmark(redisUrl, calls, ['EVALSHA', sha, String(keys.length), ...keys, ...argv.map(String)])
+  const after = await info(redis)
+  const evalsha = [commandStat(before, 'evalsha'), commandStat(after, 'evalsha')]
+  const n = evalsha[1].calls - evalsha[0].calls
+  const inside = {}
+  for (const name of Object.keys(after)) {
+    if (!name.startsWith('cmdstat_') || name === 'cmdstat_evalsha' || name === 'cmdstat_info') continue
+    const command = name.slice('cmdstat_'.length)
+    const [b, a] = [commandStat(before, command), commandStat(after, command)]
+    // Below one call in a hundred: another client of the same Redis, not the script.
+    if (n > 0 && (a.calls - b.calls) / n >= 0.01) inside[command] = { perCall: (a.calls - b.calls) / n, usPerCall: (a.usec - b.usec) / n }
+  }
+  return { calls: n, usPerCall: n > 0 ? (evalsha[1].usec - evalsha[0].usec) / n : null, rps, inside }
+}
+
+/** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per hour. */
+function ourPaths (prefix, algorithm) {
+  const keys = (tag) => ['state', 'strikes', 'banned', 'offences', 'override'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
+  const argv = (limits, threshold) => ['decide', `m${RAND}`, threshold, '600000', '0', limits]
+  return [
+    // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
+    { path: 'allowed', keys: keys(RAND), argv: argv('1000 3600000 1000', 5) },
+    // Over a limit of 1 (primed by one call); no ban policy, so each call is a plain denial.
+    { path: 'denied', keys: keys(`denied-${algorithm}`), argv: argv('1 600000 1', 0), prime: 1 },
+    // A banned client: the banned key is set first, so the script returns after its ban check.
+    { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv('1000 3600000 1000', 5), ban: true }
+  ]
+}
+
+/** `@fastify/rate-limit`'s Redis script, taken from its store (which defines it on the client it is given). */
+function peerScript () {
+  const require = createRequire(import.meta.url)
+  const RedisStore = require('@fastify/rate-limit/store/RedisStore.js')
+  const defined = {}
+  // eslint-disable-next-line no-new
+  new RedisStore(false, false, { defineCommand: (name, { lua }) => { defined[name] = lua } })
+  return defined.rateLimit
+}
+
+/**
+ * Every script's cost per call inside Redis, on each path. `prefix`: the keys' namespace, deleted afterwards.
+ * Returns { calls, rows: [{ script, path, usPerCall, rps }] } or { skipped } when it cannot run here.
+ */
+export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
+  const distRedis = new URL('../dist/stores/redis.js', import.meta.url)
+  if (!existsSync(distRedis)) return { skipped: 'dist/ is not built (npm run build)' }
+  if (spawnSync('redis-benchmark', ['--version']).status !== 0) return { skipped: 'redis-benchmark is not on PATH' }
+  const { SCRIPTS } = await import(distRedis)
+  const calls = Number(process.env.BENCH_SCRIPT_CALLS || 100_000)
+  const rows = []
+  try {
+    for (const [algorithm, { lua }] of Object.entries(SCRIPTS)) {
+      const sha = await redis.script('LOAD', lua)
+      for (const { path, keys, argv, prime, ban } of ourPaths(prefix, algorithm)) {
+        if (ban) await redis.set(keys[2], '1', 'PX', 600_000)
+        for (let i = 0; i < (prime ?? 0); i++) await redis.evalsha(sha, keys.length, ...keys, ...argv.map(a => String(a).replace(RAND, 'prime')))
+        const row = { script: `rate-guard ${algorithm}`, path, ...await measure(redis, redisUrl, calls, sha, keys, argv) }
+        rows.push(row)
+        log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis, ${Math.round(row.rps)} calls/s`)
+      }
+    }
+    const peer = peerScript()
+    if (peer !== undefined) {
+      const sha = await redis.script('LOAD', peer)
+      for (const [path, key, max] of [['allowed', `${prefix}frl:${RAND}`, 1000], ['denied', `${prefix}frl:denied`, 1]]) {
+        const argv = [3_600_000, max, 'false', 'false']
+        if (path === 'denied') await redis.evalsha(sha, 1, key, ...argv.map(String))
+        const row = { script: '@fastify/rate-limit (INCR)', path, ...await measure(redis, redisUrl, calls, sha, [key], argv) }
+        rows.push(row)
+        log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis, ${Math.round(row.rps)} calls/s`)
+      }
+    }
+  } finally {
+    await deleteKeys(redis, prefix)
+  }
+  return { calls, clients: 50, keyspace: KEYSPACE, rows }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const redisUrl = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
+  const redis = new Redis(redisUrl)
+  try {
+    const result = await scriptCosts(redis, redisUrl, `bench:scripts:${process.pid}:`, console.error)
+    console.log(JSON.stringify(result, null, 2))
+  } finally {
+    await redis.quit()
+  }
+}

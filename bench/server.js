@@ -1,0 +1,139 @@
+// One server variant in its own process (pinned by the runner to one core). argv[2] is JSON:
+// { variant, redisUrl, nameSpace }. It answers the runner over IPC:
+//   { type: 'snapshot' }            → { cpuUs, commands, roundTrips, rss, heapUsed }: process CPU (user + system,
+//                                     µs), Redis commands and round trips sent by this process, since start
+//   { type: 'inject', url, key, count } → sends that many requests in process (to put a key over its limit)
+//   { type: 'ban', keys }           → bans those clients the variant's way (see BANS in bench/variants.js)
+//   { type: 'close' }               → closes the app and its clients, then exits
+import Fastify from 'fastify'
+import { Pipeline, Redis } from 'ioredis'
+import { MAX, WINDOW_MS } from './plan.js'
+import { RATE_GUARD_TIMEOUT } from './variants.js'
+
+const { variant, redisUrl, nameSpace } = JSON.parse(process.argv[2])
+
+// Commands sent to Redis, and round trips: a command sent on its own, or one batch (a pipeline, a MULTI, or
+// what autopipelining gathered in one tick), written at once and answered together. Counted in this process,
+// so a Redis shared with anyone else does not blur them.
+let roundTrips = 0
+let commands = 0
+const sendCommand = Redis.prototype.sendCommand
+Redis.prototype.sendCommand = function (command, stream) {
+  commands++
+  if (stream === undefined) roundTrips++
+  return sendCommand.call(this, command, stream)
+}
+const exec = Pipeline.prototype.exec
+Pipeline.prototype.exec = function (...args) {
+  roundTrips++
+  return exec.apply(this, args)
+}
+
+const clients = []
+async function redisClient (options) {
+  const client = new Redis(redisUrl, { lazyConnect: true, ...options })
+  clients.push(client)
+  await client.connect()
+  return client
+}
+
+const app = Fastify({ logger: false })
+const handler = async () => ({ hello: 'world' })
+let ban = async () => {}
+
+/** Sends `count` requests with `key` to `url` in this process (not measured: before the load starts). */
+async function inject (url, key, count) {
+  for (let i = 0; i < count; i++) await app.inject({ method: 'GET', url, headers: { 'x-api-key': key } })
+}
+
+/** Sends each key two requests to /banned: over a limit of 1, so banned (or blocked) from then on. */
+async function banByRequests (keys) {
+  for (const key of keys) await inject('/banned', key, 2)
+}
+
+switch (variant.kind) {
+  case 'bare':
+    app.get('/', handler)
+    app.get('/banned', handler)
+    break
+  case 'rate-guard': {
+    const { rateGuard } = await import('../dist/index.js')
+    const client = await redisClient({ enableOfflineQueue: false, enableAutoPipelining: variant.autopipelining })
+    // timeout: see RATE_GUARD_TIMEOUT in bench/variants.js.
+    await app.register(rateGuard, { redis: client, algorithm: variant.algorithm, max: MAX, timeWindow: WINDOW_MS, nameSpace, timeout: RATE_GUARD_TIMEOUT })
+    app.get('/', handler)
+    app.get('/banned', handler)
+    ban = async (keys) => {
+      for (const key of keys) await app.rateGuard.ban(`apikey:${key}`, '10 minutes')
+    }
+    break
+  }
+  case 'frl-redis':
+  case 'frl-memory': {
+    const { default: rateLimit } = await import('@fastify/rate-limit')
+    const store = variant.kind === 'frl-redis'
+      ? { redis: await redisClient({ connectTimeout: 500, maxRetriesPerRequest: 1 }) }
+      : { cache: 100_000 }
+    await app.register(rateLimit, { ...store, nameSpace, max: MAX, timeWindow: WINDOW_MS, keyGenerator: request => request.headers['x-api-key'] })
+    app.get('/', handler)
+    app.get('/banned', { config: { rateLimit: { max: 1, timeWindow: 600_000, ban: 0 } } }, handler)
+    ban = banByRequests
+    break
+  }
+  case 'rlf-redis': {
+    const { RateLimiterRedis } = await import('rate-limiter-flexible')
+    const client = await redisClient({ enableOfflineQueue: false })
+    const limiter = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}main`, points: MAX, duration: WINDOW_MS / 1000 })
+    const blocking = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}banned`, points: 1, duration: 600, blockDuration: 600 })
+    app.get('/', { onRequest: rlfHook(limiter) }, handler)
+    app.get('/banned', { onRequest: rlfHook(blocking) }, handler)
+    ban = banByRequests
+    break
+  }
+  default:
+    throw new Error(`unknown variant kind ${variant.kind}`)
+}
+
+/** rate-limiter-flexible as its Fastify example wires it: consume one point per request, 429 on rejection. */
+function rlfHook (limiter) {
+  const points = limiter.points
+  return async function rateLimit (request, reply) {
+    const key = request.headers['x-api-key'] ?? request.ip
+    try {
+      const res = await limiter.consume(key)
+      reply.header('x-ratelimit-limit', points)
+      reply.header('x-ratelimit-remaining', res.remainingPoints)
+      reply.header('x-ratelimit-reset', Math.ceil(res.msBeforeNext / 1000))
+    } catch (rejection) {
+      if (rejection instanceof Error) throw rejection
+      const seconds = Math.ceil(rejection.msBeforeNext / 1000)
+      reply.header('x-ratelimit-limit', points)
+      reply.header('x-ratelimit-remaining', 0)
+      reply.header('x-ratelimit-reset', seconds)
+      reply.header('retry-after', seconds)
+      return reply.code(429).send({ statusCode: 429, error: 'Too Many Requests', message: `Rate limit exceeded, retry in ${seconds} seconds` })
+    }
+  }
+}
+
+await app.listen({ host: '127.0.0.1', port: 0 })
+
+process.on('message', async (msg) => {
+  if (msg.type === 'snapshot') {
+    const cpu = process.cpuUsage()
+    const { rss, heapUsed } = process.memoryUsage()
+    process.send({ type: 'snapshot', cpuUs: cpu.user + cpu.system, commands, roundTrips, rss, heapUsed })
+  } else if (msg.type === 'inject') {
+    await inject(msg.url, msg.key, msg.count)
+    process.send({ type: 'injected' })
+  } else if (msg.type === 'ban') {
+    await ban(msg.keys)
+    process.send({ type: 'banned' })
+  } else if (msg.type === 'close') {
+    await app.close()
+    await Promise.all(clients.map(client => client.quit().catch(() => client.disconnect())))
+    process.send({ type: 'closed' }, () => process.exit(0))
+  }
+})
+
+process.send({ type: 'ready', port: app.server.address().port, pid: process.pid })

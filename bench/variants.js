@@ -1,0 +1,53 @@
+// The servers compared. Each runs in its own process (bench/server.js) with the same routes:
+//   GET /        { hello: 'world' }, limited to MAX requests per client per hour (bench/plan.js)
+//   GET /banned  the same, for the banned flood (see `banned` below for how each variant bans)
+// Clients are told apart by the `x-api-key` header in every variant.
+
+/** `@fastify/rate-limit`'s Redis store: the peer every ratio is also taken against. */
+export const REFERENCE = '@fastify/rate-limit redis'
+export const BARE = 'bare'
+
+/**
+ * Every variant, in the order of each round. `algorithms` is this plugin's ALGORITHMS (from dist/), or null
+ * when dist/ is not built: the plugin's variants are then left out.
+ */
+export function allVariants (algorithms) {
+  const ours = algorithms === null
+    ? []
+    : algorithms.flatMap(algorithm => algorithm === 'sliding-log'
+      ? [
+          { id: `rate-guard ${algorithm} autopipelining`, kind: 'rate-guard', redis: true, algorithm, autopipelining: true },
+          { id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }
+        ]
+      : [{ id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }])
+  return [
+    { id: BARE, kind: 'bare', redis: false },
+    ...ours,
+    { id: REFERENCE, kind: 'frl-redis', redis: true },
+    { id: '@fastify/rate-limit memory', kind: 'frl-memory', redis: false },
+    { id: 'rate-limiter-flexible redis', kind: 'rlf-redis', redis: true }
+  ]
+}
+
+/**
+ * rate-guard's decision deadline in the bench (ms). Its default, 100 ms with `failMode: 'open'`, trips under a
+ * saturating load (100 connections queue behind one core, and the deadline counts that wait), and a request
+ * let through unenforced skips Redis: cheaper, and not a decision. The peers have no deadline. Requests let
+ * through unenforced are still counted, as `200 unenforced`, in the responses column. `BENCH_RG_TIMEOUT` overrides.
+ */
+export const RATE_GUARD_TIMEOUT = Number(process.env.BENCH_RG_TIMEOUT || 1000)
+
+/** How each kind bans, for the notes under the table. */
+export const BANS = Object.freeze({
+  bare: 'no limiter: every request is answered 200',
+  'rate-guard': 'each client banned first with `fastify.rateGuard.ban(key, \'10 minutes\')`; a banned request is answered 403',
+  'frl-redis': '`/banned` has `max: 1, timeWindow: 10 min, ban: 0`, and each client sends 2 requests first: every later request is 403 (the store still counts it in Redis)',
+  'frl-memory': 'as the Redis store, in the in-memory store (`cache: 100000`)',
+  'rlf-redis': '`/banned` has its own `RateLimiterRedis` with `points: 1, duration: 600, blockDuration: 600` (no `inMemoryBlockOnConsumed`), and each client sends 2 requests first; blocked requests are answered 429 after a Redis call'
+})
+
+/** Select by `BENCH_ONLY`: comma-separated substrings of the ids; empty selects all. */
+export function selectVariants (variants, only) {
+  const wanted = (only ?? '').split(',').map(s => s.trim()).filter(s => s !== '')
+  return wanted.length === 0 ? variants : variants.filter(v => wanted.some(w => v.id.includes(w)))
+}
