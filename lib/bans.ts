@@ -69,11 +69,12 @@ export const unbanChannel = (nameSpace: string): string => `${nameSpace}unban`
  */
 export function listenForUnbans (client: RedisLike, nameSpace: string, cache: BanCache, log: FastifyBaseLogger): () => void {
   // Subscribing needs the offline queue: the SUBSCRIBE is sent when the connection is ready, and again after a reconnect.
-  // Named, so an operator reading CLIENT LIST knows what it is.
+  // Named, so an operator reading CLIENT LIST knows what it is; connecting now even when the lent client
+  // was made with lazyConnect (a duplicate would wait for a first command that never comes).
   const connectionName = 'rate-guard-unbans'
   const subscriber = (client as { isCluster?: boolean }).isCluster === true
-    ? (client as Cluster).duplicate(undefined, { enableOfflineQueue: true, redisOptions: { ...(client as Cluster).options.redisOptions, connectionName } })
-    : (client as Redis).duplicate({ enableOfflineQueue: true, connectionName })
+    ? (client as Cluster).duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...(client as Cluster).options.redisOptions, connectionName } })
+    : (client as Redis).duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
   const channel = unbanChannel(nameSpace)
   subscriber.on('message', (from: string, bannedKey: string) => { if (from === channel) cache.delete(bannedKey) })
   subscriber.on('error', (err: Error) => { log.debug({ err }, 'rate-guard: the unban subscription failed; bans are asked of Redis until it is back') })
