@@ -19,8 +19,9 @@
 // otherwise the keys are restored from a DUMP taken before and the step runs
 // again. Redis keeps a key alive through its expiry millisecond (expired only
 // when now > expiry, with PTTL 0): such a key is left without a TTL for that
-// one step (PTTL -1, which the script treats as PTTL 0: not > 0, < window),
-// and deleted after it unless the step gave it a new TTL. A key the script
+// millisecond's steps (PTTL -1, which the script treats as PTTL 0: not > 0,
+// < window), and deleted by the first step after it unless a step gave it a
+// new TTL. A key the script
 // writes without any TTL fails the step: the script promises a TTL on every key.
 import type { ChainableCommander, Redis } from 'ioredis'
 import { MemoryStore } from '../../lib/stores/memory.js'
@@ -268,10 +269,8 @@ class TimedRedis implements TimedRedisStore {
           // No TTL, by design.
           this.#expiries.delete(key)
         } else if (atExpiry.has(key)) {
-          // Alive through its expiry millisecond, untouched by this step: gone from the next one on.
-          await this.#redis.del(key)
-          this.#expiries.delete(key)
-          this.#expired = Math.max(this.#expired, nowMs)
+          // Alive through its expiry millisecond, untouched by this step: kept for any other step at this
+          // millisecond, as Redis keeps it, and deleted by the first step after it (the `at < nowMs` branch).
         } else {
           throw new Error(`${key} was written without a TTL at ${nowMs}`)
         }
