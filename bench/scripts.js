@@ -61,7 +61,8 @@ async function measure (redis, redisUrl, calls, sha, keys, argv) {
 /** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per hour. */
 function ourPaths (prefix, algorithm) {
   const keys = (tag) => ['state', 'strikes', 'banned', 'offences', 'override'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
-  const argv = (limits, threshold) => ['decide', `m${RAND}`, threshold, '600000', '0', limits]
+  // One request: mode, one policy (threshold, ladder, forget, limits), then the request (policy, member, at).
+  const argv = (limits, threshold) => ['decide', 1, threshold, '600000', '0', limits, 1, `m${RAND}`, 0]
   return [
     // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
     { path: 'allowed', keys: keys(RAND), argv: argv('1000 3600000 1000', 5) },

@@ -1,9 +1,9 @@
-import type { FastifyInstance, FastifyPluginAsync, RouteOptions } from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
 import { createHook } from './hook.js'
-import type { RouteBudget } from './hook.js'
+import type { RequestHook, RouteBudget } from './hook.js'
 import { BanCache, listenForUnbans, unbanChannel } from './bans.js'
 import { Breaker } from './breaker.js'
 import { RedisNotReadyError, RedisRefusedError } from './errors.js'
@@ -82,8 +82,14 @@ function routeName (routeOptions: RouteOptions): string {
   return `${[...new Set(methods)].sort().join(',')} ${routeOptions.url}`
 }
 
-/** Appends to the route's own hook list, so routes that opt out pay nothing. */
-function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], fn: (...args: any[]) => Promise<unknown>): void {
+/**
+ * Appends to the route's own hook list, so routes that opt out pay nothing. A `preParsing` hook is given the
+ * payload before its callback.
+ */
+function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], rateGuard: RequestHook): void {
+  const fn = hook === 'preParsing'
+    ? (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: (err?: Error) => void): void => rateGuard(request, reply, done)
+    : rateGuard
   const existing = routeOptions[hook] as unknown
   routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
 }

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { createHash, hash as digest } from 'node:crypto'
 import { isIP, isIPv4, isIPv6 } from 'node:net'
 import type { FastifyRequest } from 'fastify'
 import { DEFAULT_ALGORITHM, STATE_SEGMENT } from './algorithms/index.js'
@@ -106,12 +106,11 @@ const ILL_FORMED = Buffer.from([0xff])
  * the keys of one decision share one slot, have one length, and never hold an API key in plain text.
  */
 export function hashIdentity (key: string): string {
-  const hash = createHash('sha256')
   // UTF-8 turns every lone surrogate into U+FFFD, so '\uD800', '\uDFFF' and '\uFFFD' would share one budget:
   // a string holding one is hashed as 0xFF (a byte UTF-8 never has) and its UTF-16 code units, losing nothing.
-  if (LONE_SURROGATE.test(key)) hash.update(ILL_FORMED).update(key, 'utf16le')
-  else hash.update(key)
-  return hash.digest('base64url').slice(0, 22)
+  if (LONE_SURROGATE.test(key)) return createHash('sha256').update(ILL_FORMED).update(key, 'utf16le').digest('base64url').slice(0, 22)
+  // One call, no Hash object: about a quarter of createHash's cost, on every request.
+  return digest('sha256', key, 'base64url').slice(0, 22)
 }
 
 /** The names of every key one identity has under one budget (`scope`): one hash tag, so one Redis Cluster slot. */

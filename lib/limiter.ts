@@ -4,18 +4,41 @@ import type { Breaker } from './breaker.js'
 import { DeadlineError } from './errors.js'
 import type { FailMode } from './options.js'
 import type { MemoryStore } from './stores/memory.js'
-import type { DecideInput, Decision, Store, UndoInput } from './stores/store.js'
+import type { Algorithm } from './algorithms/index.js'
+import { bannedDecision } from './stores/store.js'
+import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './stores/store.js'
 
 /**
  * One decision under a deadline: the store answers within `timeout` ms, or `failMode` decides — `open`
  * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
  * breaker is open, `failMode` decides without asking Redis at all.
+ *
+ * Decisions asked of Redis in one turn of the event loop go together, in one script call (per algorithm, up
+ * to `BATCH_MAX`), sent once the turn's I/O is handled: one round trip, one timer and one reply for all of
+ * them. The batch's deadline runs from its first request, so no request waits past its own.
  */
+
+/** A request of a budget, which always says its algorithm (batches are per algorithm). */
+export type Decidable = DecideInput & { readonly algorithm: Algorithm }
 
 export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable' }
 
 const UNENFORCED: Verdict = Object.freeze({ status: 'unenforced' })
 const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
+
+/** Most requests decided in one script call: a longer one would hold Redis up for every other client. */
+export const BATCH_MAX = 128
+
+/** Requests waiting to be sent to Redis together, and their one deadline. */
+interface Batch {
+  readonly algorithm: Algorithm
+  readonly inputs: Decidable[]
+  readonly answers: Array<(verdict: Verdict) => void>
+  readonly log: FastifyBaseLogger
+  readonly timer: NodeJS.Timeout
+  /** Answered: by Redis, or by `failMode` once the deadline passed. */
+  done: boolean
+}
 
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000
@@ -46,19 +69,21 @@ export interface LimiterOptions {
 
 export class Limiter {
   readonly store: Store
-  readonly #remote: boolean
+  readonly #remote: RemoteStore | undefined
   readonly #failMode: FailMode
   readonly #timeout: number
   readonly #fallback: MemoryStore | undefined
   readonly #breaker: Breaker | undefined
   readonly #bans: BanCache | undefined
   readonly #announceUnban: ((bannedKey: string) => Promise<unknown>) | undefined
+  /** Batches not sent yet: sent together once this turn of the event loop has handled its I/O. */
+  #batches: Batch[] = []
   #lastLogged = -Infinity
   #heldBack = 0
 
   constructor ({ store, remote, failMode, timeout, fallback, breaker, bans, announceUnban }: LimiterOptions) {
     this.store = store
-    this.#remote = remote
+    this.#remote = remote ? store as RemoteStore : undefined
     this.#failMode = failMode
     this.#timeout = timeout
     this.#fallback = fallback
@@ -73,26 +98,61 @@ export class Limiter {
     await this.#announceUnban?.(bannedKey)
   }
 
-  decide (input: DecideInput, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
-    if (!this.#remote) return this.store.decide(input)
-    return this.#decideRemote(input, log)
+  /** The verdict on one request: at once when it is known here (in process, a ban held, the breaker open), else from Redis. */
+  decide (input: Decidable, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
+    if (this.#remote === undefined) return this.store.decide(input) as Decision
+    const banned = this.#bans?.remaining(input.keys.banned) ?? 0
+    if (banned > 0) return bannedDecision(input.limits, banned)
+    if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
+    return new Promise(resolve => this.#enqueue(input, resolve, log))
   }
 
-  async #decideRemote (input: DecideInput, log: FastifyBaseLogger): Promise<Verdict> {
-    const banned = this.#bans?.remaining(input.keys.banned) ?? 0
-    if (banned > 0) return bannedFor(input, banned)
-    if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
-    try {
-      const decision = await deadline(this.store.decide(input), this.#timeout)
-      this.#breaker?.success()
-      if (decision.status === 'banned') this.#bans?.add(input.keys.banned, decision.retryMs)
-      return decision
-    } catch (err) {
-      if (isPermanent(err as Error)) this.#breaker?.success()
-      else this.#breaker?.failure()
-      this.report(err as Error, log)
-      return this.#failModeDecides(input)
+  #enqueue (input: Decidable, answer: (verdict: Verdict) => void, log: FastifyBaseLogger): void {
+    const { algorithm } = input
+    let batch: Batch | undefined
+    for (const open of this.#batches) if (open.algorithm === algorithm && open.inputs.length < BATCH_MAX) batch = open
+    if (batch === undefined) {
+      if (this.#batches.length === 0) setImmediate(this.#flush)
+      const made: Batch = { algorithm, inputs: [], answers: [], log, done: false, timer: setTimeout(() => this.#expire(made), this.#timeout) }
+      this.#batches.push(batch = made)
     }
+    batch.inputs.push(input)
+    batch.answers.push(answer)
+  }
+
+  readonly #flush = (): void => {
+    const batches = this.#batches
+    this.#batches = []
+    for (const batch of batches) {
+      this.#remote!.decideMany(batch.inputs, batch.algorithm).then(decisions => this.#decided(batch, decisions), (err: unknown) => this.#failed(batch, err as Error))
+    }
+  }
+
+  #decided (batch: Batch, decisions: readonly Decision[]): void {
+    if (batch.done) return
+    batch.done = true
+    clearTimeout(batch.timer)
+    this.#breaker?.success()
+    for (let i = 0; i < decisions.length; i++) {
+      const decision = decisions[i]!
+      if (decision.status === 'banned') this.#bans?.add(batch.inputs[i]!.keys.banned, decision.retryMs)
+      batch.answers[i]!(decision)
+    }
+  }
+
+  #failed (batch: Batch, err: Error): void {
+    if (batch.done) return
+    batch.done = true
+    clearTimeout(batch.timer)
+    if (isPermanent(err)) this.#breaker?.success()
+    else this.#breaker?.failure()
+    this.report(err, batch.log)
+    for (let i = 0; i < batch.inputs.length; i++) batch.answers[i]!(this.#failModeDecides(batch.inputs[i]!))
+  }
+
+  /** The deadline passed before Redis answered: `failMode` decides every request of the batch. */
+  #expire (batch: Batch): void {
+    this.#failed(batch, new DeadlineError(this.#timeout))
   }
 
   /**
@@ -133,13 +193,6 @@ export class Limiter {
     await this.store.close()
     await this.#fallback?.close()
   }
-}
-
-/** The answer Redis would give a client whose ban is known here to last `ms` more. */
-function bannedFor ({ limits }: DecideInput, ms: number): Decision {
-  const states = limits.map(({ burst, windowMs }) => ({ limit: burst, windowMs, count: 0, resetMs: 0 }))
-  const { limit, windowMs } = states[0]!
-  return { status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs: ms, banStarted: false, offence: 0, limits: states, at: 0, member: '' }
 }
 
 /** `promise`, or a DeadlineError after `ms`; the timer never outlives the answer. */

@@ -16,7 +16,7 @@ import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { ALGORITHMS } from '../dist/algorithms/index.js'
 import { identityKeys, scopeOf } from '../dist/keys.js'
-import { SCRIPT_KEYS, SCRIPTS, scriptArgs } from '../dist/stores/redis.js'
+import { SCRIPTS, scriptArgs } from '../dist/stores/redis.js'
 
 const url = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
 const redis = new Redis(url, { maxRetriesPerRequest: 1 })
@@ -37,17 +37,17 @@ const SETTINGS = [
 ]
 const BAN = { threshold: 3, ladder: [60_000, 600_000], forgetMs: HOUR }
 
-const NOW_LINE = /^([ \t]*)local now = [^\r\n]*redis\.call\(\s*(['"])TIME\2\s*\)[^\r\n]*$/m
+const NOW_LINE = /^([ \t]*)(local )?now = [^\r\n]*redis\.call\(\s*(['"])TIME\3\s*\)[^\r\n]*$/m
 for (const algorithm of ALGORITHMS) {
   const { lua } = SCRIPTS[algorithm]
   if (!NOW_LINE.test(lua)) throw new Error(`${algorithm}: no clock line to replace`)
-  redis.defineCommand(`measure_${algorithm.replace(/-/g, '_')}`, { numberOfKeys: SCRIPT_KEYS, lua: lua.replace(NOW_LINE, '$1local now = tonumber(ARGV[#ARGV])') })
+  redis.defineCommand(`measure_${algorithm.replace(/-/g, '_')}`, { lua: lua.replace(NOW_LINE, '$1$2now = tonumber(ARGV[#ARGV])') })
 }
 
 /** One decision at `now`: the reply's status (0 allowed, 1 limited, 2 banned). */
 async function decide (input, now) {
   const member = memberPrefix + (counter++).toString(36)
-  const reply = await redis[`measure_${input.algorithm.replace(/-/g, '_')}`](...scriptArgs(input, 'decide', member), now)
+  const reply = await redis[`measure_${input.algorithm.replace(/-/g, '_')}`](...scriptArgs([input], 'decide', [member]), now)
   return Number(reply[0])
 }
 

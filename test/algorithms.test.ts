@@ -18,14 +18,16 @@ const DAY = 24 * 3600_000
 t.test('each script is its algorithm file then lua/decide.lua, named by its hash, with the one clock line', async t => {
   const names = new Set<string>()
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
-  t.match(decide, /^-- KEYS\[1\]\s+state.*\n-- KEYS\[2\]\s+strikes.*\n-- KEYS\[3\]\s+banned.*\n-- KEYS\[4\]\s+offences.*\n-- KEYS\[5\]\s+override/m, 'the frame names the keys')
-  t.match(decide, /-- Reply: \{ status, retry, offence, at, n, /, 'and the reply')
+  t.match(decide, /^-- KEYS\s+five per request.*\n--\s+state.*\n--\s+strikes.*\n--\s+banned.*\n--\s+offences.*\n--\s+override/m, 'the frame names the keys')
+  t.match(decide, /^-- ARGV\[1\]\s+mode.*\n-- ARGV\[2\]\s+p\s/m, 'its arguments')
+  t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
     const { command, lua } = SCRIPTS[algorithm]
     t.equal(lua, `${file}\n${decide}`, `${algorithm}: the script is the file, then the frame`)
     t.ok(command.endsWith('_' + createHash('sha1').update(lua).digest('hex').slice(0, 8)), `${algorithm}: ${command} holds its hash`)
-    t.equal(lua.match(/^local now = milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
+    t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
+    t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: read in one place`)
     t.match(file, /^-- KEYS\[1\]\s+\w+\s+(ZSET|HASH)/m, `${algorithm}: the header names its state key`)
     t.match(file, /^-- ARGV\s+per limit: max \(requests/m, `${algorithm}: its arguments with units`)
     t.match(file, /^-- Reply\s+per limit: /m, `${algorithm}: and what its reply holds`)

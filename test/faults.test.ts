@@ -333,10 +333,14 @@ t.test('d. SCRIPT FLUSH during a burst of 50 concurrent requests: all answered, 
   let flushAfter = 0
   let sent = 0
   let flushed: Promise<unknown> = Promise.resolve()
+  let onEvalsha = (): void => {}
   const send = owned.sendCommand.bind(owned)
   owned.sendCommand = (command, stream) => {
     const result = send(command, stream)
-    if (command.name === 'evalsha' && ++sent === flushAfter) flushed = owned.script('FLUSH')
+    if (command.name === 'evalsha') {
+      if (++sent === flushAfter) flushed = owned.script('FLUSH')
+      onEvalsha()
+    }
     return result
   }
   const latency = new Latency()
@@ -345,7 +349,18 @@ t.test('d. SCRIPT FLUSH during a burst of 50 concurrent requests: all answered, 
     sent = 0
     flushAfter = at
     const key = `burst-${at}`
-    const answers = await Promise.all(Array.from({ length: 50 }, async () => await timed(app.app, key)))
+    // Requests of one event loop turn share one script call: each request here is sent on its own, once the
+    // one before it is on the wire. Redis holds them all (a script may write) until every one is sent, so no
+    // answer (nor ioredis's EVAL after a NOSCRIPT) comes back in between.
+    await observer.call('CLIENT', 'PAUSE', '10000', 'WRITE')
+    const pending: Array<ReturnType<typeof timed>> = []
+    for (let i = 0; i < 50; i++) {
+      const onWire = new Promise<void>(resolve => { onEvalsha = resolve })
+      pending.push(timed(app.app, key))
+      await onWire
+    }
+    await observer.call('CLIENT', 'UNPAUSE')
+    const answers = await Promise.all(pending)
     t.equal(await flushed, 'OK', `flushed right after EVALSHA ${at}`)
     for (const a of answers) latency.add(a.ms)
     const codes = answers.map(a => a.res.statusCode)

@@ -168,7 +168,11 @@ t.test('timeVariant: keeps indentation and CRLF line endings', async (t) => {
 t.test('timeVariant: throws unless the clock line appears exactly once', async (t) => {
   t.throws(() => timeVariant('return 1'), /found 0/)
   t.throws(() => timeVariant("local now = 5 -- redis.call('TIME') elsewhere?\nlocal now = redis.call('TIME')"), /found 2/)
-  t.throws(() => timeVariant("local t = redis.call('TIME')"), /found 0/, 'only a `local now =` line counts')
+  t.throws(() => timeVariant("local t = redis.call('TIME')"), /found 0/, 'only a `now =` line counts')
+})
+
+t.test('timeVariant: a clock read lazily (no `local`) is swapped too', async (t) => {
+  t.equal(timeVariant("local now\n  now = now or ms(redis.call('TIME'))\n"), 'local now\n  now = tonumber(ARGV[#ARGV])\n')
 })
 
 t.test('uniquePrefix: a fresh namespace without hash-tag braces', async (t) => {

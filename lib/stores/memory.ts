@@ -45,20 +45,20 @@ export class MemoryStore implements Store {
   }
 
   decide (input: DecideInput): Decision {
-    return toDecision(this.#decide(input), '')
+    return toDecision(this.#decide(input), '', input.limits)
   }
 
   #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): RawDecision {
     const now = this.#now()
     let limits = given
-    const reply = (status: number, retry: number, offence: number, entries?: Entry[]): RawDecision => [
+    const reply = (status: number, retry: number, offence: number, entries: Entry[]): RawDecision => [
       status, retry, offence, now, limits.length,
-      ...limits.flatMap((limit, i) => [limit.burst, limit.windowMs, entries?.[i]!.count ?? 0, entries?.[i]!.reset ?? 0])
+      ...limits.flatMap((limit, i) => [limit.burst, limit.windowMs, entries[i]!.count, entries[i]!.reset])
     ]
 
-    // A banned client is answered first: its reply shows the budget's own limits.
+    // A banned client is answered first, before the clock is read in Redis: no limits (the budget's own) and no time.
     const banned = this.#live(this.#marks, keys.banned, now, false)
-    if (banned !== undefined) return reply(2, banned.expiresAt - now, 0)
+    if (banned !== undefined) return [2, banned.expiresAt - now, 0, 0, 0]
 
     const override = this.#live(this.#marks, keys.override, now)
     if (override !== undefined) limits = parseLimits(override.value as string)

@@ -2,10 +2,10 @@ import { createHash, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
-import type { Algorithm } from '../algorithms/index.js'
+import type { Algorithm, Limit } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
-import { encodeLimits, toDecision } from './store.js'
-import type { DecideInput, Decision, Store, UndoInput } from './store.js'
+import { encodeLimits, toDecisions } from './store.js'
+import type { BanPolicy, DecideInput, Decision, RemoteStore, UndoInput } from './store.js'
 
 /** The Redis store: one script call per decision, each script defined once per client under a name holding its hash. */
 
@@ -36,21 +36,35 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(
 export const SLIDING_LOG_SCRIPT = SCRIPTS['sliding-log'].lua
 export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 
-/** Every script takes the same keys and arguments (see the header of `lua/decide.lua`). */
+/** Every script takes the same keys and arguments (see the header of `lua/decide.lua`), the number of keys first. */
 type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
 
-/** How many keys every script takes: state, strikes, banned, offences, override. */
+/** How many keys every script takes per request: state, strikes, banned, offences, override. */
 export const SCRIPT_KEYS = 5
 
-/** The keys and arguments of one script call (see the header of `lua/decide.lua`). */
-export function scriptArgs (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', member: string): Array<string | number> {
-  const { keys } = input
-  const ban = 'ban' in input ? input.ban : null
-  return [
-    keys.log, keys.strikes, keys.banned, keys.offences, keys.override,
-    mode, member, ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, encodeLimits(input.limits),
-    ...'at' in input ? [input.at] : []
-  ]
+/**
+ * The arguments of one script call deciding (or undoing) `requests`, `members[i]` the id of `requests[i]`:
+ * the number of keys, the keys, then the mode, each distinct policy (ban and limits) once, and each request's
+ * policy, member and time (see the header of `lua/decide.lua`).
+ */
+export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mode: 'decide' | 'peek' | 'undo', members: readonly string[]): Array<string | number> {
+  const keys: string[] = []
+  const policies: Array<string | number> = []
+  const seen: Array<readonly [readonly Limit[], BanPolicy | null]> = []
+  const each: Array<string | number> = []
+  for (let i = 0; i < requests.length; i++) {
+    const input = requests[i]!
+    const { keys: k, limits } = input
+    const ban = 'ban' in input ? input.ban : null
+    keys.push(k.log, k.strikes, k.banned, k.offences, k.override)
+    let policy = seen.findIndex(([l, b]) => l === limits && b === ban)
+    if (policy === -1) {
+      policy = seen.push([limits, ban]) - 1
+      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, encodeLimits(limits))
+    }
+    each.push(policy + 1, members[i]!, 'at' in input ? input.at : 0)
+  }
+  return [keys.length, ...keys, mode, seen.length, ...policies, ...each]
 }
 
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
@@ -62,7 +76,8 @@ export function defineScript (client: RedisLike, algorithm: Algorithm): ScriptCo
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
-    client.defineCommand(name, { numberOfKeys: SCRIPT_KEYS, lua })
+    // No numberOfKeys: a call gives it first, five per request of the batch.
+    client.defineCommand(name, { lua })
     if (ours === undefined) defined.set(client, ours = new Set())
     ours.add(name)
   }
@@ -74,9 +89,10 @@ export function defineSlidingLog (client: RedisLike): ScriptCommand {
   return defineScript(client, 'sliding-log')
 }
 
-export class RedisStore implements Store {
+export class RedisStore implements RemoteStore {
   readonly client: RedisLike
   readonly #owned: boolean
+  readonly #cluster: boolean
   readonly #commands: Readonly<Record<Algorithm, ScriptCommand>>
   /** Log members are `<random per store><counter>`: unique across instances, never client input. */
   readonly #memberPrefix = randomBytes(9).toString('base64url')
@@ -85,17 +101,32 @@ export class RedisStore implements Store {
   constructor (client: RedisLike, owned: boolean) {
     this.client = client
     this.#owned = owned
+    this.#cluster = (client as { isCluster?: boolean }).isCluster === true
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
   }
 
+  /** Decides (or, with `peek`, reports) one request. */
   async decide (input: DecideInput): Promise<Decision> {
-    const member = this.#memberPrefix + (this.#counter++).toString(36)
-    const reply = await this.#commands[input.algorithm ?? DEFAULT_ALGORITHM](...scriptArgs(input, input.peek ? 'peek' : 'decide', member))
-    return toDecision(reply, member)
+    return (await this.#decide([input], input.peek ? 'peek' : 'decide', input.algorithm ?? DEFAULT_ALGORITHM))[0]!
+  }
+
+  /**
+   * Decides requests of one algorithm in one script call, in order, atomically. On a Redis Cluster, whose
+   * scripts may only touch one slot, each request is a call of its own.
+   */
+  async decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Decision[]> {
+    if (this.#cluster) return await Promise.all(inputs.map(async input => (await this.#decide([input], 'decide', algorithm))[0]!))
+    return await this.#decide(inputs, 'decide', algorithm)
+  }
+
+  async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Decision[]> {
+    const members = inputs.map(() => this.#memberPrefix + (this.#counter++).toString(36))
+    const reply = await this.#commands[algorithm](...scriptArgs(inputs, mode, members))
+    return toDecisions(reply, members, inputs)
   }
 
   async undo (input: UndoInput): Promise<void> {
-    await this.#commands[input.algorithm](...scriptArgs(input, 'undo', input.member))
+    await this.#commands[input.algorithm](...scriptArgs([input], 'undo', [input.member]))
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {

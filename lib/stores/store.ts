@@ -83,6 +83,11 @@ export interface Store {
   close (): Promise<void>
 }
 
+/** A store across the network (Redis): it also decides several requests of one algorithm in one call. */
+export interface RemoteStore extends Store {
+  decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Decision[]>
+}
+
 /** Limits as the scripts take them (ARGV and the override key): `'max window burst;...'`. */
 export function encodeLimits (limits: readonly Limit[]): string {
   return limits.map(({ max, windowMs, burst }) => `${max} ${windowMs} ${burst}`).join(';')
@@ -104,25 +109,61 @@ function integer (value: unknown): number {
   return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0 ? n : NaN
 }
 
-/** Checks a raw reply at run time and turns it into a `Decision`, or throws a coded error. */
-export function toDecision (reply: unknown, member: string): Decision {
-  if (Array.isArray(reply) && reply.length >= 9) {
-    const values = reply.map(integer)
-    const [status, retryMs, offence, at, n] = values as [number, number, number, number, number]
-    const name = STATUSES[status]
-    if (name !== undefined && !values.some(Number.isNaN) && n >= 1 && reply.length === 5 + 4 * n) {
-      const limits: LimitState[] = []
-      let binding = 0
-      for (let i = 0; i < n; i++) {
-        const [limit, windowMs, count, resetMs] = values.slice(5 + 4 * i, 9 + 4 * i) as [number, number, number, number]
-        limits.push({ limit, windowMs, count, resetMs })
-        const best = limits[binding]!
-        const fewer = limit - count - (best.limit - best.count)
-        if (fewer < 0 || (fewer === 0 && resetMs > best.resetMs)) binding = i
-      }
-      const { limit, windowMs, count, resetMs } = limits[binding]!
-      return { status: name, limit, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits, at, member }
+/** A client found banned, `retryMs` more: the budget's own `limits`, nothing counted. */
+export function bannedDecision (limits: readonly Limit[], retryMs: number): Decision {
+  const states = limits.map(({ burst, windowMs }) => ({ limit: burst, windowMs, count: 0, resetMs: 0 }))
+  const { limit, windowMs } = states[0]!
+  return { status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs, banStarted: false, offence: 0, limits: states, at: 0, member: '' }
+}
+
+/**
+ * Checks one answer of a raw reply at run time, from `offset`, and turns it into a `Decision`; returns it with
+ * the offset of the next answer, or throws a coded error. `limits` are the ones the request was decided by
+ * (an answer with none is a client found banned).
+ */
+export function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision, number] {
+  const status = STATUSES[integer(reply[offset])]
+  const retryMs = integer(reply[offset + 1])
+  const offence = integer(reply[offset + 2])
+  const at = integer(reply[offset + 3])
+  const n = integer(reply[offset + 4])
+  const end = offset + 5 + 4 * n
+  if (status !== undefined && retryMs >= 0 && offence >= 0 && at >= 0 && end <= reply.length && n <= 16) {
+    if (n === 0 && status === 'banned' && limits.length > 0) return [bannedDecision(limits, retryMs), end]
+    const states: LimitState[] = []
+    let binding = 0
+    for (let i = offset + 5; i < end; i += 4) {
+      const state = { limit: integer(reply[i]), windowMs: integer(reply[i + 1]), count: integer(reply[i + 2]), resetMs: integer(reply[i + 3]) }
+      if (!(state.limit >= 0 && state.windowMs >= 0 && state.count >= 0 && state.resetMs >= 0)) break
+      states.push(state)
+      const best = states[binding]!
+      const fewer = state.limit - state.count - (best.limit - best.count)
+      if (fewer < 0 || (fewer === 0 && state.resetMs > best.resetMs)) binding = states.length - 1
     }
+    if (states.length === n && n >= 1) {
+      const { limit, windowMs, count, resetMs } = states[binding]!
+      return [{ status, limit, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits: states, at, member }, end]
+    }
+  }
+  throw new InvalidReplyError(JSON.stringify(reply.slice(offset)).slice(0, 200))
+}
+
+/** A reply of exactly one answer (one request decided), as a `Decision`; or a coded error. */
+export function toDecision (reply: unknown, member: string, limits: readonly Limit[]): Decision {
+  return toDecisions(reply, [member], [{ limits }])[0]!
+}
+
+/** A reply answering each of `inputs` in turn (`members[i]` the id of `inputs[i]`), as decisions; or a coded error. */
+export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Decision[] {
+  if (Array.isArray(reply)) {
+    const decisions: Decision[] = []
+    let offset = 0
+    for (let i = 0; i < inputs.length; i++) {
+      const [decision, end] = readDecision(reply, offset, members[i]!, inputs[i]!.limits)
+      decisions.push(decision)
+      offset = end
+    }
+    if (offset === reply.length) return decisions
   }
   throw new InvalidReplyError(JSON.stringify(reply)?.slice(0, 200) ?? String(reply))
 }

@@ -28,7 +28,7 @@ import { MemoryStore } from '../../lib/stores/memory.js'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/keys.js'
-import { SCRIPT_KEYS, SCRIPTS, scriptArgs } from '../../lib/stores/redis.js'
+import { SCRIPTS, scriptArgs } from '../../lib/stores/redis.js'
 import { toDecision } from '../../lib/stores/store.js'
 import type { DecideInput, Decision, UndoInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
@@ -160,13 +160,13 @@ class TimedRedis implements TimedRedisStore {
     this.#redis = redis
     for (const algorithm of ALGORITHMS) {
       const name = timedCommand(algorithm)
-      if (!(name in redis)) redis.defineCommand(name, { numberOfKeys: SCRIPT_KEYS, lua: timeVariant(SCRIPTS[algorithm].lua) })
+      if (!(name in redis)) redis.defineCommand(name, { lua: timeVariant(SCRIPTS[algorithm].lua) })
     }
   }
 
   async decide (input: DecideInput, nowMs: number): Promise<Decision> {
     const member = `m${(this.#member++).toString(36)}`
-    return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', member, nowMs), member)
+    return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', member, nowMs), member, input.limits)
   }
 
   async undo (input: UndoInput, nowMs: number): Promise<void> {
@@ -177,7 +177,7 @@ class TimedRedis implements TimedRedisStore {
     const { keys } = input
     return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override], (multi) => {
       const command = (multi as unknown as Record<string, Command>)[timedCommand(input.algorithm ?? DEFAULT_ALGORITHM)]!
-      command.call(multi, ...scriptArgs(input, mode, member), nowMs)
+      command.call(multi, ...scriptArgs([input], mode, [member]), nowMs)
     })
   }
 
