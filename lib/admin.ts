@@ -86,7 +86,8 @@ export const ADMIN_MIN_DEADLINE = 1000
 /** Options of setOverride that are not the limits. */
 const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
 
-export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, unbanned: (bannedKey: string) => Promise<void>): RateGuardDecorator {
+/** `forget`: tells every instance which keys were changed, so none goes on answering from what it held for them. */
+export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>): RateGuardDecorator {
   const { nameSpace, canonicalKey } = opts
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const store = {
@@ -94,7 +95,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
     setValue: async (key: string, value: string, ttl: number | null) => await deadline(inner.setValue(key, value, ttl), ms),
     delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms),
-    unbanned: async (bannedKey: string) => await deadline(unbanned(bannedKey), ms)
+    forget: async (keys: readonly string[]) => await deadline(forget(keys), ms)
   }
   const keysOf = (key: string, scope = '', algorithm?: Algorithm): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
@@ -106,20 +107,27 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
     return { ...budget, name }
   }
+  /** Every algorithm's state of `key` on every budget: a budget whose algorithm changed in a deploy too. */
+  const statesOf = (key: string): string[] => {
+    const scopes = new Set([...budgets.values()].map(budget => budget.scope))
+    return [...scopes].flatMap(scope => ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log))
+  }
   return Object.freeze({
     async ban (key: string, duration: number | string) {
-      await store.setBan(keysOf(key).banned, checkDuration(duration, 'duration'))
+      const { banned } = keysOf(key)
+      await store.setBan(banned, checkDuration(duration, 'duration'))
+      // A denial held anywhere would answer 429 until it ended: the ban's 403 comes at once.
+      await store.forget(statesOf(key))
     },
     async unban (key: string) {
       const keys = keysOf(key)
       await store.delete([keys.banned, keys.strikes, keys.offences])
-      await store.unbanned(keys.banned)
+      await store.forget([keys.banned])
     },
     async reset (key: string) {
-      // Every algorithm's state on every budget: a budget whose algorithm changed in a deploy starts over too.
-      const scopes = new Set([...budgets.values()].map(budget => budget.scope))
-      const logs = [...scopes].flatMap(scope => ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log))
-      await store.delete([...logs, keysOf(key).strikes])
+      const states = statesOf(key)
+      await store.delete([...states, keysOf(key).strikes])
+      await store.forget(states)
     },
     async peek (key: string, options: PeekOptions = {}) {
       const budget = budgetOf(options, 'peek')
@@ -165,10 +173,15 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
         throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')
       }
       const ttl = options.permanent === true ? null : checkDuration(options.ttl, 'setOverride.ttl')
-      await store.setValue(keysOf(key, budget.scope).override, encodeLimits(limits), ttl)
+      const keys = keysOf(key, budget.scope, budget.route.algorithm)
+      await store.setValue(keys.override, encodeLimits(limits), ttl)
+      await store.forget([keys.log])
     },
     async clearOverride (key: string, options: BudgetOptions = {}) {
-      await store.delete([keysOf(key, budgetOf(options, 'clearOverride').scope).override])
+      const budget = budgetOf(options, 'clearOverride')
+      const keys = keysOf(key, budget.scope, budget.route.algorithm)
+      await store.delete([keys.override])
+      await store.forget([keys.log])
     }
   })
 }

@@ -49,13 +49,20 @@ function then<T, R> (value: T | PromiseLike<T>, next: (value: T) => R | PromiseL
 /** The hook in Fastify's callback style: `done` once, with the refusal if any; not at all when it answered itself. */
 export type RequestHook = (request: FastifyRequest, reply: FastifyReply, done: Done) => void
 
-export function createHook (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget): RequestHook {
+/**
+ * `undoneScopes`: the scopes of budgets some route gives counts back to (it has a shared budget); complete
+ * once the app is ready.
+ */
+export function createHook (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget, undoneScopes: ReadonlySet<string>): RequestHook {
   const { route, scope } = budget
   const { keyGenerator, allowList, ban, algorithm } = route
   const fixedLimits = staticLimits(route.limits)
+  // Only time can change a denial when it counts no strike and no request's limits differ (see HeldAnswers);
+  // a shared budget's denials, too: nothing is ever given back to it.
+  const holdable = ban === null && fixedLimits !== null
   const shared: Decidable | null = route.shared === null
     ? null
-    : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm }
+    : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true }
   // 503 answers say when to try again: one deadline from now, in whole seconds. They are sent, not thrown:
   // Fastify logs every thrown 5xx as an error, which during an outage would be one log line per request.
   const unavailableAfter = retryAfterSeconds(timeout)
@@ -76,7 +83,8 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
   }
 
   function decide (request: FastifyRequest, reply: FastifyReply, key: string, limits: readonly Limit[]): Outcome | PromiseLike<Outcome> {
-    const input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm }
+    const holdDenials = holdable && !undoneScopes.has(scope)
+    const input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials }
     return then(limiter.decide(input, request.log), own => {
       if (own.status !== 'allowed' || shared === null) return answer(request, reply, key, own, budget.headers)
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's

@@ -4,7 +4,7 @@ import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
 import { createHook } from './hook.js'
 import type { RequestHook, RouteBudget } from './hook.js'
-import { BanCache, listenForUnbans, unbanChannel } from './bans.js'
+import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
 import { RedisNotReadyError, RedisRefusedError } from './errors.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from './keys.js'
@@ -53,9 +53,10 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     return made
   }
   const pluginBudget = budget('default', opts.route, GLOBAL_SCOPE)
-  const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget)
+  const undoneScopes = new Set<string>()
+  const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget, undoneScopes)
 
-  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets, limiter.unbanned))
+  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets, limiter.forget))
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
@@ -69,7 +70,8 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     const made = route.groupId !== undefined
       ? budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId))
       : budget(name, route, scopeOf('route', name))
-    addHook(routeOptions, opts.hook, createHook(limiter, opts.nameSpace, opts.timeout, made))
+    if (route.shared !== null) undoneScopes.add(made.scope)
+    addHook(routeOptions, opts.hook, createHook(limiter, opts.nameSpace, opts.timeout, made, undoneScopes))
   })
 }
 
@@ -105,18 +107,18 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
 
   const owned = typeof given === 'string' || Array.isArray(given)
   const client = owned ? await createClient(given as string | readonly string[], timeout) : given as RedisLike
-  const bans = opts.banCache ? new BanCache(cache) : undefined
+  const held = opts.banCache ? new HeldAnswers(cache) : undefined
   let stopListening = (): void => {}
   try {
     // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
     const store = new RedisStore(client, owned)
-    if (bans !== undefined) {
-      stopListening = listenForUnbans(client, opts.nameSpace, bans, fastify.log)
+    if (held !== undefined) {
+      stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
     }
     const limiter = new Limiter({
-      bans,
-      announceUnban: async (bannedKey) => await client.publish(unbanChannel(opts.nameSpace), bannedKey),
+      held,
+      announce: async (keys) => await client.publish(changesChannel(opts.nameSpace), keys.join(' ')),
       store,
       remote: true,
       failMode,

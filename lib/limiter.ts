@@ -1,11 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { BanCache } from './bans.js'
 import type { Breaker } from './breaker.js'
+import type { HeldAnswers } from './held.js'
 import { DeadlineError } from './errors.js'
 import type { FailMode } from './options.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
-import { bannedDecision } from './stores/store.js'
 import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './stores/store.js'
 
 /**
@@ -18,8 +17,11 @@ import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './sto
  * them. The batch's deadline runs from its first request, so no request waits past its own.
  */
 
-/** A request of a budget, which always says its algorithm (batches are per algorithm). */
-export type Decidable = DecideInput & { readonly algorithm: Algorithm }
+/**
+ * A request of a budget, which always says its algorithm (batches are per algorithm), and whether only time
+ * can change its denials (see `HeldAnswers`).
+ */
+export type Decidable = DecideInput & { readonly algorithm: Algorithm, readonly holdDenials: boolean }
 
 export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable' }
 
@@ -38,6 +40,8 @@ interface Batch {
   readonly timer: NodeJS.Timeout
   /** Answered: by Redis, or by `failMode` once the deadline passed. */
   done: boolean
+  /** When it was sent (ms): what Redis answers holds from no earlier than that. */
+  sentAt: number
 }
 
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
@@ -62,9 +66,10 @@ export interface LimiterOptions {
   fallback: MemoryStore | undefined
   /** Set when `store` is remote and the breaker is on. */
   breaker: Breaker | undefined
-  /** Set when `store` is remote: the bans Redis reported, held until they end, and how an unban is told to every instance. */
-  bans?: BanCache
-  announceUnban?: (bannedKey: string) => Promise<unknown>
+  /** Set when `store` is remote: answers Redis gave that only time can change, held until they end. */
+  held?: HeldAnswers
+  /** Tells every instance which keys an operator changed (so they forget what they held for them). */
+  announce?: (keys: readonly string[]) => Promise<unknown>
 }
 
 export class Limiter {
@@ -74,35 +79,35 @@ export class Limiter {
   readonly #timeout: number
   readonly #fallback: MemoryStore | undefined
   readonly #breaker: Breaker | undefined
-  readonly #bans: BanCache | undefined
-  readonly #announceUnban: ((bannedKey: string) => Promise<unknown>) | undefined
+  readonly #held: HeldAnswers | undefined
+  readonly #announce: ((keys: readonly string[]) => Promise<unknown>) | undefined
   /** Batches not sent yet: sent together once this turn of the event loop has handled its I/O. */
   #batches: Batch[] = []
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, failMode, timeout, fallback, breaker, bans, announceUnban }: LimiterOptions) {
+  constructor ({ store, remote, failMode, timeout, fallback, breaker, held, announce }: LimiterOptions) {
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
     this.#failMode = failMode
     this.#timeout = timeout
     this.#fallback = fallback
     this.#breaker = breaker
-    this.#bans = bans
-    this.#announceUnban = announceUnban
+    this.#held = held
+    this.#announce = announce
   }
 
-  /** An operator lifted the ban on `bannedKey` in the store: forget it here, and tell every instance. */
-  readonly unbanned = async (bannedKey: string): Promise<void> => {
-    this.#bans?.delete(bannedKey)
-    await this.#announceUnban?.(bannedKey)
+  /** An operator changed `keys` in the store: forget what is held for them, here and on every instance. */
+  readonly forget = async (keys: readonly string[]): Promise<void> => {
+    this.#held?.forget(keys)
+    await this.#announce?.(keys)
   }
 
-  /** The verdict on one request: at once when it is known here (in process, a ban held, the breaker open), else from Redis. */
+  /** The verdict on one request: at once when it is known here (in process, an answer held, the breaker open), else from Redis. */
   decide (input: Decidable, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
     if (this.#remote === undefined) return this.store.decide(input) as Decision
-    const banned = this.#bans?.remaining(input.keys.banned) ?? 0
-    if (banned > 0) return bannedDecision(input.limits, banned)
+    const held = this.#held?.answer(input.keys.banned, input.holdDenials ? input.keys.log : '', input.limits)
+    if (held !== undefined) return held
     if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
     return new Promise(resolve => this.#enqueue(input, resolve, log))
   }
@@ -113,7 +118,7 @@ export class Limiter {
     for (const open of this.#batches) if (open.algorithm === algorithm && open.inputs.length < BATCH_MAX) batch = open
     if (batch === undefined) {
       if (this.#batches.length === 0) setImmediate(this.#flush)
-      const made: Batch = { algorithm, inputs: [], answers: [], log, done: false, timer: setTimeout(() => this.#expire(made), this.#timeout) }
+      const made: Batch = { algorithm, inputs: [], answers: [], log, done: false, sentAt: 0, timer: setTimeout(() => this.#expire(made), this.#timeout) }
       this.#batches.push(batch = made)
     }
     batch.inputs.push(input)
@@ -124,6 +129,7 @@ export class Limiter {
     const batches = this.#batches
     this.#batches = []
     for (const batch of batches) {
+      batch.sentAt = Date.now()
       this.#remote!.decideMany(batch.inputs, batch.algorithm).then(decisions => this.#decided(batch, decisions), (err: unknown) => this.#failed(batch, err as Error))
     }
   }
@@ -135,7 +141,9 @@ export class Limiter {
     this.#breaker?.success()
     for (let i = 0; i < decisions.length; i++) {
       const decision = decisions[i]!
-      if (decision.status === 'banned') this.#bans?.add(batch.inputs[i]!.keys.banned, decision.retryMs)
+      const input = batch.inputs[i]!
+      if (decision.status === 'banned') this.#held?.banned(input.keys.banned, decision.retryMs, batch.sentAt)
+      else if (decision.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, decision, batch.sentAt)
       batch.answers[i]!(decision)
     }
   }

@@ -1,0 +1,154 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Cluster, Redis } from 'ioredis'
+import type { Limit } from './algorithms/index.js'
+import type { RedisLike } from './stores/redis.js'
+import { bannedDecision } from './stores/store.js'
+import type { Decision } from './stores/store.js'
+
+/**
+ * Answers Redis gave that nothing but time can change, held in process until they end, so a client refused
+ * again costs no Redis round trip:
+ * - a ban ends when it expires (known from Redis's answer) or when an operator lifts it;
+ * - a denial of a budget whose denials count no strike (no ban policy), whose counts are never given back (no
+ *   shared budget) and whose limits are the same for every request: other requests cannot free the client's
+ *   place before the time Redis named, since every one of them is denied too and denied requests write
+ *   nothing. Only one limit's denials are held, and only when its count cannot fall before then, so the
+ *   headers of a held answer are the ones Redis would give.
+ * An operator's change (unban, ban, reset, override) is published on `<nameSpace>changed` with the keys it
+ * touched, and every instance forgets what it held for them. While this instance is not subscribed
+ * (starting, reconnecting) it could miss a change, so it holds nothing then and asks Redis.
+ * Held times run from when the question was sent, so a held answer never outlives Redis's.
+ */
+
+/** Longest an answer is held in process: past it Redis is asked again (a bound on any missed change). */
+export const MAX_HELD = 60_000
+
+interface Denial {
+  readonly until: number
+  readonly since: number
+  readonly decision: Decision
+}
+
+export class HeldAnswers {
+  readonly #bans = new Map<string, number>()
+  readonly #denials = new Map<string, Denial>()
+  readonly #size: number
+  readonly #now: () => number
+  #listening = false
+
+  /** `size`: most bans, and most denials, held at once. */
+  constructor (size: number, now: () => number = Date.now) {
+    this.#size = size
+    this.#now = now
+  }
+
+  /** The ban held on `bannedKey`, else a denial held on budget state `stateKey`, as Redis would answer it now. */
+  answer (bannedKey: string, stateKey: string, limits: readonly Limit[]): Decision | undefined {
+    if (!this.#listening) return undefined
+    const now = this.#now()
+    const ban = live(this.#bans, bannedKey, now)
+    if (ban !== undefined) return bannedDecision(limits, ban - now)
+    const denial = live(this.#denials, stateKey, now)
+    if (denial === undefined) return undefined
+    // Counts stand still until the denial ends; only the times run down.
+    const { decision, since, until } = denial
+    const elapsed = now - since
+    return {
+      ...decision,
+      resetMs: decision.resetMs - elapsed,
+      retryMs: until - now,
+      limits: decision.limits.map(limit => ({ ...limit, resetMs: limit.resetMs - elapsed })),
+      at: 0,
+      member: ''
+    }
+  }
+
+  /** Redis found `bannedKey` banned, in an answer to a question sent at `since`. */
+  banned (bannedKey: string, retryMs: number, since: number): void {
+    if (this.#listening) put(this.#bans, this.#size, bannedKey, since + Math.min(retryMs, MAX_HELD), this.#now())
+  }
+
+  /**
+   * Redis denied a request on budget state `stateKey` under `limits` (a budget whose denials only time can
+   * change), in an answer to a question sent at `since`: held when its one limit's count cannot fall before
+   * the wait ends, and the limit is the budget's (no override with other limits).
+   */
+  denied (stateKey: string, limits: readonly Limit[], decision: Decision, since: number): void {
+    if (!this.#listening || limits.length !== 1 || decision.limits.length !== 1) return
+    const [limit] = limits
+    if (decision.limit !== limit!.burst || decision.windowMs !== limit!.windowMs || decision.resetMs < decision.retryMs) return
+    const until = since + Math.min(decision.retryMs, MAX_HELD)
+    put(this.#denials, this.#size, stateKey, { until, since, decision }, this.#now())
+  }
+
+  /** An operator changed these keys (here or on another instance). */
+  forget (keys: readonly string[]): void {
+    for (const key of keys) {
+      this.#bans.delete(key)
+      this.#denials.delete(key)
+    }
+  }
+
+  /** Whether changes reach this instance: only then is anything held. */
+  listening (on: boolean): void {
+    this.#listening = on
+    if (!on) {
+      this.#bans.clear()
+      this.#denials.clear()
+    }
+  }
+}
+
+function endOf (held: number | Denial): number {
+  return typeof held === 'number' ? held : held.until
+}
+
+/** What `map` holds at `key` until a time after `now`; an ended one is dropped. */
+function live<T extends number | Denial> (map: Map<string, T>, key: string, now: number): T | undefined {
+  const held = map.get(key)
+  if (held === undefined || endOf(held) > now) return held
+  map.delete(key)
+  return undefined
+}
+
+/** Holds `value` at `key`; a full map drops its ended entries first, and when none has ended, the oldest one. */
+function put<T extends number | Denial> (map: Map<string, T>, size: number, key: string, value: T, now: number): void {
+  if (endOf(value) <= now) return
+  if (map.size >= size && !map.has(key)) {
+    for (const [k, held] of map) if (endOf(held) <= now) map.delete(k)
+    if (map.size >= size) map.delete(map.keys().next().value!)
+  }
+  map.set(key, value)
+}
+
+/** The channel operators' changes are published on: the keys changed, separated by spaces. */
+export const changesChannel = (nameSpace: string): string => `${nameSpace}changed`
+
+/**
+ * Subscribes a connection of its own (a duplicate of `client`) to the changes channel and keeps `held` told
+ * whether it is listening. Returns the function that closes the subscription.
+ */
+export function listenForChanges (client: RedisLike, nameSpace: string, held: HeldAnswers, log: FastifyBaseLogger): () => void {
+  // Subscribing needs the offline queue: the SUBSCRIBE is sent when the connection is ready, and again after a reconnect.
+  // Named, so an operator reading CLIENT LIST knows what it is; connecting now even when the lent client
+  // was made with lazyConnect (a duplicate would wait for a first command that never comes).
+  const connectionName = 'rate-guard-changes'
+  const subscriber = (client as { isCluster?: boolean }).isCluster === true
+    ? (client as Cluster).duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...(client as Cluster).options.redisOptions, connectionName } })
+    : (client as Redis).duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
+  const channel = changesChannel(nameSpace)
+  subscriber.on('message', (from: string, keys: string) => { if (from === channel) held.forget(keys.split(' ')) })
+  subscriber.on('error', (err: Error) => { log.debug({ err }, 'rate-guard: the changes subscription failed; bans and denials are asked of Redis until it is back') })
+  subscriber.on('close', () => held.listening(false))
+  const subscribe = (): void => {
+    subscriber.subscribe(channel).then(() => held.listening(true), (err: unknown) => {
+      held.listening(false)
+      log.warn({ err }, 'rate-guard: could not subscribe to changes (unban, reset, overrides); bans and denials are asked of Redis on every request')
+    })
+  }
+  subscriber.on('ready', subscribe)
+  return () => {
+    held.listening(false)
+    subscriber.disconnect()
+  }
+}
