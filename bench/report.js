@@ -25,6 +25,14 @@ function ratio (runs, others, metric) {
   }))
 }
 
+/** Server CPU µs per request of `run` above bare Fastify's in the same round, or null. */
+function overBare (run, bares) {
+  const bare = bares.find(o => o.round === run?.round)
+  return run === undefined || bare === undefined || run.serverCpuUsPerRequest === null || bare.serverCpuUsPerRequest === null
+    ? null
+    : run.serverCpuUsPerRequest - bare.serverCpuUsPerRequest
+}
+
 /** One row per variant and scenario: each metric's spread over the rounds, and the ratios. */
 export function aggregate (runs, variants, scenarios) {
   const rows = []
@@ -43,6 +51,13 @@ export function aggregate (runs, variants, scenarios) {
         ...Object.fromEntries(METRICS.map(metric => [metric, spread(mine.map(run => run[metric]))])),
         vsBare: { rps: ratio(mine, of(BARE), 'rps'), serverCpu: ratio(mine, of(BARE), 'serverCpuUsPerRequest') },
         vsReference: { rps: ratio(mine, of(REFERENCE), 'rps'), serverCpu: ratio(mine, of(REFERENCE), 'serverCpuUsPerRequest') },
+        // The limiter's own cost: server CPU per request above bare Fastify's, and as a share of frl-redis's.
+        cpuOverBareUs: spread(mine.map(run => overBare(run, of(BARE)))),
+        overheadVsReference: spread(mine.map(run => {
+          const ours = overBare(run, of(BARE))
+          const theirs = overBare(of(REFERENCE).find(o => o.round === run.round), of(BARE))
+          return ours === null || theirs === null || !(theirs > 0) ? null : ours / theirs
+        })),
         p50SingleOverBareMs: spread(mine.map(run => {
           const bare = of(BARE).find(o => o.round === run.round)
           return bare === undefined || run.p50SingleMs === null ? null : run.p50SingleMs - bare.p50SingleMs
@@ -69,13 +84,13 @@ function responses (shares) {
 function scenarioTable (rows, scenario) {
   const mine = rows.filter(row => row.scenario === scenario)
   const memory = mine.some(row => row.redisBytesPerClient !== null)
-  const head = ['server', 'req/s', '× bare', '× frl-redis', 'p50 ms', 'p99 ms', 'p50 ms, 1 conn', 'server µs/req', 'CPU × bare', 'CPU × frl-redis',
+  const head = ['server', 'req/s', '× bare', '× frl-redis', 'p50 ms', 'p99 ms', 'p50 ms, 1 conn', 'server µs/req', 'CPU × bare', 'CPU × frl-redis', 'µs/req over bare',
     'Redis µs/req', 'cmds sent/req (round trips)', 'Redis cmds/req', ...memory ? ['Redis B/client (req/client)'] : [], 'core busy: server / load', 'responses']
   const lines = [`| ${head.join(' | ')} |`, `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`]
   for (const row of mine) {
     lines.push(`| ${[
       row.variant, range(row.rps, 0), times(row.vsBare.rps), times(row.vsReference.rps), med(row.p50Ms, 2), med(row.p99Ms, 2), med(row.p50SingleMs, 3),
-      range(row.serverCpuUsPerRequest, 1), times(row.vsBare.serverCpu), times(row.vsReference.serverCpu), med(row.redisCpuUsPerRequest, 1),
+      range(row.serverCpuUsPerRequest, 1), times(row.vsBare.serverCpu), times(row.vsReference.serverCpu), med(row.cpuOverBareUs, 1), med(row.redisCpuUsPerRequest, 1),
       `${med(row.commandsSentPerRequest, 2)} (${med(row.roundTripsPerRequest, 2)})`, med(row.redisCommandsPerRequest, 2),
       ...memory ? [row.redisBytesPerClient === null ? '–' : `${med(row.redisBytesPerClient, 0)} (${med(row.requestsPerClient, 1)})`] : [],
       `${med(row.serverCpuShare === null ? null : scale(row.serverCpuShare, 100), 0)}% / ${med(row.loadCpuShare === null ? null : scale(row.loadCpuShare, 100), 0)}%`,
@@ -88,13 +103,21 @@ function scenarioTable (rows, scenario) {
 function scriptsTable (scripts) {
   if (scripts === null) return 'Not run (BENCH_SCRIPTS=0).'
   if (scripts.skipped !== undefined) return `Not run: ${scripts.skipped}.`
-  const lines = ['| script | path | µs per call inside Redis | calls/s (redis-benchmark) | commands run per call (µs of each) |', '|---|---|--:|--:|---|']
+  const lines = ['| script | path | µs per call inside Redis | µs per request | calls/s (redis-benchmark) | commands run per request (µs of each) |', '|---|---|--:|--:|--:|---|']
   for (const row of scripts.rows) {
+    const requests = row.requests ?? 1
     const inside = Object.entries(row.inside ?? {}).sort(([, a], [, b]) => b.usPerCall - a.usPerCall)
-      .map(([command, { perCall, usPerCall }]) => `${command}${Math.abs(perCall - 1) < 0.01 ? '' : ` ×${fmt(perCall, 2)}`} (${fmt(usPerCall, 2)})`).join(', ')
-    lines.push(`| ${row.script} | ${row.path} | ${fmt(row.usPerCall, 2)} | ${fmt(row.rps, 0)} | ${inside} |`)
+      .map(([command, { perCall, usPerCall }]) => [command, perCall / requests, usPerCall / requests])
+      .map(([command, perRequest, us]) => `${command}${Math.abs(perRequest - 1) < 0.01 ? '' : ` ×${fmt(perRequest, 2)}`} (${fmt(us, 2)})`).join(', ')
+    const perRequest = row.usPerCall === null ? null : row.usPerCall / requests
+    lines.push(`| ${row.script} | ${row.path} | ${fmt(row.usPerCall, 2)} | ${fmt(perRequest, 2)} | ${fmt(row.rps, 0)} | ${inside} |`)
   }
   return lines.join('\n')
+}
+
+/** The limiter's own CPU beside frl-redis's: what the ratios to frl-redis mean when both are close to bare. */
+function overhead (row) {
+  return `its own CPU (above bare) ${fmt(row?.cpuOverBareUs?.median, 1)} µs/req, ${fmt(row?.overheadVsReference?.median, 2)}× frl-redis's`
 }
 
 /** Issue 5's targets, judged on this run: [{ target, verdict, measured }]. */
@@ -108,14 +131,15 @@ export function targets (rows, scripts) {
     const cpu = allowed?.vsReference.serverCpu?.median
     const rps = allowed?.vsReference.rps?.median
     judge(`1. allowed, ${variant}: server CPU ≤ 0.65× and req/s ≥ 1.3× frl-redis`, cpu === undefined || rps === undefined ? null : cpu <= 0.65 && rps >= 1.3,
-      `CPU ${fmt(cpu, 2)}×, req/s ${fmt(rps, 2)}×`)
+      `CPU ${fmt(cpu, 2)}×, req/s ${fmt(rps, 2)}×; ${overhead(allowed)}`)
     const banned = find(variant, 'banned')
     const bare = banned?.vsBare.rps?.median
     const sent = banned?.commandsSentPerRequest?.median
     judge(`2. banned flood, ${variant}: req/s ≥ 0.85× bare and no Redis command`, bare === undefined || sent === undefined ? null : bare >= 0.85 && sent === 0,
       `req/s ${fmt(bare, 2)}× bare, ${fmt(sent, 2)} commands sent/req`)
-    const hot = find(variant, 'hot')?.vsReference.rps?.median
-    judge(`3. hot key denied, ${variant}: req/s ≥ 1.6× frl-redis`, hot === undefined ? null : hot >= 1.6, `${fmt(hot, 2)}×`)
+    const hotRow = find(variant, 'hot')
+    const hot = hotRow?.vsReference.rps?.median
+    judge(`3. hot key denied, ${variant}: req/s ≥ 1.6× frl-redis`, hot === undefined ? null : hot >= 1.6, `${fmt(hot, 2)}×; ${overhead(hotRow)}`)
     const single = allowed?.p50SingleOverBareMs?.median
     judge(`5. allowed, ${variant}: p50 at one connection ≤ bare + 0.25 ms`, single === undefined ? null : single <= 0.25, `bare + ${fmt(single, 3)} ms`)
   }

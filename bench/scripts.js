@@ -61,17 +61,28 @@ async function measure (redis, redisUrl, calls, sha, keys, argv) {
 /** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per hour. */
 function ourPaths (prefix, algorithm) {
   const keys = (tag) => ['state', 'strikes', 'banned', 'offences', 'override'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
-  // One request: mode, one policy (threshold, ladder, forget, limits), then the request (policy, member, at).
-  const argv = (limits, threshold) => ['decide', 1, threshold, '600000', '0', limits, 1, `m${RAND}`, 0]
+  // One request: mode, one policy (threshold, ladder, forget, then one limit: max, window, burst), then the
+  // request (policy, member, at).
+  const argv = (limit, threshold) => ['decide', 1, threshold, '600000', '0', 1, ...limit, 1, `m${RAND}`, 0]
   return [
     // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
-    { path: 'allowed', keys: keys(RAND), argv: argv('1000 3600000 1000', 5) },
+    { path: 'allowed', keys: keys(RAND), argv: argv([1000, 3600000, 1000], 5) },
     // Over a limit of 1 (primed by one call); no ban policy, so each call is a plain denial.
-    { path: 'denied', keys: keys(`denied-${algorithm}`), argv: argv('1 600000 1', 0), prime: 1 },
+    { path: 'denied', keys: keys(`denied-${algorithm}`), argv: argv([1, 600000, 1], 0), prime: 1 },
     // A banned client: the banned key is set first, so the script returns after its ban check.
-    { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv('1000 3600000 1000', 5), ban: true }
+    { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv([1000, 3600000, 1000], 5), ban: true },
+    // What the plugin sends under load: one turn's requests in one call, here BATCH fresh clients allowed.
+    {
+      path: `allowed, ${BATCH} per call`,
+      requests: BATCH,
+      keys: Array.from({ length: BATCH }, () => keys(RAND)).flat(),
+      argv: [...argv([1000, 3600000, 1000], 5).slice(0, -3), ...Array.from({ length: BATCH }, () => [1, `m${RAND}`, 0]).flat()]
+    }
   ]
 }
+
+/** Requests per call on the batched path: about what the bench's 100 connections gather in one turn. */
+const BATCH = 32
 
 /** `@fastify/rate-limit`'s Redis script, taken from its store (which defines it on the client it is given). */
 function peerScript () {
@@ -97,12 +108,12 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
   try {
     for (const [algorithm, { lua }] of Object.entries(SCRIPTS)) {
       const sha = await redis.script('LOAD', lua)
-      for (const { path, keys, argv, prime, ban } of ourPaths(prefix, algorithm)) {
+      for (const { path, keys, argv, prime, ban, requests = 1 } of ourPaths(prefix, algorithm)) {
         if (ban) await redis.set(keys[2], '1', 'PX', 600_000)
         for (let i = 0; i < (prime ?? 0); i++) await redis.evalsha(sha, keys.length, ...keys, ...argv.map(a => String(a).replace(RAND, 'prime')))
-        const row = { script: `rate-guard ${algorithm}`, path, ...await measure(redis, redisUrl, calls, sha, keys, argv) }
+        const row = { script: `rate-guard ${algorithm}`, path, requests, ...await measure(redis, redisUrl, Math.ceil(calls / requests), sha, keys, argv) }
         rows.push(row)
-        log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis, ${Math.round(row.rps)} calls/s`)
+        log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis (${requests} per call), ${Math.round(row.rps)} calls/s`)
       }
     }
     const peer = peerScript()
@@ -111,7 +122,7 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
       for (const [path, key, max] of [['allowed', `${prefix}frl:${RAND}`, 1000], ['denied', `${prefix}frl:denied`, 1]]) {
         const argv = [3_600_000, max, 'false', 'false']
         if (path === 'denied') await redis.evalsha(sha, 1, key, ...argv.map(String))
-        const row = { script: '@fastify/rate-limit (INCR)', path, ...await measure(redis, redisUrl, calls, sha, [key], argv) }
+        const row = { script: '@fastify/rate-limit (INCR)', path, requests: 1, ...await measure(redis, redisUrl, calls, sha, [key], argv) }
         rows.push(row)
         log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis, ${Math.round(row.rps)} calls/s`)
       }

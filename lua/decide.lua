@@ -1,20 +1,21 @@
 -- The decision around every algorithm: loaded after one algorithm's file (lua/<algorithm>.lua), which
--- defines count(state, limits, now, member, peek) and undo(state, limits, member, at, now). One call decides
--- a batch of requests (often one), each against every limit of its budget, atomically, on Redis's clock.
+-- defines count(state, limits, now, member, peek, entries) and undo(state, limits, member, at, now). One
+-- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
+-- Redis's clock.
 --
 -- KEYS     five per request, request i at KEYS[5i-4] .. KEYS[5i]:
 --   state     the budget's state for all its limits (see the algorithm's file)
 --   strikes   SET of the members of the requests denied in the current strike window (per identity)
 --   banned    STRING present while the identity is banned (per identity)
 --   offences  STRING integer: bans started since the identity was last forgiven (per identity)
---   override  STRING limits, as a policy's, that replace the budget's for this identity (setOverride)
+--   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
 -- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'undo' (give back what each request counted)
--- ARGV[2]  p         how many policies follow, then 4 arguments for each:
+-- ARGV[2]  p         how many policies follow, each as:
 --   threshold denials within one window of the limit hit that start a ban (0: bans off)
 --   ladder    ban lengths in ms, 'd1 d2 ...': the nth ban in a row lasts dn, the last one repeating
 --   forget    ms after a ban ends that it still counts toward the next one's length
---   limits    'max window burst;...' (requests, ms, requests; burst is max but for the token bucket):
---             a request is allowed when every limit allows it
+--   n         how many limits follow, each: max (requests), window (ms), burst (requests; max but for the
+--             token bucket). A request is allowed when every limit allows it.
 -- then 3 arguments for each request:
 --   policy    which of the policies decides it (1 to p)
 --   member    unique id of this request, made by the plugin (a log entry, a strike)
@@ -31,6 +32,9 @@
 --            found banned gets n = 0: the budget's own limits, nothing counted.
 -- Integers only. A denied request counts nothing on any limit and writes only its strike; every key written
 -- carries a TTL, but an override set as permanent.
+--
+-- Lean on purpose: Lua allocations (tables, closures, strings from string.gmatch) cost Redis more than most of
+-- the commands here, so each call makes a handful of tables, whatever the batch's size.
 
 local function milliseconds (time)
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -43,8 +47,21 @@ local function clock ()
 end
 
 local mode = ARGV[1]
-local policies = tonumber(ARGV[2])
-local first = 3 + 4 * policies
+local peek = mode == 'peek'
+
+-- Each policy: where its arguments start, and its limits read once.
+local starts, policies = {}, {}
+local a = 3
+for p = 1, tonumber(ARGV[2]) do
+  local limits = {}
+  for i = 1, tonumber(ARGV[a + 3]) do
+    local l = a + 1 + 3 * i
+    limits[i] = { max = tonumber(ARGV[l]), window = tonumber(ARGV[l + 1]), burst = tonumber(ARGV[l + 2]) }
+  end
+  starts[p], policies[p] = a, limits
+  a = a + 4 + 3 * #limits
+end
+local first = a
 
 local function parse (text)
   local limits = {}
@@ -54,32 +71,23 @@ local function parse (text)
   return limits
 end
 
--- Each policy's limits, parsed once per call.
-local parsed = {}
-local function policyLimits (p)
-  local limits = parsed[p]
-  if not limits then
-    limits = parse(ARGV[2 + 4 * p])
-    parsed[p] = limits
-  end
-  return limits
-end
-
+-- One answer table per limit, filled by count() for each request in turn.
+local entries = {}
 local out, o = {}, 0
-local function reply (status, retry, offence, limits, entries)
+local function reply (status, retry, offence, limits)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, now, #limits
   o = o + 5
-  for i, limit in ipairs(limits) do
-    local entry = entries[i]
+  for i = 1, #limits do
+    local limit, entry = limits[i], entries[i]
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = limit.burst, limit.window, entry.count, entry.reset
     o = o + 4
   end
 end
 
 -- The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
-local function ban (p, banned, offences)
+local function ban (s, banned, offences)
   local ladder = {}
-  for ms in string.gmatch(ARGV[4 * p], '%d+') do
+  for ms in string.gmatch(ARGV[s + 1], '%d+') do
     ladder[#ladder + 1] = tonumber(ms)
   end
   local offence = 1
@@ -88,7 +96,7 @@ local function ban (p, banned, offences)
   end
   local duration = ladder[math.min(offence, #ladder)]
   if #ladder > 1 then
-    redis.call('PEXPIRE', offences, duration + tonumber(ARGV[1 + 4 * p]))
+    redis.call('PEXPIRE', offences, duration + tonumber(ARGV[s + 2]))
   end
   redis.call('SET', banned, '1', 'PX', duration)
   return duration, offence
@@ -104,22 +112,25 @@ local function decide (k, p, member)
   end
 
   local override = redis.call('GET', KEYS[k + 5])
-  local limits = override and parse(override) or policyLimits(p)
-  local allowed, entries = count(KEYS[k + 1], limits, clock(), member, mode == 'peek')
-  if allowed then
-    return reply(0, 0, 0, limits, entries)
+  local limits = override and parse(override) or policies[p]
+  for i = #entries + 1, #limits do
+    entries[i] = {}
+  end
+  if count(KEYS[k + 1], limits, clock(), member, peek, entries) then
+    return reply(0, 0, 0, limits)
   end
 
   -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
   local retry, strikeWindow = 0, 0
-  for i, entry in ipairs(entries) do
-    if entry.retry > retry then
-      retry, strikeWindow = entry.retry, limits[i].window
+  for i = 1, #limits do
+    if entries[i].retry > retry then
+      retry, strikeWindow = entries[i].retry, limits[i].window
     end
   end
-  local threshold = tonumber(ARGV[4 * p - 1])
-  if mode == 'peek' or threshold == 0 then
-    return reply(1, retry, 0, limits, entries)
+  local s = starts[p]
+  local threshold = tonumber(ARGV[s])
+  if peek or threshold == 0 then
+    return reply(1, retry, 0, limits)
   end
 
   -- Redis keeps a key through its expiry millisecond (PTTL 0): that is the next window already, so such
@@ -133,19 +144,19 @@ local function decide (k, p, member)
     redis.call('SADD', strikes, member)
   end
   if redis.call('SCARD', strikes) < threshold then
-    return reply(1, retry, 0, limits, entries)
+    return reply(1, retry, 0, limits)
   end
-  local duration, offence = ban(p, KEYS[k + 3], KEYS[k + 4])
+  local duration, offence = ban(s, KEYS[k + 3], KEYS[k + 4])
   redis.call('DEL', strikes)
-  return reply(2, duration, offence, limits, entries)
+  return reply(2, duration, offence, limits)
 end
 
 for i = 1, #KEYS / 5 do
-  local k, a = 5 * i - 5, first + 3 * i - 3
-  local p, member = tonumber(ARGV[a]), ARGV[a + 1]
+  local k, r = 5 * i - 5, first + 3 * i - 3
+  local p, member = tonumber(ARGV[r]), ARGV[r + 1]
   if mode == 'undo' then
     local override = redis.call('GET', KEYS[k + 5])
-    undo(KEYS[k + 1], override and parse(override) or policyLimits(p), member, tonumber(ARGV[a + 2]), clock())
+    undo(KEYS[k + 1], override and parse(override) or policies[p], member, tonumber(ARGV[r + 2]), clock())
   else
     decide(k, p, member)
   end

@@ -11,21 +11,22 @@
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- a counter keeps no members.
 
-local function count (counters, limits, now, member, peek)
+local function count (counters, limits, now, member, peek, entries)
   local stored = redis.call('HGETALL', counters)
   local fields = {}
   for i = 1, #stored, 2 do
     fields[stored[i]] = tonumber(stored[i + 1])
   end
 
-  local entries, starts, allowed = {}, {}, true
-  for i, limit in ipairs(limits) do
+  local allowed = true
+  for i = 1, #limits do
+    local limit, entry = limits[i], entries[i]
     local start = now - now % limit.window
     local n = 0
     if fields['s' .. i] == start then
       n = fields['c' .. i]
     end
-    local entry = { count = n, reset = 0, retry = 0 }
+    entry.count, entry.reset, entry.retry, entry.start = n, 0, 0, start
     if n > 0 then
       entry.reset = start + limit.window - now
     end
@@ -33,21 +34,25 @@ local function count (counters, limits, now, member, peek)
       entry.retry = start + limit.window - now
       allowed = false
     end
-    entries[i], starts[i] = entry, start
   end
   if not allowed or peek then
-    return allowed, entries
+    return allowed
   end
 
-  local ttl = 0
-  for i, entry in ipairs(entries) do
+  -- The TTL only changes when a limit starts a new window: the last of the windows counted ends then.
+  local ttl, renewed = 0, false
+  for i = 1, #limits do
+    local entry = entries[i]
     entry.count = entry.count + 1
-    entry.reset = starts[i] + limits[i].window - now
+    entry.reset = entry.start + limits[i].window - now
     ttl = math.max(ttl, entry.reset)
-    redis.call('HSET', counters, 's' .. i, starts[i], 'c' .. i, entry.count)
+    renewed = renewed or entry.count == 1
+    redis.call('HSET', counters, 's' .. i, entry.start, 'c' .. i, entry.count)
   end
-  redis.call('PEXPIRE', counters, ttl)
-  return true, entries
+  if renewed then
+    redis.call('PEXPIRE', counters, ttl)
+  end
+  return true
 end
 
 local function undo (counters, limits, member, at, now)

@@ -14,15 +14,16 @@
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- counters keep no members.
 
-local function count (counters, limits, now, member, peek)
+local function count (counters, limits, now, member, peek, entries)
   local stored = redis.call('HGETALL', counters)
   local fields = {}
   for i = 1, #stored, 2 do
     fields[stored[i]] = tonumber(stored[i + 1])
   end
 
-  local entries, state, allowed = {}, {}, true
-  for i, limit in ipairs(limits) do
+  local allowed = true
+  for i = 1, #limits do
+    local limit, entry = limits[i], entries[i]
     local window, max = limit.window, limit.max
     local start = now - now % window
     local prev, curr = 0, 0
@@ -32,8 +33,8 @@ local function count (counters, limits, now, member, peek)
       prev = fields['c' .. i]
     end
     local weighted = prev * (window - now + start)
-    local s = { start = start, prev = prev, curr = curr, weighted = weighted }
-    local entry = { count = 0, reset = 0, retry = 0 }
+    entry.start, entry.prev, entry.curr, entry.weighted = start, prev, curr, weighted
+    entry.count, entry.reset, entry.retry = 0, 0, 0
     if weighted + (curr + 1) * window > max * window then
       -- The request fits later in this window, as the previous window's weight fades, or (when this window
       -- alone is full) once this window's requests are the previous ones.
@@ -44,28 +45,27 @@ local function count (counters, limits, now, member, peek)
       end
       allowed = false
     end
-    entries[i], state[i] = entry, s
   end
 
   local ttl = 0
-  for i, entry in ipairs(entries) do
-    local window, s = limits[i].window, state[i]
+  for i = 1, #limits do
+    local window, entry = limits[i].window, entries[i]
     if allowed and not peek then
-      s.curr = s.curr + 1
-      redis.call('HSET', counters, 'w' .. i, s.start, 'p' .. i, s.prev, 'c' .. i, s.curr)
-      ttl = math.max(ttl, s.start + 2 * window - now)
+      entry.curr = entry.curr + 1
+      redis.call('HSET', counters, 'w' .. i, entry.start, 'p' .. i, entry.prev, 'c' .. i, entry.curr)
+      ttl = math.max(ttl, entry.start + 2 * window - now)
     end
-    entry.count = s.curr + math.floor((s.weighted + window - 1) / window)
-    if s.curr > 0 then
-      entry.reset = s.start + 2 * window - now
-    elseif s.prev > 0 then
-      entry.reset = s.start + window - now
+    entry.count = entry.curr + math.floor((entry.weighted + window - 1) / window)
+    if entry.curr > 0 then
+      entry.reset = entry.start + 2 * window - now
+    elseif entry.prev > 0 then
+      entry.reset = entry.start + window - now
     end
   end
   if ttl > 0 then
     redis.call('PEXPIRE', counters, ttl)
   end
-  return allowed, entries
+  return allowed
 end
 
 local function undo (counters, limits, member, at, now)

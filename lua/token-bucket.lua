@@ -23,43 +23,44 @@ local function store (bucket, i, now, tat, max)
   redis.call('HSET', bucket, 't' .. i, now + ms, 'f' .. i, tat - ms * max)
 end
 
-local function count (bucket, limits, now, member, peek)
+local function count (bucket, limits, now, member, peek, entries)
   local stored = redis.call('HGETALL', bucket)
   local fields = {}
   for i = 1, #stored, 2 do
     fields[stored[i]] = tonumber(stored[i + 1])
   end
 
-  local entries, ahead, allowed = {}, {}, true
-  for i, limit in ipairs(limits) do
+  local allowed = true
+  for i = 1, #limits do
+    local limit, entry = limits[i], entries[i]
     local max, window = limit.max, limit.window
     -- Ticks from now until the bucket is full again (0: full).
     local tat = 0
     if fields['t' .. i] then
       tat = math.max(0, (fields['t' .. i] - now) * max + fields['f' .. i])
     end
-    local entry = { count = ceildiv(tat, window), reset = ceildiv(tat, max), retry = 0 }
+    entry.count, entry.reset, entry.retry, entry.tat = ceildiv(tat, window), ceildiv(tat, max), 0, tat
     local over = tat + window - limit.burst * window
     if over > 0 then
       entry.retry = ceildiv(over, max)
       allowed = false
     end
-    entries[i], ahead[i] = entry, tat
   end
   if not allowed or peek then
-    return allowed, entries
+    return allowed
   end
 
   local ttl = 0
-  for i, entry in ipairs(entries) do
-    local max, tat = limits[i].max, ahead[i] + limits[i].window
-    entry.count = ceildiv(tat, limits[i].window)
+  for i = 1, #limits do
+    local entry, max, window = entries[i], limits[i].max, limits[i].window
+    local tat = entry.tat + window
+    entry.count = ceildiv(tat, window)
     entry.reset = ceildiv(tat, max)
     ttl = math.max(ttl, entry.reset)
     store(bucket, i, now, tat, max)
   end
   redis.call('PEXPIRE', bucket, ttl)
-  return true, entries
+  return true
 end
 
 local function undo (bucket, limits, member, at, now)

@@ -733,14 +733,14 @@ t.test('an override, the offences count and a log live through their expiry mill
   }
 })
 
-// lua/sliding-log.lua: "the log lives until its newest entry leaves" (its TTL is raised to the longest
-// window, never lowered). When a call with shorter windows (an override) trims every entry, the ZSET is
-// empty and Redis deletes it, TTL and all: the entry added next lives its own (short) window. After the
-// override, that entry has left, as the script says.
-t.test('sliding log: a log emptied under a shorter window lives as long as its new entry', async t => {
+// lua/sliding-log.lua: "the log lives until its newest entry leaves, and at most one longest window more"
+// (its TTL is set to two windows when less than one is left, never lowered). When a call with shorter
+// windows (an override) trims every entry, the ZSET is empty and Redis deletes it, TTL and all: the entry
+// added next makes a new log of two of its own (short) windows. After the override, that log is gone.
+t.test('sliding log: a log emptied under a shorter window lives two of its new entry\'s windows', async t => {
   const redis = await redisStore(t)
   const c: Case = {
-    name: 'budget 1 per 800 ms; at 100 a 70 ms override trims the entry of 0; its own entry leaves at 170',
+    name: 'budget 1 per 800 ms; at 100 a 70 ms override trims the entry of 0; its own log is gone at 240',
     limits: [lim(1, 800)],
     steps: [
       { at: 0, expect: allowed(1, 800) },
@@ -748,7 +748,9 @@ t.test('sliding log: a log emptied under a shorter window lives as long as its n
       { at: 100, expect: allowed(1, 70), each: [[5, 70, 1, 70]] },
       { at: 100, logHolds: [100] },
       { at: 169, peek: true, expect: allowed(1, 1), each: [[5, 70, 1, 1]] },
-      { at: 171, logHolds: [] },
+      { at: 171, peek: true, expect: allowed(0, 0), each: [[5, 70, 0, 0]] },
+      { at: 240, logHolds: [100] },
+      { at: 241, logHolds: [] },
       // The override ended at 210: the budget's window again, and nothing logged.
       { at: 300, expect: allowed(1, 800), each: [[1, 800, 1, 800]] }
     ]

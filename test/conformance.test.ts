@@ -158,9 +158,11 @@ const CASES: Case[] = [
       { at: 100, expect: limited(2, 900) },
       { at: 200, expect: banStarts(2, 800, 2000) },
       { at: 300, expect: banned(1900) },
-      // The log emptied at 1010: a banned request that were logged would count below.
+      // The log holds only what was allowed before the ban (a banned request that were logged would show
+      // here); it lives two windows after its newest entry, to 2010.
       { at: 1500, expect: banned(700) },
-      { at: 1500, logHolds: [] },
+      { at: 1500, logHolds: [0, 10] },
+      { at: 2011, logHolds: [] },
       { at: 2199, expect: banned(1) },
       { at: 2200, expect: allowed(1, 1000) },
       { at: 2210, expect: allowed(2, 990) },
@@ -678,11 +680,13 @@ t.test('MemoryStore bounds', async t => {
     store.decide(input(keys(3), 1))
     t.strictSame(summary(store.decide(input(keys(3), 1))), banStarts(3, 1000, 5000))
     t.equal(store.size, 5, 'four logs and a ban')
-    at(500)
+    // A log lives two windows from when its TTL was last set: at 0 (to 2000), and for keys(0) again at 1500
+    // (less than a window was left), to 3500.
+    at(1500)
     store.decide(input(keys(0)))
-    at(1200)
+    at(2100)
     store.sweep()
-    t.equal(store.size, 2, 'three logs left their window; the log written at 500 and the ban stay')
+    t.equal(store.size, 2, 'three logs expired; the log renewed at 1500 and the ban stay')
     at(6000)
     store.sweep()
     t.equal(store.size, 0, 'everything expired is gone')
@@ -691,7 +695,7 @@ t.test('MemoryStore bounds', async t => {
     at(10_000)
     for (let i = 0; i < 5; i++) store.decide(input(keys(i)))
     t.equal(store.size, 5, 'full')
-    at(11_001)
+    at(12_001)
     for (let i = 10; i < 12; i++) {
       const own = [store.decide(input(keys(i))), store.decide(input(keys(i))), store.decide(input(keys(i)))]
       t.strictSame(own.map(d => d.count), [1, 2, 3], `newcomer ${i} counts on its own log`)
@@ -741,7 +745,7 @@ t.test('MemoryStore bounds', async t => {
   })
 })
 
-t.test('the real script (RedisStore) leaves a TTL on every key it writes, never longer than its window or ban', async t => {
+t.test('the real script (RedisStore) leaves a TTL on every key it writes, never longer than two windows (a log), a window (strikes) or the ban', async t => {
   const { url } = await getRedis(t)
   const redis = client(t, url)
   const store = new RedisStore(redis, false)
@@ -755,7 +759,7 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
     for (const key of found) {
       const ttl = await redis.pttl(key)
       const kind = key.slice(key.lastIndexOf('}:') + 2)
-      const bound = kind === 'banned' ? banMs : kind === 'strikes' ? Math.max(...Object.values(windows)) : windows[kind.slice(4) as keyof typeof windows]
+      const bound = kind === 'banned' ? banMs : kind === 'strikes' ? Math.max(...Object.values(windows)) : 2 * windows[kind.slice(4) as keyof typeof windows]
       t.ok(ttl > 0 && ttl <= bound!, `${when}: ${kind} has PTTL ${ttl}, in (0, ${bound}]`)
       if (kind.startsWith('log:')) t.ok(await redis.zcard(key) <= 2, `${when}: ${kind} holds at most max entries`)
     }

@@ -40,10 +40,10 @@ export const slidingLog: Step = {
       if (entry.count === 0 || entry.reset > limits[index]!.windowMs) entry.reset = limits[index]!.windowMs
       entry.count++
     }
-    // As in the script: the log lives until its newest entry leaves, also after the clock stepped back; a
-    // log the trim emptied is gone in Redis, TTL and all, so it starts afresh.
-    if (log === undefined) return { allowed, entries, state: { times, expiresAt: now + longest } as Log }
-    log.expiresAt = total > 0 ? Math.max(log.expiresAt, now + longest) : now + longest
+    // As in the script: the log outlives its newest entry by a window, so its TTL is set to two windows only
+    // when less than one is left; a log the trim emptied is gone in Redis, TTL and all, so it starts afresh.
+    if (log === undefined) return { allowed, entries, state: { times, expiresAt: now + 2 * longest } as Log }
+    if (total === 0 || log.expiresAt - now < longest) log.expiresAt = now + 2 * longest
     return { allowed, entries }
   },
 

@@ -4,7 +4,7 @@ import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
-import { encodeLimits, toDecisions } from './store.js'
+import { toDecisions } from './store.js'
 import type { BanPolicy, DecideInput, Decision, RemoteStore, UndoInput } from './store.js'
 
 /** The Redis store: one script call per decision, each script defined once per client under a name holding its hash. */
@@ -60,7 +60,8 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mo
     let policy = seen.findIndex(([l, b]) => l === limits && b === ban)
     if (policy === -1) {
       policy = seen.push([limits, ban]) - 1
-      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, encodeLimits(limits))
+      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, limits.length)
+      for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
     }
     each.push(policy + 1, members[i]!, 'at' in input ? input.at : 0)
   }
