@@ -106,10 +106,30 @@ const ILL_FORMED = Buffer.from([0xff])
  * the keys of one decision share one slot, have one length, and never hold an API key in plain text.
  */
 export function hashIdentity (key: string): string {
+  let hash = HASHES.get(key)
+  if (hash === undefined) {
+    hash = digestIdentity(key)
+    if (key.length <= MAX_CACHED_KEY) {
+      if (HASHES.size >= MAX_CACHED_HASHES) HASHES.delete(HASHES.keys().next().value!)
+      HASHES.set(key, hash)
+    }
+  }
+  return hash
+}
+
+/**
+ * Hashes of the identities seen last, so a returning client costs a map lookup instead of SHA-256: at most
+ * this many, of identities up to this long (a hostile 4 KB identity is hashed every time instead of held).
+ */
+const MAX_CACHED_HASHES = 10_000
+const MAX_CACHED_KEY = 256
+const HASHES = new Map<string, string>()
+
+function digestIdentity (key: string): string {
   // UTF-8 turns every lone surrogate into U+FFFD, so '\uD800', '\uDFFF' and '\uFFFD' would share one budget:
   // a string holding one is hashed as 0xFF (a byte UTF-8 never has) and its UTF-16 code units, losing nothing.
   if (LONE_SURROGATE.test(key)) return createHash('sha256').update(ILL_FORMED).update(key, 'utf16le').digest('base64url').slice(0, 22)
-  // One call, no Hash object: about a quarter of createHash's cost, on every request.
+  // One call, no Hash object: about a quarter of createHash's cost.
   return digest('sha256', key, 'base64url').slice(0, 22)
 }
 

@@ -270,6 +270,17 @@ t.test('hashIdentity: 22 base64url characters of SHA-256, for any input', async 
   t.not(hashIdentity('a\u0000b'), hashIdentity('a'), 'a NUL does not end the identity')
 })
 
+t.test('hashIdentity: hashes held for returning identities are the ones SHA-256 gives, past the bound too', async t => {
+  const sha = (key: string): string => createHash('sha256').update(key).digest('base64url').slice(0, 22)
+  // More identities than are held: the first ones are pushed out, and hashed afresh when they return.
+  const keys = Array.from({ length: 10_050 }, (_, i) => `apikey:returning-${i}`)
+  for (const key of keys) hashIdentity(key)
+  for (const key of [keys[0]!, keys[49]!, keys[50]!, keys[10_049]!]) t.equal(hashIdentity(key), sha(key), key)
+  const long = 'x'.repeat(300)
+  t.equal(hashIdentity(long), sha(long), 'a long identity (not held)')
+  t.equal(hashIdentity(long), sha(long), 'and again')
+})
+
 t.test('API keys never appear in Redis key names', async t => {
   const secret = 'sk_live_Zq9PLAINTEXT'
   const s = await setup(t, { max: 1, ban: { threshold: 2, duration: '1 minute' } }, {}, app => {
