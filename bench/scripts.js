@@ -60,15 +60,17 @@ async function measure (redis, redisUrl, calls, sha, keys, argv) {
 
 /** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per hour. */
 function ourPaths (prefix, algorithm) {
-  const keys = (tag) => ['state', 'strikes', 'banned', 'offences', 'override'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
-  // One request: mode, one policy (threshold, ladder, forget, then one limit: max, window, burst), then the
-  // request (policy, member, at).
-  const argv = (limit, threshold) => ['decide', 1, threshold, '600000', '0', 1, ...limit, 1, `m${RAND}`, 0]
+  // A ban policy is set on the allowed and banned paths, so each request's five keys are sent (strikes and
+  // offences too); the denied path has none, so three.
+  const keys = (tag, names = ['state', 'banned', 'override', 'strikes', 'offences']) => names.map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
+  // Mode, the members' base, the number of requests, one policy (threshold, ladder, forget, then one limit:
+  // max, window, burst), then each request's policy.
+  const argv = (limit, threshold, requests = 1) => ['decide', `m${RAND}.`, requests, 1, threshold, '600000', '0', 1, ...limit, ...Array(requests).fill(1)]
   return [
     // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
     { path: 'allowed', keys: keys(RAND), argv: argv([1000, 3600000, 1000], 5) },
     // Over a limit of 1 (primed by one call); no ban policy, so each call is a plain denial.
-    { path: 'denied', keys: keys(`denied-${algorithm}`), argv: argv([1, 600000, 1], 0), prime: 1 },
+    { path: 'denied', keys: keys(`denied-${algorithm}`, ['state', 'banned', 'override']), argv: argv([1, 600000, 1], 0), prime: 1 },
     // A banned client: the banned key is set first, so the script returns after its ban check.
     { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv([1000, 3600000, 1000], 5), ban: true },
     // What the plugin sends under load: one turn's requests in one call, here BATCH fresh clients allowed.
@@ -76,7 +78,7 @@ function ourPaths (prefix, algorithm) {
       path: `allowed, ${BATCH} per call`,
       requests: BATCH,
       keys: Array.from({ length: BATCH }, () => keys(RAND)).flat(),
-      argv: [...argv([1000, 3600000, 1000], 5).slice(0, -3), ...Array.from({ length: BATCH }, () => [1, `m${RAND}`, 0]).flat()]
+      argv: argv([1000, 3600000, 1000], 5, BATCH)
     }
   ]
 }
@@ -109,7 +111,7 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
     for (const [algorithm, { lua }] of Object.entries(SCRIPTS)) {
       const sha = await redis.script('LOAD', lua)
       for (const { path, keys, argv, prime, ban, requests = 1 } of ourPaths(prefix, algorithm)) {
-        if (ban) await redis.set(keys[2], '1', 'PX', 600_000)
+        if (ban) await redis.set(keys[1], '1', 'PX', 600_000)
         for (let i = 0; i < (prime ?? 0); i++) await redis.evalsha(sha, keys.length, ...keys, ...argv.map(a => String(a).replace(RAND, 'prime')))
         const row = { script: `rate-guard ${algorithm}`, path, requests, ...await measure(redis, redisUrl, Math.ceil(calls / requests), sha, keys, argv) }
         rows.push(row)

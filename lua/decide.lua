@@ -3,23 +3,23 @@
 -- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
 -- Redis's clock.
 --
--- KEYS     five per request, request i at KEYS[5i-4] .. KEYS[5i]:
+-- KEYS     each request's in turn: three, or five when it is decided under a ban policy (its strikes count):
 --   state     the budget's state for all its limits (see the algorithm's file)
---   strikes   SET of the members of the requests denied in the current strike window (per identity)
 --   banned    STRING present while the identity is banned (per identity)
---   offences  STRING integer: bans started since the identity was last forgiven (per identity)
 --   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
+--   strikes   SET of the members of the requests denied in the current strike window (per identity)
+--   offences  STRING integer: bans started since the identity was last forgiven (per identity)
 -- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'undo' (give back what each request counted)
--- ARGV[2]  p         how many policies follow, each as:
+-- ARGV[2]  base      request i's member (its unique id: a log entry, a strike) is base .. i
+-- ARGV[3]  requests  how many requests follow
+-- ARGV[4]  p         how many policies follow, each as:
 --   threshold denials within one window of the limit hit that start a ban (0: bans off)
 --   ladder    ban lengths in ms, 'd1 d2 ...': the nth ban in a row lasts dn, the last one repeating
 --   forget    ms after a ban ends that it still counts toward the next one's length
 --   n         how many limits follow, each: max (requests), window (ms), burst (requests; max but for the
 --             token bucket). A request is allowed when every limit allows it.
--- then 3 arguments for each request:
---   policy    which of the policies decides it (1 to p)
---   member    unique id of this request, made by the plugin (a log entry, a strike)
---   at        undo only: Redis's time (ms) of the decision being undone; otherwise 0
+-- then, for each request, the policy that decides it (1 to p); for undo, also its member and Redis's time
+-- (ms) of the decision being undone.
 --
 -- Reply: each request's answer in turn (none for undo):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
@@ -48,20 +48,32 @@ end
 
 local mode = ARGV[1]
 local peek = mode == 'peek'
+local base = ARGV[2]
 
--- Each policy: where its arguments start, and its limits read once.
-local starts, policies = {}, {}
-local a = 3
-for p = 1, tonumber(ARGV[2]) do
-  local limits = {}
-  for i = 1, tonumber(ARGV[a + 3]) do
-    local l = a + 1 + 3 * i
-    limits[i] = { max = tonumber(ARGV[l]), window = tonumber(ARGV[l + 1]), burst = tonumber(ARGV[l + 2]) }
-  end
-  starts[p], policies[p] = a, limits
-  a = a + 4 + 3 * #limits
+-- Where each policy's arguments start; its limits are read when a request first needs them (a client
+-- found banned needs none).
+local starts = {}
+local a = 5
+for p = 1, tonumber(ARGV[4]) do
+  starts[p] = a
+  a = a + 4 + 3 * tonumber(ARGV[a + 3])
 end
 local first = a
+
+local policies = {}
+local function policyLimits (p)
+  local limits = policies[p]
+  if not limits then
+    limits = {}
+    local s = starts[p]
+    for i = 1, tonumber(ARGV[s + 3]) do
+      local l = s + 1 + 3 * i
+      limits[i] = { max = tonumber(ARGV[l]), window = tonumber(ARGV[l + 1]), burst = tonumber(ARGV[l + 2]) }
+    end
+    policies[p] = limits
+  end
+  return limits
+end
 
 local function parse (text)
   local limits = {}
@@ -102,17 +114,17 @@ local function ban (s, banned, offences)
   return duration, offence
 end
 
-local function decide (k, p, member)
+local function decide (k, p, member, bans)
   -- A banned client is answered first and at the least cost.
-  local banned = redis.call('PTTL', KEYS[k + 3])
+  local banned = redis.call('PTTL', KEYS[k + 2])
   if banned > 0 then
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, banned, 0, 0, 0
     o = o + 5
     return
   end
 
-  local override = redis.call('GET', KEYS[k + 5])
-  local limits = override and parse(override) or policies[p]
+  local override = redis.call('GET', KEYS[k + 3])
+  local limits = override and parse(override) or policyLimits(p)
   for i = #entries + 1, #limits do
     entries[i] = {}
   end
@@ -127,15 +139,13 @@ local function decide (k, p, member)
       retry, strikeWindow = entries[i].retry, limits[i].window
     end
   end
-  local s = starts[p]
-  local threshold = tonumber(ARGV[s])
-  if peek or threshold == 0 then
+  if not bans then
     return reply(1, retry, 0, limits)
   end
 
   -- Redis keeps a key through its expiry millisecond (PTTL 0): that is the next window already, so such
   -- strikes start over too.
-  local strikes = KEYS[k + 2]
+  local strikes = KEYS[k + 4]
   if redis.call('PTTL', strikes) <= 0 then
     redis.call('DEL', strikes)
     redis.call('SADD', strikes, member)
@@ -143,22 +153,26 @@ local function decide (k, p, member)
   else
     redis.call('SADD', strikes, member)
   end
-  if redis.call('SCARD', strikes) < threshold then
+  if redis.call('SCARD', strikes) < tonumber(ARGV[starts[p]]) then
     return reply(1, retry, 0, limits)
   end
-  local duration, offence = ban(s, KEYS[k + 3], KEYS[k + 4])
+  local duration, offence = ban(starts[p], KEYS[k + 2], KEYS[k + 5])
   redis.call('DEL', strikes)
   return reply(2, duration, offence, limits)
 end
 
-for i = 1, #KEYS / 5 do
-  local k, r = 5 * i - 5, first + 3 * i - 3
-  local p, member = tonumber(ARGV[r]), ARGV[r + 1]
+local k, r = 0, first
+for i = 1, tonumber(ARGV[3]) do
+  local p = tonumber(ARGV[r])
   if mode == 'undo' then
-    local override = redis.call('GET', KEYS[k + 5])
-    undo(KEYS[k + 1], override and parse(override) or policies[p], member, tonumber(ARGV[r + 2]), clock())
+    local override = redis.call('GET', KEYS[k + 3])
+    undo(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock())
+    k, r = k + 3, r + 3
   else
-    decide(k, p, member)
+    -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more.
+    local bans = not peek and ARGV[starts[p]] ~= '0'
+    decide(k, p, base .. i, bans)
+    k, r = k + (bans and 5 or 3), r + 1
   end
 end
 return out

@@ -46,8 +46,8 @@ for (const algorithm of ALGORITHMS) {
 
 /** One decision at `now`: the reply's status (0 allowed, 1 limited, 2 banned). */
 async function decide (input, now) {
-  const member = memberPrefix + (counter++).toString(36)
-  const reply = await redis[`measure_${input.algorithm.replace(/-/g, '_')}`](...scriptArgs([input], 'decide', [member]), now)
+  const base = `${memberPrefix}${(counter++).toString(36)}.`
+  const reply = await redis[`measure_${input.algorithm.replace(/-/g, '_')}`](...scriptArgs([input], 'decide', base), now)
   return Number(reply[0])
 }
 

@@ -18,8 +18,8 @@ const DAY = 24 * 3600_000
 t.test('each script is its algorithm file then lua/decide.lua, named by its hash, with the one clock line', async t => {
   const names = new Set<string>()
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
-  t.match(decide, /^-- KEYS\s+five per request.*\n--\s+state.*\n--\s+strikes.*\n--\s+banned.*\n--\s+offences.*\n--\s+override/m, 'the frame names the keys')
-  t.match(decide, /^-- ARGV\[1\]\s+mode.*\n-- ARGV\[2\]\s+p\s/m, 'its arguments')
+  t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences/m, 'the frame names the keys')
+  t.match(decide, /^-- ARGV\[1\]\s+mode.*\n-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')

@@ -13,7 +13,8 @@ t.test('replaying a decision with the same member counts nothing twice', async t
   const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.1')
   // max 2, window 60 s, ban after 2 denials for 60 s
   const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })
-  const decide = async (member: string) => toDecision(await slidingLog(...scriptArgs([input], 'decide', [member])), member, input.limits)
+  // A call's one request has the member `<base>1`: the same base is the same request, sent again.
+  const decide = async (base: string) => toDecision(await slidingLog(...scriptArgs([input], 'decide', base)), `${base}1`, input.limits)
 
   t.match(await decide('a'), { status: 'allowed', count: 1 })
   t.match(await decide('a'), { status: 'allowed', count: 1 }, 'the replay of an allowed request adds no entry')

@@ -39,33 +39,37 @@ export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 /** Every script takes the same keys and arguments (see the header of `lua/decide.lua`), the number of keys first. */
 type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
 
-/** How many keys every script takes per request: state, strikes, banned, offences, override. */
-export const SCRIPT_KEYS = 5
-
 /**
- * The arguments of one script call deciding (or undoing) `requests`, `members[i]` the id of `requests[i]`:
- * the number of keys, the keys, then the mode, each distinct policy (ban and limits) once, and each request's
- * policy, member and time (see the header of `lua/decide.lua`).
+ * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
+ * request can touch (three; five when a denial counts a strike), then the mode, the members' `base` (request
+ * i's member is `base` + i, from 1), each distinct policy (ban and limits) once, and each request's policy
+ * (with its member and time, for an undo). See the header of `lua/decide.lua`.
  */
-export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mode: 'decide' | 'peek' | 'undo', members: readonly string[]): Array<string | number> {
+export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mode: 'decide' | 'peek' | 'undo', base: string): Array<string | number> {
   const keys: string[] = []
   const policies: Array<string | number> = []
   const seen: Array<readonly [readonly Limit[], BanPolicy | null]> = []
   const each: Array<string | number> = []
-  for (let i = 0; i < requests.length; i++) {
-    const input = requests[i]!
+  for (const input of requests) {
     const { keys: k, limits } = input
     const ban = 'ban' in input ? input.ban : null
-    keys.push(k.log, k.strikes, k.banned, k.offences, k.override)
+    keys.push(k.log, k.banned, k.override)
+    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences)
     let policy = seen.findIndex(([l, b]) => l === limits && b === ban)
     if (policy === -1) {
       policy = seen.push([limits, ban]) - 1
       policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, limits.length)
       for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
     }
-    each.push(policy + 1, members[i]!, 'at' in input ? input.at : 0)
+    each.push(policy + 1)
+    if ('at' in input) each.push(input.member, input.at)
   }
-  return [keys.length, ...keys, mode, seen.length, ...policies, ...each]
+  return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
+}
+
+/** The members a call made with `base` gives its `n` requests. */
+export function members (base: string, n: number): string[] {
+  return Array.from({ length: n }, (_, i) => `${base}${i + 1}`)
 }
 
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
@@ -95,7 +99,7 @@ export class RedisStore implements RemoteStore {
   readonly #owned: boolean
   readonly #cluster: boolean
   readonly #commands: Readonly<Record<Algorithm, ScriptCommand>>
-  /** Log members are `<random per store><counter>`: unique across instances, never client input. */
+  /** Log members are `<random per store><call counter>.<request>`: unique across instances, never client input. */
   readonly #memberPrefix = randomBytes(9).toString('base64url')
   #counter = 0
 
@@ -121,13 +125,13 @@ export class RedisStore implements RemoteStore {
   }
 
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Decision[]> {
-    const members = inputs.map(() => this.#memberPrefix + (this.#counter++).toString(36))
-    const reply = await this.#commands[algorithm](...scriptArgs(inputs, mode, members))
-    return toDecisions(reply, members, inputs)
+    const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
+    const reply = await this.#commands[algorithm](...scriptArgs(inputs, mode, base))
+    return toDecisions(reply, members(base, inputs.length), inputs)
   }
 
   async undo (input: UndoInput): Promise<void> {
-    await this.#commands[input.algorithm](...scriptArgs([input], 'undo', [input.member]))
+    await this.#commands[input.algorithm](...scriptArgs([input], 'undo', ''))
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {

@@ -28,7 +28,7 @@ import { MemoryStore } from '../../lib/stores/memory.js'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/keys.js'
-import { SCRIPTS, scriptArgs } from '../../lib/stores/redis.js'
+import { SCRIPTS, members, scriptArgs } from '../../lib/stores/redis.js'
 import { toDecision } from '../../lib/stores/store.js'
 import type { DecideInput, Decision, UndoInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
@@ -165,19 +165,19 @@ class TimedRedis implements TimedRedisStore {
   }
 
   async decide (input: DecideInput, nowMs: number): Promise<Decision> {
-    const member = `m${(this.#member++).toString(36)}`
-    return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', member, nowMs), member, input.limits)
+    const base = `m${(this.#member++).toString(36)}.`
+    return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', base, nowMs), members(base, 1)[0]!, input.limits)
   }
 
   async undo (input: UndoInput, nowMs: number): Promise<void> {
-    await this.#script(input, 'undo', input.member, nowMs)
+    await this.#script(input, 'undo', '', nowMs)
   }
 
-  async #script (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', member: string, nowMs: number): Promise<unknown> {
+  async #script (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', base: string, nowMs: number): Promise<unknown> {
     const { keys } = input
     return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override], (multi) => {
       const command = (multi as unknown as Record<string, Command>)[timedCommand(input.algorithm ?? DEFAULT_ALGORITHM)]!
-      command.call(multi, ...scriptArgs([input], mode, [member]), nowMs)
+      command.call(multi, ...scriptArgs([input], mode, base), nowMs)
     })
   }
 
