@@ -83,6 +83,12 @@ function ourPaths (prefix, algorithm) {
   ]
 }
 
+/** Reference scripts: the least a call can cost this Redis, for reading the banned path's figure. */
+const FLOORS = [
+  ['floor: an empty script', 'return {}'],
+  ['floor: the ban\'s PTTL and an answer', "local banned = redis.call('PTTL', KEYS[2]) return { 2, banned, 0, 0, 0 }"]
+]
+
 /** Requests per call on the batched path: about what the bench's 100 connections gather in one turn. */
 const BATCH = 32
 
@@ -117,6 +123,15 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
         rows.push(row)
         log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis (${requests} per call), ${Math.round(row.rps)} calls/s`)
       }
+    }
+    // What any script costs on the banned path's keys and arguments: nothing at all, and only the ban's PTTL.
+    const banned = ourPaths(prefix, 'floor').find(path => path.path === 'banned')
+    await redis.set(banned.keys[1], '1', 'PX', 600_000)
+    for (const [script, lua] of FLOORS) {
+      const sha = await redis.script('LOAD', lua)
+      const row = { script, path: 'banned', requests: 1, ...await measure(redis, redisUrl, calls, sha, banned.keys, banned.argv) }
+      rows.push(row)
+      log(`scripts: ${row.script.padEnd(28)} banned   ${row.usPerCall?.toFixed(2)} µs/call inside Redis`)
     }
     const peer = peerScript()
     if (peer !== undefined) {
