@@ -7,7 +7,7 @@ import { CommandConflictError, DeadlineError } from '../errors.js'
 import { toDecisions } from './store.js'
 import type { BanPolicy, DecideInput, Decision, RemoteStore, UndoInput } from './store.js'
 
-/** The Redis store: one script call per decision, each script defined once per client under a name holding its hash. */
+/** The Redis store: one script call per batch of decisions, each script defined once per client under a name holding its hash. */
 
 export type RedisLike = Redis | Cluster
 
@@ -81,7 +81,7 @@ export function defineScript (client: RedisLike, algorithm: Algorithm): ScriptCo
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
-    // No numberOfKeys: a call gives it first, five per request of the batch.
+    // No numberOfKeys: each call gives it first, as its requests' keys are three or five each.
     client.defineCommand(name, { lua })
     if (ours === undefined) defined.set(client, ours = new Set())
     ours.add(name)
