@@ -7,7 +7,8 @@ import type { RequestHook, RouteBudget } from './hook.js'
 import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
 import { RedisNotReadyError, RedisRefusedError } from './errors.js'
-import { GLOBAL_SCOPE, identityKeys, scopeOf } from './keys.js'
+import * as errors from './errors.js'
+import { GLOBAL_SCOPE, identityKeys, normalizeIP, scopeOf } from './keys.js'
 import { Limiter, deadline, isPermanent } from './limiter.js'
 import { resolveOptions, resolveRouteConfig } from './options.js'
 import type { RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
@@ -199,9 +200,15 @@ export const rateGuard: FastifyPluginAsync<RateGuardOptions> = fp(rateGuardPlugi
   name: 'fastify-rate-guard'
 })
 export default rateGuard
+/** `@fastify/rate-limit`'s name for the plugin, so `import { fastifyRateLimit } from …` only changes the package. */
+export { rateGuard as fastifyRateLimit }
+export { normalizeIP }
+export { errors }
 
-export { normalizeIP } from './keys.js'
-export * as errors from './errors.js'
+// CommonJS: `require('fastify-rate-guard')` (Node >= 20.19 loads this module for it) returns the plugin itself,
+// as `require('@fastify/rate-limit')` does, carrying every named export too.
+Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors })
+export { rateGuard as 'module.exports' }
 export type { RateGuardDecorator, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
