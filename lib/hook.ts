@@ -6,7 +6,8 @@ import { retryAfterSeconds, writeHeaders } from './headers.js'
 import type { HeaderStyle } from './headers.js'
 import { identityKeys, sharedKeys } from './keys.js'
 import type { Decidable, Limiter, Verdict } from './limiter.js'
-import { checkDuration, checkLimit, checkMax } from './options.js'
+import { checkDuration, checkMax } from './check.js'
+import { checkLimit } from './options.js'
 import type { ResolvedLimit, ResolvedRoute } from './options.js'
 
 /**

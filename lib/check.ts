@@ -1,0 +1,50 @@
+import { toMilliseconds } from './duration.js'
+import { InvalidOptionError } from './errors.js'
+
+/** The checks every option goes through: each returns the value, typed, or throws the coded error naming the option and the value. */
+
+/** Renders a bad value for an error message without dumping whole objects or functions. */
+export function show (value: unknown): string {
+  if (typeof value === 'function') return 'a function'
+  if (typeof value === 'string') return JSON.stringify(value.length > 64 ? value.slice(0, 64) + '…' : value)
+  if (typeof value === 'object' && value !== null) return Array.isArray(value) ? 'an array' : 'an object'
+  return String(value)
+}
+
+export function fail (name: string, value: unknown, expected: string): never {
+  throw new InvalidOptionError(name, `expected ${expected}, got ${show(value)}`)
+}
+
+/** A positive safe integer, or the coded error naming the option and the value. */
+export function checkMax (value: unknown, name = 'max'): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) fail(name, value, 'a positive integer')
+  return value
+}
+
+/** Integer milliseconds from a number or a human string, or the coded error. */
+export function checkDuration (value: unknown, name: string): number {
+  const ms = toMilliseconds(value)
+  if (ms === undefined) fail(name, value, "a positive number of milliseconds or a duration such as '1 minute'")
+  return ms
+}
+
+export function checkFunction<T> (value: unknown, name: string): T {
+  if (typeof value !== 'function') fail(name, value, 'a function')
+  return value as T
+}
+
+export function checkBoolean (value: unknown, name: string): boolean {
+  if (typeof value !== 'boolean') fail(name, value, 'true or false')
+  return value
+}
+
+export function checkOneOf<T extends string> (value: unknown, name: string, allowed: readonly T[]): T {
+  if (!allowed.includes(value as T)) fail(name, value, `one of ${allowed.map(a => `'${a}'`).join(', ')}`)
+  return value as T
+}
+
+export function checkKeys (input: object, allowed: ReadonlySet<string>, where: string): void {
+  for (const key of Object.keys(input)) {
+    if (!allowed.has(key)) fail(`${where}${key}`, (input as Record<string, unknown>)[key], 'no such option (see the README for the list)')
+  }
+}
