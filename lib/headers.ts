@@ -1,4 +1,6 @@
 import type { FastifyReply } from 'fastify'
+import type { FieldNames } from './compat.js'
+import type { ResolvedRoute } from './options.js'
 import type { Decision } from './stores/store.js'
 
 /**
@@ -7,11 +9,29 @@ import type { Decision } from './stores/store.js'
  * refusal: the wait until every limit allows. Whole seconds, rounded up.
  */
 
+/** Per field of the binding limit, the header name it is sent under, or null when it is not sent. */
+type Sent = Readonly<Record<keyof FieldNames, string | null>>
+
 export interface HeaderStyle {
-  readonly legacy: boolean
+  /** The binding limit's fields on an allowed request, and on a refusal. */
+  readonly allowed: Sent
+  readonly refused: Sent
+  /** `Retry-After` on a refusal. */
+  readonly retryAfter: boolean
   readonly standard: boolean
   /** The IETF policy name of each limit (structured-field strings); a limit past the list is `<first>-<n>`. */
   readonly policies: readonly string[]
+}
+
+/** A budget's headers: `legacyHeaders`, the names (`enableDraftSpec`), the per-header switches, `standardHeaders`. */
+export function headerStyle (route: ResolvedRoute, policies: readonly string[]): HeaderStyle {
+  const { fieldNames: names, headerSwitches: { allowed, refused } } = route
+  const sent = (on: Readonly<Record<keyof FieldNames, boolean>>): Sent => Object.freeze({
+    limit: route.legacyHeaders && on.limit ? names.limit : null,
+    remaining: route.legacyHeaders && on.remaining ? names.remaining : null,
+    reset: route.legacyHeaders && on.reset ? names.reset : null
+  })
+  return Object.freeze({ allowed: sent(allowed), refused: sent(refused), retryAfter: refused.retryAfter, standard: route.standardHeaders, policies })
 }
 
 export function seconds (ms: number): number {
@@ -28,15 +48,14 @@ export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision:
   // A ban resets when it ends; otherwise when the binding limit's count starts falling.
   const resetOf = (resetMs: number): number => seconds(banned ? decision.retryMs : resetMs)
   const remainingOf = (limit: number, count: number): number => banned ? 0 : Math.max(0, limit - count)
-  if (style.legacy) {
-    reply.header('x-ratelimit-limit', decision.limit)
-    reply.header('x-ratelimit-remaining', remainingOf(decision.limit, decision.count))
-    reply.header('x-ratelimit-reset', resetOf(decision.resetMs))
-  }
+  const fields = decision.status === 'allowed' ? style.allowed : style.refused
+  if (fields.limit !== null) reply.header(fields.limit, decision.limit)
+  if (fields.remaining !== null) reply.header(fields.remaining, remainingOf(decision.limit, decision.count))
+  if (fields.reset !== null) reply.header(fields.reset, resetOf(decision.resetMs))
   if (style.standard) {
     const name = (i: number): string => style.policies[i] ?? `${style.policies[0]!}-${i + 1}`
     reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${name(i)}";q=${l.limit};w=${seconds(l.windowMs)}`).join(', '))
     reply.header('ratelimit', decision.limits.map((l, i) => `"${name(i)}";r=${remainingOf(l.limit, l.count)};t=${resetOf(l.resetMs)}`).join(', '))
   }
-  if (decision.status !== 'allowed') reply.header('retry-after', retryAfterSeconds(decision.retryMs))
+  if (decision.status !== 'allowed' && style.retryAfter) reply.header('retry-after', retryAfterSeconds(decision.retryMs))
 }

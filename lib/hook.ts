@@ -102,6 +102,7 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
     switch (verdict.status) {
       case 'allowed':
         writeHeaders(reply, headers, verdict)
+        route.onExceeding?.(request, key)
         return undefined
       case 'unenforced':
         reply.header(UNENFORCED_HEADER, 'false')

@@ -4,6 +4,7 @@ import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
 import { createHook } from './hook.js'
 import type { RequestHook, RouteBudget } from './hook.js'
+import { headerStyle } from './headers.js'
 import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
 import { RedisNotReadyError, RedisRefusedError } from './errors.js'
@@ -43,12 +44,11 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     const policy = route.groupId ?? 'default'
     const policies = (limits: readonly ResolvedLimit[], first: string): string[] =>
       limits.map((limit, i) => limit.name ?? (i === 0 ? first : `${first}-${i + 1}`))
-    const style = { legacy: route.legacyHeaders, standard: route.standardHeaders }
     const made: RouteBudget = {
       route,
       scope,
-      headers: { ...style, policies: policies(route.limits, policy) },
-      sharedHeaders: { ...style, policies: policies(route.shared ?? [], `${policy}-shared`) }
+      headers: headerStyle(route, policies(route.limits, policy)),
+      sharedHeaders: headerStyle(route, policies(route.shared ?? [], `${policy}-shared`))
     }
     budgets.set(name, made)
     return made

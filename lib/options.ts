@@ -1,7 +1,10 @@
+import { isIP } from 'node:net'
 import type { FastifyRequest } from 'fastify'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from './algorithms/index.js'
 import type { Algorithm, Limit } from './algorithms/index.js'
 import { checkBoolean, checkDuration, checkFunction, checkKeys, checkMax, checkOneOf, fail, show } from './check.js'
+import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, banPerWindow, checkDenials, checkHeaderSwitches, rejectUnsupported } from './compat.js'
+import type { FieldNames, HeaderSwitches } from './compat.js'
 import { InvalidRouteConfigError } from './errors.js'
 import { canonicalKey, defaultKeyGenerator } from './keys.js'
 import type { RedisLike } from './stores/redis.js'
@@ -86,14 +89,25 @@ export interface RouteRateLimitOptions {
   /** A budget the route's clients share, checked after each client's own; `false` for none. */
   shared?: false | SharedOptions
   keyGenerator?: KeyGenerator
-  ban?: false | BanOptions
+  /** Bans; or, as `@fastify/rate-limit` takes it, a number N: a ban of one window from the (N + 1)th denial. */
+  ban?: false | BanOptions | number
   allowList?: readonly string[] | AllowListFunction
   groupId?: string
   errorResponseBuilder?: ErrorResponseBuilder
+  /** Called on each allowed request (`@fastify/rate-limit`'s name: the request did not exceed the limit). */
+  onExceeding?: KeyCallback
   onExceeded?: KeyCallback
   onBanReach?: BanCallback
   legacyHeaders?: boolean
   standardHeaders?: false | 'draft-10'
+  /** Per-header switches on refusals: `{ 'x-ratelimit-reset': false, 'retry-after': false }` (draft names with `enableDraftSpec`). */
+  addHeaders?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset' | 'retry-after', boolean>>
+  /** Per-header switches on allowed requests. */
+  addHeadersOnExceeding?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset', boolean>>
+  /** `@fastify/rate-limit`'s; not supported here: only `false` is accepted (use `ban`). */
+  continueExceeding?: false
+  /** `@fastify/rate-limit`'s; not supported here: only `false` is accepted (use `ban.escalate`). */
+  exponentialBackoff?: false
 }
 
 export interface BreakerOptions {
@@ -109,6 +123,8 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   hook?: HookName
   global?: boolean
   nameSpace?: string
+  /** Send the three fields as `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (an IETF draft, as `@fastify/rate-limit` does) instead of `X-RateLimit-*`. */
+  enableDraftSpec?: boolean
   failMode?: FailMode
   /** `@fastify/rate-limit`'s spelling: true is `failMode: 'open'`, false is `failMode: 'closed'`. */
   skipOnError?: boolean
@@ -143,13 +159,19 @@ export interface ResolvedRoute {
   readonly shared: readonly ResolvedLimit[] | null
   readonly keyGenerator: KeyGenerator
   readonly ban: BanPolicy | null
+  /** `ban: N` as given, when it was: a route with another window bans for its own window. */
+  readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null
   readonly groupId: string | undefined
   readonly errorResponseBuilder: ErrorResponseBuilder | undefined
+  readonly onExceeding: KeyCallback | undefined
   readonly onExceeded: KeyCallback | undefined
   readonly onBanReach: BanCallback | undefined
   readonly legacyHeaders: boolean
   readonly standardHeaders: boolean
+  /** The names of the binding limit's three fields (set for the whole plugin by `enableDraftSpec`). */
+  readonly fieldNames: FieldNames
+  readonly headerSwitches: HeaderSwitches
 }
 
 export interface ResolvedBreaker {
@@ -177,10 +199,11 @@ const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
 const ROUTE_KEYS = new Set<string>([
   'algorithm', 'max', 'timeWindow', 'burst', 'limits', 'shared', 'keyGenerator', 'ban', 'allowList', 'groupId', 'errorResponseBuilder',
-  'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders'
+  'onExceeding', 'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders', 'addHeaders', 'addHeadersOnExceeding',
+  'continueExceeding', 'exponentialBackoff'
 ])
 const PLUGIN_KEYS = new Set<string>([
-  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'failMode', 'skipOnError', 'timeout', 'strict', 'breaker', 'banCache', 'cache',
+  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'enableDraftSpec', 'failMode', 'skipOnError', 'timeout', 'strict', 'breaker', 'banCache', 'cache',
   'apiKeyHeader', 'verifyApiKey', 'userId', 'ipv6Subnet',
   // Fastify's own registration options reach the plugin too.
   'prefix', 'logLevel', 'logSerializers'
@@ -306,10 +329,14 @@ export function checkStaticLimits (value: unknown, name: string, ignore: readonl
   return Object.freeze([checkOneLimit(shared, undefined, `${name}.`, true)])
 }
 
+/**
+ * An allow list's keys as the key generator writes them. A bare address (`@fastify/rate-limit`'s keys are
+ * addresses) also stands for its `ip:` key; it stays as written for a key generator of the app's own.
+ */
 function checkAllowList (value: unknown, name: string, canonical: (key: string) => string): ResolvedRoute['allowList'] {
   if (typeof value === 'function') return value as AllowListFunction
   if (!Array.isArray(value) || !value.every(k => typeof k === 'string')) fail(name, value, 'an array of keys or a function')
-  return value.length === 0 ? null : new Set(value.map(canonical))
+  return value.length === 0 ? null : new Set(value.flatMap(key => isIP(key) === 0 ? [canonical(key)] : [key, canonical(`ip:${key}`)]))
 }
 
 // Printable ASCII without quotes or backslashes: a group id or a limit's name becomes an IETF policy name in a header.
@@ -344,6 +371,7 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
   const limits = has('limits')
     ? checkLimitList(input.limits, name('limits'), false)
     : oneLimit ? Object.freeze([checkOneLimit(input, base.limits.length === 1 ? base.limits[0] : undefined, where, false)]) : base.limits
+  rejectUnsupported(input, where)
   const algorithm = has('algorithm') ? checkOneOf(input.algorithm, name('algorithm'), ALGORITHMS) : base.algorithm
   const shared = has('shared') ? checkShared(input.shared, name('shared')) : base.shared
   if (algorithm !== 'token-bucket' && [...limits, ...shared ?? []].some(limit => limit.burst !== null)) {
@@ -354,17 +382,34 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
     limits,
     shared,
     keyGenerator: has('keyGenerator') ? checkFunction<KeyGenerator>(input.keyGenerator, name('keyGenerator')) : base.keyGenerator,
-    ban: has('ban') ? checkBan(input.ban, name('ban')) : base.ban,
+    ...resolveBan(input.ban, base, limits, name('ban')),
     allowList: has('allowList') ? checkAllowList(input.allowList, name('allowList'), canonical) : base.allowList,
     groupId: has('groupId') ? groupId as string : undefined,
     errorResponseBuilder: has('errorResponseBuilder')
       ? checkFunction<ErrorResponseBuilder>(input.errorResponseBuilder, name('errorResponseBuilder'))
       : base.errorResponseBuilder,
+    onExceeding: has('onExceeding') ? checkFunction<KeyCallback>(input.onExceeding, name('onExceeding')) : base.onExceeding,
     onExceeded: has('onExceeded') ? checkFunction<KeyCallback>(input.onExceeded, name('onExceeded')) : base.onExceeded,
     onBanReach: has('onBanReach') ? checkFunction<BanCallback>(input.onBanReach, name('onBanReach')) : base.onBanReach,
     legacyHeaders: has('legacyHeaders') ? checkBoolean(input.legacyHeaders, name('legacyHeaders')) : base.legacyHeaders,
-    standardHeaders: has('standardHeaders') ? standardHeaders === 'draft-10' : base.standardHeaders
+    standardHeaders: has('standardHeaders') ? standardHeaders === 'draft-10' : base.standardHeaders,
+    fieldNames: base.fieldNames,
+    headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where)
   })
+}
+
+/**
+ * A ban as given (`false`, an object, or `@fastify/rate-limit`'s number of denials), or the base's; a number
+ * inherited from the plugin bans for this budget's own window.
+ */
+function resolveBan (value: unknown, base: ResolvedRoute, limits: readonly ResolvedLimit[], name: string): Pick<ResolvedRoute, 'ban' | 'banDenials'> {
+  if (typeof value === 'number') {
+    const banDenials = checkDenials(value, name)
+    return { ban: banPerWindow(banDenials, limits, name), banDenials }
+  }
+  if (value !== undefined) return { ban: checkBan(value, name), banDenials: null }
+  const { banDenials } = base
+  return { ban: banDenials === null ? base.ban : banPerWindow(banDenials, limits, name), banDenials }
 }
 
 /** A route's `config.rateLimit`: `false` (off), an object (merged over the plugin's), or a coded error. */
@@ -441,10 +486,14 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     allowList: null,
     groupId: undefined,
     errorResponseBuilder: undefined,
+    onExceeding: undefined,
     onExceeded: undefined,
     onBanReach: undefined,
     legacyHeaders: true,
-    standardHeaders: false
+    standardHeaders: false,
+    banDenials: null,
+    fieldNames: (has('enableDraftSpec') ? checkBoolean(opts.enableDraftSpec, 'enableDraftSpec') : false) ? DRAFT_NAMES : PLAIN_NAMES,
+    headerSwitches: ALL_HEADERS
   }
 
   return Object.freeze({

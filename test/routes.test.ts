@@ -288,7 +288,7 @@ t.test('errorResponseBuilder must return an object: otherwise a 500 naming it', 
   }
 })
 
-t.test('allowList: full tier keys only; never limited, no headers', async t => {
+t.test('allowList: tier keys, or bare addresses (as @fastify/rate-limit takes them) for the ip: tier; never limited, no headers', async t => {
   const app = await setup(t, { max: 1, timeWindow: 10_000, allowList: ['ip:127.0.0.1'] }, app => {
     app.get('/', ok)
     app.get('/bare', { config: { rateLimit: { allowList: ['127.0.0.1'] } } }, ok)
@@ -299,7 +299,8 @@ t.test('allowList: full tier keys only; never limited, no headers', async t => {
     t.notOk(hasRateHeaders(res.headers), 'an allowed key gets no headers')
   }
   t.same(await codes(app, 2, { remoteAddress: '10.0.0.3' }), [200, 429], 'other clients are limited')
-  t.same(await codes(app, 2, '/bare'), [200, 429], 'a bare address matches nothing')
+  t.same(await codes(app, 3, '/bare'), [200, 200, 200], 'a bare address stands for its ip: key')
+  t.same(await codes(app, 2, { url: '/bare', headers: { 'x-api-key': '127.0.0.1' } }), [200, 429], 'and only for it: an API key spelling the address is limited')
   const spoof = { headers: { 'x-api-key': '127.0.0.1' } }
   const first = await app.inject({ url: '/', ...spoof })
   t.equal(first.headers['x-ratelimit-limit'], '1', 'an API key equal to the address is not allow-listed')

@@ -8,7 +8,7 @@ import type {
   FastifyContextConfig, FastifyError, FastifyInstance, FastifyRequest, RouteOptions, RouteShorthandOptions
 } from 'fastify'
 import { Redis, Cluster } from 'ioredis'
-import rateGuard, { rateGuard as named, normalizeIP, errors } from 'fastify-rate-guard'
+import rateGuard, { rateGuard as named, fastifyRateLimit, normalizeIP, errors } from 'fastify-rate-guard'
 import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
@@ -392,3 +392,25 @@ const limitsSeen = (await app.rateGuard.peek('user:42')).limits
 assertEqual<typeof limitsSeen, PeekResult['limits']>(true)
 expectType<number>(limitsSeen[0]!.remaining)
 assertEqual<PeekResult['limits'][number], { max: number, windowMs: number, count: number, remaining: number, resetMs: number }>(true)
+
+// ---- @fastify/rate-limit's spellings (issue 6) --------------------------------------------------------
+
+assertEqual<typeof fastifyRateLimit, typeof rateGuard>(true)
+await Fastify().register(fastifyRateLimit, {
+  max: 100,
+  timeWindow: '1 minute',
+  ban: 3,
+  enableDraftSpec: true,
+  addHeaders: { 'ratelimit-reset': false, 'retry-after': true },
+  addHeadersOnExceeding: { 'ratelimit-remaining': false },
+  onExceeding: (request: FastifyRequest, key: string) => { expectType<string>(key) },
+  continueExceeding: false,
+  exponentialBackoff: false
+})
+app.get('/compat', { config: { rateLimit: { ban: 0, addHeaders: { 'x-ratelimit-limit': false } } } }, async () => 'ok')
+// @ts-expect-error continueExceeding is not supported (a ban replaces it): only false
+await Fastify().register(rateGuard, { continueExceeding: true })
+// @ts-expect-error exponentialBackoff is not supported (ban.escalate replaces it): only false
+await Fastify().register(rateGuard, { exponentialBackoff: true })
+// @ts-expect-error a header switch is a boolean
+await Fastify().register(rateGuard, { addHeaders: { 'retry-after': 'no' } })

@@ -1,0 +1,44 @@
+// @fastify/rate-limit compatibility, `ban: N`: theirs answers 403 from the (N + 1)th denial within a window
+// until that window ends. Here it is a ban of one window from the (N + 1)th denial, on every route of the
+// registration (theirs: on the route that counted). Run beside @fastify/rate-limit for the sequence a client sees.
+import t from 'tap'
+import { appWith } from './helpers.js'
+
+const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
+
+async function statuses (app: Awaited<ReturnType<typeof appWith>>, n: number, url = '/'): Promise<number[]> {
+  const codes: number[] = []
+  for (let i = 0; i < n; i++) codes.push((await app.inject(url)).statusCode)
+  return codes
+}
+
+for (const ban of [0, 1, 3]) {
+  t.test(`ban: ${ban}: the same answers as @fastify/rate-limit within a window`, async t => {
+    const options = { max: 2, timeWindow: '1 minute', ban }
+    const theirs = await statuses(await appWith(t, 'theirs', options), 8)
+    const ours = await statuses(await appWith(t, 'ours', options), 8)
+    t.strictSame(ours, theirs, `${ban} denials answered 429, then 403`)
+    t.strictSame(ours.slice(0, 2 + ban + 1), [200, 200, ...Array(ban).fill(429), 403])
+  })
+}
+
+t.test('ban: N bans for one window of the budget that banned, with 403 and its Retry-After', async t => {
+  const app = await appWith(t, 'ours', { max: 1, timeWindow: 300, ban: 1 }, { config: { rateLimit: { timeWindow: 200 } } })
+  const codes = await statuses(app, 3)
+  t.strictSame(codes, [200, 429, 403])
+  const banned = await app.inject('/')
+  t.equal(banned.statusCode, 403)
+  t.equal(banned.json().code, 'FST_RATE_GUARD_BANNED')
+  t.equal(banned.headers['retry-after'], '1', 'the route\'s window (200 ms), rounded up to a second')
+  const peek = await app.rateGuard.peek('ip:127.0.0.1', { route: 'GET /' })
+  t.equal(peek.status, 'banned')
+  t.ok(peek.retryMs > 0 && peek.retryMs <= 200, `banned for the route's window, not the plugin's 300 ms (${peek.retryMs} ms left)`)
+})
+
+t.test('ban: N needs a window known at register, and a whole number of denials', async t => {
+  await t.rejects(appWith(t, 'ours', { ban: 1, timeWindow: () => 1000 }), { code: INVALID, message: /"ban": expected \{ threshold, duration \} when timeWindow is a function/ })
+  for (const ban of [-1, 1.5, Number.NaN]) {
+    await t.rejects(appWith(t, 'ours', { ban }), { code: INVALID, message: /"ban": expected false, \{ threshold, duration \}, or a number of denials/ }, String(ban))
+  }
+  await t.rejects(appWith(t, 'ours', {}, { config: { rateLimit: { ban: -2 } } }), { code: INVALID, message: /"config\.rateLimit\.ban"/ })
+})

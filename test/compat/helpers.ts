@@ -1,0 +1,24 @@
+// Two apps built the same way, one with @fastify/rate-limit and one with this plugin (both in process), so
+// a compatibility test can send both the same requests and compare what a client sees.
+import Fastify from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, RouteShorthandOptions } from 'fastify'
+import fastifyRateLimit from '@fastify/rate-limit'
+import type { Test } from 'tap'
+import rateGuard from '../../lib/index.js'
+
+export type Plugin = 'theirs' | 'ours'
+
+/** An app with `plugin` registered with `options` and `GET /` (with `route` options) answering 'ok'. */
+export async function appWith (t: Test, plugin: Plugin, options: Record<string, unknown>, route: RouteShorthandOptions = {}): Promise<FastifyInstance> {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register((plugin === 'theirs' ? fastifyRateLimit : rateGuard) as FastifyPluginAsync, options)
+  app.get('/', route, async () => 'ok')
+  await app.ready()
+  return app
+}
+
+/** The rate-limit headers of a response (their names and values), in name order. */
+export function rateLimitHeaders (headers: Record<string, unknown>): Record<string, string> {
+  return Object.fromEntries(Object.entries(headers).filter(([name]) => /ratelimit|retry-after/.test(name)).sort().map(([name, value]) => [name, String(value)]))
+}
