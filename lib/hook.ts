@@ -33,8 +33,8 @@ export interface RouteBudget {
 export const UNENFORCED_HEADER = 'x-ratelimit-enforced'
 
 /** What a request comes to: go on (`undefined`), an error to refuse it with, or an answer sent here (503). */
-type Outcome = Error | undefined | typeof SENT
-const SENT = Symbol('sent')
+export type Outcome = Error | undefined | typeof SENT
+export const SENT = Symbol('sent')
 
 type Done = (err?: Error) => void
 
@@ -50,11 +50,26 @@ function then<T, R> (value: T | PromiseLike<T>, next: (value: T) => R | PromiseL
 /** The hook in Fastify's callback style: `done` once, with the refusal if any; not at all when it answered itself. */
 export type RequestHook = (request: FastifyRequest, reply: FastifyReply, done: Done) => void
 
+/** A request's key and what its decision takes; `input` is null when the allow list lets it through. */
+export interface Prepared {
+  readonly key: string
+  readonly input: Decidable | null
+}
+
+/** One budget applied to requests: as Fastify's hook, as a function giving the outcome, and its first steps alone. */
+export interface BudgetHooks {
+  readonly hook: RequestHook
+  /** What the hook does, as a value: the refusal to throw, `SENT`, or nothing. */
+  run (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome>
+  /** Key → allow list → limits: what a decision of this budget takes for `request`. */
+  prepare (request: FastifyRequest): Prepared | PromiseLike<Prepared>
+}
+
 /**
  * `undoneScopes`: the scopes of budgets some route gives counts back to (it has a shared budget); complete
- * once the app is ready.
+ * once the app is ready. `ran`: the request decoration saying one of the registration's hooks has limited it.
  */
-export function createHook (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget, undoneScopes: ReadonlySet<string>): RequestHook {
+export function createHooks (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol): BudgetHooks {
   const { route, scope } = budget
   const { keyGenerator, allowList, ban, algorithm } = route
   const fixedLimits = staticLimits(route.limits)
@@ -70,29 +85,33 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
   const unavailable = new UnavailableError(formatDuration(unavailableAfter * 1000))
   const unavailableBody = JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
 
-  function byKey (request: FastifyRequest, reply: FastifyReply, given: unknown): Outcome | PromiseLike<Outcome> {
-    if (isPromise(given)) return given.then(key => byKey(request, reply, key))
+  function prepare (request: FastifyRequest, given: unknown): Prepared | PromiseLike<Prepared> {
+    if (isPromise(given)) return given.then(key => prepare(request, key))
     const key = checkKey(given)
-    if (allowList === null) return byLimits(request, reply, key)
+    if (allowList === null) return withLimits(request, key)
     const allowed = typeof allowList === 'function' ? allowList(request, key) : allowList.has(key)
-    return then(allowed, yes => yes ? undefined : byLimits(request, reply, key))
+    return then(allowed, yes => yes ? { key, input: null } : withLimits(request, key))
   }
 
-  function byLimits (request: FastifyRequest, reply: FastifyReply, key: string): Outcome | PromiseLike<Outcome> {
-    if (fixedLimits !== null) return decide(request, reply, key, fixedLimits)
-    return limitsOf(route.limits, request, key).then(limits => decide(request, reply, key, limits))
+  function withLimits (request: FastifyRequest, key: string): Prepared | PromiseLike<Prepared> {
+    if (fixedLimits !== null) return prepared(key, fixedLimits)
+    return limitsOf(route.limits, request, key).then(limits => prepared(key, limits))
   }
 
-  function decide (request: FastifyRequest, reply: FastifyReply, key: string, limits: readonly Limit[]): Outcome | PromiseLike<Outcome> {
+  function prepared (key: string, limits: readonly Limit[]): Prepared {
     const holdDenials = holdable && !undoneScopes.has(scope)
-    const input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials }
+    return { key, input: { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials } }
+  }
+
+  function decide (request: FastifyRequest, reply: FastifyReply, { key, input }: Prepared): Outcome | PromiseLike<Outcome> {
+    if (input === null) return undefined
     return then(limiter.decide(input, request.log), own => {
       if (own.status !== 'allowed' || shared === null) return answer(request, reply, key, own, budget.headers)
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
       return then(limiter.decide(shared, request.log), whole => {
         if (whole.status !== 'limited' && whole.status !== 'unavailable') return answer(request, reply, key, own, budget.headers)
-        limiter.undo({ keys: input.keys, limits, algorithm, member: own.member, at: own.at }, request.log)
+        limiter.undo({ keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at }, request.log)
         return answer(request, reply, key, whole, budget.sharedHeaders)
       })
     })
@@ -129,16 +148,28 @@ export function createHook (limiter: Limiter, nameSpace: string, timeout: number
     return error as Error
   }
 
-  return function rateGuard (request, reply, done) {
-    let outcome: Outcome | PromiseLike<Outcome>
-    try {
-      outcome = byKey(request, reply, keyGenerator(request))
-    } catch (err) {
-      done(err as Error)
-      return
-    }
-    if (isPromise(outcome)) outcome.then(result => finish(result, done), done)
-    else finish(outcome, done)
+  function run (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
+    // Limited once: a route's own hook and a limiter the app put on it too count the request once, the first.
+    const marked = request as unknown as Record<symbol, boolean>
+    if (marked[ran]) return undefined
+    marked[ran] = true
+    return then(prepare(request, keyGenerator(request)), ready => decide(request, reply, ready))
+  }
+
+  return {
+    hook (request, reply, done) {
+      let outcome: Outcome | PromiseLike<Outcome>
+      try {
+        outcome = run(request, reply)
+      } catch (err) {
+        done(err as Error)
+        return
+      }
+      if (isPromise(outcome)) outcome.then(result => finish(result, done), done)
+      else finish(outcome, done)
+    },
+    run,
+    prepare: (request) => prepare(request, keyGenerator(request))
   }
 }
 

@@ -2,8 +2,10 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest,
 import fp from 'fastify-plugin'
 import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
-import { createHook } from './hook.js'
-import type { RequestHook, RouteBudget } from './hook.js'
+import { createHooks } from './hook.js'
+import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
+import { createLimiters } from './limiters.js'
+import type { RateLimitCheck, RateLimitHook } from './limiters.js'
 import { headerStyle } from './headers.js'
 import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
@@ -11,7 +13,7 @@ import { RedisNotReadyError, RedisRefusedError } from './errors.js'
 import * as errors from './errors.js'
 import { GLOBAL_SCOPE, identityKeys, normalizeIP, scopeOf } from './keys.js'
 import { Limiter, deadline, isPermanent } from './limiter.js'
-import { resolveOptions, resolveRouteConfig } from './options.js'
+import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
 import type { RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
@@ -25,6 +27,11 @@ declare module 'fastify' {
   }
   interface FastifyInstance {
     rateGuard: RateGuardDecorator
+    // Methods, as @fastify/rate-limit declares them, so a program holding both type packages merges them.
+    /** A hook limiting the requests it runs for (`@fastify/rate-limit`'s): the plugin-wide budget, or `options` over it. */
+    rateLimit (options?: RouteRateLimitOptions): RateLimitHook
+    /** A check to call by hand: counts the request (or, with `increment: false`, only reads) and answers its state. */
+    createRateLimit (options?: RouteRateLimitOptions): RateLimitCheck
   }
 }
 
@@ -53,16 +60,33 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     budgets.set(name, made)
     return made
   }
-  const pluginBudget = budget('default', opts.route, GLOBAL_SCOPE)
   const undoneScopes = new Set<string>()
-  const pluginHook = createHook(limiter, opts.nameSpace, opts.timeout, pluginBudget, undoneScopes)
+  // A request is limited once per registration: by its route's hook, or by the first limiter the app applies.
+  const ran = Symbol('rate-guard.ran')
+  fastify.decorateRequest(ran, false)
+  const hooks = (made: RouteBudget): BudgetHooks => {
+    if (made.route.shared !== null) undoneScopes.add(made.scope)
+    return createHooks(limiter, opts.nameSpace, opts.timeout, made, undoneScopes, ran)
+  }
+  const pluginHooks = hooks(budget('default', opts.route, GLOBAL_SCOPE))
 
   if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets, limiter.forget))
+  // Limiters made with options each count on a budget of their own (or their group's).
+  let limiters = 0
+  const decorators = createLimiters(limiter, opts.timeout, (options, call) => {
+    if (options === undefined) return pluginHooks
+    const route = resolveLimiterOptions(options, opts, call)
+    if (route.groupId !== undefined) return hooks(budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId)))
+    const name = `limiter ${++limiters}`
+    return hooks(budget(name, route, scopeOf('route', name)))
+  })
+  if (!fastify.hasDecorator('rateLimit')) fastify.decorate('rateLimit', decorators.rateLimit)
+  if (!fastify.hasDecorator('createRateLimit')) fastify.decorate('createRateLimit', decorators.createRateLimit)
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
     if (config === undefined) {
-      if (opts.global) addHook(routeOptions, opts.hook, pluginHook)
+      if (opts.global) addHook(routeOptions, opts.hook, pluginHooks.hook)
       return
     }
     const name = routeName(routeOptions)
@@ -71,8 +95,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     const made = route.groupId !== undefined
       ? budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId))
       : budget(name, route, scopeOf('route', name))
-    if (route.shared !== null) undoneScopes.add(made.scope)
-    addHook(routeOptions, opts.hook, createHook(limiter, opts.nameSpace, opts.timeout, made, undoneScopes))
+    addHook(routeOptions, opts.hook, hooks(made).hook)
   })
 }
 
@@ -216,4 +239,5 @@ export type {
   HookName, FailMode
 } from './options.js'
 export type { RedisLike } from './stores/redis.js'
+export type { RateLimitCheck, RateLimitHook, RateLimitResult } from './limiters.js'
 export type { Algorithm } from './algorithms/index.js'

@@ -112,6 +112,18 @@ export class Limiter {
     return new Promise(resolve => this.#enqueue(input, resolve, log))
   }
 
+  /** What the store knows of `input`, counting nothing (`createRateLimit`'s `increment: false`), under the deadline and `failMode`. */
+  async peek (input: Decidable, log: FastifyBaseLogger): Promise<Verdict> {
+    const peek: Decidable = { ...input, peek: true }
+    if (this.#remote === undefined) return this.store.decide(peek) as Decision
+    try {
+      return await deadline(this.#remote.decide(peek), this.#timeout)
+    } catch (err) {
+      this.report(err as Error, log)
+      return this.#failModeDecides(peek)
+    }
+  }
+
   #enqueue (input: Decidable, answer: (verdict: Verdict) => void, log: FastifyBaseLogger): void {
     const { algorithm } = input
     let batch: Batch | undefined

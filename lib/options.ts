@@ -422,6 +422,13 @@ export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, rout
   return resolveRoute(config as Record<string, unknown>, opts.route, 'config.rateLimit.', opts.canonicalKey)
 }
 
+/** The options given to `fastify.rateLimit()` / `createRateLimit()` (`call`), merged over the plugin's. */
+export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string): ResolvedRoute {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
+  checkKeys(options, ROUTE_KEYS, `${call}.`)
+  return resolveRoute(options as Record<string, unknown>, opts.route, `${call}.`, opts.canonicalKey)
+}
+
 const REDIS_URL = /^rediss?:\/\/[^\s]+$/
 
 function checkRedis (value: unknown): ResolvedOptions['redis'] {

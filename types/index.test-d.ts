@@ -414,3 +414,17 @@ await Fastify().register(rateGuard, { continueExceeding: true })
 await Fastify().register(rateGuard, { exponentialBackoff: true })
 // @ts-expect-error a header switch is a boolean
 await Fastify().register(rateGuard, { addHeaders: { 'retry-after': 'no' } })
+
+// The decorators @fastify/rate-limit has: a hook to place, and a check to call by hand.
+app.setNotFoundHandler({ preHandler: app.rateLimit({ max: 4, timeWindow: 500 }) }, async () => 'gone')
+app.get('/checked', { onRequest: app.rateLimit() }, async (request) => {
+  const answer = await app.createRateLimit({ max: 10, timeWindow: '1 minute' })(request, { increment: false })
+  if (answer.isAllowed) return expectType<string>(answer.key)
+  expectType<number>(answer.remaining)
+  expectType<boolean>(answer.isExceeded)
+  return answer.ttlInSeconds
+})
+// @ts-expect-error the check takes the request
+await app.createRateLimit()()
+// @ts-expect-error a limiter's max is a number or a function of the request
+app.rateLimit({ max: '4' })

@@ -1,10 +1,16 @@
 // Two apps built the same way, one with @fastify/rate-limit and one with this plugin (both in process), so
 // a compatibility test can send both the same requests and compare what a client sees.
+import { createRequire } from 'node:module'
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync, RouteShorthandOptions } from 'fastify'
-import fastifyRateLimit from '@fastify/rate-limit'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
+
+/**
+ * @fastify/rate-limit, loaded without its types: they declare `fastify.rateLimit()` and `config.rateLimit` as
+ * theirs, which a program holding this plugin's declarations cannot have too (an app has one or the other).
+ */
+export const theirPlugin = createRequire(import.meta.url)('@fastify/rate-limit') as FastifyPluginAsync
 
 export type Plugin = 'theirs' | 'ours'
 
@@ -12,7 +18,7 @@ export type Plugin = 'theirs' | 'ours'
 export async function appWith (t: Test, plugin: Plugin, options: Record<string, unknown>, route: RouteShorthandOptions = {}): Promise<FastifyInstance> {
   const app = Fastify()
   t.teardown(() => app.close())
-  await app.register((plugin === 'theirs' ? fastifyRateLimit : rateGuard) as FastifyPluginAsync, options)
+  await app.register((plugin === 'theirs' ? theirPlugin : rateGuard) as FastifyPluginAsync, options)
   app.get('/', route, async () => 'ok')
   await app.ready()
   return app

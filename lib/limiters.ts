@@ -1,0 +1,84 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { BudgetHooks } from './hook.js'
+import { SENT } from './hook.js'
+import type { Limiter, Verdict } from './limiter.js'
+
+/**
+ * `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:
+ * limiters an app applies where it chooses (a not-found handler, a check inside a handler). Without options
+ * they count on the plugin-wide budget; each made with options counts on a budget of its own.
+ */
+
+/** What `createRateLimit`'s check answers (`@fastify/rate-limit`'s fields; `isAllowed` means allow-listed). */
+export type RateLimitResult =
+  | { isAllowed: true, key: string }
+  | {
+    isAllowed: false
+    key: string
+    /** The binding limit's capacity and window (ms). */
+    max: number
+    timeWindow: number
+    remaining: number
+    /** Ms until the request would pass (refused), or until the binding limit's count starts falling (allowed). */
+    ttl: number
+    ttlInSeconds: number
+    /** The request was refused (always false with `increment: false`, which counts nothing). */
+    isExceeded: boolean
+    isBanned: boolean
+  }
+
+export type RateLimitCheck = (request: FastifyRequest, options?: { increment?: boolean }) => Promise<RateLimitResult>
+export type RateLimitHook = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>
+
+export interface LimiterDecorators {
+  rateLimit (options?: object): RateLimitHook
+  createRateLimit (options?: object): RateLimitCheck
+}
+
+/** `hooksFor(options, call)`: the hooks of the budget `options` make (the plugin-wide one without). */
+export function createLimiters (limiter: Limiter, timeout: number, hooksFor: (options: unknown, call: string) => BudgetHooks): LimiterDecorators {
+  return {
+    rateLimit (options) {
+      const { run } = hooksFor(options, 'rateLimit')
+      // Async, as theirs: usable as any hook, or awaited by hand. A refusal is thrown for the error handler.
+      return async function rateLimit (request, reply) {
+        const outcome = await run(request, reply)
+        if (outcome === SENT) return reply
+        if (outcome !== undefined) throw outcome
+        return undefined
+      }
+    },
+    createRateLimit (options) {
+      const { prepare } = hooksFor(options, 'createRateLimit')
+      return async function check (request, { increment = true } = {}) {
+        const { key, input } = await prepare(request)
+        if (input === null) return { isAllowed: true, key }
+        if (increment) return result(key, await limiter.decide(input, request.log), input.limits[0]!, timeout)
+        // A read counts nothing, so it exceeds nothing (as theirs): whether a request would pass is `remaining`.
+        return { ...result(key, await limiter.peek(input, request.log), input.limits[0]!, timeout), isExceeded: false } as RateLimitResult
+      }
+    }
+  }
+}
+
+function result (key: string, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): RateLimitResult {
+  const ttlOf = (ttl: number): { ttl: number, ttlInSeconds: number } => ({ ttl, ttlInSeconds: Math.ceil(ttl / 1000) })
+  switch (verdict.status) {
+    case 'unenforced':
+      // Redis could not decide and failMode let the request through: nothing is known of the count.
+      return { isAllowed: false, key, max: first.burst, timeWindow: first.windowMs, remaining: first.burst, ...ttlOf(0), isExceeded: false, isBanned: false }
+    case 'unavailable':
+      return { isAllowed: false, key, max: first.burst, timeWindow: first.windowMs, remaining: 0, ...ttlOf(timeout), isExceeded: true, isBanned: false }
+  }
+  const refused = verdict.status !== 'allowed'
+  return {
+    isAllowed: false,
+    key,
+    max: verdict.limit,
+    timeWindow: verdict.windowMs,
+    remaining: verdict.status === 'banned' ? 0 : Math.max(0, verdict.limit - verdict.count),
+    ...ttlOf(refused ? verdict.retryMs : verdict.resetMs),
+    isExceeded: refused,
+    isBanned: verdict.status === 'banned'
+  }
+}

@@ -1,0 +1,121 @@
+// @fastify/rate-limit compatibility, decorators: `fastify.rateLimit(options?)` gives a hook to put where the
+// app chooses (a not-found handler, a route), and `fastify.createRateLimit(options?)` a check to call by hand.
+// Run beside @fastify/rate-limit: the same answers; each limiter made with options keeps its own counters
+// here (theirs share one counter per key, recorded below).
+import Fastify from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../../lib/index.js'
+import { theirPlugin } from './helpers.js'
+import type { Plugin } from './helpers.js'
+import { client, getRedis, ready, uniquePrefix } from '../helpers/redis.js'
+
+const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
+
+async function app (t: Test, plugin: Plugin, options: Record<string, unknown>, routes: (app: FastifyInstance) => void): Promise<FastifyInstance> {
+  const made = Fastify()
+  t.teardown(() => made.close())
+  await made.register((plugin === 'theirs' ? theirPlugin : rateGuard) as FastifyPluginAsync, options)
+  routes(made)
+  await made.ready()
+  return made
+}
+
+async function statuses (made: FastifyInstance, url: string, n: number): Promise<number[]> {
+  const codes: number[] = []
+  for (let i = 0; i < n; i++) codes.push((await made.inject(url)).statusCode)
+  return codes
+}
+
+t.test('rateLimit(options) as the not-found handler\'s preHandler: the same answers as @fastify/rate-limit', async t => {
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const made = await app(t, plugin, { max: 10, timeWindow: '1 minute' }, made => {
+      made.setNotFoundHandler({ preHandler: made.rateLimit({ max: 2, timeWindow: '1 minute' }) }, async (_request, reply) => await reply.code(404).send({ gone: true }))
+      made.get('/', async () => 'ok')
+    })
+    t.strictSame(await statuses(made, '/nowhere', 3), [404, 404, 429], `${plugin}: two misses, then limited`)
+    t.strictSame(await statuses(made, '/', 2), [200, 200], `${plugin}: the routes keep the plugin's budget`)
+  }
+})
+
+t.test('rateLimit() on routes of an app with global: false, and on a route the plugin already limits: counted once', async t => {
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const made = await app(t, plugin, { global: false, max: 2, timeWindow: '1 minute' }, made => {
+      made.get('/limited', { onRequest: made.rateLimit() }, async () => 'ok')
+      made.get('/free', async () => 'ok')
+    })
+    t.strictSame(await statuses(made, '/limited', 3), [200, 200, 429], `${plugin}: the plugin's limit where the hook is`)
+    t.strictSame(await statuses(made, '/free', 3), [200, 200, 200], `${plugin}: nowhere else`)
+  }
+  const twice = await app(t, 'ours', { max: 2, timeWindow: '1 minute' }, made => {
+    made.get('/', { preHandler: made.rateLimit({ max: 100, timeWindow: '1 minute' }) }, async () => 'ok')
+  })
+  t.strictSame(await statuses(twice, '/', 3), [200, 200, 429], 'the route\'s own hook counted it; the limiter put on it too did not count it again')
+})
+
+t.test('createRateLimit(): the fields of @fastify/rate-limit\'s answer; increment: false reads without counting', async t => {
+  const answers: Record<Plugin, unknown[]> = { theirs: [], ours: [] }
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const made = await app(t, plugin, { global: false, max: 2, timeWindow: 60_000 }, made => {
+      const check = made.createRateLimit()
+      made.get('/', async (request: FastifyRequest) => {
+        const read = await check(request, { increment: false })
+        const counted = await check(request)
+        return { read, counted }
+      })
+    })
+    for (let i = 0; i < 3; i++) answers[plugin].push((await made.inject('/')).json())
+  }
+  const fields = (answer: unknown): unknown => {
+    const { read, counted } = answer as { read: Record<string, unknown>, counted: Record<string, unknown> }
+    const pick = ({ isAllowed, max, timeWindow, remaining, isExceeded, isBanned }: Record<string, unknown>): unknown => ({ isAllowed, max, timeWindow, remaining, isExceeded, isBanned })
+    return { read: pick(read), counted: pick(counted), keys: [Object.keys(read).sort(), Object.keys(counted).sort()] }
+  }
+  t.strictSame(answers.ours.map(fields), answers.theirs.map(fields), 'the same fields and values (the key and the ttl aside)')
+  t.match(answers.ours, [
+    { read: { remaining: 2, isExceeded: false }, counted: { remaining: 1, isExceeded: false, key: 'ip:127.0.0.1', ttlInSeconds: 60 } },
+    { read: { remaining: 1 }, counted: { remaining: 0, isExceeded: false } },
+    { read: { remaining: 0, isExceeded: false }, counted: { remaining: 0, isExceeded: true, isBanned: false } }
+  ])
+})
+
+t.test('createRateLimit(options): each limiter keeps its own counters (theirs share one per key in Redis: recorded)', async t => {
+  const { url } = await getRedis(t)
+  const seen: Record<Plugin, number> = { theirs: 0, ours: 0 }
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const redis = await ready(client(t, url, { enableOfflineQueue: false }))
+    const made = await app(t, plugin, { global: false, redis, nameSpace: uniquePrefix() }, made => {
+      const a = made.createRateLimit({ max: 3, timeWindow: '1 minute' })
+      const b = made.createRateLimit({ max: 3, timeWindow: '1 minute' })
+      made.get('/', async (request: FastifyRequest) => {
+        await a(request)
+        await a(request)
+        const answer = await b(request)
+        return answer.isAllowed ? -1 : answer.remaining
+      })
+    })
+    const res = await made.inject('/')
+    t.equal(res.statusCode, 200, `${plugin}: ${res.body}`)
+    seen[plugin] = Number(res.body)
+  }
+  t.equal(seen.ours, 2, 'ours: b counted one request of its own')
+  t.equal(seen.theirs, 0, 'theirs: b saw a\'s two requests as its own')
+})
+
+t.test('createRateLimit: an allow-listed client is { isAllowed: true, key }; a ban shows as isBanned', async t => {
+  const made = await app(t, 'ours', { global: false }, made => {
+    const check = made.createRateLimit({ max: 1, timeWindow: '1 minute', allowList: ['10.0.0.1'], ban: 0 })
+    made.get('/', async (request: FastifyRequest) => await check(request))
+  })
+  t.strictSame((await made.inject({ url: '/', remoteAddress: '10.0.0.1' })).json(), { isAllowed: true, key: 'ip:10.0.0.1' })
+  await made.inject('/')
+  t.match((await made.inject('/')).json(), { isAllowed: false, isExceeded: true, isBanned: true, remaining: 0, ttlInSeconds: 60 })
+})
+
+t.test('the decorators check their options like a route\'s, naming the call', async t => {
+  const made = await app(t, 'ours', {}, () => {})
+  t.throws(() => made.rateLimit({ max: -1 }), { code: INVALID, message: /"rateLimit\.max": expected a positive integer/ })
+  t.throws(() => made.createRateLimit({ maximum: 3 } as never), { code: INVALID, message: /"createRateLimit\.maximum": expected no such option/ })
+  t.throws(() => made.createRateLimit(3 as never), { code: INVALID, message: /"createRateLimit": expected an object of options/ })
+})

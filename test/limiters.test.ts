@@ -1,0 +1,78 @@
+// fastify.rateLimit() / createRateLimit() beyond what @fastify/rate-limit has (test/compat/decorators.test.ts
+// compares the two): on Redis, reading without counting; under a Redis that does not answer, the deadline and
+// failMode; a limiter of a group shares the group's budget.
+import Fastify from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import { client, getRedis, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+
+/** An app whose GET /check answers `createRateLimit(limiterOptions)`'s check, counting unless ?read. */
+async function checking (t: Test, options: RateGuardOptions, limiterOptions?: object): Promise<FastifyInstance> {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { global: false, ...options })
+  const check = app.createRateLimit(limiterOptions)
+  app.get('/check', async (request: FastifyRequest<{ Querystring: { read?: string, plain?: string } }>) =>
+    request.query.plain !== undefined ? await check(request, {}) : await check(request, { increment: request.query.read === undefined }))
+  await app.ready()
+  return app
+}
+
+t.test('on Redis: a read counts nothing; the count is the budget\'s', async t => {
+  const { url } = await getRedis(t)
+  const app = await checking(t, { redis: await ready(client(t, url, { enableOfflineQueue: false })), nameSpace: uniquePrefix(), timeout: 3000 }, { max: 2, timeWindow: '1 minute' })
+  const answers = []
+  for (const query of ['?read', '', '?read', '?plain', '', '?read']) answers.push((await app.inject(`/check${query}`)).json())
+  t.match(answers, [
+    { remaining: 2, isExceeded: false },
+    { remaining: 1, isExceeded: false },
+    { remaining: 1, isExceeded: false },
+    { remaining: 0, isExceeded: false },
+    { remaining: 0, isExceeded: true, ttlInSeconds: 60 },
+    { remaining: 0, isExceeded: false }
+  ])
+})
+
+t.test('a Redis that does not answer: within the deadline, failMode answers the check', async t => {
+  const server = await startRedisServer(t)
+  const cases: Array<[RateGuardOptions['failMode'], object]> = [
+    ['open', { isAllowed: false, max: 5, remaining: 5, ttl: 0, isExceeded: false, isBanned: false }],
+    ['closed', { isAllowed: false, max: 5, remaining: 0, ttl: 200, ttlInSeconds: 1, isExceeded: true, isBanned: false }]
+  ]
+  const apps = []
+  for (const [failMode] of cases) apps.push(await checking(t, { redis: await ready(client(t, server.url, { enableOfflineQueue: false })), failMode, timeout: 200, breaker: false }, { max: 5, timeWindow: '1 minute' }))
+  const hooked = Fastify()
+  t.teardown(() => hooked.close())
+  await hooked.register(rateGuard, { global: false, redis: await ready(client(t, server.url, { enableOfflineQueue: false })), failMode: 'closed', timeout: 200, breaker: false })
+  hooked.get('/', { onRequest: hooked.rateLimit({ max: 5, timeWindow: '1 minute' }) }, async () => 'ok')
+  server.freeze()
+  const unavailable = await hooked.inject('/')
+  t.equal(unavailable.statusCode, 503, 'rateLimit() as a hook: failMode closed answers 503 itself')
+  t.equal(unavailable.headers['retry-after'], '1')
+  t.teardown(() => server.stop())
+  for (const [i, [failMode, expected]] of cases.entries()) {
+    for (const query of ['', '?read']) {
+      const started = performance.now()
+      const answer = (await apps[i]!.inject(`/check${query}`)).json()
+      const ms = performance.now() - started
+      t.match(answer, { ...expected, ...query === '' ? {} : { isExceeded: false } }, `${failMode}${query}`)
+      t.ok(ms < 200 + 150, `${failMode}${query}: answered in ${Math.round(ms)} ms (deadline 200)`)
+    }
+  }
+})
+
+t.test('a limiter with a groupId counts on the group\'s budget, with the routes of the group', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { global: false })
+  const check = app.createRateLimit({ groupId: 'reports', max: 3, timeWindow: '1 minute' })
+  app.get('/report', { config: { rateLimit: { groupId: 'reports', max: 3, timeWindow: '1 minute' } } }, async () => 'ok')
+  app.get('/check', async (request: FastifyRequest) => await check(request))
+  t.equal((await app.inject('/report')).statusCode, 200)
+  t.equal((await app.inject('/report')).statusCode, 200)
+  t.match((await app.inject('/check')).json(), { remaining: 0, isExceeded: false }, 'the third request of the group')
+  t.equal((await app.inject('/report')).statusCode, 429)
+})
