@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Cluster, Redis } from 'ioredis'
 import type { Limit } from './algorithms/index.js'
+import { isCluster } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
 import { bannedDecision } from './stores/store.js'
 import type { Decision } from './stores/store.js'
@@ -134,9 +134,9 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
   // Named, so an operator reading CLIENT LIST knows what it is; connecting now even when the lent client
   // was made with lazyConnect (a duplicate would wait for a first command that never comes).
   const connectionName = 'rate-guard-changes'
-  const subscriber = (client as { isCluster?: boolean }).isCluster === true
-    ? (client as Cluster).duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...(client as Cluster).options.redisOptions, connectionName } })
-    : (client as Redis).duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
+  const subscriber = isCluster(client)
+    ? client.duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...client.options.redisOptions, connectionName } })
+    : client.duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
   const channel = changesChannel(nameSpace)
   subscriber.on('message', (from: string, keys: string) => { if (from === channel) held.forget(keys.split(' ')) })
   subscriber.on('error', (err: Error) => { log.debug({ err }, 'rate-guard: the changes subscription failed; bans and denials are asked of Redis until it is back') })

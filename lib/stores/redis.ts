@@ -11,6 +11,11 @@ import type { BanPolicy, DecideInput, Decision, RemoteStore, UndoInput } from '.
 
 export type RedisLike = Redis | Cluster
 
+/** Whether `client` is an ioredis Cluster (whose scripts may touch one slot, and whose options differ). */
+export function isCluster (client: RedisLike): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true
+}
+
 /**
  * One script per algorithm, read once: the algorithm's file (its `count` and `undo`) followed by
  * `lua/decide.lua` (the bans, strikes and overrides around them, the same for all). Its command name holds
@@ -106,7 +111,7 @@ export class RedisStore implements RemoteStore {
   constructor (client: RedisLike, owned: boolean) {
     this.client = client
     this.#owned = owned
-    this.#cluster = (client as { isCluster?: boolean }).isCluster === true
+    this.#cluster = isCluster(client)
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
   }
 
