@@ -71,14 +71,14 @@ export interface BudgetHooks {
  */
 export function createHooks (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol): BudgetHooks {
   const { route, scope } = budget
-  const { keyGenerator, allowList, ban, algorithm } = route
+  const { keyGenerator, allowList, ban, algorithm, failMode } = route
   const fixedLimits = staticLimits(route.limits)
   // Only time can change a denial when it counts no strike and no request's limits differ (see HeldAnswers);
   // a shared budget's denials, too: nothing is ever given back to it.
   const holdable = ban === null && fixedLimits !== null
   const shared: Decidable | null = route.shared === null
     ? null
-    : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true }
+    : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
   // 503 answers say when to try again: one deadline from now, in whole seconds. They are sent, not thrown:
   // Fastify logs every thrown 5xx as an error, which during an outage would be one log line per request.
   const unavailableAfter = retryAfterSeconds(timeout)
@@ -100,7 +100,7 @@ export function createHooks (limiter: Limiter, nameSpace: string, timeout: numbe
 
   function prepared (key: string, limits: readonly Limit[]): Prepared {
     const holdDenials = holdable && !undoneScopes.has(scope)
-    return { key, input: { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials } }
+    return { key, input: { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials, failMode } }
   }
 
   function decide (request: FastifyRequest, reply: FastifyReply, { key, input }: Prepared): Outcome | PromiseLike<Outcome> {
@@ -195,5 +195,5 @@ async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyReque
 function checkKey (key: unknown): string {
   if (typeof key === 'string') return key
   if (typeof key === 'number' && Number.isFinite(key)) return String(key)
-  throw new InvalidOptionError('keyGenerator', `expected it to return a string, got ${typeof key}`)
+  throw new InvalidOptionError('keyGenerator', `expected it to return a string or a number, got ${typeof key}`)
 }

@@ -1,11 +1,14 @@
-import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
+import type {
+  ContextConfigDefault, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, FastifySchema, RouteGenericInterface, RouteOptions,
+  preHandlerAsyncHookHandler
+} from 'fastify'
 import fp from 'fastify-plugin'
 import { createAdmin } from './admin.js'
 import type { RateGuardDecorator } from './admin.js'
 import { createHooks } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
 import { createLimiters } from './limiters.js'
-import type { RateLimitCheck, RateLimitHook } from './limiters.js'
+import type { RateLimitCheck } from './limiters.js'
 import { headerStyle } from './headers.js'
 import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
@@ -14,7 +17,7 @@ import * as errors from './errors.js'
 import { GLOBAL_SCOPE, identityKeys, normalizeIP, scopeOf } from './keys.js'
 import { Limiter, deadline, isPermanent } from './limiter.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
-import type { RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
+import type { HookName, RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
@@ -25,11 +28,16 @@ declare module 'fastify' {
     /** This route's limits over the plugin's, or `false` to leave the route unlimited. */
     rateLimit?: RouteRateLimitOptions | false
   }
-  interface FastifyInstance {
+  // Declared as @fastify/rate-limit declares them (methods, the instance's type parameters), so an app typed
+  // against theirs compiles unchanged, and a program holding both type packages merges them.
+  interface FastifyInstance<RawServer, RawRequest, RawReply, Logger, TypeProvider> {
     rateGuard: RateGuardDecorator
-    // Methods, as @fastify/rate-limit declares them, so a program holding both type packages merges them.
     /** A hook limiting the requests it runs for (`@fastify/rate-limit`'s): the plugin-wide budget, or `options` over it. */
-    rateLimit (options?: RouteRateLimitOptions): RateLimitHook
+    rateLimit<
+      RouteGeneric extends RouteGenericInterface = RouteGenericInterface,
+      ContextConfig = ContextConfigDefault,
+      SchemaCompiler extends FastifySchema = FastifySchema
+    >(options?: RouteRateLimitOptions): preHandlerAsyncHookHandler<RawServer, RawRequest, RawReply, RouteGeneric, ContextConfig, SchemaCompiler, TypeProvider, Logger>
     /** A check to call by hand: counts the request (or, with `increment: false`, only reads) and answers its state. */
     createRateLimit (options?: RouteRateLimitOptions): RateLimitCheck
   }
@@ -85,8 +93,9 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
-    if (config === undefined) {
-      if (opts.global) addHook(routeOptions, opts.hook, pluginHooks.hook)
+    // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.
+    if (config === undefined || config === null) {
+      if (opts.global) addHook(routeOptions, opts.route.hook, pluginHooks.hook)
       return
     }
     const name = routeName(routeOptions)
@@ -95,7 +104,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     const made = route.groupId !== undefined
       ? budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId))
       : budget(name, route, scopeOf('route', name))
-    addHook(routeOptions, opts.hook, hooks(made).hook)
+    addHook(routeOptions, route.hook, hooks(made).hook)
   })
 }
 
@@ -112,7 +121,7 @@ function routeName (routeOptions: RouteOptions): string {
  * Appends to the route's own hook list, so routes that opt out pay nothing. A `preParsing` hook is given the
  * payload before its callback.
  */
-function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], rateGuard: RequestHook): void {
+function addHook (routeOptions: RouteOptions, hook: HookName, rateGuard: RequestHook): void {
   const fn = hook === 'preParsing'
     ? (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: (err?: Error) => void): void => rateGuard(request, reply, done)
     : rateGuard
@@ -121,12 +130,12 @@ function addHook (routeOptions: RouteOptions, hook: ResolvedOptions['hook'], rat
 }
 
 async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
-  const { failMode, timeout, cache } = opts
+  const { timeout, cache } = opts
   const local = (): MemoryStore => new MemoryStore({ cache })
   const given = opts.redis ?? lentByFastifyRedis(fastify)
   if (given === undefined) {
     fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')
-    return new Limiter({ store: local(), remote: false, failMode, timeout, fallback: undefined, breaker: undefined })
+    return new Limiter({ store: local(), remote: false, timeout, local, breaker: undefined })
   }
 
   const owned = typeof given === 'string' || Array.isArray(given)
@@ -145,9 +154,8 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       announce: async (keys) => await client.publish(changesChannel(opts.nameSpace), keys.join(' ')),
       store,
       remote: true,
-      failMode,
       timeout,
-      fallback: failMode === 'local' ? local() : undefined,
+      local,
       breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs)
     })
     if (owned) {
@@ -186,7 +194,7 @@ async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, st
   if (outcome === true) return await checkEvictionPolicy(fastify, store.client)
   if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
   if (opts.strict) throw new RedisNotReadyError(outcome.message)
-  fastify.log.warn({ err: outcome, failMode: opts.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
+  fastify.log.warn({ err: outcome, failMode: opts.route.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
 }
 
 async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
@@ -239,5 +247,10 @@ export type {
   HookName, FailMode
 } from './options.js'
 export type { RedisLike } from './stores/redis.js'
-export type { RateLimitCheck, RateLimitHook, RateLimitResult } from './limiters.js'
+export type { RateLimitCheck, RateLimitResult } from './limiters.js'
 export type { Algorithm } from './algorithms/index.js'
+// @fastify/rate-limit's names for the same types, so an app's type imports only change the package.
+export type {
+  RateGuardOptions as RateLimitPluginOptions, RouteRateLimitOptions as RateLimitOptions, RouteRateLimitOptions as CreateRateLimitOptions,
+  ErrorResponseContext as errorResponseBuilderContext, HookName as RateLimitHook
+} from './options.js'

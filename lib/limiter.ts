@@ -8,7 +8,7 @@ import type { Algorithm } from './algorithms/index.js'
 import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './stores/store.js'
 
 /**
- * One decision under a deadline: the store answers within `timeout` ms, or `failMode` decides — `open`
+ * One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides — `open`
  * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
  * breaker is open, `failMode` decides without asking Redis at all.
  *
@@ -18,10 +18,10 @@ import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './sto
  */
 
 /**
- * A request of a budget, which always says its algorithm (batches are per algorithm), and whether only time
- * can change its denials (see `HeldAnswers`).
+ * A request of a budget, which always says its algorithm (batches are per algorithm), whether only time
+ * can change its denials (see `HeldAnswers`), and what decides when Redis cannot.
  */
-export type Decidable = DecideInput & { readonly algorithm: Algorithm, readonly holdDenials: boolean }
+export type Decidable = DecideInput & { readonly algorithm: Algorithm, readonly holdDenials: boolean, readonly failMode: FailMode }
 
 export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable' }
 
@@ -59,11 +59,11 @@ export function isPermanent (err: Error): boolean {
 
 export interface LimiterOptions {
   store: Store
-  /** Set when `store` is remote: the deadline and `failMode` apply to it. */
+  /** Set when `store` is remote: the deadline and each request's `failMode` apply to it. */
   remote: boolean
-  failMode: FailMode
   timeout: number
-  fallback: MemoryStore | undefined
+  /** Makes the in-process twin `failMode: 'local'` counts on, the first time it is needed. */
+  local: () => MemoryStore
   /** Set when `store` is remote and the breaker is on. */
   breaker: Breaker | undefined
   /** Set when `store` is remote: answers Redis gave that only time can change, held until they end. */
@@ -75,9 +75,9 @@ export interface LimiterOptions {
 export class Limiter {
   readonly store: Store
   readonly #remote: RemoteStore | undefined
-  readonly #failMode: FailMode
   readonly #timeout: number
-  readonly #fallback: MemoryStore | undefined
+  readonly #local: () => MemoryStore
+  #fallback: MemoryStore | undefined
   readonly #breaker: Breaker | undefined
   readonly #held: HeldAnswers | undefined
   readonly #announce: ((keys: readonly string[]) => Promise<unknown>) | undefined
@@ -86,12 +86,11 @@ export class Limiter {
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, failMode, timeout, fallback, breaker, held, announce }: LimiterOptions) {
+  constructor ({ store, remote, timeout, local, breaker, held, announce }: LimiterOptions) {
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
-    this.#failMode = failMode
     this.#timeout = timeout
-    this.#fallback = fallback
+    this.#local = local
     this.#breaker = breaker
     this.#held = held
     this.#announce = announce
@@ -119,7 +118,7 @@ export class Limiter {
     try {
       return await deadline(this.#remote.decide(peek), this.#timeout)
     } catch (err) {
-      this.report(err as Error, log)
+      this.report(err as Error, log, peek.failMode)
       return this.#failModeDecides(peek)
     }
   }
@@ -166,7 +165,7 @@ export class Limiter {
     clearTimeout(batch.timer)
     if (isPermanent(err)) this.#breaker?.success()
     else this.#breaker?.failure()
-    this.report(err, batch.log)
+    this.report(err, batch.log, batch.inputs[0]!.failMode)
     for (let i = 0; i < batch.inputs.length; i++) batch.answers[i]!(this.#failModeDecides(batch.inputs[i]!))
   }
 
@@ -189,14 +188,15 @@ export class Limiter {
     deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
-  #failModeDecides (input: DecideInput): Verdict {
-    if (this.#failMode === 'open') return UNENFORCED
-    if (this.#failMode === 'closed') return UNAVAILABLE
-    return this.#fallback!.decide(input)
+  #failModeDecides (input: Decidable): Verdict {
+    if (input.failMode === 'open') return UNENFORCED
+    if (input.failMode === 'closed') return UNAVAILABLE
+    this.#fallback ??= this.#local()
+    return this.#fallback.decide(input)
   }
 
-  /** Logs Redis trouble at most once per interval, with how much was held back since the last line. */
-  report (err: Error, log: FastifyBaseLogger): void {
+  /** Logs Redis trouble at most once per interval, with how much was held back since the last line (and what decided, when a request was refused by it). */
+  report (err: Error, log: FastifyBaseLogger, failMode?: FailMode): void {
     const now = Date.now()
     if (now - this.#lastLogged < TROUBLE_LOG_INTERVAL) {
       this.#heldBack++
@@ -206,7 +206,7 @@ export class Limiter {
     this.#lastLogged = now
     this.#heldBack = 0
     const level = isPermanent(err) ? 'error' : 'warn'
-    log[level]({ err, failMode: this.#failMode, heldBack }, 'rate-guard: Redis did not decide; failMode decides')
+    log[level]({ err, failMode, heldBack }, 'rate-guard: Redis did not decide; failMode decides')
   }
 
   async close (): Promise<void> {

@@ -28,10 +28,10 @@ export type RateLimitResult =
   }
 
 export type RateLimitCheck = (request: FastifyRequest, options?: { increment?: boolean }) => Promise<RateLimitResult>
-export type RateLimitHook = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>
+export type RateLimitHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>
 
 export interface LimiterDecorators {
-  rateLimit (options?: object): RateLimitHook
+  rateLimit (options?: object): RateLimitHandler
   createRateLimit (options?: object): RateLimitCheck
 }
 

@@ -7,13 +7,15 @@ import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, banPerWindow, checkDenials, chec
 import type { FieldNames, HeaderSwitches } from './compat.js'
 import { InvalidRouteConfigError } from './errors.js'
 import { canonicalKey, defaultKeyGenerator } from './keys.js'
+import type { KeyHierarchyOptions } from './keys.js'
 import type { RedisLike } from './stores/redis.js'
 import type { BanPolicy } from './stores/store.js'
 
 /** Option types, defaults and validation: every option is checked once, at register, into one frozen object. */
 
 export type Awaitable<T> = T | Promise<T>
-export type KeyGenerator = (request: FastifyRequest) => Awaitable<string>
+/** The client's key: a number is taken as its decimal string, as `@fastify/rate-limit` does. */
+export type KeyGenerator = (request: FastifyRequest) => Awaitable<string | number>
 export type MaxFunction = (request: FastifyRequest, key: string) => Awaitable<number>
 export type TimeWindowFunction = (request: FastifyRequest, key: string) => Awaitable<number | string>
 export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
@@ -104,6 +106,14 @@ export interface RouteRateLimitOptions {
   addHeaders?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset' | 'retry-after', boolean>>
   /** Per-header switches on allowed requests. */
   addHeadersOnExceeding?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset', boolean>>
+  /** The hook that limits: `'onRequest'` (default), or later, once the request is authenticated or parsed. */
+  hook?: HookName
+  /** What decides when Redis cannot in time: `'open'` (default) lets the request through, `'closed'` answers 503, `'local'` counts in process. */
+  failMode?: FailMode
+  /** `@fastify/rate-limit`'s spelling: true is `failMode: 'open'`, false is `failMode: 'closed'`. */
+  skipOnError?: boolean
+  /** Bits of an IPv6 address that make one client (1–128, default 64), for the default key. */
+  ipv6Subnet?: number
   /** `@fastify/rate-limit`'s; not supported here: only `false` is accepted (use `ban`). */
   continueExceeding?: false
   /** `@fastify/rate-limit`'s; not supported here: only `false` is accepted (use `ban.escalate`). */
@@ -120,14 +130,10 @@ export interface BreakerOptions {
 export interface RateGuardOptions extends RouteRateLimitOptions {
   /** A client you lend, a URL, or the URLs of Redis Cluster nodes (a client is made with fail-fast options). */
   redis?: RedisLike | string | readonly string[]
-  hook?: HookName
   global?: boolean
   nameSpace?: string
   /** Send the three fields as `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (an IETF draft, as `@fastify/rate-limit` does) instead of `X-RateLimit-*`. */
   enableDraftSpec?: boolean
-  failMode?: FailMode
-  /** `@fastify/rate-limit`'s spelling: true is `failMode: 'open'`, false is `failMode: 'closed'`. */
-  skipOnError?: boolean
   timeout?: number
   /** Fail registration when Redis is not ready within 2 s; default: start degraded, keep reconnecting. */
   strict?: boolean
@@ -142,7 +148,6 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   apiKeyHeader?: string | false
   verifyApiKey?: (apiKey: string, request: FastifyRequest) => Awaitable<boolean>
   userId?: (request: FastifyRequest) => unknown
-  ipv6Subnet?: number
 }
 
 export interface ResolvedLimit {
@@ -154,14 +159,21 @@ export interface ResolvedLimit {
 }
 
 export interface ResolvedRoute {
+  readonly hook: HookName
+  readonly failMode: FailMode
+  readonly ipv6Subnet: number
   readonly algorithm: Algorithm
   readonly limits: readonly ResolvedLimit[]
   readonly shared: readonly ResolvedLimit[] | null
   readonly keyGenerator: KeyGenerator
+  /** The hierarchical default (API key, user, IP), which `ipv6Subnet` shapes; false for the app's own. */
+  readonly defaultKey: boolean
   readonly ban: BanPolicy | null
   /** `ban: N` as given, when it was: a route with another window bans for its own window. */
   readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null
+  /** The allow list as given: written again under a route's own `ipv6Subnet`. */
+  readonly allowListGiven: unknown
   readonly groupId: string | undefined
   readonly errorResponseBuilder: ErrorResponseBuilder | undefined
   readonly onExceeding: KeyCallback | undefined
@@ -181,17 +193,18 @@ export interface ResolvedBreaker {
 
 export interface ResolvedOptions {
   readonly redis: RedisLike | string | readonly string[] | undefined
-  readonly hook: HookName
   readonly global: boolean
   readonly nameSpace: string
-  readonly failMode: FailMode
   readonly timeout: number
   readonly strict: boolean
   readonly breaker: ResolvedBreaker | null
   readonly banCache: boolean
   readonly cache: number
-  /** Writes a key the way the default generator does (see `canonicalKey`). */
+  /** Writes a key the way the default generator does with the plugin's `ipv6Subnet` (see `canonicalKey`). */
   readonly canonicalKey: (key: string) => string
+  /** The default key generator for a subnet. */
+  readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator
+  /** The plugin's options as the base of every route's, limiter's and group's. */
   readonly route: ResolvedRoute
 }
 
@@ -200,11 +213,14 @@ const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
 const ROUTE_KEYS = new Set<string>([
   'algorithm', 'max', 'timeWindow', 'burst', 'limits', 'shared', 'keyGenerator', 'ban', 'allowList', 'groupId', 'errorResponseBuilder',
   'onExceeding', 'onExceeded', 'onBanReach', 'legacyHeaders', 'standardHeaders', 'addHeaders', 'addHeadersOnExceeding',
-  'continueExceeding', 'exponentialBackoff'
+  'continueExceeding', 'exponentialBackoff', 'hook', 'failMode', 'skipOnError', 'ipv6Subnet'
+])
+/** What only the plugin sets: one client, one store, one way to name a client, one set of header names. */
+const PLUGIN_ONLY = new Set<string>([
+  'redis', 'global', 'nameSpace', 'enableDraftSpec', 'timeout', 'strict', 'breaker', 'banCache', 'cache', 'apiKeyHeader', 'verifyApiKey', 'userId'
 ])
 const PLUGIN_KEYS = new Set<string>([
-  ...ROUTE_KEYS, 'redis', 'hook', 'global', 'nameSpace', 'enableDraftSpec', 'failMode', 'skipOnError', 'timeout', 'strict', 'breaker', 'banCache', 'cache',
-  'apiKeyHeader', 'verifyApiKey', 'userId', 'ipv6Subnet',
+  ...ROUTE_KEYS, ...PLUGIN_ONLY,
   // Fastify's own registration options reach the plugin too.
   'prefix', 'logLevel', 'logSerializers'
 ])
@@ -349,13 +365,37 @@ function checkPolicyName (value: unknown, name: string): string {
   return value
 }
 
+/** `failMode`, or `@fastify/rate-limit`'s `skipOnError` (true: open, false: closed), or undefined. */
+function checkFailMode (input: Record<string, unknown>, where: string): FailMode | undefined {
+  const { failMode, skipOnError } = input
+  if (skipOnError === undefined) return failMode === undefined ? undefined : checkOneOf(failMode, `${where}failMode`, FAIL_MODES)
+  if (failMode !== undefined) fail(`${where}skipOnError`, skipOnError, 'not both failMode and skipOnError')
+  return checkBoolean(skipOnError, `${where}skipOnError`) ? 'open' : 'closed'
+}
+
+function checkSubnet (value: unknown, name: string): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 128) fail(name, value, 'an integer from 1 to 128')
+  return value
+}
+
+/** A route's or a limiter's options may not set what holds for the whole plugin; each is named. */
+function checkRouteKeys (input: object, where: string): void {
+  for (const [key, value] of Object.entries(input)) {
+    if (PLUGIN_ONLY.has(key)) fail(`${where}${key}`, value, 'it at register only (it holds for the whole plugin)')
+  }
+  checkKeys(input, ROUTE_KEYS, where)
+}
+
 /**
- * Merges one route's (or the plugin's) options over `base`, checking every option given; `canonical`
- * writes allow-list keys the way the key generator does.
+ * Merges one route's (or the plugin's) options over `base`, checking every option given; `keyGeneratorFor`
+ * makes the default key generator for a route's own `ipv6Subnet`.
  */
-export function resolveRoute (input: Record<string, unknown>, base: ResolvedRoute, where: string, canonical: (key: string) => string): ResolvedRoute {
+export function resolveRoute (input: Record<string, unknown>, base: ResolvedRoute, where: string, keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator): ResolvedRoute {
   const has = (key: string): boolean => input[key] !== undefined
   const name = (key: string): string => `${where}${key}`
+  const ipv6Subnet = has('ipv6Subnet') ? checkSubnet(input.ipv6Subnet, name('ipv6Subnet')) : base.ipv6Subnet
+  const newSubnet = ipv6Subnet !== base.ipv6Subnet
+  const defaultKey = has('keyGenerator') ? false : base.defaultKey
   const groupId = input.groupId
   const standardHeaders = input.standardHeaders
   if (has('groupId')) checkPolicyName(groupId, name('groupId'))
@@ -377,13 +417,23 @@ export function resolveRoute (input: Record<string, unknown>, base: ResolvedRout
   if (algorithm !== 'token-bucket' && [...limits, ...shared ?? []].some(limit => limit.burst !== null)) {
     fail(name('burst'), limits.find(limit => limit.burst !== null)?.burst ?? shared?.find(limit => limit.burst !== null)?.burst, "no burst but with algorithm: 'token-bucket'")
   }
+  const allowListGiven = has('allowList') ? input.allowList : base.allowListGiven
   return Object.freeze({
+    hook: has('hook') ? checkOneOf(input.hook, name('hook'), HOOKS) : base.hook,
+    failMode: checkFailMode(input, where) ?? base.failMode,
+    ipv6Subnet,
     algorithm,
     limits,
     shared,
-    keyGenerator: has('keyGenerator') ? checkFunction<KeyGenerator>(input.keyGenerator, name('keyGenerator')) : base.keyGenerator,
+    keyGenerator: has('keyGenerator')
+      ? checkFunction<KeyGenerator>(input.keyGenerator, name('keyGenerator'))
+      : defaultKey && newSubnet ? keyGeneratorFor(ipv6Subnet) : base.keyGenerator,
+    defaultKey,
     ...resolveBan(input.ban, base, limits, name('ban')),
-    allowList: has('allowList') ? checkAllowList(input.allowList, name('allowList'), canonical) : base.allowList,
+    allowList: has('allowList') || (newSubnet && allowListGiven !== undefined)
+      ? checkAllowList(allowListGiven, name('allowList'), key => canonicalKey(key, ipv6Subnet))
+      : base.allowList,
+    allowListGiven,
     groupId: has('groupId') ? groupId as string : undefined,
     errorResponseBuilder: has('errorResponseBuilder')
       ? checkFunction<ErrorResponseBuilder>(input.errorResponseBuilder, name('errorResponseBuilder'))
@@ -418,15 +468,17 @@ export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, rout
   if (typeof config !== 'object' || config === null || Array.isArray(config)) {
     throw new InvalidRouteConfigError(route, show(config))
   }
-  checkKeys(config, ROUTE_KEYS, 'config.rateLimit.')
-  return resolveRoute(config as Record<string, unknown>, opts.route, 'config.rateLimit.', opts.canonicalKey)
+  checkRouteKeys(config, 'config.rateLimit.')
+  return resolveRoute(config as Record<string, unknown>, opts.route, 'config.rateLimit.', opts.keyGeneratorFor)
 }
 
 /** The options given to `fastify.rateLimit()` / `createRateLimit()` (`call`), merged over the plugin's. */
 export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string): ResolvedRoute {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
-  checkKeys(options, ROUTE_KEYS, `${call}.`)
-  return resolveRoute(options as Record<string, unknown>, opts.route, `${call}.`, opts.canonicalKey)
+  checkRouteKeys(options, `${call}.`)
+  const { hook } = options as { hook?: unknown }
+  if (hook !== undefined) fail(`${call}.hook`, hook, 'no hook: the limiter runs where the app places it')
+  return resolveRoute(options as Record<string, unknown>, opts.route, `${call}.`, opts.keyGeneratorFor)
 }
 
 const REDIS_URL = /^rediss?:\/\/[^\s]+$/
@@ -461,22 +513,12 @@ export function resolveOptions (input: unknown): ResolvedOptions {
   if (apiKeyHeader !== false && (typeof apiKeyHeader !== 'string' || !/^[a-z0-9!#$%&'*+.^_`|~-]+$/i.test(apiKeyHeader))) {
     fail('apiKeyHeader', apiKeyHeader, 'a header name or false')
   }
-  const ipv6Subnet = has('ipv6Subnet') ? opts.ipv6Subnet : DEFAULTS.ipv6Subnet
-  if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) {
-    fail('ipv6Subnet', ipv6Subnet, 'an integer from 1 to 128')
+  const hierarchy = {
+    apiKeyHeader: apiKeyHeader === false ? false as const : apiKeyHeader.toLowerCase(),
+    verifyApiKey: has('verifyApiKey') ? checkFunction<KeyHierarchyOptions['verifyApiKey']>(opts.verifyApiKey, 'verifyApiKey') : undefined,
+    userId: has('userId') ? checkFunction<KeyHierarchyOptions['userId']>(opts.userId, 'userId') : undefined
   }
-  const canonical = (key: string): string => canonicalKey(key, ipv6Subnet)
-  const keyGenerator = defaultKeyGenerator({
-    apiKeyHeader: apiKeyHeader === false ? false : apiKeyHeader.toLowerCase(),
-    verifyApiKey: has('verifyApiKey') ? checkFunction(opts.verifyApiKey, 'verifyApiKey') : undefined,
-    userId: has('userId') ? checkFunction(opts.userId, 'userId') : undefined,
-    ipv6Subnet
-  })
-
-  if (has('failMode') && has('skipOnError')) fail('skipOnError', opts.skipOnError, 'not both failMode and skipOnError')
-  const failMode = has('skipOnError')
-    ? (checkBoolean(opts.skipOnError, 'skipOnError') ? 'open' : 'closed')
-    : has('failMode') ? checkOneOf(opts.failMode, 'failMode', FAIL_MODES) : 'open'
+  const keyGeneratorFor = (ipv6Subnet: number): KeyGenerator => defaultKeyGenerator({ ...hierarchy, ipv6Subnet })
 
   const nameSpace = has('nameSpace') ? opts.nameSpace : DEFAULTS.nameSpace
   // A brace in the prefix would move the Redis Cluster hash tag away from the identity.
@@ -484,13 +526,19 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     fail('nameSpace', nameSpace, 'a string of at most 128 characters without braces or spaces')
   }
 
-  const base: ResolvedRoute = {
+  // Defaults, under the plugin's options: route, limiter and group options are resolved over the result.
+  const defaults: ResolvedRoute = {
+    hook: 'onRequest',
+    failMode: 'open',
+    ipv6Subnet: DEFAULTS.ipv6Subnet,
     algorithm: DEFAULT_ALGORITHM,
     limits: Object.freeze([{ max: DEFAULTS.max, windowMs: DEFAULTS.timeWindow, burst: null, name: undefined }]),
     shared: null,
-    keyGenerator,
+    keyGenerator: keyGeneratorFor(DEFAULTS.ipv6Subnet),
+    defaultKey: true,
     ban: null,
     allowList: null,
+    allowListGiven: undefined,
     groupId: undefined,
     errorResponseBuilder: undefined,
     onExceeding: undefined,
@@ -503,18 +551,18 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     headerSwitches: ALL_HEADERS
   }
 
+  const route = resolveRoute(opts, defaults, '', keyGeneratorFor)
   return Object.freeze({
     redis: checkRedis(opts.redis),
-    hook: has('hook') ? checkOneOf(opts.hook, 'hook', HOOKS) : 'onRequest',
     global: has('global') ? checkBoolean(opts.global, 'global') : true,
     nameSpace,
-    failMode,
     timeout: has('timeout') ? checkMax(opts.timeout, 'timeout') : DEFAULTS.timeout,
     strict: has('strict') ? checkBoolean(opts.strict, 'strict') : false,
     breaker: checkBreaker(has('breaker') ? opts.breaker : DEFAULTS.breaker),
     banCache: has('banCache') ? checkBoolean(opts.banCache, 'banCache') : true,
     cache: has('cache') ? checkMax(opts.cache, 'cache') : DEFAULTS.cache,
-    canonicalKey: canonical,
-    route: resolveRoute(opts, base, '', canonical)
+    canonicalKey: (key: string) => canonicalKey(key, route.ipv6Subnet),
+    keyGeneratorFor,
+    route
   })
 }

@@ -88,7 +88,7 @@ t.test('invalid route configs fail registration with a coded error naming the op
     return undefined
   }
 
-  for (const config of [true, 1, 'x', null, [], [{ max: 1 }], 0, () => ({ max: 1 })]) {
+  for (const config of [true, 1, 'x', [], [{ max: 1 }], 0, () => ({ max: 1 })]) {
     const err = await failure(config)
     t.equal(err?.code, 'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', `config.rateLimit = ${JSON.stringify(config) ?? String(config)}`)
     t.match(err?.message, /GET \/bad/, 'the message names the route')
@@ -97,7 +97,6 @@ t.test('invalid route configs fail registration with a coded error naming the op
   const options: Array<[Record<string, unknown>, string, RegExp]> = [
     [{ foo: 1 }, 'config.rateLimit.foo', /no such option/],
     [{ max: -1 }, 'config.rateLimit.max', /got -1/],
-    [{ max: 0 }, 'config.rateLimit.max', /got 0/],
     [{ max: 1.5 }, 'config.rateLimit.max', /got 1\.5/],
     [{ max: '10' }, 'config.rateLimit.max', /got "10"/],
     [{ max: null }, 'config.rateLimit.max', /got null/],
@@ -119,9 +118,16 @@ t.test('invalid route configs fail registration with a coded error naming the op
     [{ keyGenerator: 'ip' }, 'config.rateLimit.keyGenerator', /got "ip"/],
     [{ onExceeded: {} }, 'config.rateLimit.onExceeded', /got an object/],
     [{ errorResponseBuilder: 1 }, 'config.rateLimit.errorResponseBuilder', /got 1/],
+    [{ max: 0 }, 'config.rateLimit.max', /got 0/],
+    [{ hook: 'later' }, 'config.rateLimit.hook', /got "later"/],
+    [{ failMode: 'maybe' }, 'config.rateLimit.failMode', /got "maybe"/],
+    [{ skipOnError: 'yes' }, 'config.rateLimit.skipOnError', /got "yes"/],
+    [{ skipOnError: true, failMode: 'open' }, 'config.rateLimit.skipOnError', /not both failMode and skipOnError/],
+    [{ ipv6Subnet: 0 }, 'config.rateLimit.ipv6Subnet', /got 0/],
     // Plugin-only options have no meaning on one route.
-    [{ hook: 'preHandler' }, 'config.rateLimit.hook', /no such option/],
-    [{ redis: 'redis://x' }, 'config.rateLimit.redis', /no such option/]
+    [{ redis: 'redis://x' }, 'config.rateLimit.redis', /at register only .*got "redis:\/\/x"/],
+    [{ cache: 100 }, 'config.rateLimit.cache', /at register only .*got 100/],
+    [{ enableDraftSpec: true }, 'config.rateLimit.enableDraftSpec', /at register only/]
   ]
   for (const [config, name, got] of options) {
     const err = await failure(config)
@@ -444,4 +450,34 @@ t.test("failMode 'closed' answers 503 from every hook, without an error log per 
     t.equal(handled, 0, `${hook}: the handler never ran`)
     t.equal(lines.filter(line => line.level >= 50).length, 0, `${hook}: no error-level line per refused request`)
   }
+})
+
+t.test("a route's failMode over the plugin's: each route's own answer while Redis is down", async t => {
+  const closedPort = await freePort()
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { redis: `redis://127.0.0.1:${closedPort}`, max: 2, timeWindow: 10_000, breaker: false })
+  app.get('/open', ok)
+  app.get('/closed', { config: { rateLimit: { failMode: 'closed' } } }, ok)
+  app.get('/local', { config: { rateLimit: { failMode: 'local' } } }, ok)
+  await app.ready()
+  const open = await app.inject('/open')
+  t.equal(open.statusCode, 200, 'the plugin\'s failMode: let through')
+  t.equal(open.headers['x-ratelimit-enforced'], 'false', 'and marked unenforced')
+  t.same(await codes(app, 2, '/closed'), [503, 503], 'closed: refused')
+  t.same(await codes(app, 3, '/local'), [200, 200, 429], 'local: counted in process (the twin made on first need)')
+})
+
+t.test("a route's ipv6Subnet writes the allow list's addresses for its own subnet", async t => {
+  const app = await setup(t, { max: 1, timeWindow: 10_000, allowList: ['2001:db8::1'] }, app => {
+    app.get('/', ok)
+    app.get('/fine', { config: { rateLimit: { ipv6Subnet: 128 } } }, ok)
+    app.get('/own', { config: { rateLimit: { ipv6Subnet: 128, keyGenerator: request => request.headers['x-client'] as string } } }, ok)
+  })
+  const neighbour = { remoteAddress: '2001:db8::2' }
+  t.same(await codes(app, 2, neighbour), [200, 200], 'by the plugin\'s /64, the neighbour is the allow-listed client')
+  t.same(await codes(app, 2, { url: '/fine', ...neighbour }), [200, 429], 'by /128 on the route, it is not')
+  t.same(await codes(app, 2, { url: '/fine', remoteAddress: '2001:db8::1' }), [200, 200], 'the listed address still is')
+  const own = { url: '/own', headers: { 'x-client': 'c1' }, ...neighbour }
+  t.same(await codes(app, 2, own), [200, 429], 'a key generator of the route\'s own is kept (the subnet shapes only the default key)')
 })

@@ -246,14 +246,17 @@ const routeOn: RouteOptions = { method: 'GET', url: '/on', config: { rateLimit: 
 app.get<{ Querystring: { q: string } }>('/on', { config: { rateLimit: true } }, async () => 'ok')
 // @ts-expect-error connection options belong to the plugin, not to a route
 const perRouteRedis: RouteRateLimitOptions = { redis }
-// @ts-expect-error so does failMode
-const perRouteFailMode: FastifyContextConfig = { rateLimit: { failMode: 'closed' } }
+// @ts-expect-error so does the in-process store's size
+const perRouteCache: RouteRateLimitOptions = { cache: 100 }
+// A route may choose its hook, what decides when Redis cannot, and the IPv6 subnet of its default key.
+const perRouteFailMode: FastifyContextConfig = { rateLimit: { failMode: 'closed', hook: 'preHandler', ipv6Subnet: 56 } }
+const perRouteSkip: FastifyContextConfig = { rateLimit: { skipOnError: false } }
 // A wrong value for a known option is caught even inline.
 // @ts-expect-error a route max is a number
 app.get('/string-max', { config: { rateLimit: { max: '10' } } }, async () => 'ok')
 // @ts-expect-error a route window is a duration
 app.get('/window', { config: { rateLimit: { timeWindow: [10, 's'] } } }, async () => 'ok')
-expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteFailMode])
+expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteCache, perRouteFailMode, perRouteSkip])
 
 // ---- fastify.rateGuard -----------------------------------------------------------------------------------
 

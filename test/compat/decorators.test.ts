@@ -118,4 +118,22 @@ t.test('the decorators check their options like a route\'s, naming the call', as
   t.throws(() => made.rateLimit({ max: -1 }), { code: INVALID, message: /"rateLimit\.max": expected a positive integer/ })
   t.throws(() => made.createRateLimit({ maximum: 3 } as never), { code: INVALID, message: /"createRateLimit\.maximum": expected no such option/ })
   t.throws(() => made.createRateLimit(3 as never), { code: INVALID, message: /"createRateLimit": expected an object of options/ })
+  t.throws(() => made.rateLimit({ hook: 'preHandler' }), { code: INVALID, message: /"rateLimit\.hook": expected no hook: the limiter runs where the app places it/ })
+  t.throws(() => made.createRateLimit({ cache: 10 } as never), { code: INVALID, message: /"createRateLimit\.cache": expected it at register only/ })
+})
+
+t.test('createRateLimit({ ipv6Subnet, skipOnError }): the options theirs takes for one limiter, with the same answers', async t => {
+  const answers: Record<Plugin, unknown[]> = { theirs: [], ours: [] }
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const made = await app(t, plugin, { global: false }, made => {
+      const check = made.createRateLimit({ max: 1, timeWindow: '1 minute', ipv6Subnet: 128, skipOnError: true })
+      made.get('/', async (request: FastifyRequest) => await check(request))
+    })
+    for (const remoteAddress of ['2001:db8::1', '2001:db8::2', '2001:db8::1']) {
+      const { isExceeded } = (await made.inject({ url: '/', remoteAddress })).json() as { isExceeded: boolean }
+      answers[plugin].push(isExceeded)
+    }
+  }
+  t.strictSame(answers.ours, answers.theirs)
+  t.strictSame(answers.ours, [false, false, true], 'each address of the /64 is a client of its own')
 })

@@ -2,7 +2,7 @@
 // a compatibility test can send both the same requests and compare what a client sees.
 import { createRequire } from 'node:module'
 import Fastify from 'fastify'
-import type { FastifyInstance, FastifyPluginAsync, RouteShorthandOptions } from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, InjectOptions, RouteShorthandOptions } from 'fastify'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 
@@ -14,14 +14,25 @@ export const theirPlugin = createRequire(import.meta.url)('@fastify/rate-limit')
 
 export type Plugin = 'theirs' | 'ours'
 
-/** An app with `plugin` registered with `options` and `GET /` (with `route` options) answering 'ok'. */
-export async function appWith (t: Test, plugin: Plugin, options: Record<string, unknown>, route: RouteShorthandOptions = {}): Promise<FastifyInstance> {
+/**
+ * An app with `plugin` registered with `options` and `GET /` (with `route` options) answering 'ok', and
+ * whatever else `more` adds before it is ready.
+ */
+export async function appWith (t: Test, plugin: Plugin, options: Record<string, unknown>, route: RouteShorthandOptions = {}, more?: (app: FastifyInstance) => void): Promise<FastifyInstance> {
   const app = Fastify()
   t.teardown(() => app.close())
   await app.register((plugin === 'theirs' ? theirPlugin : rateGuard) as FastifyPluginAsync, options)
   app.get('/', route, async () => 'ok')
+  more?.(app)
   await app.ready()
   return app
+}
+
+/** The status codes of `requests` sent in order. */
+export async function statuses (app: FastifyInstance, requests: ReadonlyArray<string | InjectOptions>): Promise<number[]> {
+  const codes: number[] = []
+  for (const request of requests) codes.push((await app.inject(request)).statusCode)
+  return codes
 }
 
 /** The rate-limit headers of a response (their names and values), in name order. */
