@@ -4,7 +4,7 @@ import { InvalidOptionError } from './errors.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
 import { identityKeys } from './keys.js'
-import { deadline } from './limiter.js'
+import { deadline, refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
 import { checkStaticLimits } from './options.js'
 import type { ResolvedOptions } from './options.js'
@@ -145,7 +145,8 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
         throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
       }
       const { algorithm } = route
-      const decision = await store.decide({ keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm })
+      const input = { keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm }
+      const decision = refusedOutright(input) ?? await store.decide(input)
       const banned = decision.status === 'banned'
       const remaining = (limit: number, count: number): number => banned ? 0 : Math.max(0, limit - count)
       return {

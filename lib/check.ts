@@ -15,9 +15,11 @@ export function fail (name: string, value: unknown, expected: string): never {
   throw new InvalidOptionError(name, `expected ${expected}, got ${show(value)}`)
 }
 
-/** A positive safe integer, or the coded error naming the option and the value. */
-export function checkMax (value: unknown, name = 'max'): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) fail(name, value, 'a positive integer')
+/** A positive safe integer (or 0 with `least` 0), or the coded error naming the option and the value. */
+export function checkMax (value: unknown, name = 'max', least: 0 | 1 = 1): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < least) {
+    fail(name, value, least === 0 ? 'an integer, 0 (every request refused) or more' : 'a positive integer')
+  }
   return value
 }
 

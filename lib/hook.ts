@@ -186,7 +186,7 @@ export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[
 /** The limits of one request, when `max` or `timeWindow` is a function of it. */
 async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyRequest, key: string): Promise<Limit[]> {
   return await Promise.all(limits.map(async ({ max, windowMs, burst }) => {
-    const m = typeof max === 'function' ? checkMax(await max(request, key)) : max
+    const m = typeof max === 'function' ? checkMax(await max(request, key), 'max', 0) : max
     const w = typeof windowMs === 'function' ? checkDuration(await windowMs(request, key), 'timeWindow') : windowMs
     return checkLimit(m, w, burst ?? m, 'max')
   }))

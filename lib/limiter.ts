@@ -104,6 +104,8 @@ export class Limiter {
 
   /** The verdict on one request: at once when it is known here (in process, an answer held, the breaker open), else from Redis. */
   decide (input: Decidable, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
+    const refused = refusedOutright(input)
+    if (refused !== undefined) return refused
     if (this.#remote === undefined) return this.store.decide(input) as Decision
     const held = this.#held?.answer(input.keys.banned, input.holdDenials ? input.keys.log : '', input.limits)
     if (held !== undefined) return held
@@ -113,6 +115,8 @@ export class Limiter {
 
   /** What the store knows of `input`, counting nothing (`createRateLimit`'s `increment: false`), under the deadline and `failMode`. */
   async peek (input: Decidable, log: FastifyBaseLogger): Promise<Verdict> {
+    const refused = refusedOutright(input)
+    if (refused !== undefined) return refused
     const peek: Decidable = { ...input, peek: true }
     if (this.#remote === undefined) return this.store.decide(peek) as Decision
     try {
@@ -213,6 +217,34 @@ export class Limiter {
     await this.store.close()
     await this.#fallback?.close()
   }
+}
+
+/**
+ * A limit of `max: 0` lets nothing through (`@fastify/rate-limit` takes it so, for a client or a plan with
+ * no access): refused without asking the store, counting nothing and no strike, with one window to wait.
+ */
+export function refusedOutright (input: DecideInput): Decision | undefined {
+  for (const closed of input.limits) {
+    if (closed.max !== 0) continue
+    const { windowMs } = closed
+    return {
+      status: 'limited',
+      limit: 0,
+      windowMs,
+      count: 0,
+      resetMs: windowMs,
+      retryMs: windowMs,
+      banStarted: false,
+      offence: 0,
+      // The other limits were not asked: nothing is known of their counts.
+      limits: input.limits.map(limit => limit.max === 0
+        ? { limit: 0, windowMs: limit.windowMs, count: 0, resetMs: limit.windowMs }
+        : { limit: limit.burst, windowMs: limit.windowMs, count: 0, resetMs: 0 }),
+      at: 0,
+      member: ''
+    }
+  }
+  return undefined
 }
 
 /** `promise`, or a DeadlineError after `ms`; the timer never outlives the answer. */

@@ -301,7 +301,11 @@ function checkOneLimit (input: Record<string, unknown>, base: ResolvedLimit | un
   const { max, timeWindow, burst, name: policy } = input
   const limit: ResolvedLimit = Object.freeze({
     // Only a route's one limit leaves a part out, and then `base` is the plugin's one limit (resolveRoute).
-    max: max === undefined ? (base as ResolvedLimit).max : typeof max === 'function' && !statics ? max as MaxFunction : checkMax(max, `${name}max`),
+    // A client's limit may be 0, as `@fastify/rate-limit` takes it (see `refusedOutright`); a shared
+    // budget's or an override's, kept in Redis for the script, may not.
+    max: max === undefined
+      ? (base as ResolvedLimit).max
+      : typeof max === 'function' && !statics ? max as MaxFunction : checkMax(max, `${name}max`, statics ? 1 : 0),
     windowMs: timeWindow === undefined
       ? (base as ResolvedLimit).windowMs
       : typeof timeWindow === 'function' && !statics ? timeWindow as TimeWindowFunction : checkDuration(timeWindow, `${name}timeWindow`),

@@ -290,5 +290,7 @@ t.test('max as a function of the request, in the one-limit spelling and inside l
     const refused = await get('/limits', 1)
     t.strictSame([refused.status, refused.retryAfter], [429, '60'], `${where}: asked for 1 again: refused until the minute passes`)
     await t.rejects(app.rateGuard.peek(LOCAL, { route: 'GET /limits' }), { code: 'FST_RATE_GUARD_INVALID_OPTION' }, `${where}: peek needs max for such a budget`)
+    t.strictSame(await get('/limits', 0), { status: 429, limit: '0', remaining: '0', reset: '60', policy: '"asked";q=0;w=60, "hour";q=3;w=3600', ratelimit: '"asked";r=0;t=60, "hour";r=3;t=0', retryAfter: '60' },
+      `${where}: asked for 0: refused for a window without counting, the other limit not asked`)
   }
 })

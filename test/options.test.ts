@@ -31,7 +31,7 @@ type Case = [options: Record<string, unknown>, name: string, shown: string]
 const cases: Record<string, Case[]> = {
   max: [
     [{ max: -1 }, 'max', '-1'],
-    [{ max: 0 }, 'max', '0'],
+    [{ max: -0.5 }, 'max', '-0.5'],
     [{ max: 1.5 }, 'max', '1.5'],
     [{ max: '10' }, 'max', '"10"'],
     [{ max: NaN }, 'max', 'NaN'],
@@ -151,7 +151,7 @@ t.test('a bad route config is refused when the route is declared, naming the rou
   const declare = (rateLimit: unknown): void => {
     server.get(`/r${Math.random().toString(36).slice(2)}`, { config: { rateLimit: rateLimit as never } }, async () => 'ok')
   }
-  t.throws(() => declare({ max: 0 }), { code: INVALID, message: /"config\.rateLimit\.max".*got 0$/ })
+  t.throws(() => declare({ max: -2 }), { code: INVALID, message: /"config\.rateLimit\.max".*got -2$/ })
   t.throws(() => declare({ groupId: 'a b' }), { code: INVALID, message: /"config\.rateLimit\.groupId".*got "a b"$/ })
   t.throws(() => declare({ timewindow: 10 }), { code: INVALID, message: /"config\.rateLimit\.timewindow"/ })
   t.throws(() => declare({ redis: 'redis://127.0.0.1' }), { code: INVALID, message: /"config\.rateLimit\.redis"/ }, 'plugin-only options are not route options')
@@ -280,7 +280,7 @@ const limitCases: Record<string, Case[]> = {
     [{ limits: [[5, 1000]] }, 'limits[0]', 'an array'],
     [{ limits: [{ timeWindow: 1000 }] }, 'limits[0]', 'an object'],
     [{ limits: [{ max: 5, timeWindow: 1000 }, { max: 10 }] }, 'limits[1]', 'an object'],
-    [{ limits: [{ max: 0, timeWindow: 1000 }] }, 'limits[0].max', '0'],
+    [{ limits: [{ max: -1, timeWindow: 1000 }] }, 'limits[0].max', '-1'],
     [{ limits: [{ max: 5, timeWindow: 'soon' }] }, 'limits[0].timeWindow', '"soon"'],
     [{ limits: [{ max: 5, timeWindow: 1000, nmae: 'x' }] }, 'limits[0].nmae', '"x"'],
     [{ limits: [{ max: 5, timeWindow: 1000, name: 'a b' }] }, 'limits[0].name', '"a b"'],

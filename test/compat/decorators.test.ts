@@ -115,7 +115,7 @@ t.test('createRateLimit: an allow-listed client is { isAllowed: true, key }; a b
 
 t.test('the decorators check their options like a route\'s, naming the call', async t => {
   const made = await app(t, 'ours', {}, () => {})
-  t.throws(() => made.rateLimit({ max: -1 }), { code: INVALID, message: /"rateLimit\.max": expected a positive integer/ })
+  t.throws(() => made.rateLimit({ max: -1 }), { code: INVALID, message: /"rateLimit\.max": expected an integer, 0 \(every request refused\) or more, got -1/ })
   t.throws(() => made.createRateLimit({ maximum: 3 } as never), { code: INVALID, message: /"createRateLimit\.maximum": expected no such option/ })
   t.throws(() => made.createRateLimit(3 as never), { code: INVALID, message: /"createRateLimit": expected an object of options/ })
   t.throws(() => made.rateLimit({ hook: 'preHandler' }), { code: INVALID, message: /"rateLimit\.hook": expected no hook: the limiter runs where the app places it/ })

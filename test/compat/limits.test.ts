@@ -1,0 +1,113 @@
+// @fastify/rate-limit compatibility, limits: `max` as a number or a sync or async `(request, key)`, `timeWindow`
+// as milliseconds, a string such as '1 minute' or '10s', or a function; the refusal's message says the wait in
+// @lukeed/ms's long form. Each case runs @fastify/rate-limit beside this plugin: the same statuses, the same
+// limit header, the same Retry-After and message for a client's first burst.
+import t from 'tap'
+import type { FastifyRequest } from 'fastify'
+import { appWith } from './helpers.js'
+import type { Plugin } from './helpers.js'
+
+interface Seen {
+  statuses: number[]
+  limits: string[]
+  retryAfter: string | undefined
+  message: string | undefined
+}
+
+/** `n` requests of one client (as `plan`), what each answered, and the refusal's wait. */
+async function burst (t: Parameters<typeof appWith>[0], plugin: Plugin, options: Record<string, unknown>, n: number, plan = 'free'): Promise<Seen> {
+  const app = await appWith(t, plugin, options)
+  const seen: Seen = { statuses: [], limits: [], retryAfter: undefined, message: undefined }
+  for (let i = 0; i < n; i++) {
+    const res = await app.inject({ url: '/', headers: { 'x-plan': plan } })
+    seen.statuses.push(res.statusCode)
+    seen.limits.push(String(res.headers['x-ratelimit-limit']))
+    if (res.statusCode === 429) {
+      seen.retryAfter = String(res.headers['retry-after'])
+      seen.message = (res.json() as { message: string }).message
+    }
+  }
+  return seen
+}
+
+const planMax = (request: FastifyRequest): number => request.headers['x-plan'] === 'pro' ? 3 : 1
+
+const CASES: Array<[string, Record<string, unknown>, number, Partial<Seen>, string?]> = [
+  ['max and timeWindow as numbers', { max: 2, timeWindow: 10_000 }, 3, { statuses: [200, 200, 429], retryAfter: '10', message: 'Rate limit exceeded, retry in 10 seconds' }],
+  ["timeWindow '1 minute'", { max: 1, timeWindow: '1 minute' }, 2, { retryAfter: '60', message: 'Rate limit exceeded, retry in 1 minute' }],
+  ["timeWindow '10s'", { max: 1, timeWindow: '10s' }, 2, { retryAfter: '10' }],
+  ["timeWindow '2 minutes'", { max: 1, timeWindow: '2 minutes' }, 2, { message: 'Rate limit exceeded, retry in 2 minutes' }],
+  ["timeWindow '1h'", { max: 1, timeWindow: '1h' }, 2, { retryAfter: '3600', message: 'Rate limit exceeded, retry in 1 hour' }],
+  ['max as a function of the request', { max: planMax, timeWindow: 10_000 }, 2, { statuses: [200, 429], limits: ['1', '1'] }],
+  ['max as a function, another plan', { max: planMax, timeWindow: 10_000 }, 4, { statuses: [200, 200, 200, 429], limits: ['3', '3', '3', '3'] }, 'pro'],
+  ['max as an async function', { max: async (request: FastifyRequest) => planMax(request), timeWindow: 10_000 }, 4, { statuses: [200, 200, 200, 429] }, 'pro'],
+  ['timeWindow as a function', { max: 1, timeWindow: (request: FastifyRequest) => request.headers['x-plan'] === 'pro' ? 5000 : 20_000 }, 2, { retryAfter: '5' }, 'pro'],
+  ['timeWindow as an async function', { max: 1, timeWindow: async () => 30_000 }, 2, { retryAfter: '30', message: 'Rate limit exceeded, retry in 30 seconds' }]
+]
+
+for (const [name, options, n, expected, plan] of CASES) {
+  t.test(`${name}: the same answers as @fastify/rate-limit`, async t => {
+    const theirs = await burst(t, 'theirs', options, n, plan)
+    const ours = await burst(t, 'ours', options, n, plan)
+    t.strictSame(ours, theirs)
+    t.match(ours, expected, 'as their documentation says')
+  })
+}
+
+t.test('max and timeWindow functions are given the request and the key', async t => {
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const calls: Array<[string, string]> = []
+    const app = await appWith(t, plugin, {
+      max: (request: FastifyRequest, key: string) => { calls.push(['max', `${request.url} ${key}`]); return 5 },
+      timeWindow: (request: FastifyRequest, key: string) => { calls.push(['timeWindow', `${request.url} ${key}`]); return 1000 }
+    })
+    await app.inject('/')
+    const key = plugin === 'theirs' ? '127.0.0.1' : 'ip:127.0.0.1'
+    t.strictSame(calls.sort(), [['max', `/ ${key}`], ['timeWindow', `/ ${key}`]], plugin)
+  }
+})
+
+t.test('a max or timeWindow function that answers nonsense: theirs counts on, here the request fails with a coded error', async t => {
+  const app = await appWith(t, 'ours', { max: () => -1 })
+  const res = await app.inject('/')
+  t.equal(res.statusCode, 500)
+  t.match(res.json(), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"max": expected an integer, 0 \(every request refused\) or more, got -1/ })
+  const windowed = await appWith(t, 'ours', { timeWindow: () => 'soon' })
+  t.match((await windowed.inject('/')).json(), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"timeWindow".*got "soon"/ })
+})
+
+t.test('max: 0 refuses every request, as theirs: one window to wait, nothing counted', async t => {
+  const theirs = await burst(t, 'theirs', { max: 0, timeWindow: 10_000 }, 3)
+  const ours = await burst(t, 'ours', { max: 0, timeWindow: 10_000 }, 3)
+  t.strictSame(ours, theirs)
+  t.strictSame(ours, { statuses: [429, 429, 429], limits: ['0', '0', '0'], retryAfter: '10', message: 'Rate limit exceeded, retry in 10 seconds' })
+  const planned = { max: (request: FastifyRequest) => request.headers['x-plan'] === 'none' ? 0 : 2, timeWindow: 10_000 }
+  t.strictSame((await burst(t, 'ours', planned, 2, 'none')).statuses, [429, 429], 'a max function answering 0 for a plan without access')
+  t.strictSame((await burst(t, 'ours', planned, 2)).statuses, [200, 200], 'and its limit for the others')
+})
+
+t.test('max: 0 with a ban: theirs bans after the denials; here nothing is counted, so nobody is banned (recorded)', async t => {
+  const theirs = await burst(t, 'theirs', { max: 0, ban: 1 }, 3)
+  const ours = await burst(t, 'ours', { max: 0, ban: 1 }, 3)
+  t.strictSame(theirs.statuses, [429, 403, 403])
+  t.strictSame(ours.statuses, [429, 429, 429])
+})
+
+t.test('max: 0 through createRateLimit and the operator\'s peek', async t => {
+  const answers: Record<Plugin, unknown> = { theirs: null, ours: null }
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const app = await appWith(t, plugin, { global: false }, {}, app => {
+      const check = app.createRateLimit({ max: 0, timeWindow: 10_000 })
+      app.get('/check', async (request: FastifyRequest) => {
+        const { isExceeded, remaining, max } = await check(request) as { isExceeded: boolean, remaining: number, max: number }
+        const read = await check(request, { increment: false }) as { remaining: number }
+        return { isExceeded, remaining, max, read: read.remaining }
+      })
+    })
+    answers[plugin] = (await app.inject('/check')).json()
+  }
+  t.strictSame(answers.ours, answers.theirs)
+  t.strictSame(answers.ours, { isExceeded: true, remaining: 0, max: 0, read: 0 })
+  const app = await appWith(t, 'ours', { max: 0, timeWindow: 10_000 })
+  t.match(await app.rateGuard.peek('ip:127.0.0.1'), { status: 'limited', max: 0, remaining: 0, retryMs: 10_000 })
+})
