@@ -42,3 +42,13 @@ t.test('ban: N needs a window known at register, and a whole number of denials',
   }
   await t.rejects(appWith(t, 'ours', {}, { config: { rateLimit: { ban: -2 } } }), { code: INVALID, message: /"config\.rateLimit\.ban"/ })
 })
+
+t.test('onBanReach: once per ban here; theirs on every request answered 403 (recorded)', async t => {
+  const calls: Record<'theirs' | 'ours', number> = { theirs: 0, ours: 0 }
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const app = await appWith(t, plugin, { max: 1, timeWindow: '1 minute', ban: 1, onBanReach: () => { calls[plugin]++ } })
+    t.strictSame(await statuses(app, 6), [200, 429, 403, 403, 403, 403], plugin)
+  }
+  t.equal(calls.theirs, 4, 'theirs: each of the four 403s')
+  t.equal(calls.ours, 1, 'ours: the request that started the ban')
+})

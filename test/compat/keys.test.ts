@@ -1,0 +1,51 @@
+// @fastify/rate-limit compatibility, `keyGenerator(request)`: sync or async, a string or a number, on the plugin
+// or one route; the key it makes is the client (what the callbacks and the allow list see). Run beside
+// @fastify/rate-limit: the same clients, the same keys.
+import t from 'tap'
+import type { FastifyRequest } from 'fastify'
+import { appWith } from './helpers.js'
+import type { Plugin } from './helpers.js'
+
+const tenant = (request: FastifyRequest): string => String(request.headers['x-tenant'])
+
+const CASES: Array<[string, (request: FastifyRequest) => unknown]> = [
+  ['sync, a string', tenant],
+  ['async, a string', async request => tenant(request)],
+  ['a number', request => Number(request.headers['x-tenant']) || 0],
+  ['async, a number', async request => Number(request.headers['x-tenant']) || 0]
+]
+
+/** Requests of tenants 1, 2, 1 and 2 (max 1): the statuses, and the keys onExceeded was given. */
+async function seen (t: Parameters<typeof appWith>[0], plugin: Plugin, options: Record<string, unknown>, route = {}): Promise<[number[], string[]]> {
+  const exceeded: string[] = []
+  const app = await appWith(t, plugin, { max: 1, timeWindow: '1 minute', onExceeded: (_request: unknown, key: unknown) => { exceeded.push(`${typeof key} ${String(key)}`) }, ...options }, route)
+  const codes: number[] = []
+  for (const id of ['1', '2', '1', '2']) codes.push((await app.inject({ url: '/', headers: { 'x-tenant': id } })).statusCode)
+  return [codes, exceeded]
+}
+
+for (const [name, keyGenerator] of CASES) {
+  t.test(`keyGenerator ${name}: the same clients and keys as @fastify/rate-limit`, async t => {
+    const theirs = await seen(t, 'theirs', { keyGenerator })
+    const ours = await seen(t, 'ours', { keyGenerator })
+    t.strictSame(ours[0], theirs[0], 'statuses')
+    t.strictSame(ours[0], [200, 200, 429, 429], 'one budget per tenant')
+    // Theirs hands the callbacks the key as it came (a number stays a number); here it is always a string.
+    t.strictSame(ours[1], theirs[1].map(line => line.replace(/^number/, 'string')), 'keys')
+  })
+}
+
+t.test('a route\'s keyGenerator over the plugin\'s, as theirs', async t => {
+  const route = { config: { rateLimit: { keyGenerator: tenant } } }
+  const theirs = await seen(t, 'theirs', { keyGenerator: () => 'everyone' }, route)
+  const ours = await seen(t, 'ours', { keyGenerator: () => 'everyone' }, route)
+  t.strictSame(ours, theirs)
+  t.strictSame(ours[0], [200, 200, 429, 429])
+})
+
+t.test('a key that is not a string or a number: a coded error here (theirs counts it as its string)', async t => {
+  const app = await appWith(t, 'ours', { keyGenerator: () => ({ id: 1 }) })
+  const res = await app.inject('/')
+  t.equal(res.statusCode, 500)
+  t.match(res.json(), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"keyGenerator": expected it to return a string or a number, got object/ })
+})
