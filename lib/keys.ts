@@ -55,7 +55,8 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
 
 /**
  * An IP in a canonical form: IPv4 as is (also when IPv4-mapped in IPv6), IPv6 masked to `subnet` bits and
- * written as eight hexadecimal groups with the prefix length, so every address of one /64 is one client.
+ * written in its one RFC 5952 form (`2001:db8::`), so every address of one /64 is one client. The same
+ * string as `@fastify/rate-limit`'s `normalizeIP` gives for an address; anything else is `'unknown'`.
  */
 export function normalizeIP (ip: string | undefined, subnet = 64): string {
   if (ip === undefined || ip === '') return 'unknown'
@@ -71,7 +72,21 @@ export function normalizeIP (ip: string | undefined, subnet = 64): string {
     const bits = Math.min(16, Math.max(0, subnet - i * 16))
     return group & ((0xffff << (16 - bits)) & 0xffff)
   })
-  return `${masked.map(g => g.toString(16)).join(':')}/${subnet}`
+  return rfc5952(masked)
+}
+
+/** Eight groups as RFC 5952 writes them: lower-case hex without leading zeros, the first longest run of two or more zero groups as `::`. */
+function rfc5952 (groups: readonly number[]): string {
+  let start = -1
+  let length = 1
+  for (let i = 0; i < 8;) {
+    let end = i
+    while (end < 8 && groups[end] === 0) end++
+    if (end - i > length) [start, length] = [i, end - i]
+    i = Math.max(end, i + 1)
+  }
+  const hex = groups.map(group => group.toString(16))
+  return start === -1 ? hex.join(':') : `${hex.slice(0, start).join(':')}::${hex.slice(start + length).join(':')}`
 }
 
 function expandIPv6 (address: string): number[] {

@@ -410,7 +410,7 @@ t.test('trustProxy table: forged X-Forwarded-For is honoured only from trusted p
     ['from 10.1.2.3', '10.1.2.3', '203.0.113.3'],
     ['from 10.1.2.3 via 10.9.9.9', '10.1.2.3', '203.0.113.4, 10.9.9.9']
   ]
-  const v6 = '2001:db8:aa:bb:0:0:0:0/64'
+  const v6 = '2001:db8:aa:bb::'
   const socket = ['127.0.0.1', '127.0.0.1', '127.0.0.1', '127.0.0.1', '127.0.0.1', '10.1.2.3', '10.1.2.3']
   const loopback = ['203.0.113.1', '203.0.113.2', 'unknown', v6, '127.0.0.1', '10.1.2.3', '10.1.2.3']
   const table: Array<[string, FastifyServerOptions['trustProxy'], string[]]> = [

@@ -13,7 +13,7 @@ t.test('require() from a .cjs file gives the plugin itself, with every named exp
   t.strictSame(JSON.parse(stdout), {
     type: 'function',
     same: true,
-    normalizeIP: '2001:db8:0:0:0:0:0:0/64',
+    normalizeIP: '2001:db8::',
     errors: 'function',
     statuses: [200, 200, 429],
     body: { statusCode: 429, code: 'FST_RATE_GUARD_TOO_MANY_REQUESTS', error: 'Too Many Requests', message: 'Rate limit exceeded, retry in 1 minute' }
