@@ -13,7 +13,7 @@ const UNIT_NAMES: Array<[number, string[]]> = [
   [MINUTE, ['m', 'min', 'mins', 'minute', 'minutes']],
   [HOUR, ['h', 'hr', 'hrs', 'hour', 'hours']],
   [DAY, ['d', 'day', 'days']],
-  [WEEK, ['w', 'week', 'weeks']],
+  [WEEK, ['w', 'wk', 'wks', 'week', 'weeks']],
   [YEAR, ['y', 'yr', 'yrs', 'year', 'years']]
 ]
 const UNITS = new Map(UNIT_NAMES.flatMap(([ms, names]) => names.map(name => [name, ms] as const)))
@@ -40,7 +40,7 @@ export function toMilliseconds (value: unknown): number | undefined {
   return Number.isSafeInteger(ms) && ms >= 1 ? ms : undefined
 }
 
-const LONG: Array<[number, string]> = [[DAY, 'day'], [HOUR, 'hour'], [MINUTE, 'minute'], [SECOND, 'second']]
+const LONG: Array<[number, string]> = [[YEAR, 'year'], [DAY, 'day'], [HOUR, 'hour'], [MINUTE, 'minute'], [SECOND, 'second']]
 
 /** `'7 seconds'`, `'1 minute'`, `'10 minutes'`: the long form `@lukeed/ms` and `@fastify/rate-limit` print. */
 export function formatDuration (ms: number): string {

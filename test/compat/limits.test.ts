@@ -2,8 +2,10 @@
 // as milliseconds, a string such as '1 minute' or '10s', or a function; the refusal's message says the wait in
 // @lukeed/ms's long form. Each case runs @fastify/rate-limit beside this plugin: the same statuses, the same
 // limit header, the same Retry-After and message for a client's first burst.
+import { createRequire } from 'node:module'
 import t from 'tap'
 import type { FastifyRequest } from 'fastify'
+import { formatDuration, toMilliseconds } from '../../lib/duration.js'
 import { appWith } from './helpers.js'
 import type { Plugin } from './helpers.js'
 
@@ -110,4 +112,13 @@ t.test('max: 0 through createRateLimit and the operator\'s peek', async t => {
   t.strictSame(answers.ours, { isExceeded: true, remaining: 0, max: 0, read: 0 })
   const app = await appWith(t, 'ours', { max: 0, timeWindow: 10_000 })
   t.match(await app.rateGuard.peek('ip:127.0.0.1'), { status: 'limited', max: 0, remaining: 0, retryMs: 10_000 })
+})
+
+t.test('durations read and written as @lukeed/ms (theirs) reads and writes them', async t => {
+  const ms = createRequire(import.meta.url)('@lukeed/ms') as { parse: (text: string) => number | undefined, format: (ms: number, long: boolean) => string }
+  const texts = ['1 minute', '1minute', '10s', '10 sec', '2 secs', '500ms', '500 msecs', '1 millisecond', '1.5h', '.5h', '2 hrs', '3 days', '1d',
+    '1w', '2 wks', '1 week', '1y', '2 yrs', '1 year', '90', '5 MINUTES', '1 Hour']
+  for (const text of texts) t.equal(toMilliseconds(text), ms.parse(text), `'${text}'`)
+  const waits = [1, 999, 1000, 1499, 1500, 59_499, 59_500, 60_000, 89_999, 90_000, 3_599_999, 5_400_000, 86_400_000, 7 * 86_400_000, 365 * 86_400_000, 31_557_600_000, 2 * 31_557_600_000]
+  for (const wait of waits) t.equal(formatDuration(wait), ms.format(wait, true), `${wait} ms`)
 })
