@@ -3,6 +3,7 @@
 // @fastify/rate-limit: the same clients, the same keys.
 import t from 'tap'
 import type { FastifyRequest } from 'fastify'
+import { normalizeIP } from '../../lib/index.js'
 import { appWith } from './helpers.js'
 import type { Plugin } from './helpers.js'
 
@@ -48,4 +49,17 @@ t.test('a key that is not a string or a number: a coded error here (theirs count
   const res = await app.inject('/')
   t.equal(res.statusCode, 500)
   t.match(res.json(), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"keyGenerator": expected it to return a string or a number, got object/ })
+})
+
+t.test('keys are written ip:<address> here; keyGenerator: normalizeIP(request.ip) gives the keys theirs does', async t => {
+  const keysSeen = async (plugin: Plugin, options: Record<string, unknown>): Promise<string[]> => {
+    const keys: string[] = []
+    const app = await appWith(t, plugin, { timeWindow: '1 minute', max: (_request: unknown, key: string) => { keys.push(key); return 5 }, ...options })
+    for (const remoteAddress of ['10.0.0.1', '2001:db8::1', '::ffff:10.0.0.2']) await app.inject({ url: '/', remoteAddress })
+    return keys
+  }
+  const theirs = await keysSeen('theirs', {})
+  t.strictSame(theirs, ['10.0.0.1', '2001:db8::', '10.0.0.2'])
+  t.strictSame(await keysSeen('ours', {}), theirs.map(key => `ip:${key}`), 'the default: prefixed')
+  t.strictSame(await keysSeen('ours', { keyGenerator: (request: FastifyRequest) => normalizeIP(request.ip) }), theirs, 'with normalizeIP: theirs')
 })
