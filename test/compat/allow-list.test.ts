@@ -1,13 +1,7 @@
 // @fastify/rate-limit compatibility, `allowList`: theirs holds addresses (its keys are the client's IP), or
 // keys a keyGenerator of the app's makes. Run beside @fastify/rate-limit: the same clients pass unlimited.
 import t from 'tap'
-import { appWith } from './helpers.js'
-
-async function statuses (app: Awaited<ReturnType<typeof appWith>>, n: number, remoteAddress: string): Promise<number[]> {
-  const codes: number[] = []
-  for (let i = 0; i < n; i++) codes.push((await app.inject({ url: '/', remoteAddress })).statusCode)
-  return codes
-}
+import { appWith, statuses, times } from './helpers.js'
 
 const CASES: Array<[string, Record<string, unknown>]> = [
   ['addresses', { allowList: ['127.0.0.1', '2001:db8::1'] }],
@@ -19,8 +13,8 @@ for (const [name, options] of CASES) {
   t.test(`allowList as ${name}: the same clients pass as with @fastify/rate-limit`, async t => {
     for (const plugin of ['theirs', 'ours'] as const) {
       const app = await appWith(t, plugin, { max: 1, timeWindow: '1 minute', ...options })
-      t.strictSame(await statuses(app, 3, '127.0.0.1'), [200, 200, 200], `${plugin}: allow-listed`)
-      t.strictSame(await statuses(app, 2, '10.0.0.7'), [200, 429], `${plugin}: another client is limited`)
+      t.strictSame(await statuses(app, times(3, { url: '/', remoteAddress: '127.0.0.1' })), [200, 200, 200], `${plugin}: allow-listed`)
+      t.strictSame(await statuses(app, times(2, { url: '/', remoteAddress: '10.0.0.7' })), [200, 429], `${plugin}: another client is limited`)
     }
   })
 }

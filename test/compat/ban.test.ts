@@ -2,21 +2,15 @@
 // until that window ends. Here it is a ban of one window from the (N + 1)th denial, on every route of the
 // registration (theirs: on the route that counted). Run beside @fastify/rate-limit for the sequence a client sees.
 import t from 'tap'
-import { appWith } from './helpers.js'
+import { appWith, statuses, times } from './helpers.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
-
-async function statuses (app: Awaited<ReturnType<typeof appWith>>, n: number, url = '/'): Promise<number[]> {
-  const codes: number[] = []
-  for (let i = 0; i < n; i++) codes.push((await app.inject(url)).statusCode)
-  return codes
-}
 
 for (const ban of [0, 1, 3]) {
   t.test(`ban: ${ban}: the same answers as @fastify/rate-limit within a window`, async t => {
     const options = { max: 2, timeWindow: '1 minute', ban }
-    const theirs = await statuses(await appWith(t, 'theirs', options), 8)
-    const ours = await statuses(await appWith(t, 'ours', options), 8)
+    const theirs = await statuses(await appWith(t, 'theirs', options), times(8, '/'))
+    const ours = await statuses(await appWith(t, 'ours', options), times(8, '/'))
     t.strictSame(ours, theirs, `${ban} denials answered 429, then 403`)
     t.strictSame(ours.slice(0, 2 + ban + 1), [200, 200, ...Array(ban).fill(429), 403])
   })
@@ -24,7 +18,7 @@ for (const ban of [0, 1, 3]) {
 
 t.test('ban: N bans for one window of the budget that banned, with 403 and its Retry-After', async t => {
   const app = await appWith(t, 'ours', { max: 1, timeWindow: 300, ban: 1 }, { config: { rateLimit: { timeWindow: 200 } } })
-  const codes = await statuses(app, 3)
+  const codes = await statuses(app, times(3, '/'))
   t.strictSame(codes, [200, 429, 403])
   const banned = await app.inject('/')
   t.equal(banned.statusCode, 403)
@@ -47,7 +41,7 @@ t.test('onBanReach: once per ban here; theirs on every request answered 403 (rec
   const calls: Record<'theirs' | 'ours', number> = { theirs: 0, ours: 0 }
   for (const plugin of ['theirs', 'ours'] as const) {
     const app = await appWith(t, plugin, { max: 1, timeWindow: '1 minute', ban: 1, onBanReach: () => { calls[plugin]++ } })
-    t.strictSame(await statuses(app, 6), [200, 429, 403, 403, 403, 403], plugin)
+    t.strictSame(await statuses(app, times(6, '/')), [200, 429, 403, 403, 403, 403], plugin)
   }
   t.equal(calls.theirs, 4, 'theirs: each of the four 403s')
   t.equal(calls.ours, 1, 'ours: the request that started the ban')

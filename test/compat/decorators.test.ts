@@ -7,7 +7,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastif
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
-import { theirPlugin } from './helpers.js'
+import { statuses, theirPlugin, times } from './helpers.js'
 import type { Plugin } from './helpers.js'
 import { client, getRedis, ready, uniquePrefix } from '../helpers/redis.js'
 
@@ -22,20 +22,14 @@ async function app (t: Test, plugin: Plugin, options: Record<string, unknown>, r
   return made
 }
 
-async function statuses (made: FastifyInstance, url: string, n: number): Promise<number[]> {
-  const codes: number[] = []
-  for (let i = 0; i < n; i++) codes.push((await made.inject(url)).statusCode)
-  return codes
-}
-
 t.test('rateLimit(options) as the not-found handler\'s preHandler: the same answers as @fastify/rate-limit', async t => {
   for (const plugin of ['theirs', 'ours'] as const) {
     const made = await app(t, plugin, { max: 10, timeWindow: '1 minute' }, made => {
       made.setNotFoundHandler({ preHandler: made.rateLimit({ max: 2, timeWindow: '1 minute' }) }, async (_request, reply) => await reply.code(404).send({ gone: true }))
       made.get('/', async () => 'ok')
     })
-    t.strictSame(await statuses(made, '/nowhere', 3), [404, 404, 429], `${plugin}: two misses, then limited`)
-    t.strictSame(await statuses(made, '/', 2), [200, 200], `${plugin}: the routes keep the plugin's budget`)
+    t.strictSame(await statuses(made, times(3, '/nowhere')), [404, 404, 429], `${plugin}: two misses, then limited`)
+    t.strictSame(await statuses(made, times(2, '/')), [200, 200], `${plugin}: the routes keep the plugin's budget`)
   }
 })
 
@@ -45,13 +39,13 @@ t.test('rateLimit() on routes of an app with global: false, and on a route the p
       made.get('/limited', { onRequest: made.rateLimit() }, async () => 'ok')
       made.get('/free', async () => 'ok')
     })
-    t.strictSame(await statuses(made, '/limited', 3), [200, 200, 429], `${plugin}: the plugin's limit where the hook is`)
-    t.strictSame(await statuses(made, '/free', 3), [200, 200, 200], `${plugin}: nowhere else`)
+    t.strictSame(await statuses(made, times(3, '/limited')), [200, 200, 429], `${plugin}: the plugin's limit where the hook is`)
+    t.strictSame(await statuses(made, times(3, '/free')), [200, 200, 200], `${plugin}: nowhere else`)
   }
   const twice = await app(t, 'ours', { max: 2, timeWindow: '1 minute' }, made => {
     made.get('/', { preHandler: made.rateLimit({ max: 100, timeWindow: '1 minute' }) }, async () => 'ok')
   })
-  t.strictSame(await statuses(twice, '/', 3), [200, 200, 429], 'the route\'s own hook counted it; the limiter put on it too did not count it again')
+  t.strictSame(await statuses(twice, times(3, '/')), [200, 200, 429], 'the route\'s own hook counted it; the limiter put on it too did not count it again')
 })
 
 t.test('createRateLimit(): the fields of @fastify/rate-limit\'s answer; increment: false reads without counting', async t => {

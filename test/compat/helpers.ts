@@ -28,6 +28,11 @@ export async function appWith (t: Test, plugin: Plugin, options: Record<string, 
   return app
 }
 
+/** `request` `n` times over, for `statuses`. */
+export function times<T> (n: number, request: T): T[] {
+  return Array.from({ length: n }, () => request)
+}
+
 /** The status codes of `requests` sent in order. */
 export async function statuses (app: FastifyInstance, requests: ReadonlyArray<string | InjectOptions>): Promise<number[]> {
   const codes: number[] = []

@@ -5,9 +5,11 @@
 import t from 'tap'
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import { Redis } from 'ioredis'
 import rateGuard from '../../lib/index.js'
 import { appWith, statuses, theirPlugin } from './helpers.js'
 import type { Plugin } from './helpers.js'
+import { freePort } from '../helpers/redis.js'
 
 const PLUGINS: readonly Plugin[] = ['theirs', 'ours']
 const HEAD = (url: string): { method: 'HEAD', url: string } => ({ method: 'HEAD', url })
@@ -81,8 +83,6 @@ t.test('a route\'s ipv6Subnet: how much of an IPv6 address is one client there, 
 
 t.test('a route\'s skipOnError over the plugin\'s, when Redis is down', async t => {
   // A client whose server is gone: every command fails at once.
-  const { Redis } = await import('ioredis')
-  const { freePort } = await import('../helpers/redis.js')
   const port = await freePort()
   const seen = { theirs: [] as number[], ours: [] as number[] }
   for (const plugin of PLUGINS) {
