@@ -3,6 +3,7 @@ import type { Algorithm } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
+import { remainingOf } from './headers.js'
 import { identityKeys } from './keys.js'
 import { deadline, refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
@@ -148,16 +149,15 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       const input = { keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm }
       const decision = refusedOutright(input) ?? await store.decide(input)
       const banned = decision.status === 'banned'
-      const remaining = (limit: number, count: number): number => banned ? 0 : Math.max(0, limit - count)
       return {
         key,
         status: decision.status,
         max: decision.limit,
         count: decision.count,
-        remaining: remaining(decision.limit, decision.count),
+        remaining: remainingOf(decision.limit, decision.count, banned),
         resetMs: decision.resetMs,
         retryMs: decision.retryMs,
-        limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remaining(l.limit, l.count), resetMs: l.resetMs }))
+        limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs }))
       }
     },
     async setOverride (key: string, options: OverrideOptions) {

@@ -34,6 +34,11 @@ export function headerStyle (route: ResolvedRoute, policies: readonly string[]):
   return Object.freeze({ allowed: sent(allowed), refused: sent(refused), retryAfter: refused.retryAfter, standard: route.standardHeaders, policies })
 }
 
+/** Requests a limit has left: none while banned, never below zero. */
+export function remainingOf (limit: number, count: number, banned: boolean): number {
+  return banned ? 0 : Math.max(0, limit - count)
+}
+
 export function seconds (ms: number): number {
   return Math.ceil(ms / 1000)
 }
@@ -47,15 +52,14 @@ export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision:
   const banned = decision.status === 'banned'
   // A ban resets when it ends; otherwise when the binding limit's count starts falling.
   const resetOf = (resetMs: number): number => seconds(banned ? decision.retryMs : resetMs)
-  const remainingOf = (limit: number, count: number): number => banned ? 0 : Math.max(0, limit - count)
   const fields = decision.status === 'allowed' ? style.allowed : style.refused
   if (fields.limit !== null) reply.header(fields.limit, decision.limit)
-  if (fields.remaining !== null) reply.header(fields.remaining, remainingOf(decision.limit, decision.count))
+  if (fields.remaining !== null) reply.header(fields.remaining, remainingOf(decision.limit, decision.count, banned))
   if (fields.reset !== null) reply.header(fields.reset, resetOf(decision.resetMs))
   if (style.standard) {
     const name = (i: number): string => style.policies[i] ?? `${style.policies[0]!}-${i + 1}`
     reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${name(i)}";q=${l.limit};w=${seconds(l.windowMs)}`).join(', '))
-    reply.header('ratelimit', decision.limits.map((l, i) => `"${name(i)}";r=${remainingOf(l.limit, l.count)};t=${resetOf(l.resetMs)}`).join(', '))
+    reply.header('ratelimit', decision.limits.map((l, i) => `"${name(i)}";r=${remainingOf(l.limit, l.count, banned)};t=${resetOf(l.resetMs)}`).join(', '))
   }
   if (decision.status !== 'allowed' && style.retryAfter) reply.header('retry-after', retryAfterSeconds(decision.retryMs))
 }

@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { remainingOf, seconds } from './headers.js'
 import type { BudgetHooks } from './hook.js'
 import { SENT } from './hook.js'
 import type { Limiter, Verdict } from './limiter.js'
@@ -62,7 +63,7 @@ export function createLimiters (limiter: Limiter, timeout: number, hooksFor: (op
 }
 
 function result (key: string, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): RateLimitResult {
-  const ttlOf = (ttl: number): { ttl: number, ttlInSeconds: number } => ({ ttl, ttlInSeconds: Math.ceil(ttl / 1000) })
+  const ttlOf = (ttl: number): { ttl: number, ttlInSeconds: number } => ({ ttl, ttlInSeconds: seconds(ttl) })
   switch (verdict.status) {
     case 'unenforced':
       // Redis could not decide and failMode let the request through: nothing is known of the count.
@@ -76,7 +77,7 @@ function result (key: string, verdict: Verdict, first: { burst: number, windowMs
     key,
     max: verdict.limit,
     timeWindow: verdict.windowMs,
-    remaining: verdict.status === 'banned' ? 0 : Math.max(0, verdict.limit - verdict.count),
+    remaining: remainingOf(verdict.limit, verdict.count, verdict.status === 'banned'),
     ...ttlOf(refused ? verdict.retryMs : verdict.resetMs),
     isExceeded: refused,
     isBanned: verdict.status === 'banned'
