@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
-import { DeadlineError } from './errors.js'
+import { Batcher } from './batcher.js'
+import { deadline } from './deadline.js'
 import type { FailMode } from './options.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
@@ -10,11 +11,8 @@ import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './sto
 /**
  * One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides — `open`
  * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
- * breaker is open, `failMode` decides without asking Redis at all.
- *
- * Decisions asked of Redis in one turn of the event loop go together, in one script call (per algorithm, up
- * to `BATCH_MAX`), sent once the turn's I/O is handled: one round trip, one timer and one reply for all of
- * them. The batch's deadline runs from its first request, so no request waits past its own.
+ * breaker is open, `failMode` decides without asking Redis at all. The way to Redis, in order: answers held
+ * in process → the breaker → a batch (`lib/batcher.ts`, which owns the deadline) → `failMode`.
  */
 
 /**
@@ -27,22 +25,6 @@ export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable'
 
 const UNENFORCED: Verdict = Object.freeze({ status: 'unenforced' })
 const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
-
-/** Most requests decided in one script call: a longer one would hold Redis up for every other client. */
-export const BATCH_MAX = 128
-
-/** Requests waiting to be sent to Redis together, and their one deadline. */
-interface Batch {
-  readonly algorithm: Algorithm
-  readonly inputs: Decidable[]
-  readonly answers: Array<(verdict: Verdict) => void>
-  readonly log: FastifyBaseLogger
-  readonly timer: NodeJS.Timeout
-  /** Answered: by Redis, or by `failMode` once the deadline passed. */
-  done: boolean
-  /** When it was sent (ms): what Redis answers holds from no earlier than that. */
-  sentAt: number
-}
 
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000
@@ -81,8 +63,7 @@ export class Limiter {
   readonly #breaker: Breaker | undefined
   readonly #held: HeldAnswers | undefined
   readonly #announce: ((keys: readonly string[]) => Promise<unknown>) | undefined
-  /** Batches not sent yet: sent together once this turn of the event loop has handled its I/O. */
-  #batches: Batch[] = []
+  readonly #batcher: Batcher | undefined
   #lastLogged = -Infinity
   #heldBack = 0
 
@@ -94,6 +75,7 @@ export class Limiter {
     this.#breaker = breaker
     this.#held = held
     this.#announce = announce
+    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled) : undefined
   }
 
   /** An operator changed `keys` in the store: forget what is held for them, here and on every instance. */
@@ -110,7 +92,14 @@ export class Limiter {
     const held = this.#held?.answer(input.keys.banned, input.holdDenials ? input.keys.log : '', input.limits)
     if (held !== undefined) return held
     if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
-    return new Promise(resolve => this.#enqueue(input, resolve, log))
+    return new Promise((resolve, reject) => this.#batcher!.add(input, (result, sentAt) => {
+      // Answered whatever happens here (a logger that throws): a request never waits forever.
+      try {
+        resolve(this.#verdict(input, result, sentAt, log))
+      } catch (err) {
+        reject(err)
+      }
+    }))
   }
 
   /** What the store knows of `input`, counting nothing (`createRateLimit`'s `increment: false`), under the deadline and `failMode`. */
@@ -127,55 +116,21 @@ export class Limiter {
     }
   }
 
-  #enqueue (input: Decidable, answer: (verdict: Verdict) => void, log: FastifyBaseLogger): void {
-    const { algorithm } = input
-    let batch: Batch | undefined
-    for (const open of this.#batches) if (open.algorithm === algorithm && open.inputs.length < BATCH_MAX) batch = open
-    if (batch === undefined) {
-      if (this.#batches.length === 0) setImmediate(this.#flush)
-      const made: Batch = { algorithm, inputs: [], answers: [], log, done: false, sentAt: 0, timer: setTimeout(() => this.#expire(made), this.#timeout) }
-      this.#batches.push(batch = made)
-    }
-    batch.inputs.push(input)
-    batch.answers.push(answer)
-  }
-
-  readonly #flush = (): void => {
-    const batches = this.#batches
-    this.#batches = []
-    for (const batch of batches) {
-      batch.sentAt = Date.now()
-      this.#remote!.decideMany(batch.inputs, batch.algorithm).then(decisions => this.#decided(batch, decisions), (err: unknown) => this.#failed(batch, err as Error))
-    }
-  }
-
-  #decided (batch: Batch, decisions: readonly Decision[]): void {
-    if (batch.done) return
-    batch.done = true
-    clearTimeout(batch.timer)
-    this.#breaker?.success()
-    for (let i = 0; i < decisions.length; i++) {
-      const decision = decisions[i]!
-      const input = batch.inputs[i]!
-      if (decision.status === 'banned') this.#held?.banned(input.keys.banned, decision.retryMs, batch.sentAt)
-      else if (decision.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, decision, batch.sentAt)
-      batch.answers[i]!(decision)
-    }
-  }
-
-  #failed (batch: Batch, err: Error): void {
-    if (batch.done) return
-    batch.done = true
-    clearTimeout(batch.timer)
-    if (isPermanent(err)) this.#breaker?.success()
+  /** Redis replied to a batch (even with an error of its own, or for one request alone: it is there), or did not. */
+  readonly #settled = (err: Error | undefined): void => {
+    if (err === undefined || isPermanent(err)) this.#breaker?.success()
     else this.#breaker?.failure()
-    this.report(err, batch.log, batch.inputs[0]!.failMode)
-    for (let i = 0; i < batch.inputs.length; i++) batch.answers[i]!(this.#failModeDecides(batch.inputs[i]!))
   }
 
-  /** The deadline passed before Redis answered: `failMode` decides every request of the batch. */
-  #expire (batch: Batch): void {
-    this.#failed(batch, new DeadlineError(this.#timeout))
+  /** One request's answer from its batch: Redis's decision (whose lasting denials are held), or `failMode`'s. */
+  #verdict (input: Decidable, result: Decision | Error, sentAt: number, log: FastifyBaseLogger): Verdict {
+    if (result instanceof Error) {
+      this.report(result, log, input.failMode)
+      return this.#failModeDecides(input)
+    }
+    if (result.status === 'banned') this.#held?.banned(input.keys.banned, result.retryMs, sentAt)
+    else if (result.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, result, sentAt)
+    return result
   }
 
   /**
@@ -245,18 +200,4 @@ export function refusedOutright (input: DecideInput): Decision | undefined {
     }
   }
   return undefined
-}
-
-/** `promise`, or a DeadlineError after `ms`; the timer never outlives the answer. */
-export function deadline<T> (promise: Promise<T> | T, ms: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new DeadlineError(ms)), ms)
-    Promise.resolve(promise).then(value => {
-      clearTimeout(timer)
-      resolve(value)
-    }, (err: unknown) => {
-      clearTimeout(timer)
-      reject(err)
-    })
-  })
 }

@@ -5,7 +5,7 @@
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -14,7 +14,9 @@ import type { RateGuardOptions } from '../lib/index.js'
 import { Breaker } from '../lib/breaker.js'
 import { DeadlineError, InvalidReplyError } from '../lib/errors.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
-import { isPermanent } from '../lib/limiter.js'
+import { Limiter, isPermanent } from '../lib/limiter.js'
+import type { Decidable } from '../lib/limiter.js'
+import { MemoryStore } from '../lib/stores/memory.js'
 import { DEFAULTS, resolveOptions } from '../lib/options.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import { Latency, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
@@ -121,6 +123,40 @@ t.test('Breaker: failures count only in a row; threshold 1 opens on the first', 
   t.equal(realClock.state, 'open', 'the default clock is Date.now()')
   await sleep(60)
   t.equal(realClock.state, 'half-open', 'and it moves')
+})
+
+t.test('the probe is answered exactly once and moves the breaker, even when the loop is busy past the deadline', async t => {
+  const server = await startRedisServer(t)
+  const redis = await ready(client(t, server.url, { enableOfflineQueue: false }))
+  redis.on('error', () => {})
+  const coolDown = 500
+  const breaker = new Breaker(1, coolDown)
+  const limiter = new Limiter({ store: new RedisStore(redis, false), remote: true, timeout: 50, local: () => new MemoryStore({ cache: 10 }), breaker })
+  const input: Decidable = { ...decideInput({ keys: identityKeys(uniquePrefix(), GLOBAL_SCOPE, 'ip:10.0.0.1'), max: 100 }), algorithm: 'sliding-log', holdDenials: false, failMode: 'open' }
+  const log = { warn () {}, error () {} } as unknown as FastifyBaseLogger
+  const busy = (ms: number): void => { for (const until = performance.now() + ms; performance.now() < until;); }
+  /** One decision asked while the loop then stays busy for four deadlines; how many times it was answered. */
+  const decide = async (): Promise<{ status: string, answers: number }> => {
+    let answers = 0
+    const verdict = Promise.resolve(limiter.decide(input, log)).then(v => { answers++; return v })
+    busy(200)
+    const { status } = await verdict
+    // Whatever else could answer it (a late reply, a second deadline) has had its time.
+    await sleep(100)
+    return { status, answers }
+  }
+
+  server.freeze()
+  t.same(await decide(), { status: 'unenforced', answers: 1 }, 'Redis frozen: the deadline passes, failMode answers')
+  t.equal(breaker.state, 'open', 'and the breaker opens')
+  t.equal((limiter.decide(input, log) as { status: string }).status, 'unenforced', 'open: failMode answers at once')
+  await sleep(coolDown)
+  t.same(await decide(), { status: 'unenforced', answers: 1 }, 'the probe, Redis still frozen: answered once, by failMode')
+  t.equal(breaker.state, 'open', 'the failed probe opens it again: never stuck half-open')
+  server.thaw()
+  await sleep(coolDown)
+  t.same(await decide(), { status: 'allowed', answers: 1 }, 'the probe, Redis back: Redis\'s reply is used though the loop was busy past the deadline')
+  t.equal(breaker.state, 'closed', 'and it closes the breaker')
 })
 
 // ---------------------------------------------------------------------------------------------------------
