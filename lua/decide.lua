@@ -23,6 +23,8 @@
 --
 -- Reply: each request's answer in turn (none for undo):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
+--   or, for a request Redis could not decide (a foreign value at one of its keys, an override that names no
+--   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual.
 --   status   0 allowed, 1 rate limited, 2 banned
 --   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned)
 --   offence  the ban this request started: 1 for the first in a row, 2 for the next...; 0 when it started none
@@ -30,7 +32,7 @@
 --   n        how many limits follow, each: its capacity (burst, requests), window (ms), the count after this
 --            decision and the ms until that count starts falling to zero (reset; 0: nothing counted). A client
 --            found banned gets n = 0: the budget's own limits, nothing counted.
--- Integers only. A denied request counts nothing on any limit and writes only its strike; every key written
+-- Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike; every key written
 -- carries a TTL, but an override set as permanent.
 --
 -- Lean on purpose: Lua allocations (tables, closures, strings from string.gmatch) cost Redis more than most of
@@ -125,6 +127,9 @@ local function decide (k, p, member, bans)
 
   local override = redis.call('GET', KEYS[k + 3])
   local limits = override and parse(override) or policyLimits(p)
+  if #limits == 0 then
+    error('ERR rate-guard: the override at ' .. KEYS[k + 3] .. ' names no limit', 0)
+  end
   for i = #entries + 1, #limits do
     entries[i] = {}
   end
@@ -171,7 +176,12 @@ for i = 1, tonumber(ARGV[3]) do
   else
     -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more.
     local bans = not peek and ARGV[starts[p]] ~= '0'
-    decide(k, p, base .. i, bans)
+    -- One request's error is its own: it writes nothing to the reply before its last step.
+    local ok, err = pcall(decide, k, p, base .. i, bans)
+    if not ok then
+      out[o + 1], out[o + 2] = 3, type(err) == 'table' and err.err or tostring(err)
+      o = o + 2
+    end
     k, r = k + (bans and 5 or 3), r + 1
   end
 end

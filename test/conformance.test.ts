@@ -787,3 +787,40 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
   t.equal(await check('after the admin ban'), 3)
   t.ok(await redis.pttl(keys('all').banned) <= 700, 'the admin ban replaced the longer one')
 })
+
+t.test('a request the store cannot decide gets its own error, the same on both stores: an override that names no limit', async t => {
+  const redis = await redisStore(t)
+  for (const algorithm of ALGORITHMS) {
+    for (const store of [redis, memoryStore(t)]) {
+      const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.7', algorithm)
+      const input = decideInput({ keys, max: 2, windowMs: 1000, algorithm })
+      await store.setValue(keys.override, 'no limits here', null, T0)
+      await t.rejects(store.decide(input, T0 + 1), { message: `ERR rate-guard: the override at ${keys.override} names no limit` }, `${store.kind} ${algorithm}: refused with the key named`)
+      await store.delete([keys.override], T0 + 2)
+      t.match(await store.decide(input, T0 + 3), { status: 'allowed', count: 1 }, `${store.kind} ${algorithm}: nothing was counted before the error`)
+    }
+  }
+})
+
+t.test('one request\'s error in a batch is its own (RedisStore.decideMany): the others are decided and counted once', async t => {
+  const { url } = await getRedis(t)
+  const redis = client(t, url)
+  const store = new RedisStore(redis, false)
+  for (const algorithm of ALGORITHMS) {
+    const prefix = uniquePrefix()
+    const keys = ['a', 'b', 'c', 'd'].map(id => identityKeys(prefix, 'all', `ip:${id}`, algorithm))
+    // b's state key holds a foreign value; c's override names no limit; d is under a ban policy.
+    await redis.set(keys[1]!.log, 'a foreign string')
+    await redis.hset(keys[2]!.override, 'not', 'a string')
+    const inputs = keys.map((k, i) => decideInput({ keys: k, max: 1, windowMs: 60_000, algorithm, banThreshold: i === 3 ? 1 : 0 }))
+    const [a, b, c, d] = await store.decideMany(inputs, algorithm)
+    t.match(a, { status: 'allowed', count: 1 }, `${algorithm}: the request before the bad key is decided`)
+    t.match(b, { message: /^WRONGTYPE / }, `${algorithm}: the request on the foreign value gets WRONGTYPE`)
+    t.ok(b instanceof Error && c instanceof Error, `${algorithm}: both bad requests are errors`)
+    t.match(c, { message: /^WRONGTYPE / }, `${algorithm}: so does the one whose override is foreign`)
+    t.match(d, { status: 'allowed', count: 1 }, `${algorithm}: the request after them is decided`)
+    const again = await store.decideMany(inputs, algorithm)
+    t.match(again[0], { status: 'limited', count: 1 }, `${algorithm}: a was counted exactly once`)
+    t.match(again[3], { status: 'banned', banStarted: true }, `${algorithm}: d was counted once, and its denial strikes`)
+  }
+})

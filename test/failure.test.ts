@@ -250,6 +250,29 @@ t.test('a foreign value at one of our keys: an error-level log, and failMode dec
   t.equal((await app.inject({ url: '/', remoteAddress: '10.9.8.7' })).statusCode, 200, 'other identities are unaffected')
 })
 
+t.test('a foreign value at one identity\'s key fails that identity alone: the rest of its batch is decided and counted once', async t => {
+  const server = await startRedisServer(t)
+  const lent = lend(t, server.url, { enableOfflineQueue: false })
+  await ready(lent)
+  const nameSpace = uniquePrefix()
+  const { app, logs } = await makeApp(t, { redis: lent, nameSpace, failMode: 'closed', max: 2, timeout: 2000 })
+  await lent.set(identityKeys(nameSpace, GLOBAL_SCOPE, 'ip:10.0.0.13').log, 'not a sorted set')
+  const scripts = async (): Promise<number> => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await lent.info('commandstats'))?.[1] ?? 0)
+  await lent.config('RESETSTAT')
+
+  // Three requests each from 20 identities, all in one turn: one script call decides them.
+  const addresses = Array.from({ length: 20 }, (_, i) => `10.0.0.${i + 1}`)
+  const answers = await Promise.all(addresses.flatMap(remoteAddress => [1, 2, 3].map(async () => ({ remoteAddress, res: await app.inject({ url: '/', remoteAddress }) }))))
+  t.equal(await scripts(), 1, 'one script call decided all 60')
+  const codes = (address: string): number[] => answers.filter(a => a.remoteAddress === address).map(a => a.res.statusCode).sort()
+  t.same(codes('10.0.0.13'), [503, 503, 503], 'the identity whose key holds a foreign value: failMode (closed) for each of its requests')
+  for (const address of addresses.filter(a => a !== '10.0.0.13')) t.same(codes(address), [200, 200, 429], `${address}: decided by Redis, exactly`)
+  t.equal(await lent.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, 'ip:10.0.0.12').log), 2, 'the others were counted once')
+  const trouble = logs.filter(line => /Redis did not decide/.test(line.msg))
+  t.equal(trouble.length, 1, 'logged once')
+  t.match(trouble[0], { level: 50, err: { message: /^WRONGTYPE / }, heldBack: 0 })
+})
+
 t.test('no unhandled rejection and no unlistened error event', async t => {
   // Let anything still in flight from the tests above settle first.
   await new Promise(resolve => setImmediate(resolve))

@@ -1,6 +1,6 @@
 import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
 import type { Entry, State } from '../algorithms/index.js'
-import { parseLimits, toDecision } from './store.js'
+import { FAILED, parseLimits, toDecision } from './store.js'
 import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './store.js'
 
 /**
@@ -62,6 +62,7 @@ export class MemoryStore implements Store {
 
     const override = this.#live(this.#marks, keys.override, now)
     if (override !== undefined) limits = parseLimits(override.value as string)
+    if (limits.length === 0) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
 
     const stateKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
     const counted = STEPS[algorithm].count(this.#live(this.#logs, stateKey, now), limits, now, peek)

@@ -117,19 +117,26 @@ export class RedisStore implements RemoteStore {
 
   /** Decides (or, with `peek`, reports) one request. */
   async decide (input: DecideInput): Promise<Decision> {
-    return (await this.#decide([input], input.peek ? 'peek' : 'decide', input.algorithm ?? DEFAULT_ALGORITHM))[0]!
+    const [decision] = await this.#decide([input], input.peek ? 'peek' : 'decide', input.algorithm ?? DEFAULT_ALGORITHM)
+    if (decision instanceof Error) throw decision
+    return decision!
   }
 
   /**
-   * Decides requests of one algorithm in one script call, in order, atomically. On a Redis Cluster, whose
-   * scripts may only touch one slot, each request is a call of its own.
+   * Decides requests of one algorithm in one script call, in order, atomically; a request Redis could not
+   * decide (a foreign value at its key) gets its error, and the others their decisions. On a Redis Cluster,
+   * whose scripts may only touch one slot, each request is a call of its own: one that fails gets its error,
+   * unless all do (the call as a whole failed then: Redis did not answer).
    */
-  async decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Decision[]> {
-    if (this.#cluster) return await Promise.all(inputs.map(async input => (await this.#decide([input], 'decide', algorithm))[0]!))
-    return await this.#decide(inputs, 'decide', algorithm)
+  async decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Array<Decision | Error>> {
+    if (!this.#cluster) return await this.#decide(inputs, 'decide', algorithm)
+    const results = await Promise.all(inputs.map(async input => await this.#decide([input], 'decide', algorithm).then(([one]) => one!, (err: unknown) => err as Error)))
+    const [first] = results
+    if (first instanceof Error && results.every(result => result instanceof Error)) throw first
+    return results
   }
 
-  async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Decision[]> {
+  async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
     const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
     const reply = await this.#commands[algorithm](...scriptArgs(inputs, mode, base))
     return toDecisions(reply, members(base, inputs.length), inputs)

@@ -85,7 +85,8 @@ export interface Store {
 
 /** A store across the network (Redis): it also decides several requests of one algorithm in one call. */
 export interface RemoteStore extends Store {
-  decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Decision[]>
+  /** A decision per request, in order, or the error that kept Redis from deciding that request alone. */
+  decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Array<Decision | Error>>
 }
 
 /** Limits as the scripts take them (ARGV and the override key): `'max window burst;...'`. */
@@ -99,7 +100,7 @@ export function parseLimits (text: string): Limit[] {
 }
 
 /** The script's reply as the in-process twin builds it too (see the header of `lua/decide.lua`). */
-export type RawDecision = readonly number[]
+export type RawDecision = ReadonlyArray<number | string>
 
 const STATUSES: readonly DecisionStatus[] = ['allowed', 'limited', 'banned']
 
@@ -116,13 +117,19 @@ export function bannedDecision (limits: readonly Limit[], retryMs: number): Deci
   return { status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs, banStarted: false, offence: 0, limits: states, at: 0, member: '' }
 }
 
+/** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
+export const FAILED = 3
+
 /**
- * Checks one answer of a raw reply at run time, from `offset`, and turns it into a `Decision`; returns it with
- * the offset of the next answer, or throws a coded error. `limits` are the ones the request was decided by
- * (an answer with none is a client found banned).
+ * Checks one answer of a raw reply at run time, from `offset`, and turns it into a `Decision` (or, for a
+ * request Redis could not decide, its error); returns it with the offset of the next answer, or throws a coded
+ * error. `limits` are the ones the request was decided by (an answer with none is a client found banned).
  */
-export function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision, number] {
-  const status = STATUSES[integer(reply[offset])]
+export function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision | Error, number] {
+  const code = integer(reply[offset])
+  const text = reply[offset + 1]
+  if (code === FAILED && (typeof text === 'string' || Buffer.isBuffer(text))) return [new Error(String(text)), offset + 2]
+  const status = STATUSES[code]
   const retryMs = integer(reply[offset + 1])
   const offence = integer(reply[offset + 2])
   const at = integer(reply[offset + 3])
@@ -148,15 +155,20 @@ export function readDecision (reply: readonly unknown[], offset: number, member:
   throw new InvalidReplyError(JSON.stringify(reply.slice(offset)).slice(0, 200))
 }
 
-/** A reply of exactly one answer (one request decided), as a `Decision`; or a coded error. */
+/** A reply of exactly one answer (one request decided), as a `Decision`; else the error it gives, or a coded one. */
 export function toDecision (reply: unknown, member: string, limits: readonly Limit[]): Decision {
-  return toDecisions(reply, [member], [{ limits }])[0]!
+  const decision = toDecisions(reply, [member], [{ limits }])[0]!
+  if (decision instanceof Error) throw decision
+  return decision
 }
 
-/** A reply answering each of `inputs` in turn (`members[i]` the id of `inputs[i]`), as decisions; or a coded error. */
-export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Decision[] {
+/**
+ * A reply answering each of `inputs` in turn (`members[i]` the id of `inputs[i]`), as decisions, or for a
+ * request Redis could not decide, its error; or a coded error when the reply is not one the scripts give.
+ */
+export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | Error> {
   if (Array.isArray(reply)) {
-    const decisions: Decision[] = []
+    const decisions: Array<Decision | Error> = []
     let offset = 0
     for (let i = 0; i < inputs.length; i++) {
       const [decision, end] = readDecision(reply, offset, members[i]!, inputs[i]!.limits)
