@@ -1,3 +1,4 @@
+import { MAX_DEADLINE } from './deadline.js'
 import { toMilliseconds } from './duration.js'
 import { InvalidOptionError } from './errors.js'
 
@@ -19,6 +20,14 @@ export function fail (name: string, value: unknown, expected: string): never {
 export function checkMax (value: unknown, name = 'max', least: 0 | 1 = 1): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < least) {
     fail(name, value, least === 0 ? 'an integer, 0 (every request refused) or more' : 'a positive integer')
+  }
+  return value
+}
+
+/** Milliseconds a timer waits: an integer from 1 to `MAX_DEADLINE` (Node fires a timer of more than 2^31 - 1 ms at once). */
+export function checkDeadline (value: unknown, name: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > MAX_DEADLINE) {
+    fail(name, value, `an integer number of milliseconds from 1 to ${MAX_DEADLINE}`)
   }
   return value
 }

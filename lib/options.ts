@@ -2,7 +2,7 @@ import { isIP } from 'node:net'
 import type { FastifyRequest } from 'fastify'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from './algorithms/index.js'
 import type { Algorithm, Limit } from './algorithms/index.js'
-import { checkBoolean, checkDuration, checkFunction, checkKeys, checkMax, checkOneOf, fail, show } from './check.js'
+import { checkBoolean, checkDeadline, checkDuration, checkFunction, checkKeys, checkMax, checkOneOf, fail, show } from './check.js'
 import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, banPerWindow, checkDenials, checkHeaderSwitches, rejectUnsupported } from './compat.js'
 import type { FieldNames, HeaderSwitches } from './compat.js'
 import { InvalidRouteConfigError } from './errors.js'
@@ -134,6 +134,7 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   nameSpace?: string
   /** Send the three fields as `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (an IETF draft, as `@fastify/rate-limit` does) instead of `X-RateLimit-*`. */
   enableDraftSpec?: boolean
+  /** How long Redis has to answer a decision (ms, 1 to 60,000) before `failMode` decides; time the request waits for the app's own event loop is not counted. */
   timeout?: number
   /** Fail registration when Redis is not ready within 2 s; default: start degraded, keep reconnecting. */
   strict?: boolean
@@ -560,7 +561,7 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     redis: checkRedis(opts.redis),
     global: has('global') ? checkBoolean(opts.global, 'global') : true,
     nameSpace,
-    timeout: has('timeout') ? checkMax(opts.timeout, 'timeout') : DEFAULTS.timeout,
+    timeout: has('timeout') ? checkDeadline(opts.timeout, 'timeout') : DEFAULTS.timeout,
     strict: has('strict') ? checkBoolean(opts.strict, 'strict') : false,
     breaker: checkBreaker(has('breaker') ? opts.breaker : DEFAULTS.breaker),
     banCache: has('banCache') ? checkBoolean(opts.banCache, 'banCache') : true,

@@ -77,7 +77,12 @@ const cases: Record<string, Case[]> = {
   timeout: [
     [{ timeout: 0 }, 'timeout', '0'],
     [{ timeout: -1 }, 'timeout', '-1'],
-    [{ timeout: '100ms' }, 'timeout', '"100ms"']
+    [{ timeout: '100ms' }, 'timeout', '"100ms"'],
+    [{ timeout: 2.5 }, 'timeout', '2.5'],
+    // Node fires a timer of more than 2^31 - 1 ms after 1 ms: every decision would fail open, silently.
+    [{ timeout: 60_001 }, 'timeout', '60001'],
+    [{ timeout: 2 ** 31 }, 'timeout', '2147483648'],
+    [{ timeout: Infinity }, 'timeout', 'Infinity']
   ],
   cache: [
     [{ cache: 0 }, 'cache', '0'],
@@ -136,6 +141,13 @@ for (const [group, list] of Object.entries(cases)) {
     for (const [options, name, shown] of list) await refuses(t, options, name, shown)
   })
 }
+
+t.test('timeout: 1 ms to 60 s, the bounds included', async t => {
+  t.equal(resolveOptions({ timeout: 1 }).timeout, 1)
+  t.equal(resolveOptions({ timeout: 60_000 }).timeout, 60_000)
+  t.equal(resolveOptions({}).timeout, 100, 'default: 100 ms')
+  t.throws(() => resolveOptions({ timeout: 60_001 }), { code: INVALID, message: /"timeout": expected an integer number of milliseconds from 1 to 60000, got 60001$/ })
+})
 
 t.test('the message never dumps a long value', async t => {
   const long = 'x'.repeat(500)
