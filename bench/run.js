@@ -123,7 +123,7 @@ async function runScenario (load, server, variant, scenario, round) {
 
 const started = Date.now()
 const meta = {
-  command: `${['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_SINGLE', 'BENCH_ONLY', 'BENCH_SCENARIOS', 'BENCH_SCRIPTS', 'BENCH_REDIS', 'BENCH_RG_TIMEOUT', 'REDIS_URL']
+  command: `${['BENCH_DURATION', 'BENCH_WARMUP', 'BENCH_ROUNDS', 'BENCH_CONNECTIONS', 'BENCH_SINGLE', 'BENCH_ONLY', 'BENCH_SCENARIOS', 'BENCH_SCRIPTS', 'BENCH_REDIS', 'REDIS_URL']
     .filter(name => env[name] !== undefined && env[name] !== '').map(name => `${name}=${env[name]} `).join('')}npm run bench`,
   settings: { ...settings, scenarios, pool: POOL },
   machine: { ...await machine(redis, pin), redisServer: ownRedis?.note ?? `the Redis at ${settings.redisUrl}, not pinned` },

@@ -29,14 +29,6 @@ export function allVariants (algorithms) {
   ]
 }
 
-/**
- * rate-guard's decision deadline in the bench (ms). Its default, 100 ms with `failMode: 'open'`, trips under a
- * saturating load (100 connections queue behind one core, and the deadline counts that wait), and a request
- * let through unenforced skips Redis: cheaper, and not a decision. The peers have no deadline. Requests let
- * through unenforced are still counted, as `200 unenforced`, in the responses column. `BENCH_RG_TIMEOUT` overrides.
- */
-export const RATE_GUARD_TIMEOUT = Number(process.env.BENCH_RG_TIMEOUT || 1000)
-
 /** How each kind bans, for the notes under the table. */
 export const BANS = Object.freeze({
   bare: 'no limiter: every request is answered 200',
