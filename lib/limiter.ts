@@ -8,12 +8,10 @@ import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
 import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './stores/store.js'
 
-/**
- * One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides — `open`
- * lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
- * breaker is open, `failMode` decides without asking Redis at all. The way to Redis, in order: answers held
- * in process → the breaker → a batch (`lib/batcher.ts`, which owns the deadline) → `failMode`.
- */
+// One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides —
+// `open` lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
+// breaker is open, `failMode` decides without asking Redis at all. The way to Redis, in order: answers held
+// in process → the breaker → a batch (`lib/batcher.ts`, which owns the deadline) → `failMode`.
 
 /**
  * A request of a budget, which always says its algorithm (batches are per algorithm), whether only time

@@ -99,8 +99,9 @@ async function load (port: number, prefix: string, paths: readonly string[], ide
 function summary (answers: readonly Answer[], lag: Stats): string {
   const statuses: Record<number, number> = {}
   for (const a of answers) statuses[a.status] = (statuses[a.status] ?? 0) + 1
+  const slowest = Math.max(...answers.map(a => a.answeredAt - a.sentAt))
   return `${answers.length} requests ${JSON.stringify(statuses)}, ${answers.filter(a => !a.enforced).length} unenforced, ` +
-    `app's max loop lag ${lag.maxLagMs.toFixed(0)} ms, slowest wait for the limiter ${lag.slowestLimiterMs.toFixed(0)} ms`
+    `app's max loop lag ${lag.maxLagMs.toFixed(0)} ms, slowest wait for the limiter ${lag.slowestLimiterMs.toFixed(0)} ms, slowest answer ${slowest.toFixed(0)} ms`
 }
 
 async function healthy (t: Test, redis: RedisProcess, port: number, nameSpace: string, path: string): Promise<void> {
