@@ -17,20 +17,28 @@ import type { Decision } from './stores/store.js'
  * An operator's change (unban, ban, reset, override) is published on `<nameSpace>changed` with the keys it
  * touched, and every instance forgets what it held for them. While this instance is not subscribed
  * (starting, reconnecting) it could miss a change, so it holds nothing then and asks Redis.
- * Held times run from when the question was sent, so a held answer never outlives Redis's.
+ * Held times run from when the question was sent, so a held answer never outlives Redis's. Holding stops
+ * after `MAX_HELD` at most, but what a held answer reports does not: its wait is the one Redis named,
+ * counted down to the moment it is given.
  */
 
 /** Longest an answer is held in process: past it Redis is asked again (a bound on any missed change). */
 export const MAX_HELD = 60_000
 
-interface Denial {
+/** A ban held: until when it is held, and when it ends. */
+interface Ban {
   readonly until: number
+  readonly ends: number
+}
+
+/** A denial held: until when, when its wait ends, and Redis's answer as it was when the question was sent. */
+interface Denial extends Ban {
   readonly since: number
   readonly decision: Decision
 }
 
 export class HeldAnswers {
-  readonly #bans = new Map<string, number>()
+  readonly #bans = new Map<string, Ban>()
   readonly #denials = new Map<string, Denial>()
   readonly #size: number
   readonly #now: () => number
@@ -48,16 +56,16 @@ export class HeldAnswers {
     if (!this.#listening || (this.#bans.size === 0 && this.#denials.size === 0)) return undefined
     const now = this.#now()
     const ban = live(this.#bans, bannedKey, now)
-    if (ban !== undefined) return bannedDecision(limits, ban - now)
+    if (ban !== undefined) return bannedDecision(limits, ban.ends - now)
     const denial = live(this.#denials, stateKey, now)
     if (denial === undefined) return undefined
     // Counts stand still until the denial ends; only the times run down.
-    const { decision, since, until } = denial
+    const { decision, since, ends } = denial
     const elapsed = now - since
     return {
       ...decision,
       resetMs: decision.resetMs - elapsed,
-      retryMs: until - now,
+      retryMs: ends - now,
       limits: decision.limits.map(limit => ({ ...limit, resetMs: limit.resetMs - elapsed })),
       at: 0,
       member: ''
@@ -66,7 +74,7 @@ export class HeldAnswers {
 
   /** Redis found `bannedKey` banned, in an answer to a question sent at `since`. */
   banned (bannedKey: string, retryMs: number, since: number): void {
-    if (this.#listening) put(this.#bans, this.#size, bannedKey, since + Math.min(retryMs, MAX_HELD), this.#now())
+    if (this.#listening) put(this.#bans, this.#size, bannedKey, { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }, this.#now())
   }
 
   /**
@@ -78,8 +86,7 @@ export class HeldAnswers {
     if (!this.#listening || limits.length !== 1 || decision.limits.length !== 1) return
     const [limit] = limits
     if (decision.limit !== limit!.burst || decision.windowMs !== limit!.windowMs || decision.resetMs < decision.retryMs) return
-    const until = since + Math.min(decision.retryMs, MAX_HELD)
-    put(this.#denials, this.#size, stateKey, { until, since, decision }, this.#now())
+    put(this.#denials, this.#size, stateKey, { until: since + Math.min(decision.retryMs, MAX_HELD), ends: since + decision.retryMs, since, decision }, this.#now())
   }
 
   /** An operator changed these keys (here or on another instance). */
@@ -100,23 +107,19 @@ export class HeldAnswers {
   }
 }
 
-function endOf (held: number | Denial): number {
-  return typeof held === 'number' ? held : held.until
-}
-
 /** What `map` holds at `key` until a time after `now`; an ended one is dropped. */
-function live<T extends number | Denial> (map: Map<string, T>, key: string, now: number): T | undefined {
+function live<T extends Ban> (map: Map<string, T>, key: string, now: number): T | undefined {
   const held = map.get(key)
-  if (held === undefined || endOf(held) > now) return held
+  if (held === undefined || held.until > now) return held
   map.delete(key)
   return undefined
 }
 
 /** Holds `value` at `key`; a full map drops its ended entries first, and when none has ended, the oldest one. */
-function put<T extends number | Denial> (map: Map<string, T>, size: number, key: string, value: T, now: number): void {
-  if (endOf(value) <= now) return
+function put<T extends Ban> (map: Map<string, T>, size: number, key: string, value: T, now: number): void {
+  if (value.until <= now) return
   if (map.size >= size && !map.has(key)) {
-    for (const [k, held] of map) if (endOf(held) <= now) map.delete(k)
+    for (const [k, held] of map) if (held.until <= now) map.delete(k)
     if (map.size >= size) map.delete(map.keys().next().value!)
   }
   map.set(key, value)

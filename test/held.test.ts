@@ -27,10 +27,10 @@ async function scriptCalls (redis: Redis): Promise<number> {
   return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
 }
 
-async function makeApp (t: Test, url: string, nameSpace: string): Promise<FastifyInstance> {
+async function makeApp (t: Test, url: string, nameSpace: string, duration = '1 minute'): Promise<FastifyInstance> {
   const app = Fastify()
   t.teardown(() => app.close())
-  await app.register(rateGuard, { redis: url, nameSpace, max: 1, timeWindow: '1 minute', ban: { threshold: 1, duration: '1 minute' }, timeout: 3000 })
+  await app.register(rateGuard, { redis: url, nameSpace, max: 1, timeWindow: '1 minute', ban: { threshold: 1, duration }, timeout: 3000 })
   app.get('/', async () => 'ok')
   await app.ready()
   return app
@@ -122,6 +122,26 @@ t.test('a user without channel permission: one warning, and bans are asked of Re
   t.equal(await scriptCalls(admin) - before, 1, 'asked of Redis')
 })
 
+t.test('a held answer reports the whole wait Redis named, however long: a 10-minute ban says 600 s, not the hold\'s 60', async t => {
+  const { url } = await getRedis(t)
+  const observer = await ready(client(t, url))
+  const nameSpace = uniquePrefix()
+  const app = await makeApp(t, url, nameSpace, '10 minutes')
+  await subscribed(observer, nameSpace, 1)
+  t.equal((await app.inject('/')).statusCode, 200)
+  const first = await app.inject('/')
+  t.equal(first.statusCode, 403, 'banned by Redis')
+  const before = await scriptCalls(observer)
+  const held = await Promise.all(Array.from({ length: 20 }, async () => await app.inject('/')))
+  t.equal(await scriptCalls(observer) - before, 0, 'held: no script call')
+  for (const res of [first, ...held]) {
+    const wait = Number(res.headers['retry-after'])
+    t.ok(wait >= 599 && wait <= 600, `Retry-After ${wait}, the ban's remaining 10 minutes`)
+    t.equal(res.headers['x-ratelimit-reset'], res.headers['retry-after'], 'X-RateLimit-Reset the same')
+    t.match(res.json(), { statusCode: 403, message: /retry in 10 minutes$/ }, 'and the message')
+  }
+})
+
 t.test('HeldAnswers: bans bounded, capped, and none while not listening', async t => {
   let now = 0
   const held = new HeldAnswers(2, () => now)
@@ -133,17 +153,22 @@ t.test('HeldAnswers: bans bounded, capped, and none while not listening', async 
   held.banned('a', 1000, 0)
   held.banned('b', 10 * MAX_HELD, 0)
   t.match(held.answer('a', '', L), { status: 'banned', retryMs: 1000, limit: 5, count: 0 }, 'held: the budget\'s own limits, nothing counted')
-  t.equal(ban('b'), MAX_HELD, 'a long ban is held at most MAX_HELD, then asked of Redis again')
+  t.equal(ban('b'), 10 * MAX_HELD, 'a long ban reports all of its wait')
   held.banned('c', 500, 0)
   t.equal(ban('a'), 0, 'full: the oldest went')
   t.equal(ban('c'), 500)
   now = 600
   held.banned('d', 100, 600)
-  t.strictSame([ban('b'), ban('c'), ban('d')], [MAX_HELD - 600, 0, 100], 'full: the ended ban went first')
+  t.strictSame([ban('b'), ban('c'), ban('d')], [10 * MAX_HELD - 600, 0, 100], 'full: the ended ban went first')
   held.banned('e', 100, 400)
   t.equal(ban('e'), 0, 'an answer that ended before it arrived is not held: held times run from the question')
   now = 700
   t.equal(ban('d'), 0, 'ended at its expiry')
+  now = MAX_HELD - 1
+  t.equal(ban('b'), 9 * MAX_HELD + 1, 'held until MAX_HELD, its wait counted down to the millisecond')
+  now = MAX_HELD
+  t.equal(ban('b'), 0, 'then no longer held: Redis is asked again')
+  now = 700
   held.forget(['b'])
   t.equal(ban('b'), 0, 'an unban')
   held.banned('f', 100, 700)
@@ -185,7 +210,13 @@ t.test('HeldAnswers: a denial is held when only its one limit binds and its coun
   held.denied('w', two, { ...denial(400, 400), limits: [{ limit: 5, windowMs: 1000, count: 5, resetMs: 400 }, { limit: 50, windowMs: 60_000, count: 7, resetMs: 30_000 }] }, 1300)
   t.equal(held.answer('b', 'w', two), undefined, 'not held: several limits')
   held.denied('x', L, denial(10 * MAX_HELD, 10 * MAX_HELD), 1300)
-  t.equal(held.answer('b', 'x', L)?.retryMs, MAX_HELD, 'held at most MAX_HELD')
+  t.match(held.answer('b', 'x', L), { retryMs: 10 * MAX_HELD, resetMs: 10 * MAX_HELD }, 'a long wait is reported whole, not cut to MAX_HELD')
+  now = 1300 + MAX_HELD - 1
+  t.match(held.answer('b', 'x', L), { retryMs: 9 * MAX_HELD + 1, resetMs: 9 * MAX_HELD + 1 }, 'counted down while held')
+  now = 1300 + MAX_HELD
+  t.equal(held.answer('b', 'x', L), undefined, 'held at most MAX_HELD')
+  now = 1300
+  held.denied('x', L, denial(10 * MAX_HELD, 10 * MAX_HELD), 1300)
   held.banned('b', 50, 1300)
   t.match(held.answer('b', 'x', L), { status: 'banned', retryMs: 50 }, 'a ban held on the identity answers first')
   held.forget(['x'])
