@@ -1,6 +1,7 @@
 import { ALGORITHMS } from './algorithms/index.js'
 import type { Algorithm } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
+import type { Budgets } from './budgets.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
 import { remainingOf } from './headers.js'
@@ -65,7 +66,10 @@ export interface PeekResult {
   limits: PeekLimit[]
 }
 
-export interface RateGuardDecorator {
+/** One registration's operator calls (`fastify.rateGuard` reaches every registration's: see `lib/registrations.ts`). */
+export interface RateGuardAdmin {
+  /** Whether a budget of this name exists (`default`, `GET /search`, `group:<id>`). */
+  has (budget: string): boolean
   /** Bans `key` on every route of this registration for `duration` (ms or `'10 minutes'`). */
   ban (key: string, duration: number | string): Promise<void>
   /** Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation). */
@@ -80,9 +84,6 @@ export interface RateGuardDecorator {
   clearOverride (key: string, options?: BudgetOptions): Promise<void>
 }
 
-/** Budgets by name: `default`, `GET /search`, `group:<id>`. */
-export type Budgets = ReadonlyMap<string, RouteBudget>
-
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
 export const ADMIN_MIN_DEADLINE = 1000
 
@@ -90,7 +91,7 @@ export const ADMIN_MIN_DEADLINE = 1000
 const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
 
 /** `forget`: tells every instance which keys were changed, so none goes on answering from what it held for them. */
-export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>): RateGuardDecorator {
+export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>): RateGuardAdmin {
   const { nameSpace, canonicalKey } = opts
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const store = {
@@ -112,10 +113,10 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
   }
   /** Every algorithm's state of `key` on every budget: a budget whose algorithm changed in a deploy too. */
   const statesOf = (key: string): string[] => {
-    const scopes = new Set([...budgets.values()].map(budget => budget.scope))
-    return [...scopes].flatMap(scope => ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log))
+    return [...budgets.scopes()].flatMap(scope => ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log))
   }
   return Object.freeze({
+    has: (budget: string) => budgets.get(budget) !== undefined,
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
       await store.setBan(banned, checkDuration(duration, 'duration'))

@@ -16,6 +16,13 @@ export const InvalidRouteConfigError = createError<'FST_RATE_GUARD_INVALID_ROUTE
   TypeError
 )
 
+export const BudgetConflictError = createError<'FST_RATE_GUARD_BUDGET_CONFLICT', [string, string, string, string]>(
+  'FST_RATE_GUARD_BUDGET_CONFLICT',
+  '%s would share budget "%s" with %s, but they count differently (%s): routes of one budget (a group, a route and its HEAD) need the same algorithm and limits',
+  500,
+  TypeError
+)
+
 export const CommandConflictError = createError<'FST_RATE_GUARD_COMMAND_CONFLICT', [string]>(
   'FST_RATE_GUARD_COMMAND_CONFLICT',
   'The Redis client already has a command named "%s" that rate-guard did not define; refusing to overwrite it'

@@ -4,21 +4,22 @@ import type {
 } from 'fastify'
 import fp from 'fastify-plugin'
 import { createAdmin } from './admin.js'
-import type { RateGuardDecorator } from './admin.js'
+import { Budgets } from './budgets.js'
+import { createRegistrations } from './registrations.js'
+import type { RateGuardDecorator, Registrations } from './registrations.js'
 import { createHooks } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
 import { createLimiters } from './limiters.js'
 import type { RateLimitCheck } from './limiters.js'
-import { headerStyle } from './headers.js'
 import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
-import { RedisNotReadyError, RedisRefusedError } from './errors.js'
+import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './errors.js'
 import * as errors from './errors.js'
-import { GLOBAL_SCOPE, identityKeys, normalizeIP, scopeOf } from './keys.js'
+import { identityKeys, normalizeIP } from './keys.js'
 import { deadline } from './deadline.js'
 import { Limiter, isPermanent } from './limiter.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
-import type { HookName, RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './options.js'
+import type { HookName, RateGuardOptions, ResolvedOptions, RouteRateLimitOptions } from './options.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
@@ -44,31 +45,23 @@ declare module 'fastify' {
   }
 }
 
+/** Where the registrations behind `fastify.rateGuard` are kept, for a registration inside another to join. */
+const REGISTRATIONS = Symbol.for('fastify-rate-guard.registrations')
+
 /** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
 const READY_WAIT = 2000
 
 async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOptions): Promise<void> {
   const opts = resolveOptions(options)
+  const outer = outerRegistrations(fastify)
+  outer?.check(opts.nameSpace)
   if (trustsEveryProxy(fastify)) {
     fastify.log.warn('rate-guard: trustProxy is true, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead')
   }
   const limiter = await openLimiter(fastify, opts)
   fastify.addHook('onClose', async () => await limiter.close())
 
-  const budgets = new Map<string, RouteBudget>()
-  const budget = (name: string, route: ResolvedRoute, scope: string): RouteBudget => {
-    const policy = route.groupId ?? 'default'
-    const policies = (limits: readonly ResolvedLimit[], first: string): string[] =>
-      limits.map((limit, i) => limit.name ?? (i === 0 ? first : `${first}-${i + 1}`))
-    const made: RouteBudget = {
-      route,
-      scope,
-      headers: headerStyle(route, policies(route.limits, policy)),
-      sharedHeaders: headerStyle(route, policies(route.shared ?? [], `${policy}-shared`))
-    }
-    budgets.set(name, made)
-    return made
-  }
+  const budgets = new Budgets()
   const undoneScopes = new Set<string>()
   // A request is limited once per registration: by its route's hook, or by the first limiter the app applies.
   const ran = Symbol('rate-guard.ran')
@@ -77,20 +70,26 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     if (made.route.shared !== null) undoneScopes.add(made.scope)
     return createHooks(limiter, opts.nameSpace, opts.timeout, made, undoneScopes, ran)
   }
-  const pluginHooks = hooks(budget('default', opts.route, GLOBAL_SCOPE))
+  const pluginHooks = hooks(budgets.plugin(opts.route))
 
-  if (!fastify.hasDecorator('rateGuard')) fastify.decorate('rateGuard', createAdmin(limiter.store, opts, budgets, limiter.forget))
   // Limiters made with options each count on a budget of their own (or their group's).
-  let limiters = 0
-  const decorators = createLimiters(limiter, opts.timeout, (options, call) => {
-    if (options === undefined) return pluginHooks
-    const route = resolveLimiterOptions(options, opts, call)
-    if (route.groupId !== undefined) return hooks(budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId)))
-    const name = `limiter ${++limiters}`
-    return hooks(budget(name, route, scopeOf('route', name)))
-  })
-  if (!fastify.hasDecorator('rateLimit')) fastify.decorate('rateLimit', decorators.rateLimit)
-  if (!fastify.hasDecorator('createRateLimit')) fastify.decorate('createRateLimit', decorators.createRateLimit)
+  const decorators = createLimiters(limiter, opts.timeout, (options, call) =>
+    options === undefined ? pluginHooks : hooks(budgets.limiter(resolveLimiterOptions(options, opts, call))))
+  // An outer registration's decorators are inherited here and cannot be replaced: its rateGuard takes this
+  // registration in (see lib/registrations.ts), and says so.
+  let registrations = outer
+  if (registrations === undefined) {
+    const made = registrations = createRegistrations()
+    fastify.decorate('rateGuard', made.decorator)
+    fastify.decorate(REGISTRATIONS, { getter: () => made })
+    for (const name of ['rateLimit', 'createRateLimit'] as const) {
+      if (fastify.hasDecorator(name)) fastify.log.warn(`rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
+      else fastify.decorate(name, decorators[name] as never)
+    }
+  } else {
+    fastify.log.warn({ nameSpace: opts.nameSpace }, 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)')
+  }
+  registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget), ...decorators, nameSpace: opts.nameSpace })
 
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
@@ -99,23 +98,19 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
       if (opts.global) addHook(routeOptions, opts.route.hook, pluginHooks.hook)
       return
     }
-    const name = routeName(routeOptions)
-    const route = resolveRouteConfig(config, opts, name)
+    const route = resolveRouteConfig(config, opts, `${[routeOptions.method].flat().join(',')} ${routeOptions.url}`)
     if (route === false) return
-    const made = route.groupId !== undefined
-      ? budget(`group:${route.groupId}`, route, scopeOf('group', route.groupId))
-      : budget(name, route, scopeOf('route', name))
+    const made = budgets.route(routeOptions, route)
     addHook(routeOptions, route.hook, hooks(made).hook)
   })
 }
 
-/**
- * `'GET /search'`. HEAD shares GET's budget: the HEAD route Fastify adds for every GET (and any HEAD the
- * app declares) asks for the same resource, so a client cannot double its budget by alternating the two.
- */
-function routeName (routeOptions: RouteOptions): string {
-  const methods = [routeOptions.method].flat().map(m => m === 'HEAD' ? 'GET' : m)
-  return `${[...new Set(methods)].sort().join(',')} ${routeOptions.url}`
+/** The registrations of an outer registration, which this one joins; undefined when it is the first here. */
+function outerRegistrations (fastify: FastifyInstance): Registrations | undefined {
+  if (!fastify.hasDecorator('rateGuard')) return undefined
+  const registrations = (fastify as unknown as Record<symbol, Registrations | undefined>)[REGISTRATIONS]
+  if (registrations === undefined) throw new InvalidOptionError('rateGuard', 'expected no other plugin to decorate fastify.rateGuard')
+  return registrations
 }
 
 /**
@@ -241,7 +236,8 @@ export { errors }
 // as `require('@fastify/rate-limit')` does, carrying every named export too.
 Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors })
 export { rateGuard as 'module.exports' }
-export type { RateGuardDecorator, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
+export type { RateGuardDecorator, Registration } from './registrations.js'
+export type { RateGuardAdmin, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, BanCallback, BanInfo,

@@ -1,0 +1,107 @@
+import type { RouteOptions } from 'fastify'
+import { BudgetConflictError } from './errors.js'
+import { headerStyle } from './headers.js'
+import type { RouteBudget } from './hook.js'
+import { GLOBAL_SCOPE, scopeOf } from './keys.js'
+import type { ResolvedLimit, ResolvedRoute } from './options.js'
+
+// Budgets, named in one place. A budget is what a client's requests are counted under, one state per client
+// in the store:
+// - `default`: the plugin's own options, for every route without a `rateLimit` config of its own;
+// - a route's own, named by its methods and URL: `GET /search`, `GET,POST /m`. HEAD counts as GET, and the
+//   HEAD route Fastify adds for a route with GET (whose method is HEAD alone) shares that route's budget,
+//   whatever its other methods: a client cannot double its allowance by alternating GET and HEAD;
+// - a group's, `group:<id>`, shared by every route (and limiter) given that `groupId`;
+// - a limiter made with options (`fastify.rateLimit(options)`, `createRateLimit(options)`): `limiter 1`, …
+// Every route of one budget shares its state, so all must count alike: the same algorithm and the same
+// limits (max, window, burst, and the shared budget's). A route that would share a budget counting otherwise
+// is refused when it is declared, with a coded error naming both. A limit computed per request (a function)
+// is taken as the same as any other function: what it returns is checked per request, not here.
+// Each route keeps its own RouteBudget (its headers, callbacks, key generator), around the shared state.
+
+interface Named {
+  /** The first route (or limiter) that declared it: what others are checked against. */
+  readonly first: RouteBudget
+  readonly by: string
+}
+
+export class Budgets {
+  readonly #named = new Map<string, Named>()
+  /** The budget of the route with GET at each URL, for the HEAD route Fastify adds for it. */
+  readonly #gets = new Map<string, string>()
+  #limiters = 0
+
+  /** The plugin-wide budget. */
+  plugin (route: ResolvedRoute): RouteBudget {
+    return this.#add('default', GLOBAL_SCOPE, route, 'the plugin\'s options')
+  }
+
+  /** The budget of a route with its own `rateLimit` config. */
+  route (routeOptions: RouteOptions, route: ResolvedRoute): RouteBudget {
+    const methods = [routeOptions.method].flat()
+    const { url } = routeOptions
+    const declared = `${methods.join(',')} ${url}`
+    if (route.groupId !== undefined) return this.#group(route, declared)
+    const head = methods.length === 1 && methods[0] === 'HEAD' ? this.#gets.get(url) : undefined
+    const name = head ?? `${[...new Set(methods.map(m => m === 'HEAD' ? 'GET' : m))].sort().join(',')} ${url}`
+    if (methods.includes('GET')) this.#gets.set(url, name)
+    return this.#add(name, scopeOf('route', name), route, declared)
+  }
+
+  /** The budget of a limiter made with options: its group's, or one of its own. */
+  limiter (route: ResolvedRoute): RouteBudget {
+    const declared = `limiter ${++this.#limiters}`
+    return route.groupId !== undefined ? this.#group(route, declared) : this.#add(declared, scopeOf('route', declared), route, declared)
+  }
+
+  /** A budget by name (`default`, `GET /search`, `group:<id>`, `limiter 1`), as its first route declared it. */
+  get (name: string): RouteBudget | undefined {
+    return this.#named.get(name)?.first
+  }
+
+  /** The scope of every budget: where a client's state may be kept. */
+  scopes (): Set<string> {
+    return new Set([...this.#named.values()].map(({ first }) => first.scope))
+  }
+
+  #group (route: ResolvedRoute, declared: string): RouteBudget {
+    const id = route.groupId!
+    return this.#add(`group:${id}`, scopeOf('group', id), route, declared)
+  }
+
+  #add (name: string, scope: string, route: ResolvedRoute, declared: string): RouteBudget {
+    const made = routeBudget(route, scope)
+    const named = this.#named.get(name)
+    if (named === undefined) {
+      this.#named.set(name, { first: made, by: declared })
+      return made
+    }
+    const difference = differs(named.first.route, route)
+    if (difference !== null) throw new BudgetConflictError(declared, name, named.by, difference)
+    return made
+  }
+}
+
+function routeBudget (route: ResolvedRoute, scope: string): RouteBudget {
+  const policy = route.groupId ?? 'default'
+  const policies = (limits: readonly ResolvedLimit[], first: string): string[] =>
+    limits.map((limit, i) => limit.name ?? (i === 0 ? first : `${first}-${i + 1}`))
+  return {
+    route,
+    scope,
+    headers: headerStyle(route, policies(route.limits, policy)),
+    sharedHeaders: headerStyle(route, policies(route.shared ?? [], `${policy}-shared`))
+  }
+}
+
+/** How two routes of one budget count differently, or null when they count alike. */
+function differs (a: ResolvedRoute, b: ResolvedRoute): string | null {
+  if (a.algorithm !== b.algorithm) return `algorithm '${a.algorithm}' and '${b.algorithm}'`
+  return differentLimits(a.limits, b.limits, 'limits') ?? differentLimits(a.shared ?? [], b.shared ?? [], 'shared')
+}
+
+function differentLimits (a: readonly ResolvedLimit[], b: readonly ResolvedLimit[], what: string): string | null {
+  const show = (limits: readonly ResolvedLimit[]): string => limits.map(({ max, windowMs, burst }) =>
+    `${typeof max === 'function' ? 'f()' : max}/${typeof windowMs === 'function' ? 'f()' : `${windowMs} ms`}${burst === null || burst === max ? '' : ` burst ${burst}`}`).join(', ') || 'none'
+  return show(a) === show(b) ? null : `${what} ${show(a)} and ${show(b)}`
+}

@@ -1,0 +1,65 @@
+import type { BudgetOptions, OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin.js'
+import { InvalidOptionError } from './errors.js'
+import type { LimiterDecorators } from './limiters.js'
+
+// `fastify.rateGuard` across registrations. Fastify decorators are inherited: a registration inside a context
+// that an outer registration already decorated cannot decorate it again. So the outer registration's
+// `rateGuard` takes the inner one in, and reaches both:
+// - `ban`, `unban` and `reset` act on every registration (a client banned is banned everywhere);
+// - `peek`, `setOverride` and `clearOverride` act on the registration that has the budget named (a route, a
+//   group; `default` when several registrations have one is ambiguous, and refused with a coded error);
+// - `of(nameSpace)` is one registration's own: its calls, `rateLimit` and `createRateLimit` (those two
+//   decorators, inherited too, are the outer registration's).
+
+/** One registration: its operator calls, its budgets' names and its limiters. */
+export interface Registration extends RateGuardAdmin, LimiterDecorators {
+  readonly nameSpace: string
+}
+
+export interface RateGuardDecorator extends RateGuardAdmin {
+  /** The registration made with `nameSpace`: its own calls, and its `rateLimit` / `createRateLimit`. */
+  of (nameSpace: string): Registration
+}
+
+export interface Registrations {
+  readonly decorator: RateGuardDecorator
+  /** Refuses a registration inside another with its `nameSpace`: both would count each request on the same keys. */
+  check (nameSpace: string): void
+  add (registration: Registration): void
+}
+
+export function createRegistrations (): Registrations {
+  const all: Registration[] = []
+  const withBudget = (options: BudgetOptions | undefined, call: string): Registration => {
+    if (all.length === 1) return all[0]!
+    const name = options?.route ?? (options?.groupId !== undefined ? `group:${options.groupId}` : 'default')
+    const found = all.filter(registration => registration.has(name))
+    if (found.length === 1) return found[0]!
+    throw new InvalidOptionError(call, found.length === 0
+      ? `no budget named ${JSON.stringify(name)}`
+      : `budget ${JSON.stringify(name)} is in ${found.length} registrations (nameSpaces ${found.map(r => JSON.stringify(r.nameSpace)).join(', ')}): choose one with fastify.rateGuard.of(nameSpace)`)
+  }
+  const decorator: RateGuardDecorator = Object.freeze({
+    async ban (key: string, duration: number | string) { await Promise.all(all.map(async r => await r.ban(key, duration))) },
+    async unban (key: string) { await Promise.all(all.map(async r => await r.unban(key))) },
+    async reset (key: string) { await Promise.all(all.map(async r => await r.reset(key))) },
+    async peek (key: string, options?: PeekOptions): Promise<PeekResult> { return await withBudget(options, 'peek').peek(key, options) },
+    async setOverride (key: string, options: OverrideOptions) { await withBudget(options, 'setOverride').setOverride(key, options) },
+    async clearOverride (key: string, options?: BudgetOptions) { await withBudget(options, 'clearOverride').clearOverride(key, options) },
+    has: (name: string) => all.some(r => r.has(name)),
+    of (nameSpace: string): Registration {
+      const found = all.find(r => r.nameSpace === nameSpace)
+      if (found !== undefined) return found
+      throw new InvalidOptionError('of', `no registration with nameSpace ${JSON.stringify(nameSpace)} here (registered: ${all.map(r => JSON.stringify(r.nameSpace)).join(', ')})`)
+    }
+  })
+  return {
+    decorator,
+    check (nameSpace: string) {
+      if (all.some(r => r.nameSpace === nameSpace)) {
+        throw new InvalidOptionError('nameSpace', `${JSON.stringify(nameSpace)} is the nameSpace of the registration this one is inside: the routes of both would be counted twice on the same keys; give this one a nameSpace of its own`)
+      }
+    },
+    add: registration => { all.push(Object.freeze(registration)) }
+  }
+}
