@@ -120,8 +120,9 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
       await store.setBan(banned, checkDuration(duration, 'duration'))
-      // A denial held anywhere would answer 429 until it ended: the ban's 403 comes at once.
-      await store.forget(statesOf(key))
+      // A ban held anywhere would go on answering with the wait it had, and a denial held 429 until it ended:
+      // the new ban's 403, with its own wait, comes at once.
+      await store.forget([banned, ...statesOf(key)])
     },
     async unban (key: string) {
       const keys = keysOf(key)

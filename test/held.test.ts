@@ -142,6 +142,28 @@ t.test('a held answer reports the whole wait Redis named, however long: a 10-min
   }
 })
 
+t.test('a ban set again, shorter, reaches every instance holding the longer one', async t => {
+  const { url } = await getRedis(t)
+  const observer = await ready(client(t, url))
+  const nameSpace = uniquePrefix()
+  const [a, b] = [await makeApp(t, url, nameSpace, '10 minutes'), await makeApp(t, url, nameSpace, '10 minutes')]
+  await subscribed(observer, nameSpace, 2)
+  t.strictSame([(await a.inject('/')).statusCode, (await a.inject('/')).statusCode, (await b.inject('/')).statusCode], [200, 403, 403], 'banned for 10 minutes, on both')
+  const before = await scriptCalls(observer)
+  t.equal((await b.inject('/')).headers['retry-after'], '600', 'b holds the ban')
+  t.equal(await scriptCalls(observer) - before, 0)
+
+  await a.rateGuard.ban(ME, '5 seconds')
+  t.equal((await a.inject('/')).headers['retry-after'], '5', 'a: the new ban\'s wait at once')
+  let wait = ''
+  const end = Date.now() + 3000
+  while (wait !== '5' && Date.now() < end) {
+    wait = String((await b.inject('/')).headers['retry-after'])
+    await new Promise(resolve => setImmediate(resolve))
+  }
+  t.equal(wait, '5', 'b: once the change reached it')
+})
+
 t.test('HeldAnswers: bans bounded, capped, and none while not listening', async t => {
   let now = 0
   const held = new HeldAnswers(2, () => now)

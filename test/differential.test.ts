@@ -1,0 +1,130 @@
+// Holding answers in process (`banCache`) saves Redis round trips and changes nothing a client sees: one
+// random sequence of requests (a group of two routes, a route with GET, POST and its HEAD, several limits,
+// fixed windows, bans) and operator calls (bans short and longer than any hold, unban, reset, overrides), with random steps of real time
+// between them, is played against two apps on one Redis, `banCache: true` and `false`. Every answer must
+// carry the same status and counts; the waits (Retry-After, the resets) may differ by the one second a
+// rounding can move them.
+//
+// Redis's clock cannot be stepped, so time passes for real, and the two apps are asked one right after the
+// other. A moment where an answer changes by itself (a window ends, a ban or an override runs out, an entry
+// leaves a log) falling between the two would make them differ for a reason that is not holding, so each
+// tick of actions is placed where no such moment can fall within it: away from every earlier tick plus any
+// duration in play, and from the fixed windows' edges.
+import Fastify from 'fastify'
+import type { FastifyInstance, HTTPMethods, LightMyRequestResponse } from 'fastify'
+import t from 'tap'
+import rateGuard from '../lib/index.js'
+import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { prng } from './helpers/random.js'
+
+/** Every duration the apps run on (windows, bans, override TTLs), and the fixed windows' lengths (their edges are the epoch's). */
+const DURATIONS = [1000, 2000, 3000]
+const FIXED_EDGE = 1000
+/** Longest a tick of actions is planned to take, and how far from a moment of change it must stay. */
+const TICK_MS = 80
+const MARGIN_MS = 40
+const TICKS = 40
+const CLIENTS = ['10.0.0.1', '10.0.0.2']
+const REQUESTS: ReadonlyArray<[HTTPMethods, string]> = [
+  ['GET', '/'], ['GET', '/'], ['GET', '/g1'], ['POST', '/g2'], ['GET', '/m'], ['HEAD', '/m'], ['POST', '/m'],
+  ['GET', '/multi'], ['GET', '/fixed'], ['GET', '/fixed-ban']
+]
+const COMPARED = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'ratelimit-policy']
+const WAITS = ['x-ratelimit-reset', 'retry-after']
+
+async function build (url: string, banCache: boolean): Promise<FastifyInstance> {
+  const app = Fastify()
+  await app.register(rateGuard, { redis: url, nameSpace: uniquePrefix(), banCache, timeout: 3000, standardHeaders: 'draft-10', max: 3, timeWindow: 1000, ban: { threshold: 2, duration: 2000 } })
+  const ok = async (): Promise<string> => 'ok'
+  app.get('/', ok)
+  app.get('/g1', { config: { rateLimit: { groupId: 'g', max: 2, timeWindow: 2000 } } }, ok)
+  app.post('/g2', { config: { rateLimit: { groupId: 'g', max: 2, timeWindow: 2000 } } }, ok)
+  app.route({ method: ['GET', 'POST'], url: '/m', config: { rateLimit: { max: 2, timeWindow: 1000 } }, handler: ok })
+  app.get('/multi', { config: { rateLimit: { limits: [{ max: 2, timeWindow: 1000 }, { max: 3, timeWindow: 3000 }] } } }, ok)
+  app.get('/fixed', { config: { rateLimit: { algorithm: 'fixed-window', max: 2, timeWindow: 2000 } } }, ok)
+  app.get('/fixed-ban', { config: { rateLimit: { algorithm: 'fixed-window', max: 1, timeWindow: 1000, ban: { threshold: 1, duration: 3000 } } } }, ok)
+  await app.ready()
+  return app
+}
+
+/** What a client sees of an answer: status and counts exactly, waits as numbers (compared within 1 s). */
+function seen (res: LightMyRequestResponse): { exact: string, waits: number[] } {
+  const header = (name: string): string => String(res.headers[name] ?? '-')
+  const fields = header('ratelimit')
+  return {
+    exact: [res.statusCode, ...COMPARED.map(header), fields.replace(/;t=\d+/g, '')].join(' | '),
+    waits: [...WAITS.map(name => Number(res.headers[name] ?? -1)), ...[...fields.matchAll(/;t=(\d+)/g)].map(([, t]) => Number(t))]
+  }
+}
+
+t.test('banCache true and false answer one random sequence alike', async t => {
+  const { url } = await getRedis(t)
+  const held = await build(url, true)
+  const asked = await build(url, false)
+  t.teardown(async () => { await held.close(); await asked.close() })
+  const seed = Number(process.env.DIFF_SEED ?? Math.floor(Math.random() * 2 ** 31))
+  const random = prng(seed)
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!
+  const ops: Array<[string, (app: FastifyInstance, key: string) => Promise<void>]> = [
+    ['ban', async (app, key) => { await app.rateGuard.ban(key, 2000) }],
+    // Longer than an answer is ever held (MAX_HELD): what a held 403 reports must still be the whole ban.
+    ['long ban', async (app, key) => { await app.rateGuard.ban(key, '2 minutes') }],
+    ['unban', async (app, key) => { await app.rateGuard.unban(key) }],
+    ['reset', async (app, key) => { await app.rateGuard.reset(key) }],
+    ['setOverride', async (app, key) => { await app.rateGuard.setOverride(key, { route: 'GET,POST /m', max: 1, timeWindow: 1000, ttl: 3000 }) }],
+    ['clearOverride', async (app, key) => { await app.rateGuard.clearOverride(key, { route: 'GET,POST /m' }) }]
+  ]
+
+  const ticks: Array<[number, number]> = []
+  /** The first moment from `from` at which a tick can run with no moment of change inside it. */
+  const clear = (from: number): number => {
+    let start = from
+    for (let moved = true; moved;) {
+      moved = false
+      const changes = ticks.flatMap(([begun, ended]) => DURATIONS.map(d => [begun + d, ended + d]))
+      const edge = Math.floor(start / FIXED_EDGE) * FIXED_EDGE
+      changes.push([edge, edge], [edge + FIXED_EDGE, edge + FIXED_EDGE])
+      for (const [a, b] of changes) {
+        if (start < b! + MARGIN_MS && start + TICK_MS > a! - MARGIN_MS) {
+          start = b! + MARGIN_MS
+          moved = true
+        }
+      }
+    }
+    return start
+  }
+
+  const differences: string[] = []
+  let held403 = 0
+  let compared = 0
+  const t0 = Date.now()
+  const history: string[] = []
+  for (let tick = 0; tick < TICKS; tick++) {
+    const start = clear(Date.now() + Math.floor(random() * 600))
+    await new Promise(resolve => setTimeout(resolve, start - Date.now()))
+    const begun = Date.now()
+    const actions = 1 + Math.floor(random() * 4)
+    for (let i = 0; i < actions; i++) {
+      const client = pick(CLIENTS)
+      if (random() < 0.15) {
+        const [name, op] = pick(ops)
+        await op(held, `ip:${client}`)
+        await op(asked, `ip:${client}`)
+        history.push(`${name} ${client}`)
+        continue
+      }
+      const [method, path] = pick(REQUESTS)
+      const one = seen(await held.inject({ method, url: path, remoteAddress: client }))
+      const other = seen(await asked.inject({ method, url: path, remoteAddress: client }))
+      compared++
+      if (one.exact.startsWith('403')) held403++
+      const what = `tick ${tick} (${begun - t0} ms), ${client} ${method} ${path} after ${history.slice(-5).join(', ')}`
+      history.push(`${client} ${method} ${path}: ${one.exact.slice(0, 3)}`)
+      if (one.exact !== other.exact) differences.push(`${what}: held ${one.exact}; asked ${other.exact}`)
+      else if (one.waits.some((w, j) => Math.abs(w - other.waits[j]!) > 1)) differences.push(`${what}: waits held ${one.waits}; asked ${other.waits}`)
+    }
+    ticks.push([begun, Date.now()])
+  }
+  t.same(differences, [], `seed ${seed} (replay with DIFF_SEED=${seed}): ${compared} requests answered alike`)
+  t.ok(held403 > 0, `the sequence reached bans (${held403} answers 403), so something was held`)
+})
