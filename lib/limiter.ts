@@ -100,15 +100,22 @@ export class Limiter {
     }))
   }
 
-  /** What the store knows of `input`, counting nothing (`createRateLimit`'s `increment: false`), under the deadline and `failMode`. */
+  /**
+   * What the store knows of `input`, counting nothing (`createRateLimit`'s `increment: false`), under the
+   * breaker, the deadline and `failMode`, as a decision is.
+   */
   async peek (input: Decidable, log: FastifyBaseLogger): Promise<Verdict> {
     const refused = refusedOutright(input)
     if (refused !== undefined) return refused
     const peek: Decidable = { ...input, peek: true }
     if (this.#remote === undefined) return this.store.decide(peek) as Decision
+    if (this.#breaker?.allow() === false) return this.#failModeDecides(peek)
     try {
-      return await deadline(this.#remote.decide(peek), this.#timeout)
+      const decision = await deadline(this.#remote.decide(peek), this.#timeout)
+      this.#settled(undefined)
+      return decision
     } catch (err) {
+      this.#settled(err as Error)
       this.report(err as Error, log, peek.failMode)
       return this.#failModeDecides(peek)
     }

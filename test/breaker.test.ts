@@ -5,7 +5,7 @@
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
-import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -520,6 +520,26 @@ t.test('a frozen Redis with breaker: false: every decision pays the deadline', a
   server.thaw()
   await lent.ping()
   t.equal(outcome('open', (await timed(unguarded.app, 'after')).res), 'redis', 'enforced at once after the thaw')
+})
+
+t.test('a frozen Redis: reads that count nothing (increment: false) go through the breaker too, and trip it', async t => {
+  const server = await startRedisServer(t)
+  const lent = await ready(lend(t, server.url))
+  const breaker = { threshold: 3, coolDown: 60_000 }
+  let check: ((request: FastifyRequest, options?: { increment?: boolean }) => Promise<{ isAllowed: boolean, remaining?: number }>) | undefined
+  const { app } = await makeApp(t, { ...OPEN, redis: lent, breaker }, app => {
+    check = app.createRateLimit()
+    app.get('/read', { config: { rateLimit: false } }, async request => await check!(request, { increment: false }))
+  })
+  const read = async (): Promise<Timed> => await timed(app, 'r', '/read')
+  t.equal((await read()).res.json().remaining, 100_000, 'Redis answers while it is up')
+  server.freeze()
+  t.teardown(() => server.thaw())
+  const tripping = [await read(), await read(), await read()]
+  t.ok(tripping.every(p => p.ms >= PAID && p.ms <= BOUND), `the first ${breaker.threshold} reads each wait for the deadline: ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
+  const open = [await read(), await read(), await timed(app, 'r')]
+  t.ok(open.every(p => p.ms < PAID), `then the breaker is open: reads and decisions answered without waiting (${open.map(p => Math.round(p.ms)).join(', ')} ms)`)
+  t.equal(outcome('open', open[2]!.res), 'failMode', 'by failMode')
 })
 
 t.test('permanent errors do not trip the breaker: Redis answered', async t => {
