@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Limit } from './algorithms/index.js'
 import { isCluster } from './stores/redis.js'
@@ -16,7 +17,10 @@ import type { Decision } from './stores/store.js'
  *   headers of a held answer are the ones Redis would give.
  * An operator's change (unban, ban, reset, override) is published on `<nameSpace>changed` with the keys it
  * touched, and every instance forgets what it held for them. While this instance is not subscribed
- * (starting, reconnecting) it could miss a change, so it holds nothing then and asks Redis.
+ * (starting, reconnecting) it could miss a change, so it holds nothing then and asks Redis. A reply may
+ * reach the process after a change it predates (Redis answered before the operator's change, the change's
+ * message came in first): so each question carries the count of changes heard when it was asked
+ * (`changes`), and an answer is held only when no change was heard since.
  * Held times run from when the question was sent, so a held answer never outlives Redis's. Holding stops
  * after `MAX_HELD` at most, but what a held answer reports does not: its wait is the one Redis named,
  * counted down to the moment it is given.
@@ -38,16 +42,24 @@ interface Denial extends Ban {
 }
 
 export class HeldAnswers {
+  /** Names this instance in the changes it publishes, so it does not forget its own twice (see `announceChanges`). */
+  readonly id = randomUUID()
   readonly #bans = new Map<string, Ban>()
   readonly #denials = new Map<string, Denial>()
   readonly #size: number
   readonly #now: () => number
   #listening = false
+  #changes = 0
 
   /** `size`: most bans, and most denials, held at once. */
   constructor (size: number, now: () => number = Date.now) {
     this.#size = size
     this.#now = now
+  }
+
+  /** Changes heard so far (and subscriptions lost or made): read when a question is asked, handed back with its answer. */
+  get changes (): number {
+    return this.#changes
   }
 
   /** The ban held on `bannedKey`, else a denial held on budget state `stateKey`, as Redis would answer it now. */
@@ -72,18 +84,19 @@ export class HeldAnswers {
     }
   }
 
-  /** Redis found `bannedKey` banned, in an answer to a question sent at `since`. */
-  banned (bannedKey: string, retryMs: number, since: number): void {
-    if (this.#listening) put(this.#bans, this.#size, bannedKey, { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }, this.#now())
+  /** Redis found `bannedKey` banned, in an answer to a question sent at `since`, asked when `changes` were heard. */
+  banned (bannedKey: string, retryMs: number, since: number, changes: number): void {
+    if (this.#listening && changes === this.#changes) put(this.#bans, this.#size, bannedKey, { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }, this.#now())
   }
 
   /**
    * Redis denied a request on budget state `stateKey` under `limits` (a budget whose denials only time can
-   * change), in an answer to a question sent at `since`: held when its one limit's count cannot fall before
-   * the wait ends, and the limit is the budget's (no override with other limits).
+   * change), in an answer to a question sent at `since`, asked when `changes` were heard: held when its one
+   * limit's count cannot fall before the wait ends, and the limit is the budget's (no override with other
+   * limits).
    */
-  denied (stateKey: string, limits: readonly Limit[], decision: Decision, since: number): void {
-    if (!this.#listening || limits.length !== 1 || decision.limits.length !== 1) return
+  denied (stateKey: string, limits: readonly Limit[], decision: Decision, since: number, changes: number): void {
+    if (!this.#listening || changes !== this.#changes || limits.length !== 1 || decision.limits.length !== 1) return
     const [limit] = limits
     if (decision.limit !== limit!.burst || decision.windowMs !== limit!.windowMs || decision.resetMs < decision.retryMs) return
     put(this.#denials, this.#size, stateKey, { until: since + Math.min(decision.retryMs, MAX_HELD), ends: since + decision.retryMs, since, decision }, this.#now())
@@ -91,6 +104,7 @@ export class HeldAnswers {
 
   /** An operator changed these keys (here or on another instance). */
   forget (keys: readonly string[]): void {
+    this.#changes++
     for (const key of keys) {
       this.#bans.delete(key)
       this.#denials.delete(key)
@@ -99,6 +113,7 @@ export class HeldAnswers {
 
   /** Whether changes reach this instance: only then is anything held. */
   listening (on: boolean): void {
+    this.#changes++
     this.#listening = on
     if (!on) {
       this.#bans.clear()
@@ -115,18 +130,33 @@ function live<T extends Ban> (map: Map<string, T>, key: string, now: number): T 
   return undefined
 }
 
-/** Holds `value` at `key`; a full map drops its ended entries first, and when none has ended, the oldest one. */
+/**
+ * Holds `value` at `key`, as the newest entry; a full map drops its oldest (ended or not: Redis is asked
+ * again). Constant time, however many identities churn through it; an ended entry is dropped when read.
+ */
 function put<T extends Ban> (map: Map<string, T>, size: number, key: string, value: T, now: number): void {
   if (value.until <= now) return
-  if (map.size >= size && !map.has(key)) {
-    for (const [k, held] of map) if (held.until <= now) map.delete(k)
-    if (map.size >= size) map.delete(map.keys().next().value!)
-  }
+  map.delete(key)
+  if (map.size >= size) map.delete(map.keys().next().value!)
   map.set(key, value)
 }
 
-/** The channel operators' changes are published on: the keys changed, separated by spaces. */
+/**
+ * The channel operators' changes are published on: the instance that made the change (its `HeldAnswers`' id,
+ * `-` when it holds nothing), then the keys changed, separated by spaces.
+ */
 export const changesChannel = (nameSpace: string): string => `${nameSpace}changed`
+
+/**
+ * The function that tells every instance which keys an operator changed. The instance that made the change
+ * forgot them before it publishes (see `Limiter.forget`), and skips its own message when it comes back: a
+ * second forget would only keep it from holding answers to questions asked after the change.
+ */
+export function announceChanges (client: RedisLike, nameSpace: string, held: HeldAnswers | undefined): (keys: readonly string[]) => Promise<unknown> {
+  const channel = changesChannel(nameSpace)
+  const from = held?.id ?? '-'
+  return async keys => await client.publish(channel, `${from} ${keys.join(' ')}`)
+}
 
 /**
  * Subscribes a connection of its own (a duplicate of `client`) to the changes channel and keeps `held` told
@@ -141,7 +171,11 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
     ? client.duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...client.options.redisOptions, connectionName } })
     : client.duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
   const channel = changesChannel(nameSpace)
-  subscriber.on('message', (from: string, keys: string) => { if (from === channel) held.forget(keys.split(' ')) })
+  subscriber.on('message', (from: string, message: string) => {
+    if (from !== channel) return
+    const [sender, ...keys] = message.split(' ')
+    if (sender !== held.id) held.forget(keys)
+  })
   subscriber.on('error', (err: Error) => { log.debug({ err }, 'rate-guard: the changes subscription failed; bans and denials are asked of Redis until it is back') })
   subscriber.on('close', () => held.listening(false))
   const subscribe = (): void => {

@@ -11,7 +11,7 @@ import { createHooks } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
 import { createLimiters } from './limiters.js'
 import type { RateLimitCheck } from './limiters.js'
-import { HeldAnswers, changesChannel, listenForChanges } from './held.js'
+import { HeldAnswers, announceChanges, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
 import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './errors.js'
 import * as errors from './errors.js'
@@ -147,7 +147,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
     }
     const limiter = new Limiter({
       held,
-      announce: async (keys) => await client.publish(changesChannel(opts.nameSpace), keys.join(' ')),
+      announce: announceChanges(client, opts.nameSpace, held),
       store,
       remote: true,
       timeout,

@@ -90,10 +90,11 @@ export class Limiter {
     const held = this.#held?.answer(input.keys.banned, input.holdDenials ? input.keys.log : '', input.limits)
     if (held !== undefined) return held
     if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
+    const changes = this.#held?.changes ?? 0
     return new Promise((resolve, reject) => this.#batcher!.add(input, (result, sentAt) => {
       // Answered whatever happens here (a logger that throws): a request never waits forever.
       try {
-        resolve(this.#verdict(input, result, sentAt, log))
+        resolve(this.#verdict(input, result, sentAt, changes, log))
       } catch (err) {
         reject(err)
       }
@@ -127,14 +128,17 @@ export class Limiter {
     else this.#breaker?.failure()
   }
 
-  /** One request's answer from its batch: Redis's decision (whose lasting denials are held), or `failMode`'s. */
-  #verdict (input: Decidable, result: Decision | Error, sentAt: number, log: FastifyBaseLogger): Verdict {
+  /**
+   * One request's answer from its batch: Redis's decision (whose lasting denials are held, unless an
+   * operator's change was heard since it was asked: see `HeldAnswers`), or `failMode`'s.
+   */
+  #verdict (input: Decidable, result: Decision | Error, sentAt: number, changes: number, log: FastifyBaseLogger): Verdict {
     if (result instanceof Error) {
       this.report(result, log, input.failMode)
       return this.#failModeDecides(input)
     }
-    if (result.status === 'banned') this.#held?.banned(input.keys.banned, result.retryMs, sentAt)
-    else if (result.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, result, sentAt)
+    if (result.status === 'banned') this.#held?.banned(input.keys.banned, result.retryMs, sentAt, changes)
+    else if (result.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, result, sentAt, changes)
     return result
   }
 
