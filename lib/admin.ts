@@ -1,6 +1,7 @@
 import { ALGORITHMS } from './algorithms/index.js'
 import type { Algorithm } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
+import { budgetName } from './budgets.js'
 import type { Budgets } from './budgets.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
@@ -106,7 +107,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     return identityKeys(nameSpace, scope, canonicalKey(key), algorithm)
   }
   const budgetOf = (options: BudgetOptions, call: string): RouteBudget & { name: string } => {
-    const name = options.route ?? (options.groupId !== undefined ? `group:${options.groupId}` : 'default')
+    const name = budgetName(options)
     const budget = budgets.get(name)
     if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
     return { ...budget, name }

@@ -1,4 +1,5 @@
 import type { RouteOptions } from 'fastify'
+import type { BudgetOptions } from './admin.js'
 import { BudgetConflictError } from './errors.js'
 import { headerStyle } from './headers.js'
 import type { RouteBudget } from './hook.js'
@@ -19,6 +20,11 @@ import type { ResolvedLimit, ResolvedRoute } from './options.js'
 // is taken as the same as any other function: what it returns is checked per request, not here.
 // Each route keeps its own RouteBudget (its headers, callbacks, key generator), around the shared state.
 
+/** The name of the budget an operator's call means: a route's (`GET /search`), a group's (`group:<id>`), else the plugin's (`default`). */
+export function budgetName ({ route, groupId }: BudgetOptions = {}): string {
+  return route ?? (groupId !== undefined ? `group:${groupId}` : 'default')
+}
+
 interface Named {
   /** The first route (or limiter) that declared it: what others are checked against. */
   readonly first: RouteBudget
@@ -33,7 +39,7 @@ export class Budgets {
 
   /** The plugin-wide budget. */
   plugin (route: ResolvedRoute): RouteBudget {
-    return this.#add('default', GLOBAL_SCOPE, route, 'the plugin\'s options')
+    return this.#add(budgetName(), GLOBAL_SCOPE, route, 'the plugin\'s options')
   }
 
   /** The budget of a route with its own `rateLimit` config. */
@@ -65,8 +71,8 @@ export class Budgets {
   }
 
   #group (route: ResolvedRoute, declared: string): RouteBudget {
-    const id = route.groupId!
-    return this.#add(`group:${id}`, scopeOf('group', id), route, declared)
+    const groupId = route.groupId!
+    return this.#add(budgetName({ groupId }), scopeOf('group', groupId), route, declared)
   }
 
   #add (name: string, scope: string, route: ResolvedRoute, declared: string): RouteBudget {

@@ -171,8 +171,8 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
     ? client.duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...client.options.redisOptions, connectionName } })
     : client.duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
   const channel = changesChannel(nameSpace)
-  subscriber.on('message', (from: string, message: string) => {
-    if (from !== channel) return
+  // Subscribed to the one channel, so every message is a change.
+  subscriber.on('message', (_channel: string, message: string) => {
     const [sender, ...keys] = message.split(' ')
     if (sender !== held.id) held.forget(keys)
   })

@@ -1,4 +1,5 @@
 import type { BudgetOptions, OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin.js'
+import { budgetName } from './budgets.js'
 import { InvalidOptionError } from './errors.js'
 import type { LimiterDecorators } from './limiters.js'
 
@@ -32,7 +33,7 @@ export function createRegistrations (): Registrations {
   const all: Registration[] = []
   const withBudget = (options: BudgetOptions | undefined, call: string): Registration => {
     if (all.length === 1) return all[0]!
-    const name = options?.route ?? (options?.groupId !== undefined ? `group:${options.groupId}` : 'default')
+    const name = budgetName(options)
     const found = all.filter(registration => registration.has(name))
     if (found.length === 1) return found[0]!
     throw new InvalidOptionError(call, found.length === 0
