@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Limit } from './algorithms/index.js'
+import { isPromise, then } from './awaitable.js'
 import { formatDuration } from './duration.js'
 import { BannedError, InvalidOptionError, TooManyRequestsError, UnavailableError } from './errors.js'
 import { retryAfterSeconds, writeHeaders } from './headers.js'
@@ -8,7 +9,8 @@ import { identityKeys, sharedKeys } from './keys.js'
 import type { Decidable, Limiter, Verdict } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
 import { checkLimit } from './options.js'
-import type { ResolvedLimit, ResolvedRoute } from './options.js'
+import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './options.js'
+import type { Callbacks } from './callbacks.js'
 
 /**
  * The request hook: key → allow list → limits → one decision (then the route's shared budget, when it has
@@ -38,22 +40,16 @@ export const SENT = Symbol('sent')
 
 type Done = (err?: Error) => void
 
-function isPromise<T> (value: T | PromiseLike<T>): value is PromiseLike<T> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function'
-}
-
-/** `next(value)`, at once when `value` is at hand, or once it resolves. */
-function then<T, R> (value: T | PromiseLike<T>, next: (value: T) => R | PromiseLike<R>): R | PromiseLike<R> {
-  return isPromise(value) ? value.then(next) : next(value)
-}
-
 /** The hook in Fastify's callback style: `done` once, with the refusal if any; not at all when it answered itself. */
 export type RequestHook = (request: FastifyRequest, reply: FastifyReply, done: Done) => void
 
-/** A request's key and what its decision takes; `input` is null when the allow list lets it through. */
+/**
+ * A request's key and what its decision takes: `input` is null when the allow list lets it through; a
+ * Verdict when a limit that is a function of the request could not be computed, so `failMode` decides.
+ */
 export interface Prepared {
   readonly key: string
-  readonly input: Decidable | null
+  readonly input: Decidable | Verdict | null
 }
 
 /** One budget applied to requests: as Fastify's hook, as a function giving the outcome, and its first steps alone. */
@@ -69,9 +65,14 @@ export interface BudgetHooks {
  * `undoneScopes`: the scopes of budgets some route gives counts back to (it has a shared budget); complete
  * once the app is ready. `ran`: the request decoration saying one of the registration's hooks has limited it.
  */
-export function createHooks (limiter: Limiter, nameSpace: string, timeout: number, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol): BudgetHooks {
+export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol): BudgetHooks {
+  const { nameSpace, timeout, callbacks } = opts
   const { route, scope } = budget
-  const { keyGenerator, allowList, ban, algorithm, failMode } = route
+  const { allowList, ban, algorithm, failMode } = route
+  // The app's key generator falls back to the default hierarchy when it fails (see lib/callbacks.ts).
+  const keyOf = route.defaultKey ? route.keyGenerator as Keyed : controlledKeyGenerator(route.keyGenerator, opts.keyGeneratorFor(route.ipv6Subnet), callbacks)
+  // A limit the app computes per request that fails: failMode decides, as when Redis cannot.
+  const limitFailed: Verdict = failMode === 'closed' ? { status: 'unavailable' } : { status: 'unenforced' }
   const fixedLimits = staticLimits(route.limits)
   // Only time can change a denial when it counts no strike and no request's limits differ (see HeldAnswers);
   // a shared budget's denials, too: nothing is ever given back to it.
@@ -85,17 +86,19 @@ export function createHooks (limiter: Limiter, nameSpace: string, timeout: numbe
   const unavailable = new UnavailableError(formatDuration(unavailableAfter * 1000))
   const unavailableBody = JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
 
-  function prepare (request: FastifyRequest, given: unknown): Prepared | PromiseLike<Prepared> {
+  function prepare (request: FastifyRequest, given: string | PromiseLike<string>): Prepared | PromiseLike<Prepared> {
     if (isPromise(given)) return given.then(key => prepare(request, key))
-    const key = checkKey(given)
+    const key = given
     if (allowList === null) return withLimits(request, key)
-    const allowed = typeof allowList === 'function' ? allowList(request, key) : allowList.has(key)
+    const allowed = typeof allowList === 'function'
+      ? callbacks.run('allowList', () => allowList(request, key), () => false, request.log)
+      : allowList.has(key)
     return then(allowed, yes => yes ? { key, input: null } : withLimits(request, key))
   }
 
   function withLimits (request: FastifyRequest, key: string): Prepared | PromiseLike<Prepared> {
     if (fixedLimits !== null) return prepared(key, fixedLimits)
-    return limitsOf(route.limits, request, key).then(limits => prepared(key, limits))
+    return limitsOf(route.limits, request, key, callbacks).then(limits => limits === null ? { key, input: limitFailed } : prepared(key, limits))
   }
 
   function prepared (key: string, limits: readonly Limit[]): Prepared {
@@ -105,6 +108,7 @@ export function createHooks (limiter: Limiter, nameSpace: string, timeout: numbe
 
   function decide (request: FastifyRequest, reply: FastifyReply, { key, input }: Prepared): Outcome | PromiseLike<Outcome> {
     if (input === null) return undefined
+    if (!('keys' in input)) return answer(request, reply, key, input, budget.headers)
     return then(limiter.decide(input, request.log), own => {
       if (own.status !== 'allowed' || shared === null) return answer(request, reply, key, own, budget.headers)
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
@@ -153,7 +157,7 @@ export function createHooks (limiter: Limiter, nameSpace: string, timeout: numbe
     const marked = request as unknown as Record<symbol, boolean>
     if (marked[ran]) return undefined
     marked[ran] = true
-    return then(prepare(request, keyGenerator(request)), ready => decide(request, reply, ready))
+    return then(prepare(request, keyOf(request)), ready => decide(request, reply, ready))
   }
 
   return {
@@ -169,7 +173,7 @@ export function createHooks (limiter: Limiter, nameSpace: string, timeout: numbe
       else finish(outcome, done)
     },
     run,
-    prepare: (request) => prepare(request, keyGenerator(request))
+    prepare: (request) => prepare(request, keyOf(request))
   }
 }
 
@@ -183,14 +187,30 @@ export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[
   return Object.freeze(limits.map(({ max, windowMs, burst }) => checkLimit(max as number, windowMs as number, burst ?? max as number, 'max')))
 }
 
-/** The limits of one request, when `max` or `timeWindow` is a function of it. */
-async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyRequest, key: string): Promise<Limit[]> {
-  return await Promise.all(limits.map(async ({ max, windowMs, burst }) => {
-    const m = typeof max === 'function' ? checkMax(await max(request, key), 'max', 0) : max
-    const w = typeof windowMs === 'function' ? checkDuration(await windowMs(request, key), 'timeWindow') : windowMs
-    return checkLimit(m, w, burst ?? m, 'max')
-  }))
+/**
+ * The limits of one request, when `max` or `timeWindow` is a function of it; null when one of those
+ * functions failed (threw, rejected, missed the deadline or gave no valid value: see lib/callbacks.ts).
+ */
+async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyRequest, key: string, callbacks: Callbacks): Promise<Limit[] | null> {
+  const computed = async <T>(kind: string, call: () => unknown, check: (value: unknown) => T): Promise<T | null> =>
+    await callbacks.run<T | null>(kind, () => then(call(), check), () => null, request.log)
+  const out: Limit[] = []
+  for (const { max, windowMs, burst } of limits) {
+    const m = typeof max === 'function' ? await computed('max', () => max(request, key), value => checkMax(value, 'max', 0)) : max
+    const w = typeof windowMs === 'function' ? await computed('timeWindow', () => windowMs(request, key), value => checkDuration(value, 'timeWindow')) : windowMs
+    if (m === null || w === null) return null
+    out.push(checkLimit(m, w, burst ?? m, 'max'))
+  }
+  return out
 }
+
+/** The app's key generator, checked, with the default hierarchy in its place when it fails. */
+function controlledKeyGenerator (keyGenerator: KeyGenerator, fallback: KeyGenerator, callbacks: Callbacks): Keyed {
+  return request => callbacks.run<string>('keyGenerator', () => then(keyGenerator(request), checkKey), () => fallback(request) as ReturnType<Keyed>, request.log)
+}
+
+/** A key generator whose keys are strings (the default one's, or the app's checked). */
+type Keyed = (request: FastifyRequest) => string | PromiseLike<string>
 
 function checkKey (key: unknown): string {
   if (typeof key === 'string') return key

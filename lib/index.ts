@@ -15,7 +15,7 @@ import { HeldAnswers, announceChanges, listenForChanges } from './held.js'
 import { Breaker } from './breaker.js'
 import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './errors.js'
 import * as errors from './errors.js'
-import { identityKeys, normalizeIP } from './keys.js'
+import { identityKeys, normalizeIP, trustsEveryAddress } from './keys.js'
 import { deadline } from './deadline.js'
 import { Limiter, isPermanent } from './limiter.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
@@ -55,8 +55,9 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const opts = resolveOptions(options)
   const outer = outerRegistrations(fastify)
   outer?.check(opts.nameSpace)
+  if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
   if (trustsEveryProxy(fastify)) {
-    fastify.log.warn('rate-guard: trustProxy is true, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead')
+    fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies, or their number (trustProxy: 1), instead')
   }
   const limiter = await openLimiter(fastify, opts)
   fastify.addHook('onClose', async () => await limiter.close())
@@ -68,7 +69,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   fastify.decorateRequest(ran, false)
   const hooks = (made: RouteBudget): BudgetHooks => {
     if (made.route.shared !== null) undoneScopes.add(made.scope)
-    return createHooks(limiter, opts.nameSpace, opts.timeout, made, undoneScopes, ran)
+    return createHooks(limiter, opts, made, undoneScopes, ran)
   }
   const pluginHooks = hooks(budgets.plugin(opts.route))
 
@@ -210,7 +211,7 @@ async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike)
 function trustsEveryProxy (fastify: FastifyInstance): boolean {
   for (let o: object | null = fastify; o !== null; o = Object.getPrototypeOf(o) as object | null) {
     const symbol = Object.getOwnPropertySymbols(o).find(s => s.description === 'fastify.options')
-    if (symbol !== undefined) return (o as Record<symbol, { trustProxy?: unknown }>)[symbol]?.trustProxy === true
+    if (symbol !== undefined) return trustsEveryAddress((o as Record<symbol, { trustProxy?: unknown }>)[symbol]?.trustProxy)
   }
   return false
 }

@@ -1,17 +1,22 @@
 import { createHash, hash as digest } from 'node:crypto'
 import { isIP, isIPv4, isIPv6 } from 'node:net'
+import { compile } from '@fastify/proxy-addr'
 import type { FastifyRequest } from 'fastify'
 import { DEFAULT_ALGORITHM, STATE_SEGMENT } from './algorithms/index.js'
 import type { Algorithm } from './algorithms/index.js'
 import type { Awaitable, KeyGenerator } from './options.js'
+import { then } from './awaitable.js'
+import type { Callbacks } from './callbacks.js'
 
 /** Who a request is (API key, then user, then client IP) and where that identity lives in Redis. */
 
 export interface KeyHierarchyOptions {
+  /** The API-key tier's header; false when the tier is off (always, unless the app verifies keys). */
   apiKeyHeader: string | false
   verifyApiKey: ((apiKey: string, request: FastifyRequest) => Awaitable<boolean>) | undefined
   userId: ((request: FastifyRequest) => unknown) | undefined
   ipv6Subnet: number
+  callbacks: Callbacks
 }
 
 /** Longest API key or user id considered; longer values are not identities anyone issues. */
@@ -28,28 +33,38 @@ function asId (value: unknown): string | undefined {
   return undefined
 }
 
+/** The tiers the default key generator names clients by, for the log line at register. */
+export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHeader'>): string {
+  return `${apiKeyHeader === false ? '' : `verified API key (${apiKeyHeader}) → `}authenticated user → client IP`
+}
+
 /**
- * The default key: `apikey:<key>` when the API key header is present (and verified, when `verifyApiKey` is
- * given), else `user:<id>` for an authenticated user, else `ip:<address>` with IPv6 masked to its subnet.
+ * The default key: `apikey:<key>` when the API key header is present and `verifyApiKey` says it is valid,
+ * else `user:<id>` for an authenticated user, else `ip:<address>` with IPv6 masked to its subnet. Without
+ * `verifyApiKey` there is no API-key tier: a key nobody checked is free to mint, a fresh budget per request.
+ * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
  */
 export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
-  const { apiKeyHeader, verifyApiKey, ipv6Subnet } = opts
-  const userId = opts.userId ?? defaultUserId
-  const byUserOrIp = (request: FastifyRequest): string => {
-    const user = asId(userId(request))
-    return user !== undefined ? `user:${user}` : `ip:${normalizeIP(request.ip, ipv6Subnet)}`
-  }
-  if (apiKeyHeader === false) return byUserOrIp
-  if (verifyApiKey === undefined) {
-    return (request) => {
-      const apiKey = asId(request.headers[apiKeyHeader])
-      return apiKey !== undefined ? `apikey:${apiKey}` : byUserOrIp(request)
+  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks } = opts
+  let warnedNoAddress = false
+  const byAddress = (request: FastifyRequest): string => {
+    if (request.ip !== undefined && request.ip !== '') return `ip:${clientIP(request.ip, ipv6Subnet)}`
+    if (!warnedNoAddress) {
+      warnedNoAddress = true
+      request.log.warn(NO_ADDRESS)
     }
+    return `conn:${connectionId(request.raw.socket)}`
   }
-  return async (request) => {
+  const byUserOrIp = (request: FastifyRequest): string => {
+    const user = asId(userId === undefined ? defaultUserId(request) : callbacks.run('userId', () => userId(request), () => undefined, request.log))
+    return user !== undefined ? `user:${user}` : byAddress(request)
+  }
+  if (apiKeyHeader === false || verifyApiKey === undefined) return byUserOrIp
+  return (request) => {
     const apiKey = asId(request.headers[apiKeyHeader])
-    if (apiKey !== undefined && await verifyApiKey(apiKey, request) === true) return `apikey:${apiKey}`
-    return byUserOrIp(request)
+    if (apiKey === undefined) return byUserOrIp(request)
+    const verified = callbacks.run('verifyApiKey', () => verifyApiKey(apiKey, request), () => false, request.log)
+    return then(verified, valid => valid === true ? `apikey:${apiKey}` : byUserOrIp(request)) as Awaitable<string>
   }
 }
 
@@ -66,13 +81,77 @@ export function normalizeIP (ip: string | undefined, subnet = 64): string {
   if (!isIPv6(address)) return 'unknown'
   const groups = expandIPv6(address)
   if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
-    return `${groups[6]! >> 8}.${groups[6]! & 255}.${groups[7]! >> 8}.${groups[7]! & 255}`
+    return lastIPv4(groups)
   }
   const masked = groups.map((group, i) => {
     const bits = Math.min(16, Math.max(0, subnet - i * 16))
     return group & ((0xffff << (16 - bits)) & 0xffff)
   })
   return rfc5952(masked)
+}
+
+const NO_ADDRESS = 'rate-guard: a request came with no client address (the server listens on a Unix socket, and Fastify\'s trustProxy does not give request.ip): each connection is counted as a client of its own, and a proxy\'s pooled connections mix its clients. Trust the proxy on the socket, and only it: trustProxy: (address, hop) => hop === 0 makes request.ip the address it appended to X-Forwarded-For'
+
+/**
+ * A request without an address (a Unix socket, with `trustProxy` giving none) is counted by its connection:
+ * one abuser cannot spend, or ban, the budget of every other client, as one shared `ip:unknown` would.
+ */
+const connections = new WeakMap<object, number>()
+let lastConnection = 0
+function connectionId (socket: object): number {
+  let id = connections.get(socket)
+  if (id === undefined) connections.set(socket, id = ++lastConnection)
+  return id
+}
+
+/** Addresses from across the IPv4 and the IPv6 internet: a `trustProxy` that trusts all of either trusts any client. */
+const PROBES = [
+  ['1.1.1.1', '100.64.0.1', '129.0.0.1', '203.0.113.9', '255.255.255.254'],
+  ['2001:db8::1', '2a00::1', 'fe80::1', 'ffff::1']
+]
+
+/**
+ * Whether Fastify's `trustProxy` trusts every address at every hop (`true`, a function or a list that lets
+ * any address through, as `() => true` or `['0.0.0.0/1', '128.0.0.0/1']`), so the left-most
+ * `X-Forwarded-For` entry, which any client writes, is `request.ip`.
+ */
+export function trustsEveryAddress (trustProxy: unknown): boolean {
+  if (trustProxy === true) return true
+  try {
+    let trust: (address: string, hop: number) => unknown
+    if (typeof trustProxy === 'function') trust = trustProxy as typeof trust
+    else if (typeof trustProxy === 'string') trust = compile(trustProxy.split(',').map(entry => entry.trim()))
+    else if (Array.isArray(trustProxy)) trust = compile(trustProxy as string[])
+    else return false
+    // Trusting the nearest hop alone (`(address, hop) => hop === 0`) is sound: the entry a proxy appended.
+    return PROBES.some(family => family.every(address => trust(address, 0) === true && trust(address, 1) === true))
+  } catch {
+    // A list Fastify cannot read fails its own start; a function that throws trusts nobody it threw for.
+    return false
+  }
+}
+
+/**
+ * The client an address stands for, as the default key names it: `normalizeIP`'s string, except that an
+ * IPv4 client seen through a NAT64 / SIIT translator is that IPv4 address. Masking such an address to its
+ * /64 would make every IPv4 client behind the translator one client. The prefixes are the well-known
+ * `64:ff9b::/96` (RFC 6052) and the local-use `64:ff9b:1::/48` (RFC 8215), read with the /96 layout (the
+ * IPv4 address in the last 32 bits), the one translators use by default.
+ */
+export function clientIP (ip: string | undefined, subnet = 64): string {
+  if (ip !== undefined && /^64:ff9b:/i.test(ip) && isIPv6(ip)) {
+    const groups = expandIPv6(ip)
+    const wellKnown = groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0
+    if (groups[0] === 0x64 && groups[1] === 0xff9b && (wellKnown || groups[2] === 1)) {
+      return lastIPv4(groups)
+    }
+  }
+  return normalizeIP(ip, subnet)
+}
+
+/** The IPv4 address in the last 32 bits of an IPv6 address's eight groups. */
+function lastIPv4 (groups: readonly number[]): string {
+  return `${groups[6]! >> 8}.${groups[6]! & 255}.${groups[7]! >> 8}.${groups[7]! & 255}`
 }
 
 /** Eight groups as RFC 5952 writes them: lower-case hex without leading zeros, the first longest run of two or more zero groups as `::`. */
@@ -109,7 +188,7 @@ function expandIPv6 (address: string): number[] {
  * to its subnet), so allow lists and operator calls may spell an address any way (`ip:2001:db8::1`).
  */
 export function canonicalKey (key: string, ipv6Subnet: number): string {
-  return key.startsWith('ip:') && isIP(key.slice(3)) !== 0 ? `ip:${normalizeIP(key.slice(3), ipv6Subnet)}` : key
+  return key.startsWith('ip:') && isIP(key.slice(3)) !== 0 ? `ip:${clientIP(key.slice(3), ipv6Subnet)}` : key
 }
 
 const LONE_SURROGATE = /\p{Surrogate}/u

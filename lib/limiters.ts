@@ -54,6 +54,8 @@ export function createLimiters (limiter: Limiter, timeout: number, hooksFor: (op
       return async function check (request, { increment = true } = {}) {
         const { key, input } = await prepare(request)
         if (input === null) return { isAllowed: true, key }
+        // A limit the app computes per request failed: failMode's verdict, with no limit known.
+        if (!('keys' in input)) return result(key, input, { burst: 0, windowMs: 0 }, timeout)
         if (increment) return result(key, await limiter.decide(input, request.log), input.limits[0]!, timeout)
         // A read counts nothing, so it exceeds nothing (as theirs): whether a request would pass is `remaining`.
         return { ...result(key, await limiter.peek(input, request.log), input.limits[0]!, timeout), isExceeded: false } as RateLimitResult

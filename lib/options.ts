@@ -6,7 +6,8 @@ import { checkBoolean, checkDeadline, checkDuration, checkFunction, checkKeys, c
 import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, banPerWindow, checkDenials, checkHeaderSwitches, rejectUnsupported } from './compat.js'
 import type { FieldNames, HeaderSwitches } from './compat.js'
 import { InvalidRouteConfigError } from './errors.js'
-import { canonicalKey, defaultKeyGenerator } from './keys.js'
+import { canonicalKey, defaultKeyGenerator, keyTiers } from './keys.js'
+import { Callbacks } from './callbacks.js'
 import type { KeyHierarchyOptions } from './keys.js'
 import type { RedisLike } from './stores/redis.js'
 import type { BanPolicy } from './stores/store.js'
@@ -205,6 +206,10 @@ export interface ResolvedOptions {
   readonly canonicalKey: (key: string) => string
   /** The default key generator for a subnet. */
   readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator
+  /** Which tiers the default key generator names clients by (for the log at register). */
+  readonly keyTiers: string
+  /** Runs the app's callbacks under the deadline, with their fallbacks. */
+  readonly callbacks: Callbacks
   /** The plugin's options as the base of every route's, limiter's and group's. */
   readonly route: ResolvedRoute
 }
@@ -514,14 +519,23 @@ export function resolveOptions (input: unknown): ResolvedOptions {
   checkKeys(opts, PLUGIN_KEYS, '')
   const has = (key: string): boolean => opts[key] !== undefined
 
+  const timeout = has('timeout') ? checkDeadline(opts.timeout, 'timeout') : DEFAULTS.timeout
+  const callbacks = new Callbacks(timeout)
+  const verifyApiKey = has('verifyApiKey') ? checkFunction<KeyHierarchyOptions['verifyApiKey']>(opts.verifyApiKey, 'verifyApiKey') : undefined
   const apiKeyHeader = has('apiKeyHeader') ? opts.apiKeyHeader : DEFAULTS.apiKeyHeader
   if (apiKeyHeader !== false && (typeof apiKeyHeader !== 'string' || !/^[a-z0-9!#$%&'*+.^_`|~-]+$/i.test(apiKeyHeader))) {
     fail('apiKeyHeader', apiKeyHeader, 'a header name or false')
   }
+  // An API key is an identity only when the app verifies it: any client can mint an unverified one, a fresh
+  // budget per request. Naming the header without a way to verify it is a mistake, refused.
+  if (has('apiKeyHeader') && apiKeyHeader !== false && verifyApiKey === undefined) {
+    fail('apiKeyHeader', apiKeyHeader, 'false, or a header given with verifyApiKey (a key nobody verifies is an identity any client can mint; when a gateway in front has verified it, say so with verifyApiKey: () => true)')
+  }
   const hierarchy = {
-    apiKeyHeader: apiKeyHeader === false ? false as const : apiKeyHeader.toLowerCase(),
-    verifyApiKey: has('verifyApiKey') ? checkFunction<KeyHierarchyOptions['verifyApiKey']>(opts.verifyApiKey, 'verifyApiKey') : undefined,
-    userId: has('userId') ? checkFunction<KeyHierarchyOptions['userId']>(opts.userId, 'userId') : undefined
+    apiKeyHeader: apiKeyHeader === false || verifyApiKey === undefined ? false as const : apiKeyHeader.toLowerCase(),
+    verifyApiKey,
+    userId: has('userId') ? checkFunction<KeyHierarchyOptions['userId']>(opts.userId, 'userId') : undefined,
+    callbacks
   }
   const keyGeneratorFor = (ipv6Subnet: number): KeyGenerator => defaultKeyGenerator({ ...hierarchy, ipv6Subnet })
 
@@ -561,13 +575,15 @@ export function resolveOptions (input: unknown): ResolvedOptions {
     redis: checkRedis(opts.redis),
     global: has('global') ? checkBoolean(opts.global, 'global') : true,
     nameSpace,
-    timeout: has('timeout') ? checkDeadline(opts.timeout, 'timeout') : DEFAULTS.timeout,
+    timeout,
     strict: has('strict') ? checkBoolean(opts.strict, 'strict') : false,
     breaker: checkBreaker(has('breaker') ? opts.breaker : DEFAULTS.breaker),
     banCache: has('banCache') ? checkBoolean(opts.banCache, 'banCache') : true,
     cache: has('cache') ? checkMax(opts.cache, 'cache') : DEFAULTS.cache,
     canonicalKey: (key: string) => canonicalKey(key, route.ipv6Subnet),
     keyGeneratorFor,
+    keyTiers: keyTiers(hierarchy),
+    callbacks,
     route
   })
 }

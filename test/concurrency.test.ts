@@ -32,7 +32,7 @@ async function instances (t: Test, redisFor: () => Redis | string, options: Rate
   for (let i = 0; i < INSTANCES; i++) {
     const app = Fastify({ logger: false })
     t.teardown(async () => { await app.close() })
-    await app.register(rateGuard, { ...options, redis: redisFor() })
+    await app.register(rateGuard, { verifyApiKey: () => true, ...options, redis: redisFor() })
     routes(app)
     await app.ready()
     apps.push(app)

@@ -33,7 +33,7 @@ async function makeApp (t: Test, options: RateGuardOptions): Promise<App> {
   const logs: LogLine[] = []
   const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } } } })
   t.teardown(async () => { await app.close() })
-  await app.register(rateGuard, { nameSpace: uniquePrefix(), timeout: TIMEOUT, ...options })
+  await app.register(rateGuard, { nameSpace: uniquePrefix(), timeout: TIMEOUT, verifyApiKey: () => true, ...options })
   app.get('/', async () => 'ok')
   await app.ready()
   return { app, logs }

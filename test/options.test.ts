@@ -185,6 +185,7 @@ t.test('valid options register', async t => {
     cache: 100,
     ipv6Subnet: 56,
     apiKeyHeader: 'X-Client-Key',
+    verifyApiKey: async () => true,
     allowList: ['ip:10.0.0.1'],
     groupId: 'api-v1',
     standardHeaders: 'draft-10',
