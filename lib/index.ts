@@ -128,7 +128,10 @@ function addHook (routeOptions: RouteOptions, hook: HookName, rateGuard: Request
 
 async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
   const { timeout, cache } = opts
-  const local = (): MemoryStore => new MemoryStore({ cache })
+  const local = (): MemoryStore => new MemoryStore({
+    cache,
+    onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per route) until room is made; raise cache if this is ordinary traffic')
+  })
   const given = opts.redis ?? lentByFastifyRedis(fastify)
   if (given === undefined) {
     fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')

@@ -11,7 +11,7 @@ import { ALGORITHMS } from '../lib/algorithms/index.js'
 import type { Algorithm } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/keys.js'
 import type { IdentityKeys } from '../lib/keys.js'
-import { MemoryStore } from '../lib/stores/memory.js'
+import { MemoryStore, OVERFLOW_BUCKETS } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
@@ -627,36 +627,47 @@ t.test('MemoryStore bounds', async t => {
     return { store, at: (ms) => { clock = T0 + ms }, keys: (i) => identityKeys(prefix, 'all', `ip:10.0.${i >> 8}.${i & 255}`) }
   }
 
-  t.test('a flood of new identities never resets an existing budget: newcomers share one overflow log', async t => {
+  t.test('a flood of new identities: the least recently used logs under their limits make room; a client at its limit keeps its count', async t => {
     const { store, at, keys } = setup(t, 4)
     at(0)
-    for (let i = 0; i < 4; i++) t.equal(store.decide(input(keys(i))).status, 'allowed')
-    t.strictSame(summary(store.decide(input(keys(0)))), allowed(2, 1000), 'identity 0 has spent 2 of 3')
-    t.equal(store.size, 4, 'the table is full of live identities')
+    for (let i = 0; i < 3; i++) store.decide(input(keys(0)))
+    for (let i = 1; i < 4; i++) t.equal(store.decide(input(keys(i))).status, 'allowed')
+    t.equal(store.size, 4, 'the table is full of live identities, identity 0 at its limit')
 
     at(100)
     const flood = Array.from({ length: 50 }, (_, i) => store.decide(input(keys(100 + i))))
-    t.strictSame(flood.slice(0, 3).map(summary), [allowed(1, 1000), allowed(2, 1000), allowed(3, 1000)], 'newcomers count in one shared log')
-    t.ok(flood.slice(3).every(d => d.status === 'limited' && d.count === 3), 'and are limited together once it is full')
-    t.equal(store.size, 5, 'one overflow log was added, nothing else')
-
-    t.strictSame(summary(store.decide(input(keys(0)))), allowed(3, 900), 'identity 0 keeps its own count: one left, not a fresh budget')
-    t.strictSame(summary(store.decide(input(keys(0)))), limited(3, 900), 'and is then limited')
-    t.strictSame(summary(store.decide(input(keys(1)))), allowed(2, 900), 'identity 1 too')
+    t.ok(flood.every(d => d.status === 'allowed' && d.count === 1), 'every newcomer counts on a log of its own')
+    t.equal(store.size, 4, 'the table stays at cache')
+    t.strictSame(summary(store.decide(input(keys(0)))), limited(3, 900, 900), 'identity 0, at its limit, keeps its count: no fresh budget')
+    t.strictSame(summary(store.decide(input(keys(1)))), allowed(1, 1000), 'identity 1, under its limit and least recently used, was dropped: a fresh log')
   })
 
-  t.test('the overflow log limits but never strikes or bans anybody', async t => {
-    const { store, at, keys } = setup(t, 2)
-    at(0)
-    store.decide(input(keys(0)))
-    store.decide(input(keys(1)))
-    at(10)
-    const decisions = Array.from({ length: 40 }, (_, i) => store.decide(input(keys(100 + (i % 5)), 1)))
-    t.equal(decisions.filter(d => d.status === 'allowed').length, 3, 'three newcomers got in')
-    t.ok(decisions.slice(3).every(d => d.status === 'limited' && !d.banStarted), 'the rest are limited, with threshold 1, and never banned')
-    t.equal(store.size, 3, 'no strikes or bans were stored for them')
-    at(1010)
-    t.strictSame(summary(store.decide(input(keys(103), 1))), allowed(1, 1000), 'once the shared entries leave, a newcomer is let in again')
+  t.test('when every log in reach is kept, newcomers share hashed overflow logs that limit but never strike or ban', async t => {
+    let full = 0
+    let clock = T0
+    const store = new MemoryStore({ cache: 2, now: () => clock, onFull: () => { full++ } })
+    t.teardown(() => store.close())
+    const prefix = uniquePrefix()
+    const keys = (i: number): IdentityKeys => identityKeys(prefix, 'all', `ip:10.0.${i >> 8}.${i & 255}`)
+    for (const i of [0, 1]) for (let n = 0; n < 3; n++) store.decide(input(keys(i)))
+    clock = T0 + 10
+    const decisions = Array.from({ length: 200 }, (_, i) => store.decide(input(keys(100 + (i % 100)), 1)))
+    // Each newcomer asked twice; a shared log lets `max` of its newcomers' requests through.
+    const perBucket = new Map<string, number>()
+    for (let i = 0; i < 100; i++) {
+      const bucket = keys(100 + i).log.split('{')[1]![0]!
+      perBucket.set(bucket, (perBucket.get(bucket) ?? 0) + 2)
+    }
+    const buckets = perBucket
+    const through = decisions.filter(d => d.status === 'allowed').length
+    const expected = [...perBucket.values()].reduce((sum, asked) => sum + Math.min(max, asked), 0)
+    t.equal(through, expected, `${through} requests of newcomers got in: ${max} at most in each of the ${buckets.size} shared logs they hash to`)
+    t.ok(decisions.every(d => d.status !== 'banned' && !d.banStarted), 'the rest are limited, with threshold 1, and never banned')
+    t.equal(store.size, 2 + buckets.size, 'no strikes or bans were stored for them: the two kept logs and the shared ones')
+    t.ok(buckets.size <= OVERFLOW_BUCKETS)
+    t.equal(full, 1, 'onFull was told once')
+    clock = T0 + 1010
+    t.strictSame(summary(store.decide(input(keys(300), 1))), allowed(1, 1000), 'once the kept clients\' windows are over, a newcomer has a log of its own again')
   })
 
   t.test('a full table still bans an identity it tracks', async t => {

@@ -6,13 +6,23 @@ import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './sto
 /**
  * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
  * Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
- * Bounded: at most `cache` budgets (logs or counters) are tracked (plus the strikes and bans of their identities, and bans set by
- * an operator); expired keys are swept. When the table is full of live logs, a new identity is counted in one
- * shared overflow log per budget instead of pushing anyone else's log out, so flooding the table with new
- * identities can never reset an existing client's budget, nor keep an existing abuser from being banned.
+ *
+ * Bounded, and fair under a flood of new identities: logs (or counters), strikes, offences, bans and
+ * overrides all count toward `cache`; expired keys are swept. When the table is full, the least recently
+ * used log is dropped to make room, unless its client is at its limit within its window (dropping it would
+ * give an abuser a fresh budget): those are kept, and so are bans and overrides, which are never dropped.
+ * Only when every log in reach is kept are newcomers counted in shared logs, spread over `OVERFLOW_BUCKETS`
+ * per budget by their identity's hash (and `onFull` is told, once a minute at most): strangers then share a
+ * budget with a few others, never with all. So the table holds at most `cache` keys, plus bans and overrides
+ * beyond it and the shared logs (`OVERFLOW_BUCKETS` per budget).
  */
 
 interface Mark { value: number | string, expiresAt: number }
+
+/** A budget's state, and until when it is kept when room is needed: its client reached a limit. */
+interface Tracked extends State {
+  keepUntil?: number
+}
 
 export interface MemoryStoreOptions {
   /** Most keys tracked at once. */
@@ -21,9 +31,16 @@ export interface MemoryStoreOptions {
   now?: () => number
   /** How often expired keys are swept (ms). */
   sweepInterval?: number
+  /** Called when a newcomer finds no room (every log in reach is kept): once a minute at most. */
+  onFull?: () => void
 }
 
-const OVERFLOW = 'overflow'
+const OVERFLOW = 'overflow:'
+/** Shared logs per budget for newcomers when the table is full (one per first character of the identity's hash). */
+export const OVERFLOW_BUCKETS = 64
+/** Least recently used logs looked at for one to drop: the cost of a newcomer stays constant. */
+const EVICTION_SCAN = 64
+const FULL_WARNING_INTERVAL = 60_000
 
 export class MemoryStore implements Store {
   readonly #logs = new Map<string, State>()
@@ -31,11 +48,14 @@ export class MemoryStore implements Store {
   readonly #cache: number
   readonly #now: () => number
   readonly #timer: NodeJS.Timeout
+  readonly #onFull: (() => void) | undefined
   #lastFullSweep = -Infinity
+  #lastFullWarning = -Infinity
 
-  constructor ({ cache, now = Date.now, sweepInterval = 30_000 }: MemoryStoreOptions) {
+  constructor ({ cache, now = Date.now, sweepInterval = 30_000, onFull }: MemoryStoreOptions) {
     this.#cache = cache
     this.#now = now
+    this.#onFull = onFull
     this.#timer = setInterval(() => this.sweep(), sweepInterval).unref()
   }
 
@@ -64,10 +84,20 @@ export class MemoryStore implements Store {
     if (override !== undefined) limits = parseLimits(override.value as string)
     if (limits.length === 0) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
 
-    const stateKey = this.#logs.has(keys.log) || this.#hasRoom(now) ? keys.log : OVERFLOW + keys.log.slice(keys.log.lastIndexOf('}:') + 1)
-    const counted = STEPS[algorithm].count(this.#live(this.#logs, stateKey, now), limits, now, peek)
-    if (counted.state !== undefined) this.#logs.set(stateKey, counted.state)
+    // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
+    const stateKey = peek ? keys.log : this.#place(keys.log, now)
+    const live = this.#live(this.#logs, stateKey, now) as Tracked | undefined
+    const counted = STEPS[algorithm].count(live, limits, now, peek)
     const { entries } = counted
+    const tracked: Tracked | undefined = counted.state ?? live
+    if (tracked !== undefined && !peek) {
+      // The most recently used log goes last; one whose client reached a limit is kept through its window.
+      this.#logs.delete(stateKey)
+      this.#logs.set(stateKey, tracked)
+      limits.forEach((limit, i) => {
+        if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
+      })
+    }
     if (counted.allowed) return reply(0, 0, 0, entries)
 
     // Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
@@ -76,7 +106,7 @@ export class MemoryStore implements Store {
     entries.forEach((entry, i) => {
       if (entry.retry > retry) [retry, strikeWindow] = [entry.retry, limits[i]!.windowMs]
     })
-    // The overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
+    // An overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
     if (peek || ban === null || stateKey !== keys.log) return reply(1, retry, 0, entries)
 
     const strikes = this.#count(keys.strikes, now, now + strikeWindow, false)
@@ -92,8 +122,9 @@ export class MemoryStore implements Store {
       duration = ladder[Math.min(offence, ladder.length) - 1]!
       offences.expiresAt = now + duration + ban.forgetMs
     }
-    this.#marks.set(keys.banned, { value: 1, expiresAt: now + duration })
     this.#marks.delete(keys.strikes)
+    this.#makeRoom(now)
+    this.#marks.set(keys.banned, { value: 1, expiresAt: now + duration })
     return reply(2, duration, offence, entries)
   }
 
@@ -107,7 +138,11 @@ export class MemoryStore implements Store {
   /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */
   #count (key: string, now: number, expiresAt: number, throughExpiry: boolean): Mark {
     let mark = this.#live(this.#marks, key, now, throughExpiry)
-    if (mark === undefined) this.#marks.set(key, mark = { value: 0, expiresAt })
+    if (mark === undefined) {
+      // Made whether or not room can be made: a strike or an offence is not dropped for a newcomer's sake.
+      this.#makeRoom(now)
+      this.#marks.set(key, mark = { value: 0, expiresAt })
+    }
     mark.value = (mark.value as number) + 1
     return mark
   }
@@ -152,12 +187,37 @@ export class MemoryStore implements Store {
     return undefined
   }
 
-  /** Whether one more log fits; a full table is swept at most once a second. */
-  #hasRoom (now: number): boolean {
-    if (this.#logs.size < this.#cache) return true
-    if (now - this.#lastFullSweep < 1000) return false
-    this.#lastFullSweep = now
-    this.sweep()
-    return this.#logs.size < this.#cache
+  /** The key a budget's state is counted under: its own, or, when no room can be made, a shared overflow log. */
+  #place (log: string, now: number): string {
+    if (this.#logs.has(log) || this.#makeRoom(now)) return log
+    if (now - this.#lastFullWarning >= FULL_WARNING_INTERVAL) {
+      this.#lastFullWarning = now
+      this.#onFull?.()
+    }
+    // `<nameSpace>{<hash>}:<segment>:<scope>`: spread by the hash's first character, one set per budget.
+    const tag = log.indexOf('{')
+    return `${OVERFLOW}${log[tag + 1]}:${log.slice(log.lastIndexOf('}:') + 2)}`
+  }
+
+  /**
+   * Whether one more key fits: at once when the table has room; else after a sweep (at most once a second);
+   * else by dropping the least recently used log that is not kept.
+   */
+  #makeRoom (now: number): boolean {
+    if (this.size < this.#cache) return true
+    if (now - this.#lastFullSweep >= 1000) {
+      this.#lastFullSweep = now
+      this.sweep()
+      if (this.size < this.#cache) return true
+    }
+    let scanned = 0
+    for (const [key, state] of this.#logs) {
+      if (++scanned > EVICTION_SCAN) break
+      this.#logs.delete(key)
+      if (((state as Tracked).keepUntil ?? 0) <= now && !key.startsWith(OVERFLOW)) return true
+      // Kept: to the back, so the next scan starts past it.
+      this.#logs.set(key, state)
+    }
+    return false
   }
 }
