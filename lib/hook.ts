@@ -59,6 +59,11 @@ export interface BudgetHooks {
   run (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome>
   /** Key → allow list → limits: what a decision of this budget takes for `request`. */
   prepare (request: FastifyRequest): Prepared | PromiseLike<Prepared>
+  /**
+   * For requests no route matched (`request.is404`): refuses a client known to be banned (held in process,
+   * or in the in-process store), asking Redis nothing and counting nothing; lets every other request by.
+   */
+  readonly notFound: RequestHook
 }
 
 /**
@@ -173,7 +178,19 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       else finish(outcome, done)
     },
     run,
-    prepare: (request) => prepare(request, keyOf(request))
+    prepare: (request) => prepare(request, keyOf(request)),
+    notFound (request, reply, done) {
+      if (!request.is404) {
+        done()
+        return
+      }
+      const refusal = then(prepare(request, keyOf(request)), ({ key, input }) => {
+        const ban = input !== null && 'keys' in input ? limiter.knownBan(input) : undefined
+        return ban === undefined ? undefined : answer(request, reply, key, ban, budget.headers)
+      })
+      if (isPromise(refusal)) refusal.then(result => finish(result, done), done)
+      else finish(refusal, done)
+    }
   }
 }
 

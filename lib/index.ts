@@ -92,6 +92,11 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   }
   registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget), ...decorators, nameSpace: opts.nameSpace })
 
+  // Unmatched URLs: a client known to be banned is refused there too, at no Redis call (a banned scanner
+  // would otherwise probe them for free); to count them as well, the app puts fastify.rateLimit() on its
+  // not-found handler.
+  if (opts.global) fastify.addHook('onRequest', pluginHooks.notFound)
+
   fastify.addHook('onRoute', (routeOptions) => {
     const config = routeOptions.config?.rateLimit
     // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.

@@ -102,6 +102,17 @@ export class Limiter {
   }
 
   /**
+   * A ban on `input`'s client known here, without asking Redis: held in process, or kept by the in-process
+   * store. For what must cost nothing (a not-found URL); whatever is not known here is `undefined`.
+   */
+  knownBan (input: Decidable): Decision | undefined {
+    const known = this.#remote === undefined
+      ? this.store.decide({ ...input, peek: true }) as Decision
+      : this.#held?.answer(input.keys.banned, '', input.limits)
+    return known?.status === 'banned' ? known : undefined
+  }
+
+  /**
    * What the store knows of `input`, counting nothing (`createRateLimit`'s `increment: false`), under the
    * breaker, the deadline and `failMode`, as a decision is.
    */

@@ -98,3 +98,19 @@ t.test('a limit function that fails: failMode decides, open lets through unenfor
   t.equal((await late.app.inject('/')).headers['x-ratelimit-enforced'], 'false', 'a timeWindow that hangs: the same')
   t.ok(performance.now() - started < TIMEOUT + 500, 'within the deadline')
 })
+
+t.test('createRateLimit with a limit function that fails: failMode\'s answer, with no limit known', async t => {
+  const { app, errors } = await make(t, { global: false })
+  const open = app.createRateLimit({ max: fails.throws })
+  const closed = app.createRateLimit({ max: fails.rejects, failMode: 'closed' })
+  const request = { ip: '127.0.0.1', headers: {}, log: app.log } as never
+  t.match(await open(request), { isAllowed: false, max: 0, isExceeded: false }, 'open: not exceeded')
+  t.match(await closed(request), { isAllowed: false, max: 0, isExceeded: true }, 'closed: exceeded')
+  t.equal(errors().length, 1, 'logged once for the kind')
+})
+
+t.test('a callback that answers the request (onExceeded) and throws: the error goes to Fastify\'s error handling, as the app\'s own', async t => {
+  const { app } = await make(t, { max: 1, onExceeded: () => { throw new Error('app bug') } })
+  t.equal((await app.inject('/')).statusCode, 200)
+  t.match((await app.inject('/')).json(), { statusCode: 500, message: 'app bug' })
+})

@@ -65,3 +65,14 @@ t.test('the store under the same flood: at most cache keys, and a few MB of heap
   t.ok(grownMb < 32, `the heap grew ${grownMb.toFixed(1)} MB over the flood (bound: 32 MB)`)
   t.equal(store.decide(input('ip:192.0.0.7', 2)).status, 'banned', 'the banned stay banned')
 })
+
+t.test('a table full of clients at their limits: a newcomer shares a budget, and the app is warned', async t => {
+  const warnings: string[] = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { warnings.push((JSON.parse(line) as { msg: string }).msg) } } } })
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { cache: 2, max: 1, timeWindow: '1 minute' })
+  app.get('/', async () => 'ok')
+  await app.ready()
+  for (const remoteAddress of ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4']) await app.inject({ url: '/', remoteAddress })
+  t.equal(warnings.filter(w => /in-process store is full/.test(w)).length, 1, 'warned once')
+})
