@@ -113,4 +113,11 @@ t.test('a callback that answers the request (onExceeded) and throws: the error g
   const { app } = await make(t, { max: 1, onExceeded: () => { throw new Error('app bug') } })
   t.equal((await app.inject('/')).statusCode, 200)
   t.match((await app.inject('/')).json(), { statusCode: 500, message: 'app bug' })
+  // In process the answer comes at once, and so does the throw.
+  const local = Fastify()
+  t.teardown(() => local.close())
+  await local.register(rateGuard, { max: 1, onExceeded: () => { throw new Error('app bug') } })
+  local.get('/', async () => 'ok')
+  t.equal((await local.inject('/')).statusCode, 200)
+  t.match((await local.inject('/')).json(), { statusCode: 500, message: 'app bug' }, 'in process too')
 })
