@@ -7,8 +7,8 @@ import { deadline } from './deadline.js'
 // deadline, and one that throws, rejects or misses the deadline is replaced by its fallback (a key tier by
 // the next tier, a key generator by the default hierarchy, an allow list by "not allowed", a limit by
 // `failMode`). The client never sees what went wrong: the app's log does, with the error, once a minute at
-// most per kind of callback and registration. A lookup that fails is no way around the limit: the request is counted
-// under its fallback.
+// most per kind of callback and registration. A lookup that fails is no way around the limit: the request
+// is counted under its fallback.
 
 /** A failing callback is logged at most once per this many ms, per kind. */
 export const CALLBACK_LOG_INTERVAL = 60_000

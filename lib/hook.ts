@@ -91,9 +91,8 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   const unavailable = new UnavailableError(formatDuration(unavailableAfter * 1000))
   const unavailableBody = JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
 
-  function prepare (request: FastifyRequest, given: string | PromiseLike<string>): Prepared | PromiseLike<Prepared> {
-    if (isPromise(given)) return given.then(key => prepare(request, key))
-    const key = given
+  function prepare (request: FastifyRequest, key: string | PromiseLike<string>): Prepared | PromiseLike<Prepared> {
+    if (isPromise(key)) return key.then(known => prepare(request, known))
     if (allowList === null) return withLimits(request, key)
     const allowed = typeof allowList === 'function'
       ? callbacks.run('allowList', () => allowList(request, key), () => false, request.log)
@@ -165,33 +164,36 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     return then(prepare(request, keyOf(request)), ready => decide(request, reply, ready))
   }
 
+  /** A request no route matched: refused only when its client is known to be banned here. */
+  function refuseIfBanned (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
+    return then(prepare(request, keyOf(request)), ({ key, input }) => {
+      const ban = input !== null && 'keys' in input ? limiter.knownBan(input) : undefined
+      return ban === undefined ? undefined : answer(request, reply, key, ban, budget.headers)
+    })
+  }
+
   return {
-    hook (request, reply, done) {
-      let outcome: Outcome | PromiseLike<Outcome>
-      try {
-        outcome = run(request, reply)
-      } catch (err) {
-        done(err as Error)
-        return
-      }
-      if (isPromise(outcome)) outcome.then(result => finish(result, done), done)
-      else finish(outcome, done)
-    },
+    hook: (request, reply, done) => { asHook(run, request, reply, done) },
     run,
     prepare: (request) => prepare(request, keyOf(request)),
     notFound (request, reply, done) {
-      if (!request.is404) {
-        done()
-        return
-      }
-      const refusal = then(prepare(request, keyOf(request)), ({ key, input }) => {
-        const ban = input !== null && 'keys' in input ? limiter.knownBan(input) : undefined
-        return ban === undefined ? undefined : answer(request, reply, key, ban, budget.headers)
-      })
-      if (isPromise(refusal)) refusal.then(result => finish(result, done), done)
-      else finish(refusal, done)
+      if (request.is404) asHook(refuseIfBanned, request, reply, done)
+      else done()
     }
   }
+}
+
+/** Runs `step` as Fastify's callback-style hook: `done` once, with its refusal, whether it answers at once, later, or throws. */
+function asHook (step: (request: FastifyRequest, reply: FastifyReply) => Outcome | PromiseLike<Outcome>, request: FastifyRequest, reply: FastifyReply, done: Done): void {
+  let outcome: Outcome | PromiseLike<Outcome>
+  try {
+    outcome = step(request, reply)
+  } catch (err) {
+    done(err as Error)
+    return
+  }
+  if (isPromise(outcome)) outcome.then(result => finish(result, done), done)
+  else finish(outcome, done)
 }
 
 function finish (outcome: Outcome, done: Done): void {

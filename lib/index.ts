@@ -57,7 +57,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   outer?.check(opts.nameSpace)
   if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
   if (trustsEveryProxy(fastify)) {
-    fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies, or their number (trustProxy: 1), instead')
+    fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
   }
   const limiter = await openLimiter(fastify, opts)
   fastify.addHook('onClose', async () => await limiter.close())
@@ -135,7 +135,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
   const { timeout, cache } = opts
   const local = (): MemoryStore => new MemoryStore({
     cache,
-    onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per route) until room is made; raise cache if this is ordinary traffic')
+    onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic')
   })
   const given = opts.redis ?? lentByFastifyRedis(fastify)
   if (given === undefined) {
