@@ -58,3 +58,11 @@ t.test('global: false leaves unmatched URLs alone; an app that limits its not-fo
   const counted = await make(t, {}, app => { app.setNotFoundHandler({ preHandler: app.rateLimit() }, async (_request, reply) => await reply.code(404).send('none')) })
   t.same([(await counted.inject('/nope')).statusCode, (await counted.inject('/nope')).statusCode, (await counted.inject('/')).statusCode], [404, 403, 403], 'the not-found handler\'s own limiter counts and bans')
 })
+
+t.test('on unmatched URLs, an allow-listed client and one whose limits cannot be computed are let by', async t => {
+  const listed = await make(t, { allowList: ['10.0.0.5'] })
+  await listed.rateGuard.ban('ip:10.0.0.5', '1 minute')
+  t.equal((await listed.inject({ url: '/nope', remoteAddress: '10.0.0.5' })).statusCode, 404, 'allow-listed: never limited')
+  const failing = await make(t, { max: () => { throw new Error('no plan') } })
+  t.equal((await failing.inject('/nope')).statusCode, 404, 'a limit function that fails: nothing known, the app\'s 404')
+})
