@@ -5,28 +5,14 @@
 import { performance } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
-import type { Command, Redis } from 'ioredis'
+import type { Command } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
 import { HeldAnswers, MAX_HELD, changesChannel } from '../lib/held.js'
 import rateGuard from '../lib/index.js'
-import { client, getRedis, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, getRedis, ready, scriptCalls, startRedisServer, subscribed, uniquePrefix, until } from './helpers/redis.js'
 
 const ME = 'ip:127.0.0.1'
-
-/** Polls the server until `check` holds: a server-side change that no client event reports. */
-async function until (check: () => Promise<boolean>, what: string, ms = 3000): Promise<void> {
-  const end = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise(resolve => setTimeout(resolve, 10))
-  }
-}
-
-async function scriptCalls (redis: Redis): Promise<number> {
-  const stats = String(await redis.info('commandstats'))
-  return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
-}
 
 async function makeApp (t: Test, url: string, nameSpace: string, duration = '1 minute'): Promise<FastifyInstance> {
   const app = Fastify()
@@ -35,10 +21,6 @@ async function makeApp (t: Test, url: string, nameSpace: string, duration = '1 m
   app.get('/', async () => 'ok')
   await app.ready()
   return app
-}
-
-async function subscribed (observer: Redis, nameSpace: string, count: number): Promise<void> {
-  await until(async () => Number(((await observer.pubsub('NUMSUB', changesChannel(nameSpace))) as [string, number])[1]) === count, `${count} change subscriptions`)
 }
 
 /**

@@ -11,7 +11,7 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { identityKeys } from '../lib/keys.js'
 import { SLIDING_LOG_COMMAND } from '../lib/stores/redis.js'
-import { client, freePort, getRedis, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, freePort, getRedis, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 
 interface LogLine { level: number, msg: string, [field: string]: unknown }
 
@@ -32,15 +32,6 @@ async function connections (observer: Redis): Promise<string[]> {
   const list = String(await observer.client('LIST'))
   const self = String(await observer.client('ID'))
   return list.split('\n').filter(Boolean).map(line => /\bid=(\d+)/.exec(line)![1]!).filter(id => id !== self)
-}
-
-/** Polls the server until `check` holds: a server-side change that no client event reports. */
-async function until (check: () => Promise<boolean>, what: string, ms = 3000): Promise<void> {
-  const end = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise(resolve => setTimeout(resolve, 20))
-  }
 }
 
 t.test('an owned client (redis: url) is quit on app.close() and stays closed', async t => {

@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto'
 // module object, not the class (it works at runtime, but tsc rejects it).
 import { Redis, type RedisOptions } from 'ioredis'
 import tap from 'tap'
+import { changesChannel } from '../../lib/held.js'
 import { containerEngineAnswers, startContainerRedis } from './container.js'
 import { HOW_TO_GET_REDIS, startRedisServer, type Teardownable } from './redis-server.js'
 
@@ -121,4 +122,24 @@ export async function scanKeys (redis: Redis, nameSpace: string): Promise<string
 export async function ready<T extends Redis> (redis: T): Promise<T> {
   if (redis.status !== 'ready') await new Promise(resolve => redis.once('ready', resolve))
   return redis
+}
+
+/** Polls until `check` holds: a server-side change that no client event reports. */
+export async function until (check: () => Promise<boolean>, what: string, ms = 3000): Promise<void> {
+  const end = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise(resolve => setTimeout(resolve, 10))
+  }
+}
+
+/** Script calls (EVALSHA and EVAL) Redis has counted since it started or the last CONFIG RESETSTAT. */
+export async function scriptCalls (redis: Redis): Promise<number> {
+  const stats = String(await redis.info('commandstats'))
+  return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
+}
+
+/** Waits until `count` connections are subscribed to the operators' changes channel of `nameSpace`. */
+export async function subscribed (observer: Redis, nameSpace: string, count: number): Promise<void> {
+  await until(async () => Number(((await observer.pubsub('NUMSUB', changesChannel(nameSpace))) as [string, number])[1]) === count, `${count} change subscriptions`)
 }

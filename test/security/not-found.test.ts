@@ -4,18 +4,11 @@
 // unmatched URL is let by uncounted, costing nothing, unless the app limits its not-found handler itself.
 import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
-import type { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 import type { RateGuardOptions } from '../../lib/index.js'
-import { changesChannel } from '../../lib/held.js'
-import { client, getRedis, ready, uniquePrefix } from '../helpers/redis.js'
-
-async function scriptCalls (redis: Redis): Promise<number> {
-  const stats = String(await redis.info('commandstats'))
-  return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
-}
+import { client, getRedis, ready, scriptCalls, subscribed, uniquePrefix } from '../helpers/redis.js'
 
 async function make (t: Test, options: RateGuardOptions, notFound?: (app: FastifyInstance) => void): Promise<FastifyInstance> {
   const app = Fastify()
@@ -32,7 +25,7 @@ t.test('with Redis: a banned client is refused on unmatched URLs from what is he
   const observer = await ready(client(t, url))
   const nameSpace = uniquePrefix()
   const app = await make(t, { redis: url, nameSpace })
-  for (let i = 0; i < 50 && Number(((await observer.pubsub('NUMSUB', changesChannel(nameSpace))) as [string, number])[1]) !== 1; i++) await new Promise(resolve => setTimeout(resolve, 10))
+  await subscribed(observer, nameSpace, 1)
   t.same([(await app.inject('/')).statusCode, (await app.inject('/')).statusCode], [200, 403], 'banned on a route')
   const before = await scriptCalls(observer)
   const scan = await Promise.all(['/admin', '/.env', '/wp-login.php'].map(async path => await app.inject(path)))
