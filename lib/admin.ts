@@ -10,8 +10,8 @@ import { identityKeys } from './keys.js'
 import { deadline } from './deadline.js'
 import { refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
-import { checkStaticLimits } from './options.js'
-import type { ResolvedOptions } from './options.js'
+import { checkStaticLimits } from './limit-options.js'
+import type { ResolvedOptions } from './types.js'
 import { encodeLimits } from './stores/store.js'
 import type { Store } from './stores/store.js'
 
@@ -75,7 +75,7 @@ export interface RateGuardAdmin {
   ban (key: string, duration: number | string): Promise<void>
   /** Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation). */
   unban (key: string): Promise<void>
-  /** Forgets every request counted for `key` on every budget (by any algorithm), and its denials; a ban stays (see `unban`). */
+  /** Forgets every request counted for `key` on every budget (by any algorithm), its denials and its over-limit waits; a ban stays (see `unban`). */
   reset (key: string): Promise<void>
   /** What the limiter knows about `key`, without counting a request. */
   peek (key: string, options?: PeekOptions): Promise<PeekResult>
@@ -112,9 +112,12 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
     return { ...budget, name }
   }
-  /** Every algorithm's state of `key` on every budget: a budget whose algorithm changed in a deploy too. */
+  /**
+   * Every algorithm's state of `key` on every budget (a budget whose algorithm changed in a deploy too), and
+   * the wait `continueExceeding` / `exponentialBackoff` set on it.
+   */
   const statesOf = (key: string): string[] => {
-    return [...budgets.scopes()].flatMap(scope => ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log))
+    return [...budgets.scopes()].flatMap(scope => [...ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log), keysOf(key, scope).backoff])
   }
   return Object.freeze({
     has: (budget: string) => budgets.get(budget) !== undefined,

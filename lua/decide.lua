@@ -3,12 +3,16 @@
 -- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
 -- Redis's clock.
 --
--- KEYS     each request's in turn: three, or five when it is decided under a ban policy (its strikes count):
+-- KEYS     each request's in turn: three, two more when decided under a ban policy, one more under overLimit:
 --   state     the budget's state for all its limits (see the algorithm's file)
 --   banned    STRING present while the identity is banned (per identity)
 --   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
 --   strikes   SET of the members of the requests denied in the current strike window (per identity)
 --   offences  STRING integer: bans started since the identity was last forgiven (per identity)
+--   over      STRING integer k: the over-limit key, denials in a row on this budget (per identity), alive
+--             while the client waits
+--          strikes and offences are sent when a request is decided (not peeked) under a ban policy; over,
+--          after them, when it is decided or peeked under a policy whose over is not 'none'.
 -- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'undo' (give back what each request counted)
 -- ARGV[2]  base      request i's member (its unique id: a log entry, a strike) is base .. i
 -- ARGV[3]  requests  how many requests follow
@@ -16,6 +20,8 @@
 --   threshold denials within one window of the limit hit that start a ban (0: bans off)
 --   ladder    ban lengths in ms, 'd1 d2 ...': the nth ban in a row lasts dn, the last one repeating
 --   forget    ms after a ban ends that it still counts toward the next one's length
+--   over      what a request over the limit does: 'none' (counts nothing, its algorithm alone decides);
+--             'continue' or 'backoff' (it holds the client off, see below)
 --   n         how many limits follow, each: max (requests), window (ms), burst (requests; max but for the
 --             token bucket). A request is allowed when every limit allows it.
 -- then, for each request, the policy that decides it (1 to p); for undo, also its member and Redis's time
@@ -32,8 +38,22 @@
 --   n        how many limits follow, each: its capacity (burst, requests), window (ms), the count after this
 --            decision and the ms until that count starts falling to zero (reset; 0: nothing counted). A client
 --            found banned gets n = 0: the budget's own limits, nothing counted.
--- Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike; every key written
--- carries a TTL, but an override set as permanent.
+-- Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike
+-- (and under overLimit, the over-limit key); every key written carries a TTL, but an override set as permanent.
+--
+-- Over the limit ('continue' as @fastify/rate-limit's continueExceeding, 'backoff' as its exponentialBackoff),
+-- with W = the longest window of the request's limits, a decision (not a peek) goes:
+--   the over-limit key alive (PTTL > 0): denied without counting on the algorithm; k = INCR, and the client
+--     waits W ('continue') or W x 2^(k-1) ('backoff'), the key's new TTL;
+--   else the algorithm decides; when it denies, the key is set to 1 for W ms, and the client waits W.
+-- No wait takes now + wait past 2^53 - 1 (MAX_SAFE). A denial over the limit reports every limit at its
+-- capacity (none left), reset = the wait. Strikes count these denials as any other's (a denial under the key
+-- strikes within W). The key keeps no members: a replayed denial (the same member, re-sent) is one strike,
+-- but is held once more (and under 'backoff', doubles the wait once more).
+-- A peek writes nothing. The key alive, let left = W - (wait_k - PTTL), wait_k being the wait the last denial
+-- set (k = the key's value; its cap read at the peek's now): what is left of one window W since that denial.
+-- While left > 0 the peek is limited for left, every limit one over its capacity (exceeded), reset = left;
+-- otherwise it is the algorithm's peek. So a peek sees what @fastify/rate-limit's read sees.
 --
 -- Lean on purpose: Lua allocations (tables, closures, strings from string.gmatch) cost Redis more than most of
 -- the commands here, so each call makes a handful of tables, whatever the batch's size.
@@ -48,6 +68,10 @@ local function clock ()
   return now
 end
 
+-- Number.MAX_SAFE_INTEGER: a wait over the limit ends by then (@fastify/rate-limit's cap), so now + wait stays
+-- an exact integer in a double (the twin's clock), and PEXPIRE takes it.
+local MAX_SAFE = 2 ^ 53 - 1
+
 local mode = ARGV[1]
 local peek = mode == 'peek'
 local base = ARGV[2]
@@ -58,7 +82,7 @@ local starts = {}
 local a = 5
 for p = 1, tonumber(ARGV[4]) do
   starts[p] = a
-  a = a + 4 + 3 * tonumber(ARGV[a + 3])
+  a = a + 5 + 3 * tonumber(ARGV[a + 4])
 end
 local first = a
 
@@ -68,8 +92,8 @@ local function policyLimits (p)
   if not limits then
     limits = {}
     local s = starts[p]
-    for i = 1, tonumber(ARGV[s + 3]) do
-      local l = s + 1 + 3 * i
+    for i = 1, tonumber(ARGV[s + 4]) do
+      local l = s + 2 + 3 * i
       limits[i] = { max = tonumber(ARGV[l]), window = tonumber(ARGV[l + 1]), burst = tonumber(ARGV[l + 2]) }
     end
     policies[p] = limits
@@ -116,7 +140,22 @@ local function ban (s, banned, offences)
   return duration, offence
 end
 
-local function decide (k, p, member, bans)
+-- The wait over the limit after k denials in a row ('backoff' doubles it each time), at most until MAX_SAFE.
+local function wait (longest, k, doubles)
+  if doubles then
+    longest = longest * 2 ^ (k - 1)
+  end
+  return math.min(longest, MAX_SAFE - now)
+end
+
+-- Every limit reported at `count` past its capacity (0: at it, none left), counting down from `reset`.
+local function exceeded (limits, reset, count)
+  for i = 1, #limits do
+    entries[i].count, entries[i].reset = limits[i].burst + count, reset
+  end
+end
+
+local function decide (k, p, member, bans, over)
   -- A banned client is answered first and at the least cost.
   local banned = redis.call('PTTL', KEYS[k + 2])
   if banned > 0 then
@@ -133,15 +172,44 @@ local function decide (k, p, member, bans)
   for i = #entries + 1, #limits do
     entries[i] = {}
   end
-  if count(KEYS[k + 1], limits, clock(), member, peek, entries) then
-    return reply(0, 0, 0, limits)
-  end
 
-  -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
-  local retry, strikeWindow = 0, 0
-  for i = 1, #limits do
-    if entries[i].retry > retry then
-      retry, strikeWindow = entries[i].retry, limits[i].window
+  local retry, strikeWindow, longest = 0, 0, 0
+  local waits = 0
+  if over then
+    clock()
+    for i = 1, #limits do
+      longest = math.max(longest, limits[i].window)
+    end
+    waits = redis.call('PTTL', over)
+  end
+  local doubles = ARGV[starts[p] + 3] == 'backoff'
+  if waits > 0 and not peek then
+    -- Held off: denied, nothing counted on the algorithm.
+    retry, strikeWindow = wait(longest, redis.call('INCR', over), doubles), longest
+    redis.call('PEXPIRE', over, retry)
+    exceeded(limits, retry, 0)
+  else
+    if waits > 0 then
+      local left = longest - (wait(longest, tonumber(redis.call('GET', over)), doubles) - waits)
+      if left > 0 then
+        exceeded(limits, left, 1)
+        return reply(1, left, 0, limits)
+      end
+    end
+    if count(KEYS[k + 1], limits, clock(), member, peek, entries) then
+      return reply(0, 0, 0, limits)
+    end
+    -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
+    for i = 1, #limits do
+      if entries[i].retry > retry then
+        retry, strikeWindow = entries[i].retry, limits[i].window
+      end
+    end
+    -- Over the limit: held off for the longest window, from now.
+    if over and not peek then
+      retry = wait(longest, 1, false)
+      redis.call('SET', over, '1', 'PX', retry)
+      exceeded(limits, retry, 0)
     end
   end
   if not bans then
@@ -174,15 +242,21 @@ for i = 1, tonumber(ARGV[3]) do
     undo(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock())
     k, r = k + 3, r + 3
   else
-    -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more.
+    -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more. Under overLimit,
+    -- the over-limit key: one more, after them.
     local bans = not peek and ARGV[starts[p]] ~= '0'
+    local n = bans and 5 or 3
+    local over = ARGV[starts[p] + 3] ~= 'none'
+    if over then
+      n = n + 1
+    end
     -- One request's error is its own: it writes nothing to the reply before its last step.
-    local ok, err = pcall(decide, k, p, base .. i, bans)
+    local ok, err = pcall(decide, k, p, base .. i, bans, over and KEYS[k + n])
     if not ok then
       out[o + 1], out[o + 2] = 3, type(err) == 'table' and err.err or tostring(err)
       o = o + 2
     end
-    k, r = k + (bans and 5 or 3), r + 1
+    k, r = k + n, r + 1
   end
 end
 return out

@@ -14,7 +14,7 @@ import { encodeLimits } from '../lib/stores/store.js'
 import type { Decision } from '../lib/stores/store.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.js'
-import type { StoreUnderTest } from './helpers/stores.js'
+import type { StoreUnderTest, Stored } from './helpers/stores.js'
 import { prng } from './helpers/random.js'
 
 const started = Date.now()
@@ -69,6 +69,8 @@ type Step =
   | { at: number, offences: { value: string, ttl: number } | null }
   /** Redis only: the sliding log's scores (offsets from T0). */
   | { at: number, logHolds: number[] }
+  /** Redis only: what one key holds (a hash's fields and a string as Redis keeps them; TTL from the step). */
+  | { at: number, inspect: 'log' | 'backoff', holds: Stored }
 
 interface Case {
   name: string
@@ -76,6 +78,7 @@ interface Case {
   threshold?: number
   ladder?: number[]
   forgetMs?: number
+  overLimit?: 'continue' | 'backoff'
   steps: Step[]
 }
 
@@ -610,6 +613,216 @@ const TABLES: Record<Algorithm, Case[]> = {
   ]
 }
 
+/** What a request over the limit does, as a Case spells it. */
+type Over = 'continue' | 'backoff'
+
+/**
+ * overLimit (lua/decide.lua, the same for every algorithm), max 2 per 1000 ms: the algorithm's first denial
+ * holds the client off for the window (1000 ms); each denial while held holds it again, for the window
+ * ('continue') or twice the last wait ('backoff'), counting nothing on the algorithm; a denial reports the
+ * limit at its capacity, reset = the wait. A peek counts nothing and escalates nothing: the client one over
+ * its limit for what is left of a window since the last denial, then the algorithm's peek.
+ */
+function overLimit (algorithm: Algorithm, over: Over): Case {
+  const sw = algorithm === 'sliding-window'
+  const fw = algorithm === 'fixed-window'
+  const tb = algorithm === 'token-bucket'
+  const backoff = over === 'backoff'
+  // The wait set by the kth denial in a row.
+  const wait = (k: number): number => backoff ? 1000 * 2 ** (k - 1) : 1000
+  // The reset of the two requests of 0 and 10, seen at `at` (< 1000); the sliding window counts them to 2000.
+  const held = (at: number): number => (sw ? 2000 : 1000) - at
+  // The algorithm's peek at 1060: the requests of 0 and 10 have left, but for the sliding window's estimate
+  // (2 x 940 / 1000 of the previous window: it fits at 1500).
+  const quiet = sw ? limited(2, 940, 440) : EMPTY
+  const tail: Step[] = backoff
+    ? (() => {
+        // Counted at 8060 and 8061 (fixed window [8000, 9000), sliding window until 10000, bucket 500 ms a token).
+        const again = (at: number): number => fw ? 9000 - at : sw ? 10_000 - at : tb && at === 8060 ? 500 : 9060 - at
+        return [
+          // Held until 8060: long past the window, the algorithm's peek.
+          { at: 8059, peek: true, expect: EMPTY },
+          // The key's expiry millisecond: over (PTTL 0), as a ban.
+          { at: 8060, expect: allowed(1, again(8060)) },
+          { at: 8061, expect: allowed(2, again(8061)) },
+          // A peek over the limit is the algorithm's answer, and holds nothing.
+          { at: 8061, peek: true, expect: limited(2, again(8061), fw ? 939 : sw ? 1439 : tb ? 499 : 999) },
+          { at: 8061, inspect: 'backoff', holds: { type: 'none' } },
+          { at: 8062, expect: limited(2, 1000, 1000) },
+          { at: 8062, inspect: 'backoff', holds: { type: 'string', value: '1', ttl: 1000 } },
+          { at: 9063, inspect: 'backoff', holds: { type: 'none' } },
+          { at: 10_100, expect: allowed(1, fw ? 900 : sw ? 1900 : tb ? 500 : 1000) }
+        ]
+      })()
+    : sw
+      // Quiet for the window since the last denial: the sliding window's estimate still denies (a hold of
+      // 1000 more), and lets the client through once it stops for one more window.
+      ? [
+          { at: 1060, expect: limited(2, 1000, 1000) },
+          { at: 1060, inspect: 'backoff', holds: { type: 'string', value: '1', ttl: 1000 } },
+          { at: 2060, expect: allowed(1, 1940) }
+        ]
+      // Quiet for the window since the last denial: let through.
+      : [{ at: 1060, expect: allowed(1, fw ? 940 : tb ? 500 : 1000) }]
+  return {
+    name: `${over}: held for ${backoff ? '1000, 2000, 4000, 8000 ms' : '1000 ms from each denial'} without counting; peeks see one over the limit for a window, then the algorithm`,
+    limits: [lim(2, 1000)],
+    overLimit: over,
+    steps: [
+      { at: 0, expect: allowed(1, sw ? 2000 : tb ? 500 : 1000) },
+      { at: 10, expect: allowed(2, held(10)) },
+      // Denied by the algorithm: held for the window, from now; the limit shows none left until then.
+      { at: 20, expect: limited(2, 1000, 1000) },
+      { at: 20, inspect: 'backoff', holds: { type: 'string', value: '1', ttl: 1000 } },
+      // Held: denied without counting.
+      { at: 30, expect: limited(2, wait(2), wait(2)) },
+      { at: 40, expect: limited(2, wait(3), wait(3)) },
+      { at: 40, inspect: 'backoff', holds: { type: 'string', value: '3', ttl: wait(3) } },
+      // A window from the last denial (40) is left until 1040: the peek sees the client one over its limit.
+      { at: 50, peek: true, expect: limited(3, 990, 990) },
+      { at: 60, expect: limited(2, wait(4), wait(4)) },
+      { at: 60, inspect: 'backoff', holds: { type: 'string', value: '4', ttl: wait(4) } },
+      { at: 1000, peek: true, expect: limited(3, 60, 60) },
+      { at: 1059, peek: true, expect: limited(3, 1, 1) },
+      // A window after the last denial: the algorithm's peek ('backoff' still holds a decision until 8060).
+      { at: 1060, peek: true, expect: quiet },
+      ...tail
+    ]
+  }
+}
+
+/**
+ * @fastify/rate-limit's own continueExceeding example, max 2 per 3000 ms (the sliding log, its default):
+ * X-RateLimit-Reset 3, 2, then 3 and 3 on the 429s (Retry-After 3): each denial holds the client a full
+ * window. Keeping the newest max requests in the log would have said 2 at 2000.
+ */
+const UPSTREAM_CONTINUE: Case = {
+  name: 'continue, as @fastify/rate-limit: resets 3000, 2000, then 3000 from each denial; a window of quiet lets the client through',
+  limits: [lim(2, 3000)],
+  overLimit: 'continue',
+  steps: [
+    { at: 0, expect: allowed(1, 3000) },
+    { at: 1000, expect: allowed(2, 2000) },
+    { at: 1001, expect: limited(2, 3000, 3000) },
+    { at: 2000, expect: limited(2, 3000, 3000) },
+    { at: 2000, logHolds: [0, 1000] },
+    { at: 2000, inspect: 'backoff', holds: { type: 'string', value: '2', ttl: 3000 } },
+    { at: 2500, peek: true, expect: limited(3, 2500, 2500) },
+    { at: 5000, expect: allowed(1, 3000) }
+  ]
+}
+
+/**
+ * overLimit 'backoff', max 1 per 1000 ms: the wait doubles until now + wait would pass 2^53 - 1
+ * (Number.MAX_SAFE_INTEGER): from k = 45 (1000 x 2^44 > 2^53 - 1 - now), it ends at 2^53 - 1 exactly.
+ */
+function backoffCap (algorithm: Algorithm): Case {
+  const MAX = Number.MAX_SAFE_INTEGER
+  return {
+    name: 'backoff: the wait doubles until now + wait reaches 2^53 - 1, and ends there; the key\'s TTL is that wait',
+    limits: [lim(1, 1000)],
+    overLimit: 'backoff',
+    steps: [
+      { at: 0, expect: allowed(1, algorithm === 'sliding-window' ? 2000 : 1000) },
+      { at: 10, expect: limited(1, 1000, 1000) },
+      // k = 2 to 44: 2000 ... 1000 × 2^43.
+      ...times(43, (i): Step => ({ at: 11 + i, expect: limited(1, 1000 * 2 ** (i + 1)) })),
+      { at: 54, expect: limited(1, MAX - T0 - 54) },
+      { at: 55, expect: limited(1, MAX - T0 - 55) },
+      { at: 55, inspect: 'backoff', holds: { type: 'string', value: '46', ttl: MAX - T0 - 55 } },
+      // Under the cap, the wait read at the peek's now is the key's PTTL: a whole window is left.
+      { at: 56, peek: true, expect: limited(2, 1000) }
+    ]
+  }
+}
+
+/** The same in the twin on a clock at 0 (all requests at 0): the cap is exactly 2^53 - 1. */
+function backoffCapAtZero (algorithm: Algorithm): Case {
+  return {
+    name: 'backoff, the twin\'s clock at 0: the wait stops at 2^53 - 1 exactly',
+    limits: [lim(1, 1000)],
+    overLimit: 'backoff',
+    steps: [
+      { at: 0, expect: allowed(1, algorithm === 'sliding-window' ? 2000 : 1000) },
+      ...times(44, (i): Step => ({ at: 0, expect: limited(1, 1000 * 2 ** i) })),
+      { at: 0, expect: limited(1, Number.MAX_SAFE_INTEGER) },
+      { at: 0, expect: limited(1, Number.MAX_SAFE_INTEGER) },
+      { at: 0, peek: true, expect: limited(2, 1000) }
+    ]
+  }
+}
+
+/** overLimit under a ban policy (threshold 3): a ban is answered first; denials over the limit strike. */
+function overLimitBans (algorithm: Algorithm, over: Over): Case {
+  const backoff = over === 'backoff'
+  return {
+    name: `${over} with bans: the first denial and the held ones are strikes alike; the third starts the ban, answered first`,
+    limits: [lim(1, 1000)],
+    overLimit: over,
+    threshold: 3,
+    ladder: [5000],
+    steps: [
+      { at: 0, expect: allowed(1, algorithm === 'sliding-window' ? 2000 : 1000) },
+      { at: 10, expect: limited(1, 1000, 1000) },
+      { at: 20, expect: limited(1, backoff ? 2000 : 1000) },
+      { at: 30, expect: banStarts(1, backoff ? 4000 : 1000, 5000) },
+      // Still held (to 4030 or 1030), but banned: the ban answers.
+      { at: 40, expect: banned(4990) },
+      { at: 40, peek: true, expect: banned(4990) },
+      { at: 5029, expect: banned(1) },
+      // The hold ended; the request of 0 has left every window.
+      { at: 5030, expect: allowed(1, { 'sliding-log': 1000, 'fixed-window': 970, 'sliding-window': 1970, 'token-bucket': 1000 }[algorithm]) }
+    ]
+  }
+}
+
+/**
+ * The peeks of @fastify/rate-limit's own tests ("With { increment: false } and continueExceeding /
+ * exponentialBackoff"), max 1 per 1000 ms: after the denials, a peek sees the client exceeded (count 2) for
+ * what is left of a window since the last denial (900), then the algorithm's answer.
+ */
+function upstreamPeeks (algorithm: Algorithm, over: Over): Case {
+  const sw = algorithm === 'sliding-window'
+  const backoff = over === 'backoff'
+  // The last denial at 100 ('continue') or 200 ('backoff'); a window later, the request of 0 has left, but
+  // for the sliding window's estimate (its previous window, weighted).
+  const later = backoff ? 1300 : 1200
+  return {
+    name: `${over}: a peek after the denials sees the client one over its limit for what is left of the window, then the algorithm`,
+    limits: [lim(1, 1000)],
+    overLimit: over,
+    steps: [
+      { at: 0, expect: allowed(1, sw ? 2000 : 1000) },
+      { at: 100, expect: limited(1, 1000) },
+      ...(backoff ? [{ at: 200, expect: limited(1, 2000) }] : []),
+      { at: later - 1000, peek: true, expect: limited(2, 900) },
+      { at: later, peek: true, expect: sw ? limited(1, 2000 - later) : EMPTY }
+    ]
+  }
+}
+
+/**
+ * overLimit with two limits (the sliding log, 1 per 100 ms and 3 per 2000 ms): the hold is the longest
+ * window, and every limit shows none left (a peek: one over) until it ends.
+ */
+function overLimitTwoLimits (over: Over): Case {
+  const second = over === 'backoff' ? 4000 : 2000
+  return {
+    name: `${over}, two limits: held for the longest window (2000), then ${second}; every limit at its capacity`,
+    limits: [lim(1, 100), lim(3, 2000)],
+    overLimit: over,
+    steps: [
+      { at: 0, expect: allowed(1, 100), each: [[1, 100, 1, 100], [3, 2000, 1, 2000]] },
+      { at: 50, expect: limited(1, 2000), each: [[1, 100, 1, 2000], [3, 2000, 3, 2000]] },
+      { at: 60, expect: limited(1, second), each: [[1, 100, 1, second], [3, 2000, 3, second]] },
+      { at: 60, inspect: 'backoff', holds: { type: 'string', value: '2', ttl: second } },
+      { at: 1000, peek: true, expect: limited(2, 1060), each: [[1, 100, 2, 1060], [3, 2000, 4, 1060]] },
+      { at: 4059, peek: true, expect: EMPTY, each: [[1, 100, 0, 0], [3, 2000, 0, 0]] },
+      { at: 4060, expect: allowed(1, 100), each: [[1, 100, 1, 100], [3, 2000, 1, 2000]] }
+    ]
+  }
+}
+
 function describe (step: Step): string {
   const { at, ...rest } = step
   return `at ${at}: ${JSON.stringify(rest)}`
@@ -617,11 +830,12 @@ function describe (step: Step): string {
 
 const rowsOf = (d: Decision): Row[] => d.limits.map(l => [l.limit, l.windowMs, l.count, l.resetMs])
 
-async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c: Case): Promise<void> {
+/** Runs a case's steps at `origin` + each step's `at` (T0 unless told). */
+async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c: Case, origin = T0): Promise<void> {
   const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.7', algorithm)
   const saved = new Map<string, Decision>()
   for (const step of c.steps) {
-    const now = T0 + step.at
+    const now = origin + step.at
     const what = `${store.kind} ${describe(step)}`
     if ('override' in step) {
       await store.setValue(keys.override, step.override, step.ttl, now)
@@ -640,6 +854,9 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
       if (store.inspect === undefined) continue
       const stored = await store.inspect(keys.log, now)
       t.strictSame(stored.type === 'zset' ? stored.scores.map(s => s - T0) : [], step.logHolds, what)
+    } else if ('holds' in step) {
+      if (store.inspect === undefined) continue
+      t.strictSame(await store.inspect(keys[step.inspect], now), step.holds, what)
     } else {
       const input = decideInput({
         keys,
@@ -648,7 +865,8 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
         banThreshold: c.threshold ?? 0,
         ladder: c.ladder,
         forgetMs: c.forgetMs,
-        peek: step.peek === true
+        peek: step.peek === true,
+        overLimit: c.overLimit
       })
       const d = await store.decide(input, now)
       t.strictSame(summary(d), step.expect, what)
@@ -673,6 +891,31 @@ for (const algorithm of ALGORITHMS) {
     }
   })
 }
+
+for (const algorithm of ALGORITHMS) {
+  t.test(`${algorithm}: overLimit 'continue' and 'backoff', on both stores`, async t => {
+    const redis = await redisStore(t)
+    const cases = (['continue', 'backoff'] as const).flatMap(over => [overLimit(algorithm, over), overLimitBans(algorithm, over), upstreamPeeks(algorithm, over)])
+    for (const c of [...cases, backoffCap(algorithm)]) {
+      t.test(c.name, async t => {
+        await runCase(t, redis, algorithm, c)
+        await runCase(t, memoryStore(t), algorithm, c)
+      })
+    }
+    const c = backoffCapAtZero(algorithm)
+    t.test(c.name, async t => { await runCase(t, memoryStore(t), algorithm, c, 0) })
+  })
+}
+
+t.test('overLimit on the sliding log: @fastify/rate-limit\'s continueExceeding example, and two limits', async t => {
+  const redis = await redisStore(t)
+  for (const c of [UPSTREAM_CONTINUE, overLimitTwoLimits('continue'), overLimitTwoLimits('backoff')]) {
+    t.test(c.name, async t => {
+      await runCase(t, redis, 'sliding-log', c)
+      await runCase(t, memoryStore(t), 'sliding-log', c)
+    })
+  }
+})
 
 // Redis keeps a key through its expiry millisecond (PTTL 0, GET still answers; see helpers/stores.ts). A
 // ban is over at that millisecond (decide.lua reads PTTL > 0), and strikes start over (PTTL <= 0). An

@@ -15,9 +15,9 @@ import { MemoryStore, OVERFLOW_BUCKETS } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
+import { differential } from './helpers/differential.js'
 import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
-import { prng } from './helpers/random.js'
 
 const started = Date.now()
 t.teardown(() => { t.comment(`conformance.test.ts ran in ${Date.now() - started} ms`) })
@@ -526,94 +526,6 @@ for (const algorithm of ALGORITHMS) {
   }
 }
 
-async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean): Promise<void> {
-  t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
-  const random = prng(seed)
-  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!
-
-  // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
-  // entry, a strike or a ban ends: the edges are where two implementations part.
-  const ms = (lo: number, hi: number, offGrid = 0.02): number =>
-    random() < offGrid ? int(lo, hi) : 10 * int(Math.ceil(lo / 10), Math.floor(hi / 10))
-  const prefix = uniquePrefix()
-  const identities = Array.from({ length: 3 }, (_, i) => ({
-    name: `ip:198.51.100.${i}`,
-    threshold: [0, pick([1, 2]), pick([2, 3, 4])][i % 3]!,
-    banMs: ms(10, 1500, 0.2),
-    budgets: Array.from({ length: 2 }, (_, j) => ({ scope: `s${j}`, max: int(1, 6), windowMs: ms(10, 800, 0.2), varyMax: random() < 0.3 }))
-  }))
-  const redis = await redisStore(t)
-  const stores = [redis, memoryStore(t)] as const
-  const STEPS = 2000
-  let now = T0
-  let highWater = T0
-  const history: string[] = []
-  let agreed = 0
-  let lastDecisions: string[] = []
-  const seen = new Set<string>()
-
-  for (let step = 0; step < STEPS; step++) {
-    const roll = random()
-    if (roll < 0.1) {
-      // A step back, but not to before an expiry already passed (see lastExpiry).
-      now = Math.max(now - ms(1, 40), redis.lastExpiry(highWater))
-    } else {
-      now = highWater + (roll < 0.75 ? ms(0, 40) : roll < 0.95 ? ms(40, 300) : ms(300, 2000))
-      highWater = now
-    }
-    const who = pick(identities)
-    const budget = pick(who.budgets)
-    const keys = identityKeys(prefix, budget.scope, who.name, algorithm)
-    const admin = random()
-    let action: string
-    let results: string[]
-    if (admin < 0.01) {
-      const banMs = ms(1, 2000)
-      action = `setBan(${who.name}, ${banMs})`
-      for (const store of stores) await store.setBan(keys.banned, banMs, now)
-      results = ['', '']
-    } else if (admin < 0.02) {
-      const names = pick<KeyName[]>([['log'], ['strikes'], ['banned', 'strikes'], ['log', 'strikes']])
-      action = `delete(${who.name}/${budget.scope}: ${names.join(', ')})`
-      for (const store of stores) await store.delete(names.map(name => keys[name]), now)
-      results = ['', '']
-    } else {
-      const simple = {
-        keys,
-        max: budget.varyMax && random() < 0.3 ? int(1, budget.max) : budget.max,
-        windowMs: budget.windowMs,
-        banThreshold: who.threshold,
-        banMs: who.banMs,
-        peek: random() < 0.1,
-        algorithm
-      }
-      const input = decideInput(simple)
-      action = `decide(${who.name}/${budget.scope}, max ${simple.max}, window ${simple.windowMs}, threshold ${simple.banThreshold}, ban ${simple.banMs}${simple.peek ? ', peek' : ''})`
-      const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
-      results = decisions.map(({ member, ...d }) => JSON.stringify(d))
-      seen.add(decisions[1]!.status + (decisions[1]!.banStarted ? '+start' : '') + (input.peek ? ' peek' : ''))
-    }
-    history.push(`#${step} at T0+${now - T0}: ${action} -> ${results[1]}`)
-    if (results[0] !== results[1]) {
-      lastDecisions = results
-      t.fail(`the stores disagree at step ${step} (seed ${seed})`, {
-        redis: results[0],
-        memory: results[1],
-        history: history.slice(-25).join('\n')
-      })
-      break
-    }
-    agreed++
-  }
-  t.equal(agreed, STEPS, `all ${STEPS} steps agree`, { lastDecisions })
-  // The traffic reached every kind of answer, so agreement means something.
-  if (!requireEveryKind) return
-  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek']) {
-    t.ok(seen.has(kind), `the random traffic produced ${kind}`)
-  }
-}
-
 t.test('MemoryStore bounds', async t => {
   const max = 3
   const windowMs = 1000
@@ -756,7 +668,7 @@ t.test('MemoryStore bounds', async t => {
   })
 })
 
-t.test('the real script (RedisStore) leaves a TTL on every key it writes, never longer than two windows (a log), a window (strikes) or the ban', async t => {
+t.test('the real script (RedisStore) leaves a TTL on every key it writes, never longer than two windows (a log), a window (strikes), the ban or the last wait over the limit', async t => {
   const { url } = await getRedis(t)
   const redis = client(t, url)
   const store = new RedisStore(redis, false)
@@ -765,13 +677,16 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
   const banMs = 6000
   const keys = (scope: keyof typeof windows): IdentityKeys => identityKeys(prefix, scope, 'user:42')
 
-  const check = async (when: string): Promise<number> => {
-    const found = await redis.keys(`${prefix}*`)
+  const check = async (when: string, under = prefix): Promise<number> => {
+    const found = await redis.keys(`${under}*`)
     for (const key of found) {
       const ttl = await redis.pttl(key)
       const kind = key.slice(key.lastIndexOf('}:') + 2)
-      const bound = kind === 'banned' ? banMs : kind === 'strikes' ? Math.max(...Object.values(windows)) : 2 * windows[kind.slice(4) as keyof typeof windows]
-      t.ok(ttl > 0 && ttl <= bound!, `${when}: ${kind} has PTTL ${ttl}, in (0, ${bound}]`)
+      const window = windows[kind.slice(kind.indexOf(':') + 1) as keyof typeof windows]
+      // A budget's state (log:, fw:, sw:, tb:) lives two windows at most; an over-limit key its last wait,
+      // here at most the third of a backoff (4 windows).
+      const bound = kind === 'banned' ? banMs : kind === 'strikes' ? Math.max(...Object.values(windows)) : kind.startsWith('backoff:') ? 4 * window : 2 * window
+      t.ok(ttl > 0 && ttl <= bound, `${when}: ${kind} has PTTL ${ttl}, in (0, ${bound}]`)
       if (kind.startsWith('log:')) t.ok(await redis.zcard(key) <= 2, `${when}: ${kind} holds at most max entries`)
     }
     return found.length
@@ -797,6 +712,27 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
   await store.setBan(keys('all').banned, 700)
   t.equal(await check('after the admin ban'), 3)
   t.ok(await redis.pttl(keys('all').banned) <= 700, 'the admin ban replaced the longer one')
+
+  // overLimit, on every algorithm: the over-limit key, and the state, which a denial does not count in.
+  for (const algorithm of ALGORITHMS) {
+    for (const overLimit of ['continue', 'backoff'] as const) {
+      const under = uniquePrefix()
+      const k = identityKeys(under, 'all', 'user:42', algorithm)
+      const input = decideInput({ keys: k, max: 2, windowMs: windows.all, banThreshold: 3, banMs, algorithm, overLimit })
+      const statuses: string[] = []
+      for (let i = 0; i < 4; i++) {
+        statuses.push((await store.decide(input)).status)
+        await check(`${algorithm}, ${overLimit}, request ${i + 1}`, under)
+      }
+      t.strictSame(statuses, ['allowed', 'allowed', 'limited', 'limited'], `${algorithm}, ${overLimit}: two allowed, two denied`)
+      const before = (await redis.keys(`${under}*`)).sort()
+      t.match(await store.decide({ ...input, peek: true }), { status: 'limited', count: 3 }, `${algorithm}, ${overLimit}: a peek sees the client one over its limit...`)
+      t.strictSame((await redis.keys(`${under}*`)).sort(), before, `${algorithm}, ${overLimit}: ...and writes nothing`)
+      t.equal((await store.decide(input)).status, 'banned', `${algorithm}, ${overLimit}: the third denial bans`)
+      t.strictSame((await redis.keys(`${under}*`)).sort(), [k.banned, k.backoff, k.log].sort(), `${algorithm}, ${overLimit}: the state, the ban and the over-limit key; the strikes are gone`)
+      await check(`${algorithm}, ${overLimit}, banned`, under)
+    }
+  }
 })
 
 t.test('a request the store cannot decide gets its own error, the same on both stores: an override that names no limit', async t => {

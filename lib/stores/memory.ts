@@ -1,5 +1,5 @@
 import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
-import type { Entry, State } from '../algorithms/index.js'
+import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, parseLimits, toDecision } from './store.js'
 import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './store.js'
 
@@ -7,8 +7,8 @@ import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './sto
  * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
  * Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
  *
- * Bounded, and fair under a flood of new identities: logs (or counters), strikes, offences, bans and
- * overrides all count toward `cache`; expired keys are swept. When the table is full, the least recently
+ * Bounded, and fair under a flood of new identities: logs (or counters), strikes, offences, over-limit keys,
+ * bans and overrides all count toward `cache`; expired keys are swept. When the table is full, the least recently
  * used log is dropped to make room, unless its client is at its limit within its window (dropping it would
  * give an abuser a fresh budget): those are kept, and so are bans and overrides, which are never dropped.
  * Only when every log in reach is kept are newcomers counted in shared logs, spread over `OVERFLOW_BUCKETS`
@@ -42,6 +42,19 @@ export const OVERFLOW_BUCKETS = 64
 const EVICTION_SCAN = 64
 const FULL_WARNING_INTERVAL = 60_000
 
+/**
+ * The wait over the limit after `k` denials in a row (`doubles`: twice as long each time), as in
+ * `lua/decide.lua`: `now + wait` never passes `Number.MAX_SAFE_INTEGER`, so it stays an exact integer.
+ */
+function wait (longest: number, k: number, doubles: boolean, now: number): number {
+  return Math.min(doubles ? longest * 2 ** (k - 1) : longest, Number.MAX_SAFE_INTEGER - now)
+}
+
+/** Every limit at `count` past its capacity (0: at it, none left), counting down from `reset`. */
+function exceeded (limits: readonly Limit[], reset: number, count: number): Entry[] {
+  return limits.map(limit => ({ count: limit.burst + count, reset, retry: 0 }))
+}
+
 export class MemoryStore implements Store {
   readonly #logs = new Map<string, State>()
   readonly #marks = new Map<string, Mark>()
@@ -68,7 +81,7 @@ export class MemoryStore implements Store {
     return toDecision(this.#decide(input), '', input.limits)
   }
 
-  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM }: DecideInput): RawDecision {
+  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit }: DecideInput): RawDecision {
     const now = this.#now()
     let limits = given
     const reply = (status: number, retry: number, offence: number, entries: Entry[]): RawDecision => [
@@ -84,30 +97,58 @@ export class MemoryStore implements Store {
     if (override !== undefined) limits = parseLimits(override.value as string)
     if (limits.length === 0) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
 
-    // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
-    const stateKey = peek ? keys.log : this.#place(keys.log, now)
-    const live = this.#live(this.#logs, stateKey, now) as Tracked | undefined
-    const counted = STEPS[algorithm].count(live, limits, now, peek)
-    const { entries } = counted
-    const tracked: Tracked | undefined = counted.state ?? live
-    if (tracked !== undefined && !peek) {
-      // The most recently used log goes last; one whose client reached a limit is kept through its window.
-      this.#logs.delete(stateKey)
-      this.#logs.set(stateKey, tracked)
-      limits.forEach((limit, i) => {
-        if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
-      })
-    }
-    if (counted.allowed) return reply(0, 0, 0, entries)
-
-    // Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
+    // Over the limit (see `lua/decide.lua`): while the over-limit key lives, a decision is held off without
+    // counting on the algorithm, and a peek sees the client exceeded for what is left of a window since then.
+    const held = overLimit === undefined ? undefined : this.#live(this.#marks, keys.backoff, now, false)
+    const longest = overLimit === undefined ? 0 : Math.max(...limits.map(limit => limit.windowMs))
+    const doubles = overLimit === 'backoff'
+    let entries: Entry[]
     let retry = 0
     let strikeWindow = 0
-    entries.forEach((entry, i) => {
-      if (entry.retry > retry) [retry, strikeWindow] = [entry.retry, limits[i]!.windowMs]
-    })
+    // Counted on the identity's own log, not on an overflow log shared by strangers.
+    let own = true
+    if (held !== undefined && !peek) {
+      held.value = (held.value as number) + 1
+      retry = wait(longest, held.value, doubles, now)
+      strikeWindow = longest
+      held.expiresAt = now + retry
+      entries = exceeded(limits, retry, 0)
+    } else {
+      if (held !== undefined) {
+        const left = longest - (wait(longest, held.value as number, doubles, now) - (held.expiresAt - now))
+        if (left > 0) return reply(1, left, 0, exceeded(limits, left, 1))
+      }
+      // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
+      const stateKey = peek ? keys.log : this.#place(keys.log, now)
+      own = stateKey === keys.log
+      const live = this.#live(this.#logs, stateKey, now) as Tracked | undefined
+      const counted = STEPS[algorithm].count(live, limits, now, peek)
+      entries = counted.entries
+      const tracked: Tracked | undefined = counted.state ?? live
+      if (tracked !== undefined && !peek) {
+        // The most recently used log goes last; one whose client reached a limit is kept through its window.
+        this.#logs.delete(stateKey)
+        this.#logs.set(stateKey, tracked)
+        limits.forEach((limit, i) => {
+          if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
+        })
+      }
+      if (counted.allowed) return reply(0, 0, 0, entries)
+
+      // Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
+      entries.forEach((entry, i) => {
+        if (entry.retry > retry) [retry, strikeWindow] = [entry.retry, limits[i]!.windowMs]
+      })
+      // Over the limit: held off for the longest window, from now (not strangers sharing a log).
+      if (overLimit !== undefined && !peek && own) {
+        retry = wait(longest, 1, false, now)
+        this.#makeRoom(now)
+        this.#marks.set(keys.backoff, { value: 1, expiresAt: now + retry })
+        entries = exceeded(limits, retry, 0)
+      }
+    }
     // An overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
-    if (peek || ban === null || stateKey !== keys.log) return reply(1, retry, 0, entries)
+    if (peek || ban === null || !own) return reply(1, retry, 0, entries)
 
     const strikes = this.#count(keys.strikes, now, now + strikeWindow, false)
     if ((strikes.value as number) < ban.threshold) return reply(1, retry, 0, entries)

@@ -41,29 +41,35 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(
 export const SLIDING_LOG_SCRIPT = SCRIPTS['sliding-log'].lua
 export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 
+/** What a request over the limit does, as a policy sends it (`'none'`: the algorithm alone decides). */
+type OverLimit = NonNullable<DecideInput['overLimit']> | 'none'
+
 /** Every script takes the same keys and arguments (see the header of `lua/decide.lua`), the number of keys first. */
 type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
 
 /**
  * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
- * request can touch (three; five when a denial counts a strike), then the mode, the members' `base` (request
- * i's member is `base` + i, from 1), each distinct policy (ban and limits) once, and each request's policy
- * (with its member and time, for an undo). See the header of `lua/decide.lua`.
+ * request can touch (three; two more when a denial counts a strike; one more, its over-limit key, when it is
+ * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
+ * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
+ * its member and time, for an undo). See the header of `lua/decide.lua`.
  */
 export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mode: 'decide' | 'peek' | 'undo', base: string): Array<string | number> {
   const keys: string[] = []
   const policies: Array<string | number> = []
-  const seen: Array<readonly [readonly Limit[], BanPolicy | null]> = []
+  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit]> = []
   const each: Array<string | number> = []
   for (const input of requests) {
     const { keys: k, limits } = input
     const ban = 'ban' in input ? input.ban : null
+    const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
     keys.push(k.log, k.banned, k.override)
     if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences)
-    let policy = seen.findIndex(([l, b]) => l === limits && b === ban)
+    if (mode !== 'undo' && over !== 'none') keys.push(k.backoff)
+    let policy = seen.findIndex(([l, b, o]) => l === limits && b === ban && o === over)
     if (policy === -1) {
-      policy = seen.push([limits, ban]) - 1
-      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, limits.length)
+      policy = seen.push([limits, ban, over]) - 1
+      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, limits.length)
       for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
     }
     each.push(policy + 1)
@@ -86,7 +92,7 @@ export function defineScript (client: RedisLike, algorithm: Algorithm): ScriptCo
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
-    // No numberOfKeys: each call gives it first, as its requests' keys are three or five each.
+    // No numberOfKeys: each call gives it first, as its requests' keys are three to six each.
     client.defineCommand(name, { lua })
     if (ours === undefined) defined.set(client, ours = new Set())
     ours.add(name)

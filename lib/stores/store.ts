@@ -24,6 +24,15 @@ export interface DecideInput {
   readonly peek: boolean
   /** How the budget counts; default `'sliding-log'`. `keys` must be made for the same algorithm. */
   readonly algorithm?: Algorithm
+  /**
+   * What happens over the limit; absent: the algorithm alone decides, and a denial counts nothing. Otherwise
+   * a denial holds the client off (the identity's over-limit key, `keys.backoff`): `'continue'`
+   * (continueExceeding) for the longest window of its limits from each denial, so a client that keeps sending
+   * stays limited; `'backoff'` (exponentialBackoff) for that window, then twice as long with each denial in a
+   * row. A peek reports the client as one over its limit for what is left of one such window since the last
+   * denial. See `lua/decide.lua`.
+   */
+  readonly overLimit?: 'continue' | 'backoff'
 }
 
 /** Gives back a request a decision counted (`member` and `at` are the decision's). */

@@ -48,15 +48,17 @@ export interface Simple {
   forgetMs?: number
   peek?: boolean
   algorithm?: Algorithm
+  overLimit?: DecideInput['overLimit']
 }
 
-export function decideInput ({ keys, max = 1, windowMs = 1000, burst, limits, banThreshold = 0, banMs = 1000, ladder, forgetMs = 0, peek = false, algorithm }: Simple): DecideInput {
+export function decideInput ({ keys, max = 1, windowMs = 1000, burst, limits, banThreshold = 0, banMs = 1000, ladder, forgetMs = 0, peek = false, algorithm, overLimit }: Simple): DecideInput {
   return {
     keys,
     limits: (limits ?? [{ max, windowMs, burst }]).map(l => ({ max: l.max, windowMs: l.windowMs, burst: l.burst ?? l.max })),
     ban: banThreshold === 0 ? null : { threshold: banThreshold, ladder: ladder ?? [banMs], forgetMs },
     peek,
-    algorithm
+    algorithm,
+    ...(overLimit === undefined ? {} : { overLimit })
   }
 }
 
@@ -175,7 +177,7 @@ class TimedRedis implements TimedRedisStore {
 
   async #script (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', base: string, nowMs: number): Promise<unknown> {
     const { keys } = input
-    return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override], (multi) => {
+    return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override, keys.backoff], (multi) => {
       const command = (multi as unknown as Record<string, Command>)[timedCommand(input.algorithm ?? DEFAULT_ALGORITHM)]!
       command.call(multi, ...scriptArgs([input], mode, base), nowMs)
     })

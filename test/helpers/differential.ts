@@ -1,0 +1,115 @@
+// The seeded differential test of test/conformance.test.ts (and test/over-limit.test.ts): the Lua script
+// (time injected) and the in-process twin, on the same random traffic, must decide every step alike.
+import type { Test } from 'tap'
+import type { Algorithm } from '../../lib/algorithms/index.js'
+import { identityKeys } from '../../lib/keys.js'
+import type { IdentityKeys } from '../../lib/keys.js'
+import type { DecideInput } from '../../lib/stores/store.js'
+import { uniquePrefix } from './redis.js'
+import { decideInput, memoryStore, redisStore } from './stores.js'
+import { prng } from './random.js'
+
+/** Step times are offsets from a realistic epoch millisecond. */
+const T0 = 1_700_000_000_000
+
+type KeyName = keyof IdentityKeys
+
+/**
+ * Random traffic (three identities, two budgets each, bans, admin calls, peeks, clock steps back) decided by
+ * both stores, step by step: every decision must be identical. With `requireEveryKind`, the traffic must
+ * also have reached every kind of answer (so agreement means something).
+ */
+export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, overLimit?: DecideInput['overLimit'], STEPS = 2000): Promise<void> {
+  t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
+  const random = prng(seed)
+  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!
+
+  // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
+  // entry, a strike or a ban ends: the edges are where two implementations part.
+  const ms = (lo: number, hi: number, offGrid = 0.02): number =>
+    random() < offGrid ? int(lo, hi) : 10 * int(Math.ceil(lo / 10), Math.floor(hi / 10))
+  const prefix = uniquePrefix()
+  const identities = Array.from({ length: 3 }, (_, i) => ({
+    name: `ip:198.51.100.${i}`,
+    threshold: [0, pick([1, 2]), pick([2, 3, 4])][i % 3]!,
+    banMs: ms(10, 1500, 0.2),
+    budgets: Array.from({ length: 2 }, (_, j) => ({ scope: `s${j}`, max: int(1, 6), windowMs: ms(10, 800, 0.2), varyMax: random() < 0.3 }))
+  }))
+  const redis = await redisStore(t)
+  const stores = [redis, memoryStore(t)] as const
+  let now = T0
+  let highWater = T0
+  const history: string[] = []
+  let agreed = 0
+  let lastDecisions: string[] = []
+  const seen = new Set<string>()
+
+  for (let step = 0; step < STEPS; step++) {
+    const roll = random()
+    if (roll < 0.1) {
+      // A step back, but not to before an expiry already passed (see lastExpiry).
+      now = Math.max(now - ms(1, 40), redis.lastExpiry(highWater))
+    } else {
+      now = highWater + (roll < 0.75 ? ms(0, 40) : roll < 0.95 ? ms(40, 300) : ms(300, 2000))
+      highWater = now
+    }
+    const who = pick(identities)
+    const budget = pick(who.budgets)
+    const keys = identityKeys(prefix, budget.scope, who.name, algorithm)
+    const admin = random()
+    let action: string
+    let results: string[]
+    if (admin < 0.01) {
+      const banMs = ms(1, 2000)
+      action = `setBan(${who.name}, ${banMs})`
+      for (const store of stores) await store.setBan(keys.banned, banMs, now)
+      results = ['', '']
+    } else if (admin < 0.02) {
+      const names = pick<KeyName[]>(overLimit !== undefined
+        ? [['log', 'backoff'], ['strikes'], ['banned', 'strikes'], ['backoff']]
+        : [['log'], ['strikes'], ['banned', 'strikes'], ['log', 'strikes']])
+      action = `delete(${who.name}/${budget.scope}: ${names.join(', ')})`
+      for (const store of stores) await store.delete(names.map(name => keys[name]), now)
+      results = ['', '']
+    } else {
+      const simple = {
+        keys,
+        max: budget.varyMax && random() < 0.3 ? int(1, budget.max) : budget.max,
+        windowMs: budget.windowMs,
+        banThreshold: who.threshold,
+        banMs: who.banMs,
+        peek: random() < 0.1,
+        algorithm,
+        overLimit
+      }
+      const input = decideInput(simple)
+      action = `decide(${who.name}/${budget.scope}, max ${simple.max}, window ${simple.windowMs}, threshold ${simple.banThreshold}, ban ${simple.banMs}${simple.peek ? ', peek' : ''})`
+      const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
+      results = decisions.map(({ member, ...d }) => JSON.stringify(d))
+      seen.add(decisions[1]!.status + (decisions[1]!.banStarted ? '+start' : '') + (input.peek ? ' peek' : ''))
+      // Backing off: a wait of at least twice the window.
+      if (decisions[1]!.status === 'limited' && decisions[1]!.retryMs >= 2 * budget.windowMs) seen.add('backoff doubled')
+      // A peek under the over-limit key: the client one over its limit.
+      if (input.peek && decisions[1]!.count > decisions[1]!.limit) seen.add('exceeded peek')
+    }
+    history.push(`#${step} at T0+${now - T0}: ${action} -> ${results[1]}`)
+    if (results[0] !== results[1]) {
+      lastDecisions = results
+      t.fail(`the stores disagree at step ${step} (seed ${seed})`, {
+        redis: results[0],
+        memory: results[1],
+        history: history.slice(-25).join('\n')
+      })
+      break
+    }
+    agreed++
+  }
+  t.equal(agreed, STEPS, `all ${STEPS} steps agree`, { lastDecisions })
+  // The traffic reached every kind of answer, so agreement means something.
+  if (!requireEveryKind) return
+  const over = overLimit === undefined ? [] : ['exceeded peek', ...(overLimit === 'backoff' ? ['backoff doubled'] : [])]
+  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek', ...over]) {
+    t.ok(seen.has(kind), `the random traffic produced ${kind}`)
+  }
+}
