@@ -1,56 +1,13 @@
-import { checkBoolean, checkKeys, fail } from './check.js'
-import { InvalidOptionError } from './errors.js'
-import type { ResolvedLimit } from './options.js'
+import { checkBoolean, checkOneOf, fail, show } from './check.js'
+import type { FailMode, ResolvedLimit } from './types.js'
 import type { BanPolicy } from './stores/store.js'
 
 /**
- * `@fastify/rate-limit`'s options that this plugin spells another way, mapped once at register: the per-header
- * switches and the draft header names, `ban` as a number of denials, and the two options it rejects (with the
- * option to use instead) rather than ignore.
+ * `@fastify/rate-limit`'s options that this plugin spells another way, mapped once at register: `ban` as a
+ * number of denials, `skipOnError`, `continueExceeding` and `exponentialBackoff`, and the values theirs
+ * replaces by a default rather than refuse (said aloud here). Their header switches and names are
+ * lib/headers.ts's.
  */
-
-/** The names of the three fields of the binding limit: `X-RateLimit-*`, or the draft's `RateLimit-*` (`enableDraftSpec`). */
-export interface FieldNames {
-  readonly limit: string
-  readonly remaining: string
-  readonly reset: string
-}
-
-export const PLAIN_NAMES: FieldNames = Object.freeze({ limit: 'x-ratelimit-limit', remaining: 'x-ratelimit-remaining', reset: 'x-ratelimit-reset' })
-export const DRAFT_NAMES: FieldNames = Object.freeze({ limit: 'ratelimit-limit', remaining: 'ratelimit-remaining', reset: 'ratelimit-reset' })
-
-/** Which headers are sent: the three fields on an allowed request, and on a refusal with `Retry-After`. */
-export interface HeaderSwitches {
-  readonly allowed: Readonly<Record<keyof FieldNames, boolean>>
-  readonly refused: Readonly<Record<keyof FieldNames | 'retryAfter', boolean>>
-}
-
-export const ALL_HEADERS: HeaderSwitches = Object.freeze({
-  allowed: Object.freeze({ limit: true, remaining: true, reset: true }),
-  refused: Object.freeze({ limit: true, remaining: true, reset: true, retryAfter: true })
-})
-
-/**
- * `addHeadersOnExceeding` (allowed requests) and `addHeaders` (refusals), `{ '<header name>': boolean }`, over
- * `base`: a header left out keeps its switch. Names are the ones `names` sends (the draft's with `enableDraftSpec`).
- */
-export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string): HeaderSwitches {
-  const switches = (option: 'addHeadersOnExceeding' | 'addHeaders', current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
-    const value = input[option]
-    if (value === undefined) return current
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(`${where}${option}`, value, "an object such as { 'x-ratelimit-reset': false }")
-    const fields = option === 'addHeaders' ? { ...names, retryAfter: 'retry-after' } : names
-    const byName = new Map(Object.entries(fields).map(([field, name]) => [name, field]))
-    checkKeys(value, new Set(byName.keys()), `${where}${option}.`)
-    const out = { ...current }
-    for (const [name, on] of Object.entries(value)) out[byName.get(name)!] = checkBoolean(on, `${where}${option}.${name}`)
-    return out
-  }
-  return Object.freeze({
-    allowed: Object.freeze(switches('addHeadersOnExceeding', base.allowed)) as HeaderSwitches['allowed'],
-    refused: Object.freeze(switches('addHeaders', base.refused)) as HeaderSwitches['refused']
-  })
-}
 
 /**
  * `ban: N`: `@fastify/rate-limit` answers 403 from the (N + 1)th denial within a window until that window
@@ -70,17 +27,58 @@ export function checkDenials (value: unknown, name: string): number {
   return value as number
 }
 
-/** What to use instead of `@fastify/rate-limit`'s options that change how a window counts. */
-const INSTEAD: Readonly<Record<string, string>> = Object.freeze({
-  continueExceeding: 'a client that keeps sending while limited is banned instead: ban: { threshold, duration }',
-  exponentialBackoff: 'bans that grow for repeat offenders: ban: { threshold, duration, escalate: 2 }'
-})
+/** What a budget does with the requests it denies: count nothing (absent), count them, or double the wait. */
+export type OverLimit = 'continue' | 'backoff' | undefined
 
-/** The options this plugin rejects rather than ignore; `false` (their default) is accepted. */
-export function rejectUnsupported (input: Record<string, unknown>, where: string): void {
-  for (const [option, instead] of Object.entries(INSTEAD)) {
-    const value = input[option]
-    if (value === undefined || value === false) continue
-    throw new InvalidOptionError(`${where}${option}`, `not supported (the window here is exact, it never restarts); use ${instead}`)
+/**
+ * `continueExceeding` (a denied request is counted, so a client that keeps sending stays limited) and
+ * `exponentialBackoff` (each request over the limit doubles the wait), over the base's; `continueExceeding`
+ * wins when both are on, as in theirs.
+ */
+export function checkOverLimit (input: Record<string, unknown>, base: OverLimit, where: string): OverLimit {
+  const { continueExceeding, exponentialBackoff } = input
+  if (continueExceeding === undefined && exponentialBackoff === undefined) return base
+  const continues = continueExceeding === undefined ? base === 'continue' : checkBoolean(continueExceeding, `${where}continueExceeding`)
+  const backs = exponentialBackoff === undefined ? base === 'backoff' : checkBoolean(exponentialBackoff, `${where}exponentialBackoff`)
+  return continues ? 'continue' : backs ? 'backoff' : undefined
+}
+
+/** `@fastify/rate-limit`'s defaults for the values it replaces rather than refuses. */
+export const THEIR_DEFAULTS = Object.freeze({ max: 1000, timeWindow: 60_000, ipv6Subnet: 64 })
+
+/** Says, once at register, that an option's value was replaced (`fastify.log.warn`). */
+export type Warn = (message: string) => void
+
+/**
+ * The options as `@fastify/rate-limit` reads them where it replaces a value instead of refusing it: a `max`
+ * that is NaN, infinite or negative, a `timeWindow` that is NaN, infinite or not positive, an `ipv6Subnet`
+ * outside 0–128 get its default, and a fraction its integer part; each replacement is said aloud. Any other
+ * invalid value (a string `max`, an unreadable duration) stays a coded error.
+ */
+export function theirFallbacks (input: Record<string, unknown>, where: string, warn: Warn): Record<string, unknown> {
+  const { max, timeWindow, ipv6Subnet } = input
+  const out = { ...input }
+  const replace = (option: 'max' | 'timeWindow' | 'ipv6Subnet', value: number): void => {
+    out[option] = value
+    warn(`rate-guard: ${where}${option} ${show(input[option])} is not valid; using ${value}, as @fastify/rate-limit does`)
   }
+  if (typeof max === 'number' && !Number.isInteger(max)) replace('max', Number.isFinite(max) && max >= 0 ? Math.trunc(max) : THEIR_DEFAULTS.max)
+  else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
+  if (typeof timeWindow === 'number' && !(Number.isInteger(timeWindow) && timeWindow > 0)) {
+    replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
+  }
+  if (ipv6Subnet !== undefined && !(Number.isInteger(ipv6Subnet) && (ipv6Subnet as number) >= 0 && (ipv6Subnet as number) <= 128)) {
+    replace('ipv6Subnet', typeof ipv6Subnet === 'number' && ipv6Subnet >= 0 && ipv6Subnet <= 128 ? Math.trunc(ipv6Subnet) : THEIR_DEFAULTS.ipv6Subnet)
+  }
+  return out
+}
+
+const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
+
+/** `failMode`, or `@fastify/rate-limit`'s `skipOnError` (true: open, false: closed), or undefined. */
+export function checkFailMode (input: Record<string, unknown>, where: string): FailMode | undefined {
+  const { failMode, skipOnError } = input
+  if (skipOnError === undefined) return failMode === undefined ? undefined : checkOneOf(failMode, `${where}failMode`, FAIL_MODES)
+  if (failMode !== undefined) fail(`${where}skipOnError`, skipOnError, 'not both failMode and skipOnError')
+  return checkBoolean(skipOnError, `${where}skipOnError`) ? 'open' : 'closed'
 }

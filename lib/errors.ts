@@ -9,9 +9,18 @@ export const InvalidOptionError = createError<'FST_RATE_GUARD_INVALID_OPTION', [
   TypeError
 )
 
-export const InvalidRouteConfigError = createError<'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', [string, string]>(
+// `@fastify/rate-limit`'s messages, word for word (apps and their tests compare them); the stack of either
+// points at the route declared with the bad value.
+export const InvalidRouteConfigError = createError<'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', []>(
   'FST_RATE_GUARD_INVALID_ROUTE_CONFIG',
-  'Unknown value for route rate-limit configuration on %s: %s (expected an object or false)',
+  'Unknown value for route rate-limit configuration',
+  500,
+  TypeError
+)
+
+export const InvalidGroupIdError = createError<'FST_RATE_GUARD_INVALID_OPTION', []>(
+  'FST_RATE_GUARD_INVALID_OPTION',
+  'groupId must be a string',
   500,
   TypeError
 )

@@ -1,6 +1,6 @@
 import type { FastifyReply } from 'fastify'
-import type { FieldNames } from './compat.js'
-import type { ResolvedRoute } from './options.js'
+import { checkBoolean, checkKeys, fail } from './check.js'
+import type { ResolvedRoute } from './types.js'
 import type { Decision } from './stores/store.js'
 
 /**
@@ -8,6 +8,49 @@ import type { Decision } from './stores/store.js'
  * first, the IETF draft-10 `RateLimit` / `RateLimit-Policy` fields for every limit, and `Retry-After` on a
  * refusal: the wait until every limit allows. Whole seconds, rounded up.
  */
+
+/** The names of the three fields of the binding limit: `X-RateLimit-*`, or the draft's `RateLimit-*` (`enableDraftSpec`). */
+export interface FieldNames {
+  readonly limit: string
+  readonly remaining: string
+  readonly reset: string
+}
+
+export const PLAIN_NAMES: FieldNames = Object.freeze({ limit: 'x-ratelimit-limit', remaining: 'x-ratelimit-remaining', reset: 'x-ratelimit-reset' })
+export const DRAFT_NAMES: FieldNames = Object.freeze({ limit: 'ratelimit-limit', remaining: 'ratelimit-remaining', reset: 'ratelimit-reset' })
+
+/** Which headers are sent: the three fields on an allowed request, and on a refusal with `Retry-After`. */
+export interface HeaderSwitches {
+  readonly allowed: Readonly<Record<keyof FieldNames, boolean>>
+  readonly refused: Readonly<Record<keyof FieldNames | 'retryAfter', boolean>>
+}
+
+export const ALL_HEADERS: HeaderSwitches = Object.freeze({
+  allowed: Object.freeze({ limit: true, remaining: true, reset: true }),
+  refused: Object.freeze({ limit: true, remaining: true, reset: true, retryAfter: true })
+})
+
+/**
+ * `addHeadersOnExceeding` (allowed requests) and `addHeaders` (refusals), `{ '<header name>': boolean }`, over
+ * `base`: a header left out keeps its switch. Names are the ones `names` sends (the draft's with `enableDraftSpec`).
+ */
+export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string): HeaderSwitches {
+  const switches = (option: 'addHeadersOnExceeding' | 'addHeaders', current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
+    const value = input[option]
+    if (value === undefined) return current
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(`${where}${option}`, value, "an object such as { 'x-ratelimit-reset': false }")
+    const fields = option === 'addHeaders' ? { ...names, retryAfter: 'retry-after' } : names
+    const byName = new Map(Object.entries(fields).map(([field, name]) => [name, field]))
+    checkKeys(value, new Set(byName.keys()), `${where}${option}.`)
+    const out = { ...current }
+    for (const [name, on] of Object.entries(value)) out[byName.get(name)!] = checkBoolean(on, `${where}${option}.${name}`)
+    return out
+  }
+  return Object.freeze({
+    allowed: Object.freeze(switches('addHeadersOnExceeding', base.allowed)) as HeaderSwitches['allowed'],
+    refused: Object.freeze(switches('addHeaders', base.refused)) as HeaderSwitches['refused']
+  })
+}
 
 /** Per field of the binding limit, the header name it is sent under, or null when it is not sent. */
 type Sent = Readonly<Record<keyof FieldNames, string | null>>

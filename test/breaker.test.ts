@@ -24,6 +24,9 @@ import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { decideInput } from './helpers/stores.js'
 
+/** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
+const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
+
 const TIMEOUT = 100
 /** Each answer within the deadline plus 50 ms for noise. */
 const BOUND = TIMEOUT + 50
@@ -270,14 +273,14 @@ t.test('isPermanent: the errors a real redis-server gives, through the script', 
 // Options.
 
 t.test('breaker, strict and redis (a list): valid values resolve, bad ones are refused at register', async t => {
-  t.same(resolveOptions({}).breaker, { threshold: DEFAULTS.breaker.threshold, coolDownMs: DEFAULTS.breaker.coolDown }, 'default: on, 5 failures, 1 s')
-  t.same(resolveOptions({ breaker: { threshold: 5, coolDown: 1000 } }).breaker, { threshold: 5, coolDownMs: 1000 })
-  t.equal(resolveOptions({ breaker: false }).breaker, null, 'false: off')
-  t.same(resolveOptions({ breaker: { threshold: 1, coolDown: '2.5s' } }).breaker, { threshold: 1, coolDownMs: 2500 }, 'a duration string')
-  t.ok(Object.isFrozen(resolveOptions({ breaker: { threshold: 2, coolDown: 10 } }).breaker), 'frozen')
-  t.equal(resolveOptions({}).strict, false, 'strict: off by default')
-  t.equal(resolveOptions({ strict: true }).strict, true)
-  t.same(resolveOptions({ redis: ['redis://127.0.0.1:7000', 'rediss://user:pw@h:7001'] }).redis, ['redis://127.0.0.1:7000', 'rediss://user:pw@h:7001'], 'a list of node URLs')
+  t.same(resolveOptions({}, unexpected).breaker, { threshold: DEFAULTS.breaker.threshold, coolDownMs: DEFAULTS.breaker.coolDown }, 'default: on, 5 failures, 1 s')
+  t.same(resolveOptions({ breaker: { threshold: 5, coolDown: 1000 } }, unexpected).breaker, { threshold: 5, coolDownMs: 1000 })
+  t.equal(resolveOptions({ breaker: false }, unexpected).breaker, null, 'false: off')
+  t.same(resolveOptions({ breaker: { threshold: 1, coolDown: '2.5s' } }, unexpected).breaker, { threshold: 1, coolDownMs: 2500 }, 'a duration string')
+  t.ok(Object.isFrozen(resolveOptions({ breaker: { threshold: 2, coolDown: 10 } }, unexpected).breaker), 'frozen')
+  t.equal(resolveOptions({}, unexpected).strict, false, 'strict: off by default')
+  t.equal(resolveOptions({ strict: true }, unexpected).strict, true)
+  t.same(resolveOptions({ redis: ['redis://127.0.0.1:7000', 'rediss://user:pw@h:7001'] }, unexpected).redis, ['redis://127.0.0.1:7000', 'rediss://user:pw@h:7001'], 'a list of node URLs')
 
   const cases: Array<[Record<string, unknown>, string, string]> = [
     [{ breaker: true }, 'breaker', 'true'],
@@ -313,7 +316,7 @@ t.test('breaker, strict and redis (a list): valid values resolve, bad ones are r
     const message = new RegExp(`^Invalid rate-guard option "${name.replace('.', '\\.')}": .*got ${shown.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`)
     await t.rejects(async () => { await app.register(rateGuard, options as RateGuardOptions) }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, `${JSON.stringify(options)} → ${name} = ${shown}`)
   }
-  t.throws(() => resolveOptions({ redis: [] }), { message: /non-empty list of redis:\/\/ or rediss:\/\/ URLs of Redis Cluster nodes/ }, 'the list form says what it wants')
+  t.throws(() => resolveOptions({ redis: [] }, unexpected), { message: /non-empty list of redis:\/\/ or rediss:\/\/ URLs of Redis Cluster nodes/ }, 'the list form says what it wants')
 })
 
 // ---------------------------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ import rateGuard from '../lib/index.js'
 import { formatDuration, toMilliseconds } from '../lib/duration.js'
 import { resolveOptions } from '../lib/options.js'
 
+/** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
+const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
+
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 
 function app (t: Test): FastifyInstance {
@@ -30,18 +33,13 @@ type Case = [options: Record<string, unknown>, name: string, shown: string]
 
 const cases: Record<string, Case[]> = {
   max: [
-    [{ max: -1 }, 'max', '-1'],
-    [{ max: -0.5 }, 'max', '-0.5'],
-    [{ max: 1.5 }, 'max', '1.5'],
+    // A negative, fractional, NaN or infinite max is replaced, as @fastify/rate-limit does (see the fallbacks below).
     [{ max: '10' }, 'max', '"10"'],
-    [{ max: NaN }, 'max', 'NaN'],
-    [{ max: Infinity }, 'max', 'Infinity'],
     [{ max: 2 ** 53 }, 'max', String(2 ** 53)]
   ],
   timeWindow: [
+    // A number that is not a positive integer is replaced (see the fallbacks below); an unreadable one is refused.
     [{ timeWindow: 'abc' }, 'timeWindow', '"abc"'],
-    [{ timeWindow: -5 }, 'timeWindow', '-5'],
-    [{ timeWindow: 0 }, 'timeWindow', '0'],
     [{ timeWindow: '1 fortnight' }, 'timeWindow', '"1 fortnight"'],
     [{ timeWindow: {} }, 'timeWindow', 'an object'],
     [{ timeWindow: '0.4' }, 'timeWindow', '"0.4"']
@@ -90,12 +88,6 @@ const cases: Record<string, Case[]> = {
     [{ cache: 1.5 }, 'cache', '1.5'],
     [{ cache: 'big' }, 'cache', '"big"']
   ],
-  ipv6Subnet: [
-    [{ ipv6Subnet: 0 }, 'ipv6Subnet', '0'],
-    [{ ipv6Subnet: 129 }, 'ipv6Subnet', '129'],
-    [{ ipv6Subnet: 1.5 }, 'ipv6Subnet', '1.5'],
-    [{ ipv6Subnet: '64' }, 'ipv6Subnet', '"64"']
-  ],
   apiKeyHeader: [
     [{ apiKeyHeader: 'x api key' }, 'apiKeyHeader', '"x api key"'],
     [{ apiKeyHeader: 'x-api-key:' }, 'apiKeyHeader', '"x-api-key:"'],
@@ -123,8 +115,7 @@ const cases: Record<string, Case[]> = {
     [{ groupId: 'a"b' }, 'groupId', '"a\\"b"'],
     [{ groupId: 'two words' }, 'groupId', '"two words"'],
     [{ groupId: '' }, 'groupId', '""'],
-    [{ groupId: 'a\\b' }, 'groupId', '"a\\\\b"'],
-    [{ groupId: 7 }, 'groupId', '7']
+    [{ groupId: 'a\\b' }, 'groupId', '"a\\\\b"']
   ],
   'other checks': [
     [{ keyGenerator: 'ip' }, 'keyGenerator', '"ip"'],
@@ -142,11 +133,130 @@ for (const [group, list] of Object.entries(cases)) {
   })
 }
 
+t.test('a non-string groupId is refused with @fastify/rate-limit\'s message, word for word', async t => {
+  for (const groupId of [7, true, {}]) {
+    await t.rejects(async () => { await app(t).register(rateGuard, { groupId } as never) }, { code: INVALID, statusCode: 500, message: 'groupId must be a string' }, `groupId = ${JSON.stringify(groupId)}`)
+  }
+})
+
+/** A store class with @fastify/rate-limit's interface (incr, child), counting nothing. */
+class Store {
+  incr (_key: string, callback: (err: Error | null, result?: { current: number, ttl: number }) => void): void { callback(null, { current: 1, ttl: 1000 }) }
+  child (): Store { return new Store() }
+}
+
+const moreCases: Record<string, Case[]> = {
+  continueExceeding: [
+    [{ continueExceeding: 'yes' }, 'continueExceeding', '"yes"'],
+    [{ continueExceeding: 1 }, 'continueExceeding', '1']
+  ],
+  exponentialBackoff: [
+    [{ exponentialBackoff: 'yes' }, 'exponentialBackoff', '"yes"'],
+    [{ exponentialBackoff: null }, 'exponentialBackoff', 'null']
+  ],
+  store: [
+    [{ store: {} }, 'store', 'an object'],
+    [{ store: 'redis' }, 'store', '"redis"'],
+    [{ store: class {} }, 'store', 'a function'],
+    [{ store: class { incr (): void {} } }, 'store', 'a function'],
+    [{ store: Store, redis: 'redis://127.0.0.1:1' }, 'store', 'a function']
+  ],
+  // Wrong types are no fallback: only numbers @fastify/rate-limit replaces are.
+  'fallback types': [
+    [{ timeWindow: '-5' }, 'timeWindow', '"-5"'],
+    [{ max: null }, 'max', 'null']
+  ]
+}
+
+for (const [group, list] of Object.entries(moreCases)) {
+  t.test(`invalid ${group} is refused at register`, async t => {
+    for (const [options, name, shown] of list) await refuses(t, options, name, shown)
+  })
+}
+
+t.test('continueExceeding and exponentialBackoff are booleans; continueExceeding wins over exponentialBackoff', async t => {
+  const overLimit = (input: Record<string, unknown>): unknown => resolveOptions(input, unexpected).route.overLimit
+  t.equal(overLimit({}), undefined, 'default: a denied request counts nothing')
+  t.equal(overLimit({ continueExceeding: false, exponentialBackoff: false }), undefined)
+  t.equal(overLimit({ continueExceeding: true }), 'continue')
+  t.equal(overLimit({ exponentialBackoff: true }), 'backoff')
+  t.equal(overLimit({ continueExceeding: true, exponentialBackoff: true }), 'continue', 'as @fastify/rate-limit')
+  t.equal(resolveOptions({ store: Store }, unexpected).store, Store, 'a store class with incr and child is kept')
+  t.equal(resolveOptions({}, unexpected).store, undefined)
+})
+
+t.test('values @fastify/rate-limit replaces by a default get that default, with one warning each', async t => {
+  // [options, the option replaced, the value shown, the resolved value]
+  const cases: Array<[Record<string, unknown>, 'max' | 'timeWindow' | 'ipv6Subnet', string, number]> = [
+    [{ max: -1 }, 'max', '-1', 1000],
+    [{ max: -0.5 }, 'max', '-0.5', 1000],
+    [{ max: NaN }, 'max', 'NaN', 1000],
+    [{ max: Infinity }, 'max', 'Infinity', 1000],
+    [{ max: -Infinity }, 'max', '-Infinity', 1000],
+    [{ max: 1.5 }, 'max', '1.5', 1],
+    [{ max: 0.5 }, 'max', '0.5', 0],
+    [{ timeWindow: -5 }, 'timeWindow', '-5', 60_000],
+    [{ timeWindow: 0 }, 'timeWindow', '0', 60_000],
+    [{ timeWindow: 0.5 }, 'timeWindow', '0.5', 60_000],
+    [{ timeWindow: NaN }, 'timeWindow', 'NaN', 60_000],
+    [{ timeWindow: Infinity }, 'timeWindow', 'Infinity', 60_000],
+    [{ timeWindow: 1500.7 }, 'timeWindow', '1500.7', 1500],
+    [{ ipv6Subnet: 129 }, 'ipv6Subnet', '129', 64],
+    [{ ipv6Subnet: -1 }, 'ipv6Subnet', '-1', 64],
+    [{ ipv6Subnet: NaN }, 'ipv6Subnet', 'NaN', 64],
+    [{ ipv6Subnet: '48' }, 'ipv6Subnet', '"48"', 64],
+    // As @fastify/rate-limit's normalizeIPv6Subnet: a fraction inside 0–128 keeps its integer part.
+    [{ ipv6Subnet: 1.5 }, 'ipv6Subnet', '1.5', 1]
+  ]
+  for (const [input, option, shown, value] of cases) {
+    const warnings: string[] = []
+    const { route } = resolveOptions(input, message => { warnings.push(message) })
+    const resolved = option === 'max' ? route.limits[0]!.max : option === 'timeWindow' ? route.limits[0]!.windowMs : route.ipv6Subnet
+    t.equal(resolved, value, `${option} = ${shown}: ${value}`)
+    t.strictSame(warnings, [`rate-guard: ${option} ${shown} is not valid; using ${value}, as @fastify/rate-limit does`], `${option} = ${shown}: one warning`)
+  }
+  const warnings: string[] = []
+  resolveOptions({ max: 0, timeWindow: 1, ipv6Subnet: 0 }, message => { warnings.push(message) })
+  resolveOptions({ max: 5, timeWindow: '1 minute', ipv6Subnet: 128 }, message => { warnings.push(message) })
+  t.strictSame(warnings, [], 'valid values are not replaced and say nothing')
+  t.equal(resolveOptions({ ipv6Subnet: 0 }, unexpected).route.ipv6Subnet, 0, 'ipv6Subnet 0 is valid')
+})
+
+t.test('a replaced value is warned once through fastify.log at register, and the running plugin uses the default', async t => {
+  const lines: Array<{ level: number, msg: string }> = []
+  const server = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  t.teardown(async () => { await server.close() })
+  await server.register(rateGuard, { max: -1, timeWindow: 0, standardHeaders: 'draft-10' })
+  server.get('/', async () => 'ok')
+  // POST: a GET route's automatic HEAD route is declared with the same config, and warns again.
+  server.post('/route', { config: { rateLimit: { max: 2.7 } } }, async () => 'ok')
+  await server.ready()
+  const replaced = lines.filter(line => line.msg.includes('@fastify/rate-limit does'))
+  t.strictSame(replaced.map(line => [line.level, line.msg]), [
+    [40, 'rate-guard: max -1 is not valid; using 1000, as @fastify/rate-limit does'],
+    [40, 'rate-guard: timeWindow 0 is not valid; using 60000, as @fastify/rate-limit does'],
+    [40, 'rate-guard: config.rateLimit.max 2.7 is not valid; using 2, as @fastify/rate-limit does']
+  ], 'one warning per replaced value, the route\'s named under config.rateLimit')
+  t.equal((await server.inject('/')).headers['ratelimit-policy'], '"default";q=1000;w=60')
+  t.equal((await server.inject({ method: 'POST', url: '/route' })).headers['ratelimit-policy'], '"default";q=2;w=60')
+  t.equal(lines.filter(line => line.msg.includes('@fastify/rate-limit does')).length, 3, 'requests warn nothing more')
+})
+
+t.test('ipv6Subnet 0: every IPv6 address is one client', async t => {
+  const server = app(t)
+  await server.register(rateGuard, { max: 1, ipv6Subnet: 0 })
+  server.get('/', async () => 'ok')
+  t.equal((await server.inject({ url: '/', remoteAddress: '2001:db8::1' })).statusCode, 200)
+  t.equal((await server.inject({ url: '/', remoteAddress: 'fe80:1:2:3::9' })).statusCode, 429, 'another IPv6 address, the same client')
+  t.equal((await server.rateGuard.peek('2a00::5')).count, 1, 'any IPv6 address names the one budget')
+  t.equal((await server.inject({ url: '/', remoteAddress: '10.0.0.1' })).statusCode, 200, 'IPv4 addresses are not masked')
+})
+
 t.test('timeout: 1 ms to 60 s, the bounds included', async t => {
-  t.equal(resolveOptions({ timeout: 1 }).timeout, 1)
-  t.equal(resolveOptions({ timeout: 60_000 }).timeout, 60_000)
-  t.equal(resolveOptions({}).timeout, 100, 'default: 100 ms')
-  t.throws(() => resolveOptions({ timeout: 60_001 }), { code: INVALID, message: /"timeout": expected an integer number of milliseconds from 1 to 60000, got 60001$/ })
+  t.equal(resolveOptions({ timeout: 1 }, unexpected).timeout, 1)
+  t.equal(resolveOptions({ timeout: 60_000 }, unexpected).timeout, 60_000)
+  t.equal(resolveOptions({}, unexpected).timeout, 100, 'default: 100 ms')
+  t.throws(() => resolveOptions({ timeout: 60_001 }, unexpected), { code: INVALID, message: /"timeout": expected an integer number of milliseconds from 1 to 60000, got 60001$/ })
 })
 
 t.test('the message never dumps a long value', async t => {
@@ -163,11 +273,15 @@ t.test('a bad route config is refused when the route is declared, naming the rou
   const declare = (rateLimit: unknown): void => {
     server.get(`/r${Math.random().toString(36).slice(2)}`, { config: { rateLimit: rateLimit as never } }, async () => 'ok')
   }
-  t.throws(() => declare({ max: -2 }), { code: INVALID, message: /"config\.rateLimit\.max".*got -2$/ })
+  t.throws(() => declare({ max: '2' }), { code: INVALID, message: /"config\.rateLimit\.max".*got "2"$/ })
   t.throws(() => declare({ groupId: 'a b' }), { code: INVALID, message: /"config\.rateLimit\.groupId".*got "a b"$/ })
   t.throws(() => declare({ timewindow: 10 }), { code: INVALID, message: /"config\.rateLimit\.timewindow"/ })
   t.throws(() => declare({ redis: 'redis://127.0.0.1' }), { code: INVALID, message: /"config\.rateLimit\.redis"/ }, 'plugin-only options are not route options')
-  t.throws(() => declare(true), { code: 'FST_RATE_GUARD_INVALID_ROUTE_CONFIG' })
+  t.throws(() => declare({ store: Store }), { code: INVALID, message: /^Invalid rate-guard option "config\.rateLimit\.store": expected it at register only/ }, 'store is plugin-only')
+  t.throws(() => declare({ groupId: 7 }), { code: INVALID, message: 'groupId must be a string' }, '@fastify/rate-limit\'s message, word for word')
+  for (const config of [true, 'x', 5, []]) {
+    t.throws(() => declare(config), { code: 'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', message: 'Unknown value for route rate-limit configuration' }, `config.rateLimit = ${JSON.stringify(config)}`)
+  }
   t.doesNotThrow(() => declare({ max: 3, timeWindow: '10s', groupId: 'search' }))
   t.doesNotThrow(() => declare(false))
 })
@@ -186,7 +300,7 @@ t.test('valid options register', async t => {
     ipv6Subnet: 56,
     apiKeyHeader: 'X-Client-Key',
     verifyApiKey: async () => true,
-    allowList: ['ip:10.0.0.1'],
+    allowList: ['10.0.0.1'],
     groupId: 'api-v1',
     standardHeaders: 'draft-10',
     legacyHeaders: false
@@ -215,7 +329,7 @@ t.test('human durations resolve to the right milliseconds in the running plugin'
     const res = await server.inject('/')
     t.equal(res.statusCode, 200)
     t.equal(res.headers['ratelimit-policy'], `"default";q=1;w=${Math.ceil(ms / 1000)}`, `${JSON.stringify(timeWindow)}: w in seconds`)
-    const peek = await server.rateGuard.peek('ip:127.0.0.1')
+    const peek = await server.rateGuard.peek('127.0.0.1')
     t.equal(peek.count, 1)
     // The oldest request leaves one window after it came: the window is ms, give or take the time since.
     t.ok(peek.resetMs <= ms && peek.resetMs > ms - 200, `${JSON.stringify(timeWindow)}: resets in ${peek.resetMs} ms of ${ms}`)
@@ -276,7 +390,7 @@ t.test('formatDuration', async t => {
 
 t.test('options that are not an object are refused', async t => {
   for (const input of [null, 'x', 42, [], undefined]) {
-    t.throws(() => resolveOptions(input), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"options": expected an object/ }, String(input))
+    t.throws(() => resolveOptions(input, unexpected), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"options": expected an object/ }, String(input))
   }
 })
 

@@ -1,0 +1,216 @@
+import type { FastifyRequest } from 'fastify'
+import type { Algorithm } from './algorithms/index.js'
+import type { Callbacks } from './callbacks.js'
+import type { OverLimit } from './compat.js'
+import type { FieldNames, HeaderSwitches } from './headers.js'
+import type { RedisLike } from './stores/redis.js'
+import type { BanPolicy } from './stores/store.js'
+import type { FastifyRateLimitStoreCtor } from './stores/theirs.js'
+
+/** The options as the app gives them, and as they are once checked (lib/options.ts makes the second of the first). */
+
+export type Awaitable<T> = T | Promise<T>
+/** The client's key: a number is taken as its decimal string, as `@fastify/rate-limit` does. */
+export type KeyGenerator = (request: FastifyRequest) => Awaitable<string | number>
+export type MaxFunction = (request: FastifyRequest, key: string) => Awaitable<number>
+export type TimeWindowFunction = (request: FastifyRequest, key: string) => Awaitable<number | string>
+export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
+export type KeyCallback = (request: FastifyRequest, key: string) => void
+/** What `onBanReach` is told of the ban: its length, and which ban in a row it is (1 for the first). */
+export interface BanInfo {
+  durationMs: number
+  offence: number
+}
+export type BanCallback = (request: FastifyRequest, key: string, ban: BanInfo) => void
+export type HookName = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
+export type FailMode = 'open' | 'closed' | 'local'
+
+/** What `errorResponseBuilder` is given. `ttl` is in milliseconds; `after` is the same wait in words. */
+export interface ErrorResponseContext {
+  statusCode: 429 | 403
+  ban: boolean
+  max: number
+  ttl: number
+  after: string
+}
+export type ErrorResponseBuilder = (request: FastifyRequest, context: ErrorResponseContext) => object
+
+/** Bans: every ban as long (`duration`), or longer for repeat offenders (`escalate`). */
+export type BanOptions = BanCommon & (
+  | {
+    /** How long a ban lasts (the first, with a factor): milliseconds or a string such as `'10 minutes'`. */
+    duration: number | string
+    /** Each ban in a row this many times as long as the one before (`2`: doubling), up to `maxDuration`. */
+    escalate?: number
+    /** The cap on a ban's length with a factor. Default `'1 day'`. */
+    maxDuration?: number | string
+  }
+  | {
+    /** The length of every ban in a row (`['1m', '5m', '1h']`), the last repeating. */
+    escalate: ReadonlyArray<number | string>
+    duration?: never
+    maxDuration?: never
+  }
+)
+
+export interface BanCommon {
+  /** Denials within one time window (of the limit hit) that start a ban. */
+  threshold: number
+  /** A ban still counts toward the next one's length this long after it ends. Default `'1 day'`. */
+  forget?: number | string
+}
+
+/** One limit: `max` requests per `timeWindow`, and for the token bucket up to `burst` at once (default `max`). */
+export interface LimitOptions {
+  max: number | MaxFunction
+  timeWindow: number | string | TimeWindowFunction
+  burst?: number
+  /** Its name in the IETF `RateLimit` fields. Default: the budget's (group id or `default`), `-2`, `-3`... after the first. */
+  name?: string
+}
+
+/** A budget shared by every client of a route, beside each client's own: one limit, or several. */
+export type SharedOptions =
+  | { max: number, timeWindow: number | string, burst?: number, name?: string }
+  | { limits: ReadonlyArray<{ max: number, timeWindow: number | string, burst?: number, name?: string }> }
+
+/** The options a route may set in `config.rateLimit`, over the plugin's. */
+export interface RouteRateLimitOptions {
+  /** How requests are counted: `'sliding-log'` (exact, the default), `'fixed-window'`, `'sliding-window'` or `'token-bucket'`. */
+  algorithm?: Algorithm
+  max?: number | MaxFunction
+  timeWindow?: number | string | TimeWindowFunction
+  /** The token bucket's capacity: requests a full bucket lets through at once. Default `max`. */
+  burst?: number
+  /** Several limits in one decision (instead of `max` / `timeWindow`): a request must pass them all. */
+  limits?: readonly LimitOptions[]
+  /** A budget the route's clients share, checked after each client's own; `false` for none. */
+  shared?: false | SharedOptions
+  keyGenerator?: KeyGenerator
+  /** Bans; or, as `@fastify/rate-limit` takes it, a number N: a ban of one window from the (N + 1)th denial. */
+  ban?: false | BanOptions | number
+  allowList?: readonly string[] | AllowListFunction
+  groupId?: string
+  errorResponseBuilder?: ErrorResponseBuilder
+  /** Called on each allowed request (`@fastify/rate-limit`'s name: the request did not exceed the limit). */
+  onExceeding?: KeyCallback
+  onExceeded?: KeyCallback
+  onBanReach?: BanCallback
+  legacyHeaders?: boolean
+  standardHeaders?: false | 'draft-10'
+  /** Per-header switches on refusals: `{ 'x-ratelimit-reset': false, 'retry-after': false }` (draft names with `enableDraftSpec`). */
+  addHeaders?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset' | 'retry-after', boolean>>
+  /** Per-header switches on allowed requests. */
+  addHeadersOnExceeding?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset', boolean>>
+  /** The hook that limits: `'onRequest'` (default), or later, once the request is authenticated or parsed. */
+  hook?: HookName
+  /** What decides when Redis cannot in time: `'closed'` (default, as `@fastify/rate-limit`) answers 503, `'open'` lets the request through, `'local'` counts in process. */
+  failMode?: FailMode
+  /** `@fastify/rate-limit`'s spelling: true is `failMode: 'open'`, false is `failMode: 'closed'`. */
+  skipOnError?: boolean
+  /** Bits of an IPv6 address that make one client (0–128, default 64), for the default key. */
+  ipv6Subnet?: number
+  /** A denied request is counted too (the fixed window starts again), so a client that keeps sending stays limited. */
+  continueExceeding?: boolean
+  /** Each request over the limit doubles the wait: one window, then two, four... (`@fastify/rate-limit`'s). */
+  exponentialBackoff?: boolean
+}
+
+export interface BreakerOptions {
+  /** Transient Redis failures in a row that open the breaker. */
+  threshold: number
+  /** How long it stays open before one decision probes Redis: ms or a string such as `'1s'`. */
+  coolDown: number | string
+}
+
+export interface RateGuardOptions extends RouteRateLimitOptions {
+  /** A client you lend, a URL, or the URLs of Redis Cluster nodes (a client is made with fail-fast options). */
+  redis?: RedisLike | string | readonly string[]
+  global?: boolean
+  nameSpace?: string
+  /** Send the three fields as `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (an IETF draft, as `@fastify/rate-limit` does) instead of `X-RateLimit-*`. */
+  enableDraftSpec?: boolean
+  /** How long Redis has to answer a decision (ms, 1 to 60,000) before `failMode` decides; time the request waits for the app's own event loop is not counted. */
+  timeout?: number
+  /** Fail registration when Redis is not ready within 2 s; default: start degraded, keep reconnecting. */
+  strict?: boolean
+  breaker?: false | BreakerOptions
+  /**
+   * Hold bans Redis reported in process until they end, so a banned client costs no Redis call (default
+   * true). Lift bans with `fastify.rateGuard.unban`, which every instance hears; set false if bans are
+   * lifted behind the plugin's back (a `DEL` from redis-cli).
+   */
+  banCache?: boolean
+  cache?: number
+  apiKeyHeader?: string | false
+  verifyApiKey?: (apiKey: string, request: FastifyRequest) => Awaitable<boolean>
+  userId?: (request: FastifyRequest) => unknown
+  /** A store class with `@fastify/rate-limit`'s interface (`incr`, `child`): it counts instead of Redis or the in-process store. */
+  store?: FastifyRateLimitStoreCtor
+}
+
+export interface ResolvedLimit {
+  readonly max: number | MaxFunction
+  readonly windowMs: number | TimeWindowFunction
+  /** `null`: the limit's max. */
+  readonly burst: number | null
+  readonly name: string | undefined
+}
+
+export interface ResolvedRoute {
+  readonly hook: HookName
+  readonly failMode: FailMode
+  readonly ipv6Subnet: number
+  readonly algorithm: Algorithm
+  readonly limits: readonly ResolvedLimit[]
+  readonly shared: readonly ResolvedLimit[] | null
+  readonly keyGenerator: KeyGenerator
+  /** The hierarchical default (API key, user, IP), which `ipv6Subnet` shapes; false for the app's own. */
+  readonly defaultKey: boolean
+  readonly ban: BanPolicy | null
+  /** What a denied request does: nothing, counted (`continueExceeding`), or doubling the wait (`exponentialBackoff`). */
+  readonly overLimit: OverLimit
+  /** `ban: N` as given, when it was: a route with another window bans for its own window. */
+  readonly banDenials: number | null
+  readonly allowList: ReadonlySet<string> | AllowListFunction | null
+  /** The allow list as given: written again under a route's own `ipv6Subnet`. */
+  readonly allowListGiven: unknown
+  readonly groupId: string | undefined
+  readonly errorResponseBuilder: ErrorResponseBuilder | undefined
+  readonly onExceeding: KeyCallback | undefined
+  readonly onExceeded: KeyCallback | undefined
+  readonly onBanReach: BanCallback | undefined
+  readonly legacyHeaders: boolean
+  readonly standardHeaders: boolean
+  /** The names of the binding limit's three fields (set for the whole plugin by `enableDraftSpec`). */
+  readonly fieldNames: FieldNames
+  readonly headerSwitches: HeaderSwitches
+}
+
+export interface ResolvedBreaker {
+  readonly threshold: number
+  readonly coolDownMs: number
+}
+
+export interface ResolvedOptions {
+  readonly redis: RedisLike | string | readonly string[] | undefined
+  /** The app's store class (`@fastify/rate-limit`'s interface), when it gave one. */
+  readonly store: FastifyRateLimitStoreCtor | undefined
+  readonly global: boolean
+  readonly nameSpace: string
+  readonly timeout: number
+  readonly strict: boolean
+  readonly breaker: ResolvedBreaker | null
+  readonly banCache: boolean
+  readonly cache: number
+  /** Writes a key the way the default generator does with the plugin's `ipv6Subnet` (see `canonicalKey`). */
+  readonly canonicalKey: (key: string) => string
+  /** The default key generator for a subnet. */
+  readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator
+  /** Which tiers the default key generator names clients by (for the log at register). */
+  readonly keyTiers: string
+  /** Runs the app's callbacks under the deadline, with their fallbacks. */
+  readonly callbacks: Callbacks
+  /** The plugin's options as the base of every route's, limiter's and group's. */
+  readonly route: ResolvedRoute
+}
