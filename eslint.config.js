@@ -5,5 +5,5 @@ import neostandard from 'neostandard'
 // Generated and scratch output is never linted.
 export default neostandard({
   ts: true,
-  ignores: ['dist/**', 'coverage/**', '.tap/**', 'node_modules/**', 'bench/results/**']
+  ignores: ['dist/**', 'coverage/**', '.tap/**', 'node_modules/**', 'bench/results/**', '.upstream/**']
 })

@@ -58,8 +58,8 @@ switch (variant.kind) {
   case 'rate-guard': {
     const { rateGuard } = await import('../dist/index.js')
     const client = await redisClient({ enableOfflineQueue: false, enableAutoPipelining: variant.autopipelining })
-    // The plugin's defaults otherwise (its 100 ms deadline, failMode 'open'): a request let through unenforced
-    // is counted in the unenforced column, and must not happen.
+    // The plugin's defaults otherwise (its 100 ms deadline, failMode 'closed'): a decision Redis misses is a
+    // 503 in the responses column, and must not happen.
     // The bench's clients are its API keys, which the app vouches for (as @fastify/rate-limit's variant is
     // told by its keyGenerator): the API-key tier is on only where keys are verified.
     await app.register(rateGuard, { redis: client, algorithm: variant.algorithm, max: MAX, timeWindow: WINDOW_MS, nameSpace, verifyApiKey: () => true })

@@ -14,7 +14,7 @@ import rateGuard from 'fastify-rate-guard'
 /** The API keys this toy service has issued; a real one would look them up (and cache the answer). */
 export const API_KEYS = new Set(['key-acme-0001', 'key-globex-0002'])
 
-/** Requests per window, by the kind of key the plugin made: `apikey:…`, `user:…` or `ip:…`. */
+/** Requests per window, by the kind of key the plugin made: `apikey:…`, `user:…`, or an address. */
 export const TIERS = Object.freeze({ apikey: 40, user: 20, ip: 10 })
 export const WINDOW = '5s'
 export const BAN = Object.freeze({ threshold: 3, duration: '10s' })
@@ -39,7 +39,7 @@ export async function buildApp ({ redis, logger = false, nameSpace } = {}) {
   await app.register(rateGuard, {
     redis,
     nameSpace,
-    max: (request, key) => TIERS[key.slice(0, key.indexOf(':'))] ?? TIERS.ip,
+    max: (request, key) => key.startsWith('apikey:') ? TIERS.apikey : key.startsWith('user:') ? TIERS.user : TIERS.ip,
     timeWindow: WINDOW,
     ban: BAN,
     standardHeaders: 'draft-10',

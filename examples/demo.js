@@ -168,8 +168,8 @@ async function summarize () {
 
   // The operator's view, without counting a request: peek needs max and timeWindow here because the
   // plugin-wide max is a function of the request.
-  const seen = await app.rateGuard.peek(`ip:${ABUSER_IP}`, { max: TIERS.ip, timeWindow: WINDOW })
-  console.log(`\nAt the end\n  fastify.rateGuard.peek('ip:${ABUSER_IP}'): ${seen.status}` +
+  const seen = await app.rateGuard.peek(ABUSER_IP, { max: TIERS.ip, timeWindow: WINDOW })
+  console.log(`\nAt the end\n  fastify.rateGuard.peek('${ABUSER_IP}'): ${seen.status}` +
     (seen.status === 'banned' ? `, ${seconds(seen.retryMs)} of the ban left` : `, ${seen.count} of ${seen.max} used`))
   const health = await fetch(`${base}/health`, { headers: { 'x-forwarded-for': ABUSER_IP } })
   await health.arrayBuffer()

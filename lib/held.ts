@@ -185,8 +185,13 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
     })
   }
   subscriber.on('ready', subscribe)
-  return () => {
+  const stop = (): void => {
+    client.off('end', stop)
     held.listening(false)
     subscriber.disconnect()
   }
+  // The subscription lives as long as the client it was made from: an app that quits the client it lent
+  // (without closing Fastify) is not kept running by a connection it never made.
+  client.on('end', stop)
+  return stop
 }

@@ -1,4 +1,5 @@
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import { STATUS_CODES } from 'node:http'
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import type { Limit } from './algorithms/index.js'
 import { isPromise, then } from './awaitable.js'
 import { formatDuration } from './duration.js'
@@ -7,9 +8,11 @@ import { retryAfterSeconds, writeHeaders } from './headers.js'
 import type { HeaderStyle } from './headers.js'
 import { identityKeys, sharedKeys } from './keys.js'
 import type { Decidable, Limiter, Verdict } from './limiter.js'
+import { TheirBudget } from './stores/theirs.js'
+import type { TheirStore } from './stores/theirs.js'
 import { checkDuration, checkMax } from './check.js'
-import { checkLimit } from './options.js'
-import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './options.js'
+import { checkLimit } from './limit-options.js'
+import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
 
 /**
@@ -48,15 +51,23 @@ export type RequestHook = (request: FastifyRequest, reply: FastifyReply, done: D
  * Verdict when a limit that is a function of the request could not be computed, so `failMode` decides.
  */
 export interface Prepared {
+  /** Who the client is, as the stores key it. */
   readonly key: string
+  /** The key as the app's key generator returned it (a number stays a number): what the app's callbacks are given. */
+  readonly given: Given
   readonly input: Decidable | Verdict | null
 }
+
+/** A key as a key generator returns it. */
+export type Given = string | number
 
 /** One budget applied to requests: as Fastify's hook, as a function giving the outcome, and its first steps alone. */
 export interface BudgetHooks {
   readonly hook: RequestHook
   /** What the hook does, as a value: the refusal to throw, `SENT`, or nothing. */
   run (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome>
+  /** The verdict on a prepared request (a read with `peek`), from the store that counts this budget. */
+  ask (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict>
   /** Key → allow list → limits: what a decision of this budget takes for `request`. */
   prepare (request: FastifyRequest): Prepared | PromiseLike<Prepared>
   /**
@@ -70,18 +81,24 @@ export interface BudgetHooks {
  * `undoneScopes`: the scopes of budgets some route gives counts back to (it has a shared budget); complete
  * once the app is ready. `ran`: the request decoration saying one of the registration's hooks has limited it.
  */
-export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol): BudgetHooks {
+export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, their?: TheirStore): BudgetHooks {
   const { nameSpace, timeout, callbacks } = opts
   const { route, scope } = budget
-  const { allowList, ban, algorithm, failMode } = route
+  const { allowList, ban, algorithm, failMode, overLimit } = route
+  const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), timeout, limiter.failed)
+  /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
+  const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
+    if (theirs !== undefined) return theirs.decide(input, route.groupId === undefined ? given : `${given}${route.groupId}`, log)
+    return input.peek ? limiter.peek(input, log) : limiter.decide(input, log)
+  }
   // The app's key generator falls back to the default hierarchy when it fails (see lib/callbacks.ts).
   const keyOf = route.defaultKey ? route.keyGenerator as Keyed : controlledKeyGenerator(route.keyGenerator, opts.keyGeneratorFor(route.ipv6Subnet), callbacks)
   // A limit the app computes per request that fails: failMode decides, as when Redis cannot.
   const limitFailed: Verdict = failMode === 'closed' ? { status: 'unavailable' } : { status: 'unenforced' }
   const fixedLimits = staticLimits(route.limits)
-  // Only time can change a denial when it counts no strike and no request's limits differ (see HeldAnswers);
-  // a shared budget's denials, too: nothing is ever given back to it.
-  const holdable = ban === null && fixedLimits !== null
+  // Only time can change a denial when it counts no strike, no request's limits differ and a denial sets no
+  // over-limit wait (see HeldAnswers); a shared budget's denials, too: nothing is ever given back to it.
+  const holdable = ban === null && fixedLimits !== null && overLimit === undefined
   const shared: Decidable | null = route.shared === null
     ? null
     : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
@@ -91,45 +108,47 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   const unavailable = new UnavailableError(formatDuration(unavailableAfter * 1000))
   const unavailableBody = JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
 
-  function prepare (request: FastifyRequest, key: string | PromiseLike<string>): Prepared | PromiseLike<Prepared> {
-    if (isPromise(key)) return key.then(known => prepare(request, known))
-    if (allowList === null) return withLimits(request, key)
+  function prepare (request: FastifyRequest, given: Given | PromiseLike<Given>): Prepared | PromiseLike<Prepared> {
+    if (isPromise(given)) return given.then(known => prepare(request, known))
+    const key = String(given)
+    if (allowList === null) return withLimits(request, key, given)
     const allowed = typeof allowList === 'function'
-      ? callbacks.run('allowList', () => allowList(request, key), () => false, request.log)
+      ? callbacks.run('allowList', () => allowList(request, given as string), () => false, request.log)
       : allowList.has(key)
-    return then(allowed, yes => yes ? { key, input: null } : withLimits(request, key))
+    return then(allowed, yes => yes ? { key, given, input: null } : withLimits(request, key, given))
   }
 
-  function withLimits (request: FastifyRequest, key: string): Prepared | PromiseLike<Prepared> {
-    if (fixedLimits !== null) return prepared(key, fixedLimits)
-    return limitsOf(route.limits, request, key, callbacks).then(limits => limits === null ? { key, input: limitFailed } : prepared(key, limits))
+  function withLimits (request: FastifyRequest, key: string, given: Given): Prepared | PromiseLike<Prepared> {
+    if (fixedLimits !== null) return prepared(key, given, fixedLimits)
+    return limitsOf(route.limits, request, given, callbacks).then(limits => limits === null ? { key, given, input: limitFailed } : prepared(key, given, limits))
   }
 
-  function prepared (key: string, limits: readonly Limit[]): Prepared {
+  function prepared (key: string, given: Given, limits: readonly Limit[]): Prepared {
     const holdDenials = holdable && !undoneScopes.has(scope)
-    return { key, input: { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials, failMode } }
+    const input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials, failMode }
+    return { key, given, input: overLimit === undefined ? input : { ...input, overLimit } }
   }
 
-  function decide (request: FastifyRequest, reply: FastifyReply, { key, input }: Prepared): Outcome | PromiseLike<Outcome> {
+  function decide (request: FastifyRequest, reply: FastifyReply, { given, input }: Prepared): Outcome | PromiseLike<Outcome> {
     if (input === null) return undefined
-    if (!('keys' in input)) return answer(request, reply, key, input, budget.headers)
-    return then(limiter.decide(input, request.log), own => {
-      if (own.status !== 'allowed' || shared === null) return answer(request, reply, key, own, budget.headers)
+    if (!('keys' in input)) return answer(request, reply, given, input, budget.headers)
+    return then(ask(input, given, request.log), own => {
+      if (own.status !== 'allowed' || shared === null) return answer(request, reply, given, own, budget.headers)
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
       return then(limiter.decide(shared, request.log), whole => {
-        if (whole.status !== 'limited' && whole.status !== 'unavailable') return answer(request, reply, key, own, budget.headers)
+        if (whole.status !== 'limited' && whole.status !== 'unavailable') return answer(request, reply, given, own, budget.headers)
         limiter.undo({ keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at }, request.log)
-        return answer(request, reply, key, whole, budget.sharedHeaders)
+        return answer(request, reply, given, whole, budget.sharedHeaders)
       })
     })
   }
 
-  function answer (request: FastifyRequest, reply: FastifyReply, key: string, verdict: Verdict, headers: HeaderStyle): Outcome {
+  function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle): Outcome {
     switch (verdict.status) {
       case 'allowed':
         writeHeaders(reply, headers, verdict)
-        route.onExceeding?.(request, key)
+        route.onExceeding?.(request, key as string)
         return undefined
       case 'unenforced':
         reply.header(UNENFORCED_HEADER, 'false')
@@ -141,12 +160,12 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 
     writeHeaders(reply, headers, verdict)
     const banned = verdict.status === 'banned'
-    route.onExceeded?.(request, key)
-    if (verdict.banStarted) route.onBanReach?.(request, key, { durationMs: verdict.retryMs, offence: verdict.offence })
+    route.onExceeded?.(request, key as string)
+    if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence })
 
     const waitMs = retryAfterSeconds(verdict.retryMs) * 1000
     const after = formatDuration(waitMs)
-    if (route.errorResponseBuilder === undefined) return banned ? new BannedError(after) : new TooManyRequestsError(after)
+    if (route.errorResponseBuilder === undefined) return refusal(request, banned ? new BannedError(after) : new TooManyRequestsError(after))
     const statusCode = banned ? 403 : 429
     const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max: verdict.limit, ttl: verdict.retryMs, after })
     if (typeof error !== 'object' || error === null) {
@@ -166,15 +185,16 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 
   /** A request no route matched: refused only when its client is known to be banned here. */
   function refuseIfBanned (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
-    return then(prepare(request, keyOf(request)), ({ key, input }) => {
+    return then(prepare(request, keyOf(request)), ({ given, input }) => {
       const ban = input !== null && 'keys' in input ? limiter.knownBan(input) : undefined
-      return ban === undefined ? undefined : answer(request, reply, key, ban, budget.headers)
+      return ban === undefined ? undefined : answer(request, reply, given, ban, budget.headers)
     })
   }
 
   return {
     hook: (request, reply, done) => { asHook(run, request, reply, done) },
     run,
+    ask,
     prepare: (request) => prepare(request, keyOf(request)),
     notFound (request, reply, done) {
       if (request.is404) asHook(refuseIfBanned, request, reply, done)
@@ -200,6 +220,14 @@ function finish (outcome: Outcome, done: Done): void {
   if (outcome !== SENT) done(outcome)
 }
 
+/** What a store of the app's own can count (`@fastify/rate-limit`'s options): one limit, no shared budget, `ban: N`. */
+function checkTheirs (route: ResolvedRoute): ResolvedRoute {
+  if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
+  if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
+  if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
+  return route
+}
+
 /** The limits once, at register, when none is a function of the request. */
 export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[] | null {
   if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return null
@@ -210,10 +238,11 @@ export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[
  * The limits of one request, when `max` or `timeWindow` is a function of it; null when one of those
  * functions failed (threw, rejected, missed the deadline or gave no valid value: see lib/callbacks.ts).
  */
-async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyRequest, key: string, callbacks: Callbacks): Promise<Limit[] | null> {
+async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyRequest, given: Given, callbacks: Callbacks): Promise<Limit[] | null> {
   const computed = async <T>(kind: string, call: () => unknown, check: (value: unknown) => T): Promise<T | null> =>
     await callbacks.run<T | null>(kind, () => then(call(), check), () => null, request.log)
   const out: Limit[] = []
+  const key = given as string
   for (const { max, windowMs, burst } of limits) {
     const m = typeof max === 'function' ? await computed('max', () => max(request, key), value => checkMax(value, 'max', 0)) : max
     const w = typeof windowMs === 'function' ? await computed('timeWindow', () => windowMs(request, key), value => checkDuration(value, 'timeWindow')) : windowMs
@@ -225,14 +254,38 @@ async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyReque
 
 /** The app's key generator, checked, with the default hierarchy in its place when it fails. */
 function controlledKeyGenerator (keyGenerator: KeyGenerator, fallback: KeyGenerator, callbacks: Callbacks): Keyed {
-  return request => callbacks.run<string>('keyGenerator', () => then(keyGenerator(request), checkKey), () => fallback(request) as ReturnType<Keyed>, request.log)
+  return request => callbacks.run<Given>('keyGenerator', () => then(keyGenerator(request), checkKey), () => fallback(request) as ReturnType<Keyed>, request.log)
 }
 
-/** A key generator whose keys are strings (the default one's, or the app's checked). */
-type Keyed = (request: FastifyRequest) => string | PromiseLike<string>
+/** A key generator whose keys are checked (the default one's, or the app's). */
+type Keyed = (request: FastifyRequest) => Given | PromiseLike<Given>
 
-function checkKey (key: unknown): string {
+function checkKey (key: unknown): Given {
   if (typeof key === 'string') return key
-  if (typeof key === 'number' && Number.isFinite(key)) return String(key)
+  if (typeof key === 'number' && Number.isFinite(key)) return key
   throw new InvalidOptionError('keyGenerator', `expected it to return a string or a number, got ${typeof key}`)
+}
+
+/**
+ * Where a refusal made here is kept on its request, for `stripCode`: Fastify's default error handler writes an
+ * error's `code` into the body, and `@fastify/rate-limit`'s bodies are `{ statusCode, error, message }`.
+ */
+export const REFUSAL = Symbol('rate-guard.refusal')
+
+function refusal (request: FastifyRequest, error: Error): Error {
+  (request as unknown as Record<symbol, Error | null>)[REFUSAL] = error
+  return error
+}
+
+/**
+ * An `onSend` hook: the body Fastify's default error handler made of a refusal of this plugin, without its
+ * `code`, so it is byte for byte `@fastify/rate-limit`'s; the code stays on the error an app's error handler
+ * gets (`err.code`). Any other payload (an app's error handler's own) goes out untouched.
+ */
+export function stripCode (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
+  const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string }) | null>)[REFUSAL]
+  if (error == null || typeof payload !== 'string') return done(null, payload)
+  const { statusCode, code, message } = error
+  const status = STATUS_CODES[statusCode]
+  done(null, payload === JSON.stringify({ statusCode, code, error: status, message }) ? JSON.stringify({ statusCode, error: status, message }) : payload)
 }

@@ -7,7 +7,7 @@ import { createAdmin } from './admin.js'
 import { Budgets } from './budgets.js'
 import { createRegistrations } from './registrations.js'
 import type { RateGuardDecorator, Registrations } from './registrations.js'
-import { createHooks } from './hook.js'
+import { REFUSAL, createHooks, stripCode } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
 import { createLimiters } from './limiters.js'
 import type { RateLimitCheck } from './limiters.js'
@@ -19,8 +19,10 @@ import { identityKeys, normalizeIP, trustsEveryAddress } from './keys.js'
 import { deadline } from './deadline.js'
 import { Limiter, isPermanent } from './limiter.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
-import type { HookName, RateGuardOptions, ResolvedOptions, RouteRateLimitOptions } from './options.js'
+import type { HookName, RateGuardOptions, ResolvedOptions, RouteRateLimitOptions } from './types.js'
 import { MemoryStore } from './stores/memory.js'
+import { theirParams } from './stores/theirs.js'
+import type { FastifyRateLimitStoreCtor, TheirStore } from './stores/theirs.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
 import type { DecideInput } from './stores/store.js'
@@ -52,14 +54,24 @@ const REGISTRATIONS = Symbol.for('fastify-rate-guard.registrations')
 const READY_WAIT = 2000
 
 async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOptions): Promise<void> {
-  const opts = resolveOptions(options)
+  // Each replaced value said once: a GET route's HEAD twin is declared with the same config.
+  const said = new Set<string>()
+  const warn = (message: string): void => {
+    if (said.has(message)) return
+    said.add(message)
+    fastify.log.warn(message)
+  }
+  const opts = resolveOptions(options, warn)
   const outer = outerRegistrations(fastify)
-  outer?.check(opts.nameSpace)
+  // Where requests are counted: Redis (given, or lent by @fastify/redis), unless the app gave a store of its own.
+  const redis = opts.store === undefined ? opts.redis ?? lentByFastifyRedis(fastify) : undefined
+  const remote = redis !== undefined
+  outer?.check(opts.nameSpace, remote)
   if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
   if (trustsEveryProxy(fastify)) {
     fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
   }
-  const limiter = await openLimiter(fastify, opts)
+  const limiter = await openLimiter(fastify, opts, redis)
   fastify.addHook('onClose', async () => await limiter.close())
 
   const budgets = new Budgets()
@@ -67,15 +79,20 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   // A request is limited once per registration: by its route's hook, or by the first limiter the app applies.
   const ran = Symbol('rate-guard.ran')
   fastify.decorateRequest(ran, false)
-  const hooks = (made: RouteBudget): BudgetHooks => {
+  // A store of the app's own (`@fastify/rate-limit`'s `store`): one instance for the plugin, a child per
+  // route or limiter with options, as theirs makes them.
+  const Store = opts.store
+  const theirs = Store === undefined ? undefined : new Store(theirParams(opts.route)) as unknown as TheirStore
+  const hooks = (made: RouteBudget, routeInfo?: object, config?: object): BudgetHooks => {
     if (made.route.shared !== null) undoneScopes.add(made.scope)
-    return createHooks(limiter, opts, made, undoneScopes, ran)
+    const store = routeInfo === undefined ? theirs : theirs?.child({ ...config, ...theirParams(made.route), routeInfo })
+    return createHooks(limiter, opts, made, undoneScopes, ran, store)
   }
   const pluginHooks = hooks(budgets.plugin(opts.route))
 
   // Limiters made with options each count on a budget of their own (or their group's).
-  const decorators = createLimiters(limiter, opts.timeout, (options, call) =>
-    options === undefined ? pluginHooks : hooks(budgets.limiter(resolveLimiterOptions(options, opts, call))))
+  const decorators = createLimiters(opts.timeout, (options, call) =>
+    options === undefined ? pluginHooks : hooks(budgets.limiter(resolveLimiterOptions(options, opts, call, warn)), {}, options as object))
   // An outer registration's decorators are inherited here and cannot be replaced: its rateGuard takes this
   // registration in (see lib/registrations.ts), and says so.
   let registrations = outer
@@ -90,7 +107,13 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   } else {
     fastify.log.warn({ nameSpace: opts.nameSpace }, 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)')
   }
-  registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget), ...decorators, nameSpace: opts.nameSpace })
+  registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget), ...decorators, nameSpace: opts.nameSpace, remote })
+
+  // Refusals' bodies as @fastify/rate-limit's (see stripCode); once per app, whatever the registrations.
+  if (!fastify.hasRequestDecorator(REFUSAL)) {
+    fastify.decorateRequest(REFUSAL, null)
+    fastify.addHook('onSend', stripCode)
+  }
 
   // Unmatched URLs: a client known to be banned is refused there too, at no Redis call (a banned scanner
   // would otherwise probe them for free); to count them as well, the app puts fastify.rateLimit() on its
@@ -104,10 +127,10 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
       if (opts.global) addHook(routeOptions, opts.route.hook, pluginHooks.hook)
       return
     }
-    const route = resolveRouteConfig(config, opts, `${[routeOptions.method].flat().join(',')} ${routeOptions.url}`)
+    const route = resolveRouteConfig(config, opts, warn)
     if (route === false) return
     const made = budgets.route(routeOptions, route)
-    addHook(routeOptions, route.hook, hooks(made).hook)
+    addHook(routeOptions, route.hook, hooks(made, routeOptions, config as object).hook)
   })
 }
 
@@ -131,15 +154,15 @@ function addHook (routeOptions: RouteOptions, hook: HookName, rateGuard: Request
   routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
 }
 
-async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
+async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions, given: ResolvedOptions['redis']): Promise<Limiter> {
   const { timeout, cache } = opts
   const local = (): MemoryStore => new MemoryStore({
     cache,
     onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic')
   })
-  const given = opts.redis ?? lentByFastifyRedis(fastify)
   if (given === undefined) {
-    fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')
+    // With a store of the app's own, the in-process store decides only for failMode: 'local'.
+    if (opts.store === undefined) fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')
     return new Limiter({ store: local(), remote: false, timeout, local, breaker: undefined })
   }
 
@@ -251,12 +274,15 @@ export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, BanCallback, BanInfo,
   HookName, FailMode
-} from './options.js'
+} from './types.js'
 export type { RedisLike } from './stores/redis.js'
+/** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */
+export type CreateRateLimitOptions = RouteRateLimitOptions & { store?: FastifyRateLimitStoreCtor }
+export type { FastifyRateLimitOptions, FastifyRateLimitStore, FastifyRateLimitStoreCtor } from './stores/theirs.js'
 export type { RateLimitCheck, RateLimitResult } from './limiters.js'
 export type { Algorithm } from './algorithms/index.js'
 // @fastify/rate-limit's names for the same types, so an app's type imports only change the package.
 export type {
-  RateGuardOptions as RateLimitPluginOptions, RouteRateLimitOptions as RateLimitOptions, RouteRateLimitOptions as CreateRateLimitOptions,
+  RateGuardOptions as RateLimitPluginOptions, RouteRateLimitOptions as RateLimitOptions,
   ErrorResponseContext as errorResponseBuilderContext, HookName as RateLimitHook
-} from './options.js'
+} from './types.js'

@@ -4,7 +4,7 @@ import { compile } from '@fastify/proxy-addr'
 import type { FastifyRequest } from 'fastify'
 import { DEFAULT_ALGORITHM, STATE_SEGMENT } from './algorithms/index.js'
 import type { Algorithm } from './algorithms/index.js'
-import type { Awaitable, KeyGenerator } from './options.js'
+import type { Awaitable, KeyGenerator } from './types.js'
 import { then } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
 
@@ -40,15 +40,22 @@ export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHea
 
 /**
  * The default key: `apikey:<key>` when the API key header is present and `verifyApiKey` says it is valid,
- * else `user:<id>` for an authenticated user, else `ip:<address>` with IPv6 masked to its subnet. Without
- * `verifyApiKey` there is no API-key tier: a key nobody checked is free to mint, a fresh budget per request.
+ * else `user:<id>` for an authenticated user, else the client's address as `@fastify/rate-limit` writes it
+ * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`. So an API key, a
+ * user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
+ * a key nobody checked is free to mint, a fresh budget per request.
  * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
  */
 export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
   const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks } = opts
   let warnedNoAddress = false
   const byAddress = (request: FastifyRequest): string => {
-    if (request.ip !== undefined && request.ip !== '') return `ip:${clientIP(request.ip, ipv6Subnet)}`
+    if (request.ip !== undefined && request.ip !== '') {
+      // What is not an address (a forged X-Forwarded-For entry, under a trustProxy that trusts it) is kept
+      // apart from the other tiers: `user:victim` there must not spend that user's budget.
+      const address = clientIP(request.ip, ipv6Subnet)
+      return isIP(address) !== 0 ? address : `ip:${address}`
+    }
     if (!warnedNoAddress) {
       warnedNoAddress = true
       request.log.warn(NO_ADDRESS)
@@ -71,14 +78,15 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
 /**
  * An IP in a canonical form: IPv4 as is (also when IPv4-mapped in IPv6), IPv6 masked to `subnet` bits and
  * written in its one RFC 5952 form (`2001:db8::`), so every address of one /64 is one client. The same
- * string as `@fastify/rate-limit`'s `normalizeIP` gives for an address; anything else is `'unknown'`.
+ * string as `@fastify/rate-limit`'s `normalizeIP`: anything that is not an IPv6 address is given back in
+ * lower case, as theirs does (`undefined`, on which theirs throws, is `'unknown'`).
  */
 export function normalizeIP (ip: string | undefined, subnet = 64): string {
   if (ip === undefined || ip === '') return 'unknown'
   if (isIPv4(ip)) return ip
   const zone = ip.indexOf('%')
   const address = zone === -1 ? ip : ip.slice(0, zone)
-  if (!isIPv6(address)) return 'unknown'
+  if (!isIPv6(address)) return ip.toLowerCase()
   const groups = expandIPv6(address)
   if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
     return lastIPv4(groups)
@@ -184,11 +192,11 @@ function expandIPv6 (address: string): number[] {
 }
 
 /**
- * A key as the default generator writes it: an `ip:` key holding a plain address is normalized (IPv6 masked
- * to its subnet), so allow lists and operator calls may spell an address any way (`ip:2001:db8::1`).
+ * A key as the default generator writes it: an address is normalized (IPv6 masked to its subnet), so allow
+ * lists and operator calls may spell an address any way (`2001:db8::1`).
  */
 export function canonicalKey (key: string, ipv6Subnet: number): string {
-  return key.startsWith('ip:') && isIP(key.slice(3)) !== 0 ? `ip:${clientIP(key.slice(3), ipv6Subnet)}` : key
+  return isIP(key) !== 0 ? clientIP(key, ipv6Subnet) : key
 }
 
 const LONE_SURROGATE = /\p{Surrogate}/u
@@ -237,6 +245,8 @@ export interface IdentityKeys {
   readonly offences: string
   /** Limits an operator set for this identity on this budget (`setOverride`). */
   readonly override: string
+  /** Per identity and budget, under continueExceeding or exponentialBackoff: the denials in a row, alive while the client waits. */
+  readonly backoff: string
 }
 
 /**
@@ -262,7 +272,8 @@ function keysUnder (prefix: string, scope: string, algorithm: Algorithm): Identi
     strikes: `${prefix}strikes`,
     banned: `${prefix}banned`,
     offences: `${prefix}offences`,
-    override: `${prefix}override:${scope}`
+    override: `${prefix}override:${scope}`,
+    backoff: `${prefix}backoff:${scope}`
   }
 }
 

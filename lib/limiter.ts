@@ -3,7 +3,7 @@ import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
 import { deadline } from './deadline.js'
-import type { FailMode } from './options.js'
+import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
 import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './stores/store.js'
@@ -19,7 +19,8 @@ import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './sto
  */
 export type Decidable = DecideInput & { readonly algorithm: Algorithm, readonly holdDenials: boolean, readonly failMode: FailMode }
 
-export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable' }
+/** A decision, or what `failMode` said instead: `error` is what kept the store from deciding, when it said. */
+export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable', readonly error?: Error }
 
 const UNENFORCED: Verdict = Object.freeze({ status: 'unenforced' })
 const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
@@ -129,7 +130,7 @@ export class Limiter {
     } catch (err) {
       this.#settled(err as Error)
       this.report(err as Error, log, peek.failMode)
-      return this.#failModeDecides(peek)
+      return this.#failModeDecides(peek, err as Error)
     }
   }
 
@@ -146,7 +147,7 @@ export class Limiter {
   #verdict (input: Decidable, result: Decision | Error, sentAt: number, changes: number, log: FastifyBaseLogger): Verdict {
     if (result instanceof Error) {
       this.report(result, log, input.failMode)
-      return this.#failModeDecides(input)
+      return this.#failModeDecides(input, result)
     }
     if (result.status === 'banned') this.#held?.banned(input.keys.banned, result.retryMs, sentAt, changes)
     else if (result.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, result, sentAt, changes)
@@ -167,9 +168,15 @@ export class Limiter {
     deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
-  #failModeDecides (input: Decidable): Verdict {
+  /** A store of the app's own could not decide `input` (see lib/stores/theirs.ts): reported, and `failMode` decides. */
+  readonly failed = (input: Decidable, err: Error, log: FastifyBaseLogger): Verdict => {
+    this.report(err, log, input.failMode)
+    return this.#failModeDecides(input, err)
+  }
+
+  #failModeDecides (input: Decidable, error?: Error): Verdict {
     if (input.failMode === 'open') return UNENFORCED
-    if (input.failMode === 'closed') return UNAVAILABLE
+    if (input.failMode === 'closed') return error === undefined ? UNAVAILABLE : { status: 'unavailable', error }
     this.#fallback ??= this.#local()
     return this.#fallback.decide(input)
   }

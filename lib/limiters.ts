@@ -1,8 +1,10 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { remainingOf, seconds } from './headers.js'
-import type { BudgetHooks } from './hook.js'
+import { formatDuration } from './duration.js'
+import { UnavailableError } from './errors.js'
+import { remainingOf, retryAfterSeconds, seconds } from './headers.js'
+import type { BudgetHooks, Given } from './hook.js'
 import { SENT } from './hook.js'
-import type { Limiter, Verdict } from './limiter.js'
+import type { Verdict } from './limiter.js'
 
 /**
  * `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:
@@ -11,6 +13,7 @@ import type { Limiter, Verdict } from './limiter.js'
  */
 
 /** What `createRateLimit`'s check answers (`@fastify/rate-limit`'s fields; `isAllowed` means allow-listed). */
+/** `key` is the key as the app's key generator returned it (typed a string, as theirs: a number stays a number). */
 export type RateLimitResult =
   | { isAllowed: true, key: string }
   | {
@@ -37,7 +40,7 @@ export interface LimiterDecorators {
 }
 
 /** `hooksFor(options, call)`: the hooks of the budget `options` make (the plugin-wide one without). */
-export function createLimiters (limiter: Limiter, timeout: number, hooksFor: (options: unknown, call: string) => BudgetHooks): LimiterDecorators {
+export function createLimiters (timeout: number, hooksFor: (options: unknown, call: string) => BudgetHooks): LimiterDecorators {
   return {
     rateLimit (options) {
       const { run } = hooksFor(options, 'rateLimit')
@@ -50,33 +53,36 @@ export function createLimiters (limiter: Limiter, timeout: number, hooksFor: (op
       }
     },
     createRateLimit (options) {
-      const { prepare } = hooksFor(options, 'createRateLimit')
+      const { prepare, ask } = hooksFor(options, 'createRateLimit')
       return async function check (request, { increment = true } = {}) {
-        const { key, input } = await prepare(request)
-        if (input === null) return { isAllowed: true, key }
+        const { given, input } = await prepare(request)
+        if (input === null) return { isAllowed: true, key: given as string }
         // A limit the app computes per request failed: failMode's verdict, with no limit known.
-        if (!('keys' in input)) return result(key, input, { burst: 0, windowMs: 0 }, timeout)
-        if (increment) return result(key, await limiter.decide(input, request.log), input.limits[0]!, timeout)
-        // A read counts nothing, so it exceeds nothing (as theirs): whether a request would pass is `remaining`.
-        return { ...result(key, await limiter.peek(input, request.log), input.limits[0]!, timeout), isExceeded: false } as RateLimitResult
+        if (!('keys' in input)) return result(given, input, { burst: 0, windowMs: 0 }, timeout)
+        if (increment) return result(given, await ask(input, given, request.log), input.limits[0]!, timeout)
+        // A read counts nothing: it has exceeded when the count is over the limit (theirs: `current > max`), a
+        // client held over it by continueExceeding / exponentialBackoff; whether a request would pass is `remaining`.
+        const read = await ask({ ...input, peek: true }, given, request.log)
+        return { ...result(given, read, input.limits[0]!, timeout), isExceeded: 'count' in read && read.count > read.limit } as RateLimitResult
       }
     }
   }
 }
 
-function result (key: string, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): RateLimitResult {
+function result (key: Given, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): RateLimitResult {
   const ttlOf = (ttl: number): { ttl: number, ttlInSeconds: number } => ({ ttl, ttlInSeconds: seconds(ttl) })
   switch (verdict.status) {
     case 'unenforced':
       // Redis could not decide and failMode let the request through: nothing is known of the count.
-      return { isAllowed: false, key, max: first.burst, timeWindow: first.windowMs, remaining: first.burst, ...ttlOf(0), isExceeded: false, isBanned: false }
+      return { isAllowed: false, key: key as string, max: first.burst, timeWindow: first.windowMs, remaining: first.burst, ...ttlOf(0), isExceeded: false, isBanned: false }
     case 'unavailable':
-      return { isAllowed: false, key, max: first.burst, timeWindow: first.windowMs, remaining: 0, ...ttlOf(timeout), isExceeded: true, isBanned: false }
+      // failMode 'closed': the check fails as the store did (theirs throws the store's error), for the app to answer.
+      throw verdict.error ?? new UnavailableError(formatDuration(retryAfterSeconds(timeout) * 1000))
   }
   const refused = verdict.status !== 'allowed'
   return {
     isAllowed: false,
-    key,
+    key: key as string,
     max: verdict.limit,
     timeWindow: verdict.windowMs,
     remaining: remainingOf(verdict.limit, verdict.count, verdict.status === 'banned'),

@@ -15,6 +15,8 @@ import type { LimiterDecorators } from './limiters.js'
 /** One registration: its operator calls, its budgets' names and its limiters. */
 export interface Registration extends RateGuardAdmin, LimiterDecorators {
   readonly nameSpace: string
+  /** It counts in Redis (keys under its nameSpace), not in a store of its own. */
+  readonly remote: boolean
 }
 
 export interface RateGuardDecorator extends RateGuardAdmin {
@@ -24,8 +26,11 @@ export interface RateGuardDecorator extends RateGuardAdmin {
 
 export interface Registrations {
   readonly decorator: RateGuardDecorator
-  /** Refuses a registration inside another with its `nameSpace`: both would count each request on the same keys. */
-  check (nameSpace: string): void
+  /**
+   * Refuses a registration counting in Redis inside another counting in Redis with its `nameSpace`: both would
+   * count each request on the same keys. (Each in-process store is a registration's own.)
+   */
+  check (nameSpace: string, remote: boolean): void
   add (registration: Registration): void
 }
 
@@ -49,15 +54,17 @@ export function createRegistrations (): Registrations {
     async clearOverride (key: string, options?: BudgetOptions) { await withBudget(options, 'clearOverride').clearOverride(key, options) },
     has: (name: string) => all.some(r => r.has(name)),
     of (nameSpace: string): Registration {
-      const found = all.find(r => r.nameSpace === nameSpace)
-      if (found !== undefined) return found
-      throw new InvalidOptionError('of', `no registration with nameSpace ${JSON.stringify(nameSpace)} here (registered: ${all.map(r => JSON.stringify(r.nameSpace)).join(', ')})`)
+      const found = all.filter(r => r.nameSpace === nameSpace)
+      if (found.length === 1) return found[0]!
+      throw new InvalidOptionError('of', found.length === 0
+        ? `no registration with nameSpace ${JSON.stringify(nameSpace)} here (registered: ${all.map(r => JSON.stringify(r.nameSpace)).join(', ')})`
+        : `${found.length} registrations have nameSpace ${JSON.stringify(nameSpace)}: give each a nameSpace of its own to reach it`)
     }
   })
   return {
     decorator,
-    check (nameSpace: string) {
-      if (all.some(r => r.nameSpace === nameSpace)) {
+    check (nameSpace: string, remote: boolean) {
+      if (remote && all.some(r => r.remote && r.nameSpace === nameSpace)) {
         throw new InvalidOptionError('nameSpace', `${JSON.stringify(nameSpace)} is the nameSpace of the registration this one is inside: the routes of both would be counted twice on the same keys; give this one a nameSpace of its own`)
       }
     },

@@ -54,7 +54,7 @@ async function decide (input, now) {
 const bytes = async key => (await redis.exists(key)) === 1 ? Number(await redis.memory('USAGE', key, 'SAMPLES', 0)) : null
 
 async function measure (algorithm, { name, limits }, index) {
-  const keys = identityKeys(nameSpace, scope, `ip:198.51.100.${index}`, algorithm)
+  const keys = identityKeys(nameSpace, scope, `198.51.100.${index}`, algorithm)
   const input = { keys, limits, ban: BAN, peek: false, algorithm }
   const target = Math.max(...limits.map(l => l.max))
   // One limit: spread over 90% of its window, distinct arrival times as real traffic has (the token bucket all at

@@ -72,7 +72,10 @@ t.test('parallel requests on several instances: exactly max allowed', async t =>
       const remaining = allowed.map(res => Number(res.headers['x-ratelimit-remaining'])).sort((a, b) => a - b)
       t.same(remaining, Array.from({ length: max }, (_, i) => i), 'remaining counts down from max - 1 to 0, each value once')
       t.ok(limited.every(res => res.headers['x-ratelimit-remaining'] === '0' && Number(res.headers['retry-after']) >= 1), 'limited replies: 0 remaining and a Retry-After')
-      t.ok(limited.every(res => res.json().code === 'FST_RATE_GUARD_TOO_MANY_REQUESTS'))
+      t.ok(limited.every(res => {
+        const body = res.json()
+        return Object.keys(body).length === 3 && body.statusCode === 429 && body.error === 'Too Many Requests' && /^Rate limit exceeded, retry in /.test(body.message)
+      }), 'limited replies: @fastify/rate-limit\'s 429 body, exactly')
       const perInstance = apps.map((_, n) => replies.filter((res, i) => i % INSTANCES === n && res.statusCode === 200).length)
       t.ok(perInstance.filter(allowedHere => allowedHere > 0).length >= 2, `one budget spent from several instances (${perInstance.join(', ')})`)
 

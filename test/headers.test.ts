@@ -12,7 +12,8 @@ import { identityKeys } from '../lib/keys.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 import type { Redis } from 'ioredis'
 
-const LOCAL = 'ip:127.0.0.1'
+// The default key of a client known by its address: the bare address, as @fastify/rate-limit writes it.
+const LOCAL = '127.0.0.1'
 
 interface Setup {
   app: FastifyInstance
@@ -106,9 +107,9 @@ t.test('a 429: headers, Retry-After and the exact body', async t => {
   const reset = secondsUntil(t, res.headers['x-ratelimit-reset'], oldest! + 2000, before, after, 'reset')
   const retry = secondsUntil(t, res.headers['retry-after'], oldest! + 2000, before, after, 'retry-after')
   t.equal(retry, reset, 'with the log exactly full, the wait is until the oldest entry leaves')
+  // @fastify/rate-limit's body, exactly: Fastify's default error handler, without the error's code.
   t.strictSame(res.json(), {
     statusCode: 429,
-    code: 'FST_RATE_GUARD_TOO_MANY_REQUESTS',
     error: 'Too Many Requests',
     message: `Rate limit exceeded, retry in ${retry} second${retry === 1 ? '' : 's'}`
   })
@@ -188,7 +189,6 @@ t.test('a 403 ban: Retry-After and Reset are the ban, body in the long form', as
     t.equal(res.headers['x-ratelimit-limit'], '1')
     t.strictSame(res.json(), {
       statusCode: 403,
-      code: 'FST_RATE_GUARD_BANNED',
       error: 'Forbidden',
       message: `Rate limit exceeded, retry in ${words}`
     })

@@ -68,12 +68,12 @@ t.test('apiKeyHeader: a custom header, or false to skip the tier', async t => {
   const custom = await setup(t, { apiKeyHeader: 'X-Client-Key' })
   await codes(custom.app, 1, { headers: { 'x-client-key': 'c-1' } })
   await codes(custom.app, 1, { headers: { 'x-api-key': 'ignored' } })
-  t.same(custom.keys, ['apikey:c-1', 'ip:127.0.0.1'], 'only the configured header (matched case-insensitively) is read')
+  t.same(custom.keys, ['apikey:c-1', '127.0.0.1'], 'only the configured header (matched case-insensitively) is read')
 
   const off = await setup(t, { apiKeyHeader: false })
   t.same(await codes(off.app, 3, { headers: { 'x-api-key': 'a' } }), [200, 200, 429])
   t.same(await codes(off.app, 1, { headers: { 'x-api-key': 'b' } }), [429], 'a new key does not help: the tier is off')
-  t.same(off.keys, Array(4).fill('ip:127.0.0.1'))
+  t.same(off.keys, Array(4).fill('127.0.0.1'))
 })
 
 t.test('verifyApiKey: only verified keys identify; rotating fake keys share the IP budget', async t => {
@@ -97,7 +97,7 @@ t.test('verifyApiKey: only verified keys identify; rotating fake keys share the 
     for (let i = 0; i < 3; i++) fakes.push((await s.app.inject({ url: '/', headers: { 'x-api-key': `fake-${i}` } })).statusCode)
     t.same(fakes, [200, 200, 429], `${variant}: rotating fake keys do not buy a fresh budget`)
     t.same(await codes(s.app, 1), [429], `${variant}: and spend the IP's budget`)
-    t.same(s.keys.slice(-4), ['ip:127.0.0.1', 'ip:127.0.0.1', 'ip:127.0.0.1', 'ip:127.0.0.1'])
+    t.same(s.keys.slice(-4), ['127.0.0.1', '127.0.0.1', '127.0.0.1', '127.0.0.1'])
     t.same(asked[0], ['good', '/'], 'verifyApiKey is given the key and the request')
 
     // An unverified key with a user: the user tier.
@@ -110,7 +110,7 @@ t.test('verifyApiKey: only verified keys identify; rotating fake keys share the 
   // Only `true` verifies: a truthy non-boolean is not a yes.
   const loose = await setup(t, { verifyApiKey: (() => 'yes') as unknown as () => boolean })
   await codes(loose.app, 1, { headers: { 'x-api-key': 'k' } })
-  t.same(loose.keys, ['ip:127.0.0.1'])
+  t.same(loose.keys, ['127.0.0.1'])
 })
 
 t.test('user tier: request.user.id from an auth hook, or the userId option', async t => {
@@ -125,7 +125,7 @@ t.test('user tier: request.user.id from an auth hook, or the userId option', asy
   await codes(s.app, 1, { headers: { 'x-user-id': 'alice' } })
   await codes(s.app, 1, { headers: { 'x-user-id': 'num' } })
   await codes(s.app, 1, { headers: { 'x-user-object': 'no-id' } })
-  t.same(s.keys, ['user:alice', 'user:42', 'ip:127.0.0.1'], 'string and number ids; a user without id is the IP')
+  t.same(s.keys, ['user:alice', 'user:42', '127.0.0.1'], 'string and number ids; a user without id is the IP')
 
   t.same(await codes(s.app, 2, { headers: { 'x-user-id': 'bob' } }), [200, 200])
   t.same(await codes(s.app, 1, { headers: { 'x-user-id': 'bob' }, remoteAddress: '10.1.1.1' }), [429], 'a user is one client from any IP')
@@ -134,18 +134,18 @@ t.test('user tier: request.user.id from an auth hook, or the userId option', asy
   const getter = await setup(t, { userId: (request) => request.headers['x-account'] })
   await codes(getter.app, 1, { headers: { 'x-account': 'acct-7' } })
   await codes(getter.app, 1)
-  t.same(getter.keys, ['user:acct-7', 'ip:127.0.0.1'], 'the userId getter, and the IP when it has nothing')
+  t.same(getter.keys, ['user:acct-7', '127.0.0.1'], 'the userId getter, and the IP when it has nothing')
 
   const odd = await setup(t, { userId: (request) => ({ '': '', big: 'u'.repeat(5000), nan: Number.NaN, obj: {} } as Record<string, unknown>)[String(request.headers['x-kind'])] })
   for (const kind of ['', 'big', 'nan', 'obj']) await codes(odd.app, 1, { headers: { 'x-kind': kind } })
-  t.same(odd.keys, Array(4).fill('ip:127.0.0.1'), 'empty, oversized, NaN and object ids are no identity')
+  t.same(odd.keys, Array(4).fill('127.0.0.1'), 'empty, oversized, NaN and object ids are no identity')
 })
 
 t.test('client IP: trustProxy false ignores X-Forwarded-For', async t => {
   const s = await setup(t, {}, { trustProxy: false })
   t.same(await codes(s.app, 2, { headers: { 'x-forwarded-for': '203.0.113.1' } }), [200, 200])
   t.same(await codes(s.app, 1, { headers: { 'x-forwarded-for': '203.0.113.2' } }), [429], 'a forged X-Forwarded-For buys nothing')
-  t.same(s.keys, Array(3).fill('ip:127.0.0.1'))
+  t.same(s.keys, Array(3).fill('127.0.0.1'))
 })
 
 t.test('client IP: trustProxy with proxy addresses honours X-Forwarded-For only from them', async t => {
@@ -158,7 +158,7 @@ t.test('client IP: trustProxy with proxy addresses honours X-Forwarded-For only 
     await codes(s.app, 1, { remoteAddress: proxy, headers: { 'x-forwarded-for': '203.0.113.7' } })
     await codes(s.app, 1, { remoteAddress: stranger, headers: { 'x-forwarded-for': '203.0.113.7' } })
     await codes(s.app, 1, { remoteAddress: proxy })
-    t.same(s.keys, ['ip:203.0.113.7', `ip:${stranger}`, `ip:${proxy}`], `trustProxy ${JSON.stringify(trustProxy)}`)
+    t.same(s.keys, ['203.0.113.7', stranger, proxy], `trustProxy ${JSON.stringify(trustProxy)}`)
 
     // Two clients behind the proxy are two budgets; a stranger cannot pose as one of them.
     t.same(await codes(s.app, 2, { remoteAddress: proxy, headers: { 'x-forwarded-for': '203.0.113.8' } }), [200, 200])
@@ -169,7 +169,7 @@ t.test('client IP: trustProxy with proxy addresses honours X-Forwarded-For only 
   // A chain: the right-most address that is not a trusted proxy is the client; the forged left part is not.
   const chain = await setup(t, {}, { trustProxy: ['10.0.0.0/8'] })
   await codes(chain.app, 1, { remoteAddress: '10.0.0.1', headers: { 'x-forwarded-for': '1.1.1.1, 198.51.100.4, 10.0.0.2' } })
-  t.same(chain.keys, ['ip:198.51.100.4'])
+  t.same(chain.keys, ['198.51.100.4'])
 })
 
 t.test('IPv6 clients are counted per /64 (ipv6Subnet), IPv4-mapped IPv6 as IPv4', async t => {
@@ -179,40 +179,51 @@ t.test('IPv6 clients are counted per /64 (ipv6Subnet), IPv4-mapped IPv6 as IPv4'
   t.same(await codes(s.app, 1, { remoteAddress: '2001:DB8:1:2::99' }), [429], 'three addresses in one /64 share a budget')
   t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:1:3::1' }), [200], 'the next /64 is another client')
   t.same(s.keys.slice(0, 4), [
-    'ip:2001:db8:1:2::', 'ip:2001:db8:1:2::', 'ip:2001:db8:1:2::', 'ip:2001:db8:1:3::'
+    '2001:db8:1:2::', '2001:db8:1:2::', '2001:db8:1:2::', '2001:db8:1:3::'
   ])
 
   t.same(await codes(s.app, 1, { remoteAddress: '192.0.2.5' }), [200])
   t.same(await codes(s.app, 2, { remoteAddress: '::ffff:192.0.2.5' }), [200, 429], 'IPv4-mapped IPv6 is the IPv4 client')
-  t.equal(s.keys.at(-1), 'ip:192.0.2.5')
+  t.equal(s.keys.at(-1), '192.0.2.5')
 
   const wide = await setup(t, { ipv6Subnet: 56 })
   t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:2::1' }), [200])
   t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:ff::1' }), [200])
   t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:22::1' }), [429], 'ipv6Subnet 56: one /56, one budget')
   t.same(await codes(wide.app, 1, { remoteAddress: '2001:db8:1:100::1' }), [200], 'the next /56 is another client')
-  t.equal(wide.keys[0], 'ip:2001:db8:1::')
+  t.equal(wide.keys[0], '2001:db8:1::')
 
-  // The plugin refuses prefix lengths that make no sense.
-  for (const ipv6Subnet of [0, 129, 64.5, '64']) {
-    const app = Fastify()
-    t.teardown(() => app.close())
-    await t.rejects(async () => { await app.register(rateGuard, { ipv6Subnet: ipv6Subnet as number }) },
-      { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"ipv6Subnet"/ }, `ipv6Subnet ${String(ipv6Subnet)}`)
+  // ipv6Subnet 0: every IPv6 address is one client, as theirs.
+  const all = await setup(t, { ipv6Subnet: 0 })
+  t.same(await codes(all.app, 2, { remoteAddress: '2001:db8:1:2::1' }), [200, 200])
+  t.same(await codes(all.app, 1, { remoteAddress: 'fe80::1' }), [429], 'ipv6Subnet 0: one budget for every IPv6 address')
+  t.equal(all.keys[0], '::')
+
+  // Prefix lengths that make no sense get theirs (64, or the integer part), with one warning each, as theirs.
+  for (const ipv6Subnet of [129, -1, 64.5, '64', Number.NaN]) {
+    const warnings: string[] = []
+    const s = await setup(t, { ipv6Subnet: ipv6Subnet as number }, { logger: { level: 'warn', stream: { write: (line: string) => { warnings.push((JSON.parse(line) as { msg: string }).msg) } } } })
+    const name = `ipv6Subnet ${String(ipv6Subnet)}`
+    t.same(warnings.filter(msg => msg.includes('ipv6Subnet')).length, 1, `${name}: one warning`)
+    t.match(warnings.find(msg => msg.includes('ipv6Subnet')), /ipv6Subnet .* is not valid; using 64/, name)
+    await codes(s.app, 1, { remoteAddress: '2001:db8:1:2:ffff::1' })
+    t.same(s.keys, ['2001:db8:1:2::'], `${name}: counted per /64`)
   }
 })
 
 t.test('allow lists and operator calls take an address in any spelling', async t => {
-  const s = await setup(t, { allowList: ['ip:2001:db8:5:6::1', 'ip:::ffff:192.0.2.77', 'user:2001:db8::1'], ban: { threshold: 1, duration: 60_000 } })
+  const s = await setup(t, { allowList: ['2001:db8:5:6::1', '::ffff:192.0.2.77', 'user:2001:db8::1'], ban: { threshold: 1, duration: 60_000 } })
   t.same(await codes(s.app, 3, { remoteAddress: '2001:db8:5:6::abcd' }), [200, 200, 200], 'an allow-listed IPv6 address covers its /64')
   t.same(await codes(s.app, 3, { remoteAddress: '192.0.2.77' }), [200, 200, 200], 'an IPv4-mapped entry matches the IPv4 client')
   t.same(await codes(s.app, 3, { remoteAddress: '2001:db8:5:7::1' }), [200, 200, 403], 'the next /64 is not allow-listed')
 
-  await s.app.rateGuard.ban('ip:2001:DB8:9:9::1', '1 minute')
+  await s.app.rateGuard.ban('2001:DB8:9:9::1', '1 minute')
   t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:9:9:1:2:3:4' }), [403], 'a ban given in any spelling holds for the /64')
-  t.equal((await s.app.rateGuard.peek('ip:2001:db8:9:9::ffff', { max: 2 })).status, 'banned', 'peek finds it in another spelling')
-  t.equal((await s.app.rateGuard.peek('ip:2001:db8:9:9::', { max: 2 })).status, 'banned', 'and in the canonical one')
-  await s.app.rateGuard.unban('ip:2001:db8:9:9::2')
+  t.equal((await s.app.rateGuard.peek('2001:db8:9:9::ffff', { max: 2 })).status, 'banned', 'peek finds it in another spelling')
+  t.equal((await s.app.rateGuard.peek('2001:db8:9:9::', { max: 2 })).status, 'banned', 'and in the canonical one')
+  const prefixed = await s.app.rateGuard.peek('ip:2001:db8:9:9::', { max: 2 })
+  t.same([prefixed.key, prefixed.status], ['ip:2001:db8:9:9::', 'allowed'], 'an ip: prefix is no longer special: just another key, not the address')
+  await s.app.rateGuard.unban('2001:db8:9:9::2')
   t.same(await codes(s.app, 1, { remoteAddress: '2001:db8:9:9::3' }), [200], 'unban in yet another spelling lifts it')
   t.equal((await s.app.rateGuard.peek('user:2001:db8::1', { max: 2 })).key, 'user:2001:db8::1', 'keys of other tiers are taken as they are')
 })
@@ -252,23 +263,24 @@ t.test('normalizeIP', async t => {
     ['1:2:3:4:5:6:0:0', 128, '1:2:3:4:5:6::'],
     [undefined, undefined, 'unknown'],
     ['', undefined, 'unknown'],
-    ['not an ip', undefined, 'unknown'],
-    ['1.2.3', undefined, 'unknown'],
-    ['1.2.3.4.5', undefined, 'unknown'],
-    ['256.1.1.1', undefined, 'unknown'],
-    ['::ffff:999.1.1.1', undefined, 'unknown'],
-    ['1:2:3:4:5:6:7:8:9', undefined, 'unknown'],
-    ['2001:db8::g', undefined, 'unknown'],
-    ['%eth0', undefined, 'unknown'],
-    ['[2001:db8::1]', undefined, 'unknown']
+    ['not an ip', undefined, 'not an ip'],
+    ['Not-An-IP', undefined, 'not-an-ip'],
+    ['1.2.3', undefined, '1.2.3'],
+    ['1.2.3.4.5', undefined, '1.2.3.4.5'],
+    ['256.1.1.1', undefined, '256.1.1.1'],
+    ['::ffff:999.1.1.1', undefined, '::ffff:999.1.1.1'],
+    ['1:2:3:4:5:6:7:8:9', undefined, '1:2:3:4:5:6:7:8:9'],
+    ['2001:DB8::G', undefined, '2001:db8::g'],
+    ['%eth0', undefined, '%eth0'],
+    ['[2001:DB8::1]', undefined, '[2001:db8::1]']
   ]
-  // @fastify/rate-limit's normalizeIP gives the same string for an address (for anything else, it gives back
-  // the input, or throws: here it is 'unknown', one client for every unreadable address).
+  // @fastify/rate-limit's normalizeIP gives the same string for every input but undefined (on which theirs
+  // throws) and '' (theirs gives it back): here both are 'unknown'. Anything not an address comes back in lower case.
   const theirs = createRequire(import.meta.url)('@fastify/rate-limit') as { normalizeIP: (ip: string, subnet?: number) => string }
   for (const [ip, subnet, expected] of cases) {
     const name = `${String(ip)}${subnet === undefined ? '' : ` /${subnet}`}`
     t.equal(subnet === undefined ? normalizeIP(ip) : normalizeIP(ip, subnet), expected, name)
-    if (expected !== 'unknown') t.equal(expected, theirs.normalizeIP(ip!, subnet), `${name}: as @fastify/rate-limit writes it`)
+    if (ip !== undefined && ip !== '') t.equal(expected, theirs.normalizeIP(ip, subnet), `${name}: as @fastify/rate-limit writes it`)
   }
 })
 
@@ -367,7 +379,7 @@ t.test('hostile identities give constant-length keys with exactly one hash tag e
   const s = await setup(t, { max: 1 })
   for (const value of ['}', '{}', '{', 'k'.repeat(4096)]) await codes(s.app, 1, { headers: { 'x-api-key': value } })
   await codes(s.app, 1, { headers: { 'x-api-key': 'k'.repeat(16 * 1024) } })
-  t.same(s.keys, ['apikey:}', 'apikey:{}', 'apikey:{', `apikey:${'k'.repeat(4096)}`, 'ip:127.0.0.1'], 'a 16 KB header is no identity: the IP')
+  t.same(s.keys, ['apikey:}', 'apikey:{}', 'apikey:{', `apikey:${'k'.repeat(4096)}`, '127.0.0.1'], 'a 16 KB header is no identity: the IP')
   const headerKeys = await scanKeys(s.redis, s.nameSpace)
   t.equal(headerKeys.length, 5)
   t.ok(headerKeys.every(key => /^\{[A-Za-z0-9_-]{22}\}:log:all$/.test(key.slice(s.nameSpace.length))), 'all well-formed')

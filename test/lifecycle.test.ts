@@ -71,7 +71,7 @@ t.test('a lent client is never closed by the plugin', async t => {
   await server1.register(rateGuard, { redis: lent, nameSpace: prefix, max: 2, timeout: 2000 })
   server1.get('/', async () => 'ok')
   t.same((await Promise.all([1, 2, 3].map(async () => (await server1.inject('/')).statusCode))).sort(), [200, 200, 429])
-  t.equal(await lent.zcard(identityKeys(prefix, 'all', 'ip:127.0.0.1').log), 2, 'the lent client is the one used')
+  t.equal(await lent.zcard(identityKeys(prefix, 'all', '127.0.0.1').log), 2, 'the lent client is the one used')
   t.same(warnings(), [], 'a lent client with enableOfflineQueue: false draws no warning')
 
   await server1.close()
@@ -105,7 +105,7 @@ t.test('@fastify/redis: fastify.redis is used, and never closed by the plugin', 
 
   t.same([(await server1.inject('/')).statusCode, (await server1.inject('/')).statusCode], [200, 429])
   t.equal(typeof (lent as unknown as Record<string, unknown>)[SLIDING_LOG_COMMAND], 'function', 'the script is defined on fastify.redis')
-  t.equal(await lent.zcard(identityKeys(prefix, 'all', 'ip:127.0.0.1').log), 1, 'the count lives in that Redis')
+  t.equal(await lent.zcard(identityKeys(prefix, 'all', '127.0.0.1').log), 1, 'the count lives in that Redis')
   t.notOk(warnings().some(line => /no Redis configured/.test(line.msg)), 'not in-process mode')
 
   await server1.close()
@@ -273,7 +273,7 @@ t.test('a foreign command under our name is refused; our own definition is share
     }
     t.same(await codes('/a', 2), [200, 429], 'the first registration limits its routes')
     t.same(await codes('/b', 3), [200, 200, 429], 'the second limits its own, on its own budget')
-    t.equal(await lent.zcard(identityKeys(a, 'all', 'ip:127.0.0.1').log), 1)
-    t.equal(await lent.zcard(identityKeys(b, 'all', 'ip:127.0.0.1').log), 2)
+    t.equal(await lent.zcard(identityKeys(a, 'all', '127.0.0.1').log), 1)
+    t.equal(await lent.zcard(identityKeys(b, 'all', '127.0.0.1').log), 2)
   })
 })

@@ -20,7 +20,7 @@ import type { Algorithm, LimitOptions, PeekOptions, RateGuardOptions } from '../
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
-const LOCAL = 'ip:127.0.0.1'
+const LOCAL = '127.0.0.1'
 /** Correctness, not latency: a deadline no loaded machine misses, and a 503 (never a silent pass) if one did. */
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
 const STORES = ['redis', 'memory'] as const

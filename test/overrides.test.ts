@@ -12,7 +12,7 @@ import type { OverrideOptions, RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
-const LOCAL = 'ip:127.0.0.1'
+const LOCAL = '127.0.0.1'
 const OTHER = '10.0.0.2'
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 /** Correctness, not latency: a deadline no loaded machine misses, and a 503 (never a silent pass) if one did. */
@@ -156,8 +156,11 @@ t.test('two instances on one Redis and nameSpace: an override set on one holds o
 
 t.test('an override for an IPv6 address holds for its whole /64, however it is written', async t => {
   const app = await makeApp(t, 'redis')
-  await app.rateGuard.setOverride('ip:2001:DB8:0:0::1', { max: 10, timeWindow: '1 minute', ttl: '1 minute' })
+  await app.rateGuard.setOverride('2001:DB8:0:0::1', { max: 10, timeWindow: '1 minute', ttl: '1 minute' })
   t.strictSame(legacy(await get(app, '/', '2001:db8::abcd:1')), [200, '10', '9'])
+  // An 'ip:' prefix is no longer the address's spelling: it names a key of its own, which no client has.
+  await app.rateGuard.setOverride('ip:2001:db8:1::1', { max: 10, timeWindow: '1 minute', ttl: '1 minute' })
+  t.strictSame(legacy(await get(app, '/', '2001:db8:1::1')), [200, '2', '1'], 'an override for \'ip:<address>\' is not the address\'s')
 })
 
 t.test('malformed overrides are refused with the coded error, and write nothing', async t => {

@@ -197,7 +197,7 @@ async function run (store: StoreUnderTest, algorithm: Algorithm, limits: readonl
   const random = prng(seed)
   const next = traffic(random, limits)
   const model = judged ? slidingLogModel(limits) : MODELS[algorithm as Exact](limits)
-  const keys = identityKeys(uniquePrefix(), 'all', `ip:203.0.113.${seed & 255}`, algorithm)
+  const keys = identityKeys(uniquePrefix(), 'all', `203.0.113.${seed & 255}`, algorithm)
   const input = decideInput({ keys, limits: [...limits], algorithm })
   const history: string[] = []
   const note = (what: string, detail: object): void => {

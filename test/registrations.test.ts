@@ -11,7 +11,7 @@ import rateGuard from '../lib/index.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
 const ok = async (): Promise<string> => 'ok'
-const ME = 'ip:127.0.0.1'
+const ME = '127.0.0.1'
 
 interface Nested { app: FastifyInstance, outer: string, inner: string, warnings: string[] }
 
@@ -115,4 +115,29 @@ t.test('a registration inside another with its nameSpace is refused before it co
   await t.rejects(async () => {
     await app.register(async child => { await child.register(rateGuard, { redis: url, nameSpace, timeout: 3000 }) })
   }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message: new RegExp(`"nameSpace": "${nameSpace}" is the nameSpace of the registration this one is inside`) })
+})
+
+t.test('a nameSpace is refused twice only when both registrations count in Redis; of() it is then refused, as ambiguous', async t => {
+  const { url } = await getRedis(t)
+  const nameSpace = uniquePrefix()
+  // In process, each registration counts in a store of its own: the same nameSpace shares no key.
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { nameSpace, max: 3, timeWindow: '1 minute' })
+  app.get('/a', ok)
+  await app.register(async child => {
+    await child.register(rateGuard, { nameSpace, max: 1, timeWindow: '1 minute' })
+    child.get('/b', ok)
+  })
+  await app.ready()
+  // The outer hook counts each /b too (two of its three); the inner refuses the second /b.
+  t.same(await statuses(app, '/b', '/b', '/a', '/a'), [200, 429, 200, 429], 'both limit, each on its own store')
+  t.throws(() => app.rateGuard.of(nameSpace), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: new RegExp(`"of": .*2 registrations have nameSpace "${nameSpace}"`) })
+
+  // One in Redis, one in process: no key in common either.
+  const mixed = Fastify()
+  t.teardown(() => mixed.close())
+  await mixed.register(rateGuard, { redis: url, nameSpace, timeout: 3000 })
+  await t.resolves(async () => { await mixed.register(async child => { await child.register(rateGuard, { nameSpace }) }).ready() }, 'Redis outside, in process inside')
+  t.throws(() => mixed.rateGuard.of(nameSpace), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /2 registrations have nameSpace/ })
 })

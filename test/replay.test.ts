@@ -10,7 +10,7 @@ import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 t.test('replaying a decision with the same member counts nothing twice', async t => {
   const redis = client(t, (await getRedis(t)).url)
   const slidingLog = defineSlidingLog(redis)
-  const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.1')
+  const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.1')
   // max 2, window 60 s, ban after 2 denials for 60 s
   const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })
   // A call's one request has the member `<base>1`: the same base is the same request, sent again.

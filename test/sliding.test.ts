@@ -25,7 +25,7 @@ async function setup (t: Test, max: number, timeWindow: number): Promise<Setup> 
   await app.register(rateGuard, { redis: url, nameSpace, max, timeWindow })
   app.get('/', async () => 'ok')
   await app.ready()
-  return { app, redis: client(t, url), log: identityKeys(nameSpace, 'all', 'ip:127.0.0.1').log }
+  return { app, redis: client(t, url), log: identityKeys(nameSpace, 'all', '127.0.0.1').log }
 }
 
 async function redisNow (redis: Redis): Promise<number> {

@@ -411,10 +411,7 @@ await Fastify().register(fastifyRateLimit, {
   exponentialBackoff: false
 })
 app.get('/compat', { config: { rateLimit: { ban: 0, addHeaders: { 'x-ratelimit-limit': false } } } }, async () => 'ok')
-// @ts-expect-error continueExceeding is not supported (a ban replaces it): only false
-await Fastify().register(rateGuard, { continueExceeding: true })
-// @ts-expect-error exponentialBackoff is not supported (ban.escalate replaces it): only false
-await Fastify().register(rateGuard, { exponentialBackoff: true })
+await Fastify().register(rateGuard, { continueExceeding: true, exponentialBackoff: true })
 // @ts-expect-error a header switch is a boolean
 await Fastify().register(rateGuard, { addHeaders: { 'retry-after': 'no' } })
 

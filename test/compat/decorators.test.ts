@@ -68,7 +68,7 @@ t.test('createRateLimit(): the fields of @fastify/rate-limit\'s answer; incremen
   }
   t.strictSame(answers.ours.map(fields), answers.theirs.map(fields), 'the same fields and values (the key and the ttl aside)')
   t.match(answers.ours, [
-    { read: { remaining: 2, isExceeded: false }, counted: { remaining: 1, isExceeded: false, key: 'ip:127.0.0.1', ttlInSeconds: 60 } },
+    { read: { remaining: 2, isExceeded: false }, counted: { remaining: 1, isExceeded: false, key: '127.0.0.1', ttlInSeconds: 60 } },
     { read: { remaining: 1 }, counted: { remaining: 0, isExceeded: false } },
     { read: { remaining: 0, isExceeded: false }, counted: { remaining: 0, isExceeded: true, isBanned: false } }
   ])
@@ -102,18 +102,32 @@ t.test('createRateLimit: an allow-listed client is { isAllowed: true, key }; a b
     const check = made.createRateLimit({ max: 1, timeWindow: '1 minute', allowList: ['10.0.0.1'], ban: 0 })
     made.get('/', async (request: FastifyRequest) => await check(request))
   })
-  t.strictSame((await made.inject({ url: '/', remoteAddress: '10.0.0.1' })).json(), { isAllowed: true, key: 'ip:10.0.0.1' })
+  t.strictSame((await made.inject({ url: '/', remoteAddress: '10.0.0.1' })).json(), { isAllowed: true, key: '10.0.0.1' })
   await made.inject('/')
   t.match((await made.inject('/')).json(), { isAllowed: false, isExceeded: true, isBanned: true, remaining: 0, ttlInSeconds: 60 })
 })
 
 t.test('the decorators check their options like a route\'s, naming the call', async t => {
   const made = await app(t, 'ours', {}, () => {})
-  t.throws(() => made.rateLimit({ max: -1 }), { code: INVALID, message: /"rateLimit\.max": expected an integer, 0 \(every request refused\) or more, got -1/ })
+  t.throws(() => made.rateLimit({ max: 'many' as never }), { code: INVALID, message: /"rateLimit\.max": expected an integer, 0 \(every request refused\) or more, got "many"/ })
   t.throws(() => made.createRateLimit({ maximum: 3 } as never), { code: INVALID, message: /"createRateLimit\.maximum": expected no such option/ })
   t.throws(() => made.createRateLimit(3 as never), { code: INVALID, message: /"createRateLimit": expected an object of options/ })
   t.throws(() => made.rateLimit({ hook: 'preHandler' }), { code: INVALID, message: /"rateLimit\.hook": expected no hook: the limiter runs where the app places it/ })
   t.throws(() => made.createRateLimit({ cache: 10 } as never), { code: INVALID, message: /"createRateLimit\.cache": expected it at register only/ })
+})
+
+t.test('a max theirs replaces by its default (-1: 1000) is replaced here too, with one warning naming the call', async t => {
+  const lines: string[] = []
+  const made = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(line) } } } })
+  t.teardown(() => made.close())
+  await made.register(rateGuard, { global: false })
+  const check = made.createRateLimit({ max: -1, timeWindow: '1 minute' })
+  made.get('/', async (request: FastifyRequest) => await check(request))
+  await made.ready()
+  const warned = lines.map(line => (JSON.parse(line) as { msg: string }).msg).filter(msg => msg.includes('createRateLimit.max'))
+  t.equal(warned.length, 1, 'one warning')
+  t.match(warned[0], /createRateLimit\.max -1 is not valid; using 1000/)
+  t.match((await made.inject('/')).json(), { isAllowed: false, isExceeded: false, max: 1000, remaining: 999 }, 'the limiter counts to 1000')
 })
 
 t.test('createRateLimit({ ipv6Subnet, skipOnError }): the options theirs takes for one limiter, with the same answers', async t => {

@@ -26,5 +26,5 @@ t.test('the routes of a group share one budget per client (theirs count each rou
 
 t.test('a group id must be a string, as theirs requires', async t => {
   await t.rejects(appWith(t, 'theirs', {}, { config: { rateLimit: { groupId: 7 } } } as never), { message: 'groupId must be a string' })
-  await t.rejects(appWith(t, 'ours', {}, { config: { rateLimit: { groupId: 7 } } } as never), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"config\.rateLimit\.groupId".*got 7/ })
+  await t.rejects(appWith(t, 'ours', {}, { config: { rateLimit: { groupId: 7 } } } as never), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: 'groupId must be a string' }, 'the same message, and a code')
 })

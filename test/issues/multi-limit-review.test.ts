@@ -20,7 +20,7 @@ for (const where of ['redis', 'memory'] as const) {
     // Past the short window: a peek that trimmed by it would forget both requests on the minute.
     const start = Date.now()
     while (Date.now() - start < 60) await new Promise(resolve => setImmediate(resolve))
-    const seen = await app.rateGuard.peek('ip:127.0.0.1', { max: 5 })
+    const seen = await app.rateGuard.peek('127.0.0.1', { max: 5 })
     t.strictSame(seen.limits.map(l => [l.max, l.windowMs, l.count]), [[5, 50, 0], [3, 60_000, 2]], 'both limits, the function replaced by max')
     t.strictSame([(await app.inject('/')).statusCode, (await app.inject('/')).statusCode], [200, 429], 'one left on the minute, not three')
   })
@@ -68,7 +68,7 @@ t.test('setOverride refuses names: an override keeps the budget\'s policy names'
   const app = Fastify()
   t.teardown(() => app.close())
   await app.register(rateGuard, {})
-  await t.rejects(app.rateGuard.setOverride('ip:1.2.3.4', { limits: [{ max: 1, timeWindow: 1000, name: 'x' } as never], ttl: 1000 }), { code: INVALID, message: /setOverride\.name/ })
+  await t.rejects(app.rateGuard.setOverride('1.2.3.4', { limits: [{ max: 1, timeWindow: 1000, name: 'x' } as never], ttl: 1000 }), { code: INVALID, message: /setOverride\.name/ })
 })
 
 t.test('without a breaker, a shared refusal on Redis still gives the client its count back', async t => {
@@ -79,7 +79,7 @@ t.test('without a breaker, a shared refusal on Redis still gives the client its 
   t.equal((await app.inject({ url: '/', remoteAddress: '10.0.0.1' })).statusCode, 200)
   t.equal((await app.inject({ url: '/', remoteAddress: '10.0.0.2' })).statusCode, 429, 'the shared budget is spent')
   // The give-back is sent without being awaited: read until it has landed, a bounded number of times.
-  let seen = await app.rateGuard.peek('ip:10.0.0.2', { route: 'GET /' })
-  for (let i = 0; i < 50 && seen.count !== 0; i++) seen = await app.rateGuard.peek('ip:10.0.0.2', { route: 'GET /' })
+  let seen = await app.rateGuard.peek('10.0.0.2', { route: 'GET /' })
+  for (let i = 0; i < 50 && seen.count !== 0; i++) seen = await app.rateGuard.peek('10.0.0.2', { route: 'GET /' })
   t.equal(seen.count, 0, 'the refused client\'s own count was given back')
 })

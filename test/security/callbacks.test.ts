@@ -82,9 +82,9 @@ t.test('an allowList function that fails lets nobody through unlimited', async t
   }
 })
 
-t.test('a limit function that fails: failMode decides, open lets through unenforced, closed refuses', async t => {
+t.test('a limit function that fails: failMode decides, open lets through unenforced, closed (the default) refuses', async t => {
   for (const [how, max] of Object.entries(fails)) {
-    const open = await make(t, { max })
+    const open = await make(t, { max, failMode: 'open' })
     const answers = await open.app.inject('/')
     t.strictSame([answers.statusCode, answers.headers['x-ratelimit-enforced']], [200, 'false'], `${how}: open`)
     const closed = await make(t, { max, failMode: 'closed' })
@@ -92,21 +92,53 @@ t.test('a limit function that fails: failMode decides, open lets through unenfor
     t.equal(refused.statusCode, 503, `${how}: closed`)
     t.notMatch(refused.body, /db down/)
     t.equal(closed.errors().length, 1)
+    const byDefault = await make(t, { max })
+    t.equal((await byDefault.app.inject('/')).statusCode, 503, `${how}: refused by default`)
   }
-  const late = await make(t, { timeWindow: fails.hangs })
+  const late = await make(t, { timeWindow: fails.hangs, failMode: 'open' })
   const started = performance.now()
   t.equal((await late.app.inject('/')).headers['x-ratelimit-enforced'], 'false', 'a timeWindow that hangs: the same')
   t.ok(performance.now() - started < TIMEOUT + 500, 'within the deadline')
 })
 
-t.test('createRateLimit with a limit function that fails: failMode\'s answer, with no limit known', async t => {
+t.test('createRateLimit with a limit function that fails: failMode\'s answer, with no limit known; closed throws', async t => {
   const { app, errors } = await make(t, { global: false })
-  const open = app.createRateLimit({ max: fails.throws })
+  const open = app.createRateLimit({ max: fails.throws, failMode: 'open' })
   const closed = app.createRateLimit({ max: fails.rejects, failMode: 'closed' })
+  const byDefault = app.createRateLimit({ max: fails.throws })
   const request = { ip: '127.0.0.1', headers: {}, log: app.log } as never
   t.match(await open(request), { isAllowed: false, max: 0, isExceeded: false }, 'open: not exceeded')
-  t.match(await closed(request), { isAllowed: false, max: 0, isExceeded: true }, 'closed: exceeded')
+  const unavailable = { code: 'FST_RATE_GUARD_UNAVAILABLE', statusCode: 503, message: 'Rate limiter unavailable, retry in 1 second' }
+  await t.rejects(closed(request), unavailable, 'closed: the check throws, for the app to answer')
+  await t.rejects(byDefault(request), unavailable, 'closed is the default')
+  for (const check of [closed, byDefault]) {
+    const err = await check(request).then(() => undefined, (err: Error) => err)
+    t.notMatch(err?.message, /db down/, 'the error says nothing of the callback\'s')
+  }
   t.equal(errors().length, 1, 'logged once for the kind')
+})
+
+t.test('a key generator returning a number: every callback, and createRateLimit, get the number itself', async t => {
+  const seen: Array<[string, unknown]> = []
+  const { app } = await make(t, {
+    keyGenerator: () => 7 as unknown as string,
+    max: (_request, key) => { seen.push(['max', key]); return 1 },
+    timeWindow: (_request, key) => { seen.push(['timeWindow', key]); return 60_000 },
+    allowList: (_request, key) => { seen.push(['allowList', key]); return false },
+    onExceeding: (_request, key) => { seen.push(['onExceeding', key]) },
+    onExceeded: (_request, key) => { seen.push(['onExceeded', key]) },
+    onBanReach: (_request, key) => { seen.push(['onBanReach', key]) },
+    ban: { threshold: 1, duration: '1 minute' }
+  })
+  t.same((await ask(app, 2)).map(a => a.status), [200, 403], 'counted under the number, banned at the first denial')
+  t.strictSame(new Set(seen.map(([name]) => name)), new Set(['max', 'timeWindow', 'allowList', 'onExceeding', 'onExceeded', 'onBanReach']), 'every callback was called')
+  t.ok(seen.every(([, key]) => key === 7), `each with the number 7: ${JSON.stringify(seen)}`)
+
+  const check = app.createRateLimit({ keyGenerator: () => 8 as unknown as string, max: 5 })
+  const result = await check({ ip: '127.0.0.1', headers: {}, log: app.log } as never)
+  t.equal(result.key as unknown, 8, 'createRateLimit\'s result: the number')
+  const allowed = app.createRateLimit({ keyGenerator: () => 9 as unknown as string, allowList: () => true })
+  t.equal((await allowed({ ip: '127.0.0.1', headers: {}, log: app.log } as never)).key as unknown, 9, 'an allow-listed result too')
 })
 
 t.test('a callback that answers the request (onExceeded) and throws: the error goes to Fastify\'s error handling, as the app\'s own', async t => {

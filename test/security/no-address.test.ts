@@ -57,6 +57,6 @@ t.test('with trustProxy trusting the proxy on the socket alone, request.ip is th
   const agent = connection(t)
   await server.get(agent, { 'x-forwarded-for': '203.0.113.66, 198.51.100.7' })
   await server.get(agent, { 'x-forwarded-for': '192.0.2.1' })
-  t.same(server.keys, ['ip:198.51.100.7', 'ip:192.0.2.1'], 'the right-most entry, which the client cannot forge')
+  t.same(server.keys, ['198.51.100.7', '192.0.2.1'], 'the right-most entry, which the client cannot forge')
   t.same(server.warnings, [], 'and no warning')
 })

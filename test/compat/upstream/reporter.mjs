@@ -1,0 +1,13 @@
+// A node:test reporter writing one JSON line per test that ran to an end (suites left out), with the names
+// of the suites around it, for ../upstream.test.ts to compare with the list of deliberate differences.
+export default async function * reporter (source) {
+  const names = []
+  for await (const { type, data } of source) {
+    if (type === 'test:start') names[data.nesting] = data.name
+    if (type !== 'test:pass' && type !== 'test:fail') continue
+    if (data.details.type === 'suite') continue
+    const name = [...names.slice(0, data.nesting), data.name].join(' › ')
+    const error = data.details.error
+    yield JSON.stringify({ name, ok: type === 'test:pass', error: error === undefined ? undefined : String(error.cause ?? error).slice(0, 2000) }) + '\n'
+  }
+}
