@@ -15,7 +15,7 @@ import type { Decision } from '../lib/stores/store.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest, Stored } from './helpers/stores.js'
-import { prng } from './helpers/random.js'
+import { draws } from './helpers/random.js'
 
 const started = Date.now()
 t.teardown(() => { t.comment(`conformance-algorithms.test.ts ran in ${Date.now() - started} ms`) })
@@ -1021,12 +1021,8 @@ interface Allowed { readonly decisions: readonly Decision[], readonly limits: re
 
 async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
-  const random = prng(seed)
-  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!
   // On a 10 ms grid (rarely off it), so steps land where windows, tokens, bans and overrides end.
-  const ms = (lo: number, hi: number, offGrid = 0.05): number =>
-    random() < offGrid ? int(lo, hi) : 10 * int(Math.ceil(lo / 10), Math.floor(hi / 10))
+  const { random, int, pick, ms } = draws(seed, 0.05)
   const randomLimits = (): Limit[] => Array.from({ length: int(1, 2) }, () => {
     const max = int(1, 5)
     return { max, windowMs: ms(10, 800), burst: algorithm === 'token-bucket' ? int(1, 2 * max) : max }

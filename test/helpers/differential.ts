@@ -7,7 +7,7 @@ import type { IdentityKeys } from '../../lib/keys.js'
 import type { DecideInput } from '../../lib/stores/store.js'
 import { uniquePrefix } from './redis.js'
 import { decideInput, memoryStore, redisStore } from './stores.js'
-import { prng } from './random.js'
+import { draws } from './random.js'
 
 /** Step times are offsets from a realistic epoch millisecond. */
 const T0 = 1_700_000_000_000
@@ -21,14 +21,9 @@ type KeyName = keyof IdentityKeys
  */
 export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, overLimit?: DecideInput['overLimit'], STEPS = 2000): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
-  const random = prng(seed)
-  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!
-
   // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
   // entry, a strike or a ban ends: the edges are where two implementations part.
-  const ms = (lo: number, hi: number, offGrid = 0.02): number =>
-    random() < offGrid ? int(lo, hi) : 10 * int(Math.ceil(lo / 10), Math.floor(hi / 10))
+  const { random, int, pick, ms } = draws(seed, 0.02)
   const prefix = uniquePrefix()
   const identities = Array.from({ length: 3 }, (_, i) => ({
     name: `ip:198.51.100.${i}`,

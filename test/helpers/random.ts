@@ -8,3 +8,23 @@ export function prng (seed: number): () => number {
     return ((x ^ (x >>> 14)) >>> 0) / 4294967296
   }
 }
+
+/** Draws from one seed: a float, an integer in [lo, hi], an item, and ms on a 10 ms grid (off it with `offGrid`'s odds, or the call's). */
+export interface Draws {
+  random: () => number
+  int: (lo: number, hi: number) => number
+  pick: <T>(items: readonly T[]) => T
+  /** Times on a 10 ms grid, so steps land where windows, tokens, bans and overrides end: the edges where two implementations part. */
+  ms: (lo: number, hi: number, odds?: number) => number
+}
+
+export function draws (seed: number, offGrid: number): Draws {
+  const random = prng(seed)
+  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
+  return {
+    random,
+    int,
+    pick: <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!,
+    ms: (lo, hi, odds = offGrid) => random() < odds ? int(lo, hi) : 10 * int(Math.ceil(lo / 10), Math.floor(hi / 10))
+  }
+}
