@@ -105,7 +105,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   // 503 answers say when to try again: one deadline from now, in whole seconds. They are sent, not thrown:
   // Fastify logs every thrown 5xx as an error, which during an outage would be one log line per request.
   const unavailableAfter = retryAfterSeconds(timeout)
-  const unavailable = new UnavailableError(formatDuration(unavailableAfter * 1000))
+  const unavailable = unavailableError(timeout)
   const unavailableBody = JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
 
   function prepare (request: FastifyRequest, given: Given | PromiseLike<Given>): Prepared | PromiseLike<Prepared> {
@@ -201,6 +201,11 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       else done()
     }
   }
+}
+
+/** What a budget that cannot decide answers (`failMode: 'closed'`): try again one deadline from now, in whole seconds. */
+export function unavailableError (timeout: number): Error & { code: string } {
+  return new UnavailableError(formatDuration(retryAfterSeconds(timeout) * 1000))
 }
 
 /** Runs `step` as Fastify's callback-style hook: `done` once, with its refusal, whether it answers at once, later, or throws. */

@@ -1,9 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { formatDuration } from './duration.js'
-import { UnavailableError } from './errors.js'
-import { remainingOf, retryAfterSeconds, seconds } from './headers.js'
+import { remainingOf, seconds } from './headers.js'
 import type { BudgetHooks, Given } from './hook.js'
-import { SENT } from './hook.js'
+import { SENT, unavailableError } from './hook.js'
 import type { Verdict } from './limiter.js'
 
 /**
@@ -12,8 +10,10 @@ import type { Verdict } from './limiter.js'
  * they count on the plugin-wide budget; each made with options counts on a budget of its own.
  */
 
-/** What `createRateLimit`'s check answers (`@fastify/rate-limit`'s fields; `isAllowed` means allow-listed). */
-/** `key` is the key as the app's key generator returned it (typed a string, as theirs: a number stays a number). */
+/**
+ * What `createRateLimit`'s check answers (`@fastify/rate-limit`'s fields; `isAllowed` means allow-listed). `key`
+ * is the key as the app's key generator returned it (typed a string, as theirs: a number stays a number).
+ */
 export type RateLimitResult =
   | { isAllowed: true, key: string }
   | {
@@ -77,7 +77,7 @@ function result (key: Given, verdict: Verdict, first: { burst: number, windowMs:
       return { isAllowed: false, key: key as string, max: first.burst, timeWindow: first.windowMs, remaining: first.burst, ...ttlOf(0), isExceeded: false, isBanned: false }
     case 'unavailable':
       // failMode 'closed': the check fails as the store did (theirs throws the store's error), for the app to answer.
-      throw verdict.error ?? new UnavailableError(formatDuration(retryAfterSeconds(timeout) * 1000))
+      throw verdict.error ?? unavailableError(timeout)
   }
   const refused = verdict.status !== 'allowed'
   return {
