@@ -10,7 +10,7 @@ import { identityKeys } from './keys.js'
 import { deadline } from './deadline.js'
 import { refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
-import { checkStaticLimits } from './limit-options.js'
+import { checkSizes, checkStaticLimits } from './limit-options.js'
 import type { ResolvedOptions } from './types.js'
 import { encodeLimits } from './stores/store.js'
 import type { Store } from './stores/store.js'
@@ -144,15 +144,17 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       // `max` / `timeWindow` stand in for the parts of the budget's limits that are functions of the request.
       const max = options.max === undefined ? undefined : checkMax(options.max)
       const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
-      const limits = staticLimits(route.limits.map(limit => ({
+      const given = route.limits.map(limit => ({
         ...limit,
         max: typeof limit.max === 'function' ? max ?? limit.max : limit.max,
         windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
-      })))
+      }))
+      const { algorithm } = route
+      checkSizes(given, algorithm, '')
+      const limits = staticLimits(given)
       if (limits === null) {
         throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
       }
-      const { algorithm } = route
       const input = { keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm }
       const decision = refusedOutright(input) ?? await store.decide(input)
       const banned = decision.status === 'banned'
@@ -177,6 +179,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       if (resolved.some(limit => limit.name !== undefined)) {
         throw new InvalidOptionError('setOverride.name', 'expected no names: an override keeps the budget\'s policy names')
       }
+      checkSizes(resolved, budget.route.algorithm, 'setOverride.')
       const limits = staticLimits(resolved)!
       if ((options.ttl === undefined) === (options.permanent !== true)) {
         throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')

@@ -1,4 +1,5 @@
 import { checkBoolean, checkOneOf, fail, show } from './check.js'
+import { LONGEST, pastLongest } from './duration.js'
 import type { FailMode, ResolvedLimit } from './types.js'
 import type { BanPolicy } from './stores/store.js'
 
@@ -52,7 +53,8 @@ export type Warn = (message: string) => void
 /**
  * The options as `@fastify/rate-limit` reads them where it replaces a value instead of refusing it: a `max`
  * that is NaN, infinite or negative, a `timeWindow` that is NaN, infinite or not positive, an `ipv6Subnet`
- * outside 0–128 get its default, and a fraction its integer part; each replacement is said aloud. Any other
+ * outside 0–128 get its default, and a fraction its integer part; a `timeWindow` past the longest duration
+ * (2^53 - 1024 ms) gets the longest; each replacement is said aloud. Any other
  * invalid value (a string `max`, an unreadable duration) stays a coded error.
  */
 export function theirFallbacks (input: Record<string, unknown>, where: string, warn: Warn): Record<string, unknown> {
@@ -66,6 +68,11 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
   if (typeof timeWindow === 'number' && !(Number.isInteger(timeWindow) && timeWindow > 0)) {
     replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
+  }
+  // Theirs takes any longer window, and stops its waits at 2^53 - 1 ms; here the window stops at the longest.
+  if (pastLongest(out.timeWindow)) {
+    out.timeWindow = LONGEST
+    warn(`rate-guard: ${where}timeWindow ${show(timeWindow)} is longer than the longest, 2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`)
   }
   if (ipv6Subnet !== undefined && !(Number.isInteger(ipv6Subnet) && (ipv6Subnet as number) >= 0 && (ipv6Subnet as number) <= 128)) {
     replace('ipv6Subnet', typeof ipv6Subnet === 'number' && ipv6Subnet >= 0 && ipv6Subnet <= 128 ? Math.trunc(ipv6Subnet) : THEIR_DEFAULTS.ipv6Subnet)

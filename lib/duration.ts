@@ -21,23 +21,35 @@ const UNITS = new Map(UNIT_NAMES.flatMap(([ms, names]) => names.map(name => [nam
 const PATTERN = /^(\d+(?:\.\d+)?|\.\d+) *([a-z]*)$/i
 
 /**
+ * The longest duration, 2^53 - 1024 ms (about 285,421 years): a window, a ban, a wait. Every duration a script
+ * replies stays at most this: ioredis 6's RESP3 decoder reads an integer within 48 of 2^53 one off (it adds
+ * the digit's byte before it takes away '0'), so a reply of 2^53 - 1 would come back as 2^53.
+ */
+export const LONGEST = 2 ** 53 - 1024
+
+/**
  * Milliseconds from a number of milliseconds or a string such as `'1 minute'`, `'10s'`, `'1.5h'`, `'500'`.
- * Returns undefined for anything that is not a positive, finite duration of at least one millisecond.
+ * Returns undefined for anything that is not a positive, finite duration of at least one millisecond and at
+ * most `LONGEST` (see `pastLongest`).
  */
 export function toMilliseconds (value: unknown): number | undefined {
-  let ms: number
-  if (typeof value === 'number') {
-    ms = value
-  } else if (typeof value === 'string' && value.length <= 32) {
-    const match = PATTERN.exec(value.trim())
-    if (match === null) return undefined
-    const unit = match[2] === '' ? 1 : UNITS.get(match[2]!.toLowerCase())
-    if (unit === undefined) return undefined
-    ms = Math.round(Number(match[1]) * unit)
-  } else {
-    return undefined
-  }
-  return Number.isSafeInteger(ms) && ms >= 1 ? ms : undefined
+  const ms = parse(value)
+  return ms !== undefined && Number.isInteger(ms) && ms >= 1 && ms <= LONGEST ? ms : undefined
+}
+
+/** Whether `value` reads as a finite duration longer than `LONGEST`. */
+export function pastLongest (value: unknown): boolean {
+  const ms = parse(value)
+  return ms !== undefined && Number.isFinite(ms) && ms > LONGEST
+}
+
+function parse (value: unknown): number | undefined {
+  if (typeof value === 'number') return value
+  if (typeof value !== 'string' || value.length > 32) return undefined
+  const match = PATTERN.exec(value.trim())
+  if (match === null) return undefined
+  const unit = match[2] === '' ? 1 : UNITS.get(match[2]!.toLowerCase())
+  return unit === undefined ? undefined : Math.round(Number(match[1]) * unit)
 }
 
 const LONG: Array<[number, string]> = [[YEAR, 'year'], [DAY, 'day'], [HOUR, 'hour'], [MINUTE, 'minute'], [SECOND, 'second']]

@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import type { Limit } from './algorithms/index.js'
+import type { Algorithm, Limit } from './algorithms/index.js'
 import { isPromise, then } from './awaitable.js'
 import { formatDuration } from './duration.js'
 import { BannedError, InvalidOptionError, TooManyRequestsError, UnavailableError } from './errors.js'
@@ -120,7 +120,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 
   function withLimits (request: FastifyRequest, key: string, given: Given): Prepared | PromiseLike<Prepared> {
     if (fixedLimits !== null) return prepared(key, given, fixedLimits)
-    return limitsOf(route.limits, request, given, callbacks).then(limits => limits === null ? { key, given, input: limitFailed } : prepared(key, given, limits))
+    return limitsOf(route.limits, algorithm, request, given, callbacks).then(limits => limits === null ? { key, given, input: limitFailed } : prepared(key, given, limits))
   }
 
   function prepared (key: string, given: Given, limits: readonly Limit[]): Prepared {
@@ -233,17 +233,17 @@ function checkTheirs (route: ResolvedRoute): ResolvedRoute {
   return route
 }
 
-/** The limits once, at register, when none is a function of the request. */
+/** The limits once, at register, when none is a function of the request (checked by checkSizes). */
 export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[] | null {
   if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return null
-  return Object.freeze(limits.map(({ max, windowMs, burst }) => checkLimit(max as number, windowMs as number, burst ?? max as number, 'max')))
+  return Object.freeze(limits.map(({ max, windowMs, burst }) => ({ max: max as number, windowMs: windowMs as number, burst: burst ?? max as number })))
 }
 
 /**
  * The limits of one request, when `max` or `timeWindow` is a function of it; null when one of those
  * functions failed (threw, rejected, missed the deadline or gave no valid value: see lib/callbacks.ts).
  */
-async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyRequest, given: Given, callbacks: Callbacks): Promise<Limit[] | null> {
+async function limitsOf (limits: readonly ResolvedLimit[], algorithm: Algorithm, request: FastifyRequest, given: Given, callbacks: Callbacks): Promise<Limit[] | null> {
   const computed = async <T>(kind: string, call: () => unknown, check: (value: unknown) => T): Promise<T | null> =>
     await callbacks.run<T | null>(kind, () => then(call(), check), () => null, request.log)
   const out: Limit[] = []
@@ -252,7 +252,7 @@ async function limitsOf (limits: readonly ResolvedLimit[], request: FastifyReque
     const m = typeof max === 'function' ? await computed('max', () => max(request, key), value => checkMax(value, 'max', 0)) : max
     const w = typeof windowMs === 'function' ? await computed('timeWindow', () => windowMs(request, key), value => checkDuration(value, 'timeWindow')) : windowMs
     if (m === null || w === null) return null
-    out.push(checkLimit(m, w, burst ?? m, 'max'))
+    out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
   }
   return out
 }

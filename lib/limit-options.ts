@@ -1,4 +1,4 @@
-import type { Limit } from './algorithms/index.js'
+import type { Algorithm, Limit } from './algorithms/index.js'
 import { checkDuration, checkKeys, checkMax, fail } from './check.js'
 import type { MaxFunction, ResolvedLimit, TimeWindowFunction } from './types.js'
 import type { BanPolicy } from './stores/store.js'
@@ -44,16 +44,31 @@ export function checkBan (value: unknown, name: string): BanPolicy | null {
   return Object.freeze({ threshold, ladder: Object.freeze(ladder), forgetMs })
 }
 
-// The largest product of a limit's size and window (or burst and window) the scripts count exactly: Lua
-// numbers are doubles, and the token bucket counts in ticks of 1/max ms.
+// The largest product of a limit's size and window (or burst and window) the algorithms that multiply count
+// exactly: Lua numbers are doubles, the token bucket counts in ticks of 1/max ms, and the sliding window weighs
+// the previous window's count by milliseconds. The log and the fixed window only add and compare times, so
+// their bound is the duration's own: a window up to the longest, 2^53 - 1024 ms (lib/duration.ts).
 const MAX_PRODUCT = 2 ** 50
+const MULTIPLIES: ReadonlySet<Algorithm> = new Set(['token-bucket', 'sliding-window'])
 
 /** A limit's values as one decision takes them, or a coded error (the product bound keeps the arithmetic exact). */
-export function checkLimit (max: number, windowMs: number, burst: number, name: string): Limit {
-  if (Math.max(max, burst) * windowMs > MAX_PRODUCT) {
-    fail(name, `${max} per ${windowMs} ms`, 'max (and burst) × timeWindow in ms up to 2^50')
+export function checkLimit (max: number, windowMs: number, burst: number, algorithm: Algorithm, name: string): Limit {
+  if (MULTIPLIES.has(algorithm) && Math.max(max, burst) * windowMs > MAX_PRODUCT) {
+    fail(name, `${max} per ${windowMs} ms`, `max (and burst) × timeWindow in ms up to 2^50 with algorithm: '${algorithm}'`)
   }
   return { max, windowMs, burst }
+}
+
+/**
+ * The limits known at register, against the algorithm that counts them (checkLimit): `name` is where they were
+ * given (`''`, `'shared.'`, `'config.rateLimit.'`), and a limit is named `max`, or `limits[i].max` among several.
+ */
+export function checkSizes (limits: readonly ResolvedLimit[], algorithm: Algorithm, name: string): void {
+  limits.forEach(({ max, windowMs, burst }, i) => {
+    if (typeof max === 'number' && typeof windowMs === 'number') {
+      checkLimit(max, windowMs, burst ?? max, algorithm, limits.length === 1 ? `${name}max` : `${name}limits[${i}].max`)
+    }
+  })
 }
 
 export function checkOneLimit (input: Record<string, unknown>, base: ResolvedLimit | undefined, name: string, statics: boolean): ResolvedLimit {
@@ -71,7 +86,6 @@ export function checkOneLimit (input: Record<string, unknown>, base: ResolvedLim
     burst: burst === undefined ? base?.burst ?? null : checkMax(burst, `${name}burst`),
     name: policy === undefined ? base?.name : checkPolicyName(policy, `${name}name`)
   })
-  if (typeof limit.max === 'number' && typeof limit.windowMs === 'number') checkLimit(limit.max, limit.windowMs, limit.burst ?? limit.max, `${name}max`)
   return limit
 }
 

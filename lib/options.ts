@@ -7,7 +7,7 @@ import { InvalidGroupIdError, InvalidRouteConfigError } from './errors.js'
 import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, checkHeaderSwitches } from './headers.js'
 import { canonicalKey, defaultKeyGenerator, keyTiers } from './keys.js'
 import type { KeyHierarchyOptions } from './keys.js'
-import { checkBan, checkLimitList, checkOneLimit, checkPolicyName, checkShared } from './limit-options.js'
+import { checkBan, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {
   AllowListFunction, HookName, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute
@@ -157,6 +157,8 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
   if (algorithm !== 'token-bucket' && [...limits, ...shared ?? []].some(limit => limit.burst !== null)) {
     fail(name('burst'), limits.find(limit => limit.burst !== null)?.burst ?? shared?.find(limit => limit.burst !== null)?.burst, "no burst but with algorithm: 'token-bucket'")
   }
+  checkSizes(limits, algorithm, where)
+  if (shared !== null) checkSizes(shared, algorithm, name('shared.'))
   const allowListGiven = has('allowList') ? input.allowList : base.allowListGiven
   return Object.freeze({
     ...plain as Pick<ResolvedRoute, keyof typeof PLAIN>,

@@ -46,12 +46,12 @@
 --   the over-limit key alive (PTTL > 0): denied without counting on the algorithm; k = INCR, and the client
 --     waits W ('continue') or W x 2^(k-1) ('backoff'), the key's new TTL;
 --   else the algorithm decides; when it denies, the key is set to 1 for W ms, and the client waits W.
--- No wait takes now + wait past 2^53 - 1 (MAX_SAFE). A denial over the limit reports every limit at its
--- capacity (none left), reset = the wait. Strikes count these denials as any other's (a denial under the key
--- strikes within W). The key keeps no members: a replayed denial (the same member, re-sent) is one strike,
+-- No wait passes the longest duration, 2^53 - 1024 ms (LONGEST; @fastify/rate-limit stops at 2^53 - 1). A
+-- denial over the limit reports every limit at its capacity (none left), reset = the wait. Strikes count these denials as any
+-- other's (a denial under the key strikes within W). The key keeps no members: a replayed denial (the same member, re-sent) is one strike,
 -- but is held once more (and under 'backoff', doubles the wait once more).
 -- A peek writes nothing. The key alive, let left = W - (wait_k - PTTL), wait_k being the wait the last denial
--- set (k = the key's value; its cap read at the peek's now): what is left of one window W since that denial.
+-- set (k = the key's value): what is left of one window W since that denial.
 -- While left > 0 the peek is limited for left, every limit one over its capacity (exceeded), reset = left;
 -- otherwise it is the algorithm's peek. So a peek sees what @fastify/rate-limit's read sees.
 --
@@ -68,9 +68,8 @@ local function clock ()
   return now
 end
 
--- Number.MAX_SAFE_INTEGER: a wait over the limit ends by then (@fastify/rate-limit's cap), so now + wait stays
--- an exact integer in a double (the twin's clock), and PEXPIRE takes it.
-local MAX_SAFE = 2 ^ 53 - 1
+-- The longest duration (lib/duration.ts): the longest wait over the limit, a reply ioredis 6 reads exactly.
+local LONGEST = 2 ^ 53 - 1024
 
 local mode = ARGV[1]
 local peek = mode == 'peek'
@@ -140,12 +139,12 @@ local function ban (s, banned, offences)
   return duration, offence
 end
 
--- The wait over the limit after k denials in a row ('backoff' doubles it each time), at most until MAX_SAFE.
+-- The wait over the limit after k denials in a row ('backoff' doubles it each time), at most LONGEST.
 local function wait (longest, k, doubles)
   if doubles then
     longest = longest * 2 ^ (k - 1)
   end
-  return math.min(longest, MAX_SAFE - now)
+  return math.min(longest, LONGEST)
 end
 
 -- Every limit reported at `count` past its capacity (0: at it, none left), counting down from `reset`.

@@ -8,6 +8,7 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
+import { LONGEST } from '../lib/duration.js'
 import type { Algorithm, Limit } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/keys.js'
 import { encodeLimits } from '../lib/stores/store.js'
@@ -713,13 +714,12 @@ const UPSTREAM_CONTINUE: Case = {
 }
 
 /**
- * overLimit 'backoff', max 1 per 1000 ms: the wait doubles until now + wait would pass 2^53 - 1
- * (Number.MAX_SAFE_INTEGER): from k = 45 (1000 x 2^44 > 2^53 - 1 - now), it ends at 2^53 - 1 exactly.
+ * overLimit 'backoff', max 1 per 1000 ms: the wait doubles until it would pass the longest duration
+ * (2^53 - 1024 ms; @fastify/rate-limit's cap is 2^53 - 1): from k = 45 (1000 x 2^44 > 2^53), it is the longest.
  */
 function backoffCap (algorithm: Algorithm): Case {
-  const MAX = Number.MAX_SAFE_INTEGER
   return {
-    name: 'backoff: the wait doubles until now + wait reaches 2^53 - 1, and ends there; the key\'s TTL is that wait',
+    name: 'backoff: the wait doubles until it would pass the longest duration, and stops there; the key\'s TTL is that wait',
     limits: [lim(1, 1000)],
     overLimit: 'backoff',
     steps: [
@@ -727,26 +727,27 @@ function backoffCap (algorithm: Algorithm): Case {
       { at: 10, expect: limited(1, 1000, 1000) },
       // k = 2 to 44: 2000 ... 1000 × 2^43.
       ...times(43, (i): Step => ({ at: 11 + i, expect: limited(1, 1000 * 2 ** (i + 1)) })),
-      { at: 54, expect: limited(1, MAX - T0 - 54) },
-      { at: 55, expect: limited(1, MAX - T0 - 55) },
-      { at: 55, inspect: 'backoff', holds: { type: 'string', value: '46', ttl: MAX - T0 - 55 } },
-      // Under the cap, the wait read at the peek's now is the key's PTTL: a whole window is left.
-      { at: 56, peek: true, expect: limited(2, 1000) }
+      { at: 54, expect: limited(1, LONGEST) },
+      { at: 56, expect: limited(1, LONGEST) },
+      { at: 56, inspect: 'backoff', holds: { type: 'string', value: '46', ttl: LONGEST } },
+      // What is left of one window since the last denial, 1 ms ago (the twin's expiry, T0 + 56 + LONGEST, is
+      // past 2^53 but even: exact in a double).
+      { at: 57, peek: true, expect: limited(2, 999) }
     ]
   }
 }
 
-/** The same in the twin on a clock at 0 (all requests at 0): the cap is exactly 2^53 - 1. */
+/** The same in the twin on a clock at 0 (all requests at 0). */
 function backoffCapAtZero (algorithm: Algorithm): Case {
   return {
-    name: 'backoff, the twin\'s clock at 0: the wait stops at 2^53 - 1 exactly',
+    name: 'backoff, the twin\'s clock at 0: the wait stops at the longest duration',
     limits: [lim(1, 1000)],
     overLimit: 'backoff',
     steps: [
       { at: 0, expect: allowed(1, algorithm === 'sliding-window' ? 2000 : 1000) },
       ...times(44, (i): Step => ({ at: 0, expect: limited(1, 1000 * 2 ** i) })),
-      { at: 0, expect: limited(1, Number.MAX_SAFE_INTEGER) },
-      { at: 0, expect: limited(1, Number.MAX_SAFE_INTEGER) },
+      { at: 0, expect: limited(1, LONGEST) },
+      { at: 0, expect: limited(1, LONGEST) },
       { at: 0, peek: true, expect: limited(2, 1000) }
     ]
   }
@@ -906,6 +907,41 @@ for (const algorithm of ALGORITHMS) {
     t.test(c.name, async t => { await runCase(t, memoryStore(t), algorithm, c, 0) })
   })
 }
+
+// The log and the fixed window only add and compare times, so they take any window a duration can be: up to
+// the longest, 2^53 - 1024 ms (@fastify/rate-limit's '285421 years'). The log's reset, oldest + window - now,
+// passes 2^53 on the way: both stores round it alike (here its entries are at even offsets from an even T0, so
+// it is exact).
+t.test('the longest window, 2^53 - 1024 ms, on the log and the fixed window, on both stores', async t => {
+  const redis = await redisStore(t)
+  const cases: Array<[Algorithm, Case]> = [
+    ['sliding-log', {
+      name: 'sliding log, 2 per 2^53 - 1024 ms',
+      limits: [lim(2, LONGEST)],
+      steps: [
+        { at: 0, expect: allowed(1, LONGEST) },
+        { at: 1000, expect: allowed(2, LONGEST - 1000) },
+        { at: 2000, expect: limited(2, LONGEST - 2000) },
+        { at: 2000, logHolds: [0, 1000] }
+      ]
+    }],
+    ['fixed-window', {
+      name: 'fixed window, 2 per 2^53 - 1024 ms: the window started at the epoch',
+      limits: [lim(2, LONGEST)],
+      steps: [
+        { at: 1, expect: allowed(1, LONGEST - T0 - 1) },
+        { at: 1001, expect: allowed(2, LONGEST - T0 - 1001) },
+        { at: 2001, expect: limited(2, LONGEST - T0 - 2001) }
+      ]
+    }]
+  ]
+  for (const [algorithm, c] of cases) {
+    t.test(c.name, async t => {
+      await runCase(t, redis, algorithm, c)
+      await runCase(t, memoryStore(t), algorithm, c)
+    })
+  }
+})
 
 t.test('overLimit on the sliding log: @fastify/rate-limit\'s continueExceeding example, and two limits', async t => {
   const redis = await redisStore(t)

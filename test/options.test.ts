@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
-import { formatDuration, toMilliseconds } from '../lib/duration.js'
+import { LONGEST, formatDuration, toMilliseconds } from '../lib/duration.js'
 import { resolveOptions } from '../lib/options.js'
 
 /** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
@@ -222,6 +222,22 @@ t.test('values @fastify/rate-limit replaces by a default get that default, with 
   t.equal(resolveOptions({ ipv6Subnet: 0 }, unexpected).route.ipv6Subnet, 0, 'ipv6Subnet 0 is valid')
 })
 
+t.test('a window past the longest duration (2^53 - 1024 ms) is the longest, with one warning', async t => {
+  // @fastify/rate-limit takes such a window, and stops its waits at 2^53 - 1 ms.
+  const cases: Array<[unknown, string]> = [['285421 years', '"285421 years"'], [2 ** 60, String(2 ** 60)], [LONGEST + 1, String(LONGEST + 1)]]
+  for (const [timeWindow, shown] of cases) {
+    const warnings: string[] = []
+    const { route } = resolveOptions({ timeWindow }, message => { warnings.push(message) })
+    t.equal(route.limits[0]!.windowMs, LONGEST, `${shown}: the longest`)
+    t.strictSame(warnings, [`rate-guard: timeWindow ${shown} is longer than the longest, 2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`], `${shown}: one warning`)
+  }
+  t.throws(() => resolveOptions({ timeWindow: '1e20' }, unexpected), { code: INVALID }, 'a duration that does not read stays a coded error')
+  t.equal(resolveOptions({ timeWindow: LONGEST }, unexpected).route.limits[0]!.windowMs, LONGEST, 'the longest itself says nothing')
+  t.equal(formatDuration(LONGEST), '285421 years')
+  t.throws(() => resolveOptions({ algorithm: 'token-bucket', timeWindow: '285421 years' }, () => {}), { code: INVALID, message: /"max".*up to 2\^50 with algorithm: 'token-bucket'/ },
+    'the token bucket still bounds max × window')
+})
+
 t.test('a replaced value is warned once through fastify.log at register, and the running plugin uses the default', async t => {
   const lines: Array<{ level: number, msg: string }> = []
   const server = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
@@ -352,13 +368,14 @@ t.test('toMilliseconds', async t => {
     ['1 year', 31_557_600_000],
     ['10 MINUTES', 600_000],
     ['1.0005s', 1001],
-    ['90 sec', 90_000]
+    ['90 sec', 90_000],
+    [LONGEST, LONGEST]
   ]
   for (const [input, ms] of valid) t.equal(toMilliseconds(input), ms, JSON.stringify(input))
 
   const invalid: unknown[] = [
     'abc', -5, 0, '0', '0s', '0.4', '1 fortnight', '', ' ', '-5s', '1e3', '1,5s', 'm', '5 minutes ago',
-    '10s10', NaN, Infinity, -Infinity, 2 ** 53, '300000 years', 'x'.repeat(33), '1'.repeat(33),
+    '10s10', NaN, Infinity, -Infinity, LONGEST + 1, 2 ** 53, '300000 years', 1.5, 'x'.repeat(33), '1'.repeat(33),
     {}, [], [1000], null, undefined, true, () => 1000, 10n
   ]
   for (const input of invalid) {
@@ -438,11 +455,11 @@ const limitCases: Record<string, Case[]> = {
     [{ shared: { limits: [{ max: 3 }] } }, 'shared.limits[0]', 'an object'],
     [{ shared: { limits: [{ max: 3, timeWindow: 1000 }], max: 3 } }, 'shared.max', '3']
   ],
-  'the size bound (max × window up to 2^50)': [
-    [{ max: 2 ** 30, timeWindow: 2 ** 21 }, 'max', `"${2 ** 30} per ${2 ** 21} ms"`],
-    [{ max: 2 ** 40, timeWindow: '1 day' }, 'max', `"${2 ** 40} per 86400000 ms"`],
-    [{ limits: [{ max: 5, timeWindow: 1000 }, { max: 2 ** 30, timeWindow: 2 ** 21 }] }, 'limits[1].max', `"${2 ** 30} per ${2 ** 21} ms"`],
-    [{ shared: { max: 2 ** 30, timeWindow: 2 ** 21 } }, 'shared.max', `"${2 ** 30} per ${2 ** 21} ms"`]
+  'the size bound of the algorithms that multiply (max × window up to 2^50)': [
+    [{ algorithm: 'token-bucket', max: 2 ** 30, timeWindow: 2 ** 21 }, 'max', `"${2 ** 30} per ${2 ** 21} ms"`],
+    [{ algorithm: 'sliding-window', max: 2 ** 40, timeWindow: '1 day' }, 'max', `"${2 ** 40} per 86400000 ms"`],
+    [{ algorithm: 'token-bucket', limits: [{ max: 5, timeWindow: 1000 }, { max: 2 ** 30, timeWindow: 2 ** 21 }] }, 'limits[1].max', `"${2 ** 30} per ${2 ** 21} ms"`],
+    [{ algorithm: 'sliding-window', shared: { max: 2 ** 30, timeWindow: 2 ** 21 } }, 'shared.max', `"${2 ** 30} per ${2 ** 21} ms"`]
   ]
 }
 
@@ -477,10 +494,18 @@ t.test('limits, burst and shared on a route are checked when it is declared, nam
   t.throws(() => declare({ burst: 10 }), { code: INVALID, message: /"config\.rateLimit\.burst": expected no burst but with algorithm: 'token-bucket', got 10$/ })
   t.throws(() => declare({ limits: [{ max: 1, timeWindow: 1000, burst: 3 }] }), { code: INVALID, message: /"config\.rateLimit\..*burst".*got 3$/ }, 'burst inside limits')
   t.throws(() => declare({ shared: { max: 3 } }), { code: INVALID, message: /"config\.rateLimit\.shared": expected both max and timeWindow, or limits/ })
-  t.throws(() => declare({ max: 2 ** 30, timeWindow: 2 ** 21 }), { code: INVALID, message: /"config\.rateLimit\.max".*up to 2\^50/ })
+  t.throws(() => declare({ algorithm: 'token-bucket', max: 2 ** 30, timeWindow: 2 ** 21 }), { code: INVALID, message: /"config\.rateLimit\.max".*up to 2\^50/ })
+  t.doesNotThrow(() => declare({ max: 2 ** 30, timeWindow: 2 ** 21 }), 'the sliding log only adds times: no product bound')
   t.doesNotThrow(() => declare({ algorithm: 'token-bucket', burst: 10 }), 'burst with the token bucket')
   t.doesNotThrow(() => declare({ limits: [{ max: 1, timeWindow: 1000 }, { max: 2, timeWindow: 2000 }], shared: { limits: [{ max: 3, timeWindow: 1000 }] } }))
-  t.doesNotThrow(() => declare({ max: 2 ** 25, timeWindow: 2 ** 25 }), 'max × window = 2^50 exactly is allowed')
+  t.doesNotThrow(() => declare({ algorithm: 'sliding-window', max: 2 ** 25, timeWindow: 2 ** 25 }), 'max × window = 2^50 exactly is allowed')
+
+  // A limit the plugin's algorithm counts exactly is checked again against a route's own algorithm.
+  const big = app(t)
+  await big.register(rateGuard, { max: 2 ** 30, timeWindow: 2 ** 21 })
+  t.throws(() => big.get('/tb', { config: { rateLimit: { algorithm: 'token-bucket' } } }, async () => 'ok'),
+    { code: INVALID, message: /"config\.rateLimit\.max": expected max \(and burst\) × timeWindow in ms up to 2\^50 with algorithm: 'token-bucket', got "1073741824 per 2097152 ms"$/ })
+  t.doesNotThrow(() => big.get('/fw', { config: { rateLimit: { algorithm: 'fixed-window' } } }, async () => 'ok'))
 
   // A route's burst, given while the plugin counts with the token bucket, is refused once the route changes algorithm.
   const bucket = app(t)
@@ -491,10 +516,10 @@ t.test('limits, burst and shared on a route are checked when it is declared, nam
 
 t.test('a max function whose answer breaks the size bound fails that request with the coded error', async t => {
   const server = app(t)
-  await server.register(rateGuard, { max: () => 2 ** 40, timeWindow: '1 day' })
+  await server.register(rateGuard, { algorithm: 'token-bucket', max: () => 2 ** 40, timeWindow: '1 day' })
   server.get('/', async () => 'ok')
   const res = await server.inject('/')
   t.equal(res.statusCode, 500)
   t.equal(res.json().code, INVALID)
-  t.match(res.json().message, /"max".*up to 2\^50/)
+  t.match(res.json().message, /"max".*up to 2\^50 with algorithm: 'token-bucket'/)
 })

@@ -180,7 +180,7 @@ t.test('malformed overrides are refused with the coded error, and write nothing'
       [{ limits: [{ max: 10, timeWindow: '1 minute', burst: 20 }], ttl: '1 minute' }, 'burst inside limits on a sliding-log budget', /"setOverride\.burst"/],
       [{ limits: [], ttl: '1 minute' }, 'no limits', /"setOverride\.limits": .*got an array$/],
       [{ limits: [{ max: 10, timeWindow: '1 minute' }], max: 3, ttl: '1 minute' }, 'limits and max', /"setOverride\.max"/],
-      [{ max: 2 ** 40, timeWindow: '1 day', ttl: '1 minute' }, 'a product above 2^50', /"setOverride\.max": .*up to 2\^50/],
+      [{ route: 'GET /tb', max: 2 ** 40, timeWindow: '1 day', ttl: '1 minute' }, 'a product above 2^50 on a token-bucket budget', /"setOverride\.max": .*up to 2\^50 with algorithm: 'token-bucket'/],
       [{ route: 'GET /nope', max: 10, timeWindow: '1 minute', ttl: '1 minute' }, 'an unknown route', /"setOverride": no budget named "GET \/nope"/],
       [{ route: '/x', max: 10, timeWindow: '1 minute', ttl: '1 minute' }, 'a route without its method', /no budget named "\/x"/],
       [{ groupId: 'nope', max: 10, timeWindow: '1 minute', ttl: '1 minute' }, 'an unknown group', /no budget named "group:nope"/],

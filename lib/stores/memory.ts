@@ -1,6 +1,7 @@
 import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
 import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, parseLimits, toDecision } from './store.js'
+import { LONGEST } from '../duration.js'
 import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './store.js'
 
 /**
@@ -44,10 +45,10 @@ const FULL_WARNING_INTERVAL = 60_000
 
 /**
  * The wait over the limit after `k` denials in a row (`doubles`: twice as long each time), as in
- * `lua/decide.lua`: `now + wait` never passes `Number.MAX_SAFE_INTEGER`, so it stays an exact integer.
+ * `lua/decide.lua`: at most the longest duration (`@fastify/rate-limit` stops it at 2^53 - 1).
  */
-function wait (longest: number, k: number, doubles: boolean, now: number): number {
-  return Math.min(doubles ? longest * 2 ** (k - 1) : longest, Number.MAX_SAFE_INTEGER - now)
+function wait (longest: number, k: number, doubles: boolean): number {
+  return Math.min(doubles ? longest * 2 ** (k - 1) : longest, LONGEST)
 }
 
 /** Every limit at `count` past its capacity (0: at it, none left), counting down from `reset`. */
@@ -109,13 +110,13 @@ export class MemoryStore implements Store {
     let own = true
     if (held !== undefined && !peek) {
       held.value = (held.value as number) + 1
-      retry = wait(longest, held.value, doubles, now)
+      retry = wait(longest, held.value, doubles)
       strikeWindow = longest
       held.expiresAt = now + retry
       entries = exceeded(limits, retry, 0)
     } else {
       if (held !== undefined) {
-        const left = longest - (wait(longest, held.value as number, doubles, now) - (held.expiresAt - now))
+        const left = longest - (wait(longest, held.value as number, doubles) - (held.expiresAt - now))
         if (left > 0) return reply(1, left, 0, exceeded(limits, left, 1))
       }
       // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
@@ -141,7 +142,7 @@ export class MemoryStore implements Store {
       })
       // Over the limit: held off for the longest window, from now (not strangers sharing a log).
       if (overLimit !== undefined && !peek && own) {
-        retry = wait(longest, 1, false, now)
+        retry = wait(longest, 1, false)
         this.#makeRoom(now)
         this.#marks.set(keys.backoff, { value: 1, expiresAt: now + retry })
         entries = exceeded(limits, retry, 0)
