@@ -3,19 +3,26 @@ import { onDeadline } from './deadline.js'
 import { DeadlineError } from './errors.js'
 import type { DecideInput, Decision } from './stores/store.js'
 
-// Decisions asked of Redis in one turn of the event loop go together: one script call per algorithm (up to
-// `BATCH_MAX` requests), sent once the turn's I/O is handled: one round trip, one timer, one reply for all.
+// Decisions asked of Redis in one turn of the event loop go together: one script call per algorithm and per
+// `BATCH_MAX` requests: one round trip, one timer, one reply for all. A batch is sent as soon as it is full,
+// or once the turn's I/O is handled, so under load Redis works on the first requests of a turn while the app
+// still reads the rest (a turn's requests in one call made Redis and the app take turns: the server's core
+// was 80% busy at 100 connections, 97% with batches of 32; bench/README.md).
 //
-// A batch only moves forward, open → sent → settled, in `#send` and `#settle`:
-// - open:    it takes requests; it is sent in the check phase of the turn it was made in. No deadline runs
-//            yet: the wait for that phase is the app's own event loop, not Redis.
+// A batch only moves forward, open → sent → settled, in `#sendOne` and `#settle`:
+// - open:    it takes requests; it is sent when full, or in the check phase of the turn it was made in. No
+//            deadline runs yet: the wait for that phase is the app's own event loop, not Redis.
 // - sent:    Redis has it; its deadline runs from here (see `lib/deadline.ts`: a reply that reached the
 //            process is used however late the loop gets to it). It takes no more requests.
 // - settled: by the reply, by Redis's error, or by the deadline, whichever comes first: each of its requests
 //            is answered then, exactly once, and nothing that comes later changes it.
 
-/** Most requests decided in one script call: a longer one would hold Redis up for every other client. */
-export const BATCH_MAX = 128
+/**
+ * Most requests decided in one script call, and the size at which a batch goes without waiting for the turn
+ * to end. Measured at 100 connections (allowed traffic, sliding log): 8 or 16 cost Redis more calls, 64 or 128
+ * left the app waiting on Redis.
+ */
+export const BATCH_MAX = 32
 
 /** What a request gets: its decision, or why Redis gave none (for it alone, or for its whole batch); and when its batch was sent. */
 export type Answer = (result: Decision | Error, sentAt: number) => void
@@ -41,8 +48,10 @@ export class Batcher {
   readonly #send: Send
   readonly #timeout: number
   readonly #settled: Settled
-  /** The batches still open: each sent in the check phase of this turn. */
+  /** The batches still open, one per algorithm at most: each sent when full or in the check phase of this turn. */
   #open: Batch[] = []
+  /** Whether the check phase of this turn will send what is open. */
+  #scheduled = false
 
   constructor (send: Send, timeout: number, settled: Settled) {
     this.#send = send
@@ -50,21 +59,29 @@ export class Batcher {
     this.#settled = settled
   }
 
-  /** Adds `input` to an open batch of its algorithm (a new one when none has room); `answer` is called once. */
+  /** Adds `input` to the open batch of its algorithm (a new one when none is open); `answer` is called once. */
   add (input: DecideInput & { readonly algorithm: Algorithm }, answer: Answer): void {
     const { algorithm } = input
     let batch: Batch | undefined
-    for (const open of this.#open) if (open.algorithm === algorithm && open.inputs.length < BATCH_MAX) batch = open
+    for (const open of this.#open) if (open.algorithm === algorithm) batch = open
     if (batch === undefined) {
-      if (this.#open.length === 0) setImmediate(this.#sendOpen)
+      if (!this.#scheduled) {
+        this.#scheduled = true
+        setImmediate(this.#sendOpen)
+      }
       batch = { state: 'open', algorithm, inputs: [], answers: [], sentAt: 0, cancel: null }
       this.#open.push(batch)
     }
     batch.inputs.push(input)
     batch.answers.push(answer)
+    if (batch.inputs.length === BATCH_MAX) {
+      this.#open.splice(this.#open.indexOf(batch), 1)
+      this.#sendOne(batch)
+    }
   }
 
   readonly #sendOpen = (): void => {
+    this.#scheduled = false
     const batches = this.#open
     this.#open = []
     for (const batch of batches) this.#sendOne(batch)

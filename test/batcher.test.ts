@@ -51,7 +51,7 @@ function recorder () {
   }
 }
 
-t.test('requests of one turn go in one batch per algorithm, at most BATCH_MAX each, sent in the check phase', async t => {
+t.test('requests of one turn go in one batch per algorithm, at most BATCH_MAX each: sent when full, the rest in the check phase', async t => {
   const calls: Array<{ algorithm: Algorithm, keys: string[] }> = []
   const send: Send = async (inputs, algorithm) => {
     calls.push({ algorithm, keys: inputs.map(i => i.keys.log) })
@@ -59,11 +59,15 @@ t.test('requests of one turn go in one batch per algorithm, at most BATCH_MAX ea
   }
   const r = recorder()
   const batcher = new Batcher(send, TIMEOUT, r.onSettled)
-  for (let i = 0; i < BATCH_MAX + 2; i++) batcher.add(input(`a${i}`), r.answer(`a${i}`))
+  for (let i = 0; i < BATCH_MAX - 1; i++) batcher.add(input(`a${i}`), r.answer(`a${i}`))
   batcher.add(input('b', 'fixed-window'), r.answer('b'))
-  t.equal(calls.length, 0, 'nothing is sent while the turn is still running')
+  t.equal(calls.length, 0, 'nothing is sent while the turn is still running and no batch is full')
+  batcher.add(input(`a${BATCH_MAX - 1}`), r.answer(`a${BATCH_MAX - 1}`))
+  t.same(calls.map(c => [c.algorithm, c.keys.length]), [['sliding-log', BATCH_MAX]], 'a full batch is sent at once, in the same turn')
+  for (let i = BATCH_MAX; i < BATCH_MAX + 2; i++) batcher.add(input(`a${i}`), r.answer(`a${i}`))
+  t.equal(calls.length, 1, 'the next requests open a new batch')
   await turn()
-  t.same(calls.map(c => [c.algorithm, c.keys.length]), [['sliding-log', BATCH_MAX], ['sliding-log', 2], ['fixed-window', 1]], 'one call per algorithm and per BATCH_MAX requests')
+  t.same(calls.map(c => [c.algorithm, c.keys.length]), [['sliding-log', BATCH_MAX], ['fixed-window', 1], ['sliding-log', 2]], 'one call per algorithm and per BATCH_MAX requests')
   await turn()
   t.equal(r.answers.size, BATCH_MAX + 3, 'every request answered')
   t.ok([...r.answers.values()].every(a => a.length === 1), 'each once')
