@@ -58,28 +58,33 @@ async function measure (redis, redisUrl, calls, sha, keys, argv) {
   return { calls: n, usPerCall: n > 0 ? (evalsha[1].usec - evalsha[0].usec) / n : null, rps, inside }
 }
 
-/** This plugin's scripts: the keys and arguments of lua/decide.lua's header, one limit of 1000 per hour. */
-function ourPaths (prefix, algorithm) {
+/**
+ * This plugin's scripts, one limit of 1000 per hour: each call's keys and arguments made by dist's own
+ * `scriptArgs` (the plugin's encoder, so the bench cannot drift from lua/decide.lua's header), with
+ * redis-benchmark's random placeholder in the keys and members.
+ */
+function ourPaths (prefix, algorithm, scriptArgs) {
+  const names = (tag) => {
+    const [log, banned, override, strikes, offences] = ['state', 'banned', 'override', 'strikes', 'offences'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
+    return { log, banned, override, strikes, offences, backoff: `${prefix}${algorithm}:{${tag}}:backoff` }
+  }
   // A ban policy is set on the allowed and banned paths, so each request's five keys are sent (strikes and
   // offences too); the denied path has none, so three.
-  const keys = (tag, names = ['state', 'banned', 'override', 'strikes', 'offences']) => names.map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
-  // Mode, the members' base, the number of requests, one policy (threshold, ladder, forget, then one limit:
-  // max, window, burst), then each request's policy.
-  const argv = (limit, threshold, requests = 1) => ['decide', `m${RAND}.`, requests, 1, threshold, '600000', '0', 1, ...limit, ...Array(requests).fill(1)]
+  const policy = { threshold: 5, ladder: [600_000], forgetMs: 0 }
+  const input = (tag, [max, windowMs], ban = policy) => ({ keys: names(tag), limits: [{ max, windowMs, burst: max }], ban, peek: false, algorithm })
+  const call = (inputs) => {
+    const [count, ...rest] = scriptArgs(inputs, 'decide', `m${RAND}.`)
+    return { keys: rest.slice(0, count), argv: rest.slice(count) }
+  }
   return [
     // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
-    { path: 'allowed', keys: keys(RAND), argv: argv([1000, 3600000, 1000], 5) },
+    { path: 'allowed', ...call([input(RAND, [1000, 3_600_000])]) },
     // Over a limit of 1 (primed by one call); no ban policy, so each call is a plain denial.
-    { path: 'denied', keys: keys(`denied-${algorithm}`, ['state', 'banned', 'override']), argv: argv([1, 600000, 1], 0), prime: 1 },
+    { path: 'denied', ...call([input(`denied-${algorithm}`, [1, 600_000], null)]), prime: 1 },
     // A banned client: the banned key is set first, so the script returns after its ban check.
-    { path: 'banned', keys: keys(`banned-${algorithm}`), argv: argv([1000, 3600000, 1000], 5), ban: true },
-    // What the plugin sends under load: one turn's requests in one call, here BATCH fresh clients allowed.
-    {
-      path: `allowed, ${BATCH} per call`,
-      requests: BATCH,
-      keys: Array.from({ length: BATCH }, () => keys(RAND)).flat(),
-      argv: argv([1000, 3600000, 1000], 5, BATCH)
-    }
+    { path: 'banned', ...call([input(`banned-${algorithm}`, [1000, 3_600_000])]), ban: true },
+    // What the plugin sends under load: up to BATCH_MAX requests in one call, here BATCH fresh clients allowed.
+    { path: `allowed, ${BATCH} per call`, requests: BATCH, ...call(Array.from({ length: BATCH }, () => input(RAND, [1000, 3_600_000]))) }
   ]
 }
 
@@ -89,7 +94,7 @@ const FLOORS = [
   ['floor: the ban\'s PTTL and an answer', "local banned = redis.call('PTTL', KEYS[2]) return { 2, banned, 0, 0, 0 }"]
 ]
 
-/** Requests per call on the batched path: about what the bench's 100 connections gather in one turn. */
+/** Requests per call on the batched path: a full batch (lib/batcher.ts's BATCH_MAX). */
 const BATCH = 32
 
 /** `@fastify/rate-limit`'s Redis script, taken from its store (which defines it on the client it is given). */
@@ -110,13 +115,13 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
   const distRedis = new URL('../dist/stores/redis.js', import.meta.url)
   if (!existsSync(distRedis)) return { skipped: 'dist/ is not built (npm run build)' }
   if (spawnSync('redis-benchmark', ['--version']).status !== 0) return { skipped: 'redis-benchmark is not on PATH' }
-  const { SCRIPTS } = await import(distRedis)
+  const { SCRIPTS, scriptArgs } = await import(distRedis)
   const calls = Number(process.env.BENCH_SCRIPT_CALLS || 100_000)
   const rows = []
   try {
     for (const [algorithm, { lua }] of Object.entries(SCRIPTS)) {
       const sha = await redis.script('LOAD', lua)
-      for (const { path, keys, argv, prime, ban, requests = 1 } of ourPaths(prefix, algorithm)) {
+      for (const { path, keys, argv, prime, ban, requests = 1 } of ourPaths(prefix, algorithm, scriptArgs)) {
         if (ban) await redis.set(keys[1], '1', 'PX', 600_000)
         for (let i = 0; i < (prime ?? 0); i++) await redis.evalsha(sha, keys.length, ...keys, ...argv.map(a => String(a).replace(RAND, 'prime')))
         const row = { script: `rate-guard ${algorithm}`, path, requests, ...await measure(redis, redisUrl, Math.ceil(calls / requests), sha, keys, argv) }
@@ -125,7 +130,7 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
       }
     }
     // What any script costs on the banned path's keys and arguments: nothing at all, and only the ban's PTTL.
-    const banned = ourPaths(prefix, 'floor').find(path => path.path === 'banned')
+    const banned = ourPaths(prefix, 'floor', scriptArgs).find(path => path.path === 'banned')
     await redis.set(banned.keys[1], '1', 'PX', 600_000)
     for (const [script, lua] of FLOORS) {
       const sha = await redis.script('LOAD', lua)
