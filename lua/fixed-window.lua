@@ -23,8 +23,8 @@ local function count (counters, limits, now, member, peek, entries)
     local limit, entry = limits[i], entries[i]
     local start = now - now % limit.window
     local n = 0
-    if fields['s' .. i] == start then
-      n = fields['c' .. i]
+    if fields[field('s', i)] == start then
+      n = fields[field('c', i)]
     end
     entry.count, entry.reset, entry.retry, entry.start = n, 0, 0, start
     if n > 0 then
@@ -47,19 +47,19 @@ local function count (counters, limits, now, member, peek, entries)
     entry.reset = entry.start + limits[i].window - now
     ttl = math.max(ttl, entry.reset)
     renewed = renewed or entry.count == 1
-    redis.call('HSET', counters, 's' .. i, entry.start, 'c' .. i, entry.count)
+    redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count))
   end
   if renewed then
-    redis.call('PEXPIRE', counters, ttl)
+    redis.call('PEXPIRE', counters, text(ttl))
   end
   return true
 end
 
 local function undo (counters, limits, member, at, now)
   for i, limit in ipairs(limits) do
-    local stored = redis.call('HMGET', counters, 's' .. i, 'c' .. i)
+    local stored = redis.call('HMGET', counters, field('s', i), field('c', i))
     if tonumber(stored[1]) == at - at % limit.window and tonumber(stored[2]) > 0 then
-      redis.call('HINCRBY', counters, 'c' .. i, -1)
+      redis.call('HINCRBY', counters, field('c', i), '-1')
     end
   end
 end

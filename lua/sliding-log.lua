@@ -13,9 +13,10 @@
 -- decision counts nothing twice: the entry is added once (ZADD NX), and a denied replay of a request that
 -- was counted is answered as allowed, as it was.
 
--- The score of the entry at `rank` (0: the oldest), or nil.
+-- The score of the entry at `rank` (0: the oldest), or nil. Numbers go to Redis as text (lua/numbers.lua).
 local function score (log, rank)
-  return tonumber(redis.call('ZRANGE', log, rank, rank, 'WITHSCORES')[2])
+  local at = text(rank)
+  return tonumber(redis.call('ZRANGE', log, at, at, 'WITHSCORES')[2])
 end
 
 local function count (log, limits, now, member, peek, entries)
@@ -27,7 +28,7 @@ local function count (log, limits, now, member, peek, entries)
   -- counts around the entries that have left instead of removing them.
   local oldest = score(log, 0)
   if oldest and oldest <= now - longest and not peek then
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', now - longest)
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', text(now - longest))
     oldest = score(log, 0)
   end
   local total = oldest and redis.call('ZCARD', log) or 0
@@ -37,7 +38,7 @@ local function count (log, limits, now, member, peek, entries)
     local limit, entry = limits[i], entries[i]
     local n, first = total, oldest
     if total > 0 and (peek or limit.window < longest) then
-      n = redis.call('ZCOUNT', log, '(' .. (now - limit.window), '+inf')
+      n = redis.call('ZCOUNT', log, '(' .. text(now - limit.window), '+inf')
       if n > 0 and total > n then
         first = score(log, total - n)
       end
@@ -54,7 +55,7 @@ local function count (log, limits, now, member, peek, entries)
   end
 
   if allowed then
-    if not peek and redis.call('ZADD', log, 'NX', now, member) == 1 then
+    if not peek and redis.call('ZADD', log, 'NX', text(now), member) == 1 then
       for i = 1, #limits do
         local entry, window = entries[i], limits[i].window
         -- The new entry is the oldest when the log was empty, or when the clock stepped back.
@@ -66,7 +67,7 @@ local function count (log, limits, now, member, peek, entries)
       -- The log must outlive its newest entry by a window. A new log has no TTL yet; a TTL of one window or
       -- more already does (its expiry only ever moves later, so a clock step back changes nothing).
       if total == 0 or redis.call('PTTL', log) < longest then
-        redis.call('PEXPIRE', log, 2 * longest)
+        redis.call('PEXPIRE', log, text(2 * longest))
       end
     end
     return true

@@ -27,10 +27,11 @@ local function count (counters, limits, now, member, peek, entries)
     local window, max = limit.window, limit.max
     local start = now - now % window
     local prev, curr = 0, 0
-    if fields['w' .. i] == start then
-      prev, curr = fields['p' .. i], fields['c' .. i]
-    elseif fields['w' .. i] == start - window then
-      prev = fields['c' .. i]
+    local w = fields[field('w', i)]
+    if w == start then
+      prev, curr = fields[field('p', i)], fields[field('c', i)]
+    elseif w == start - window then
+      prev = fields[field('c', i)]
     end
     local weighted = prev * (window - now + start)
     entry.start, entry.prev, entry.curr, entry.weighted = start, prev, curr, weighted
@@ -52,7 +53,8 @@ local function count (counters, limits, now, member, peek, entries)
     local window, entry = limits[i].window, entries[i]
     if allowed and not peek then
       entry.curr = entry.curr + 1
-      redis.call('HSET', counters, 'w' .. i, entry.start, 'p' .. i, entry.prev, 'c' .. i, entry.curr)
+      redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
+        field('c', i), text(entry.curr))
       ttl = math.max(ttl, entry.start + 2 * window - now)
     end
     entry.count = entry.curr + math.floor((entry.weighted + window - 1) / window)
@@ -63,19 +65,19 @@ local function count (counters, limits, now, member, peek, entries)
     end
   end
   if ttl > 0 then
-    redis.call('PEXPIRE', counters, ttl)
+    redis.call('PEXPIRE', counters, text(ttl))
   end
   return allowed
 end
 
 local function undo (counters, limits, member, at, now)
   for i, limit in ipairs(limits) do
-    local stored = redis.call('HMGET', counters, 'w' .. i, 'p' .. i, 'c' .. i)
+    local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i))
     local start = at - at % limit.window
     if tonumber(stored[1]) == start and tonumber(stored[3]) > 0 then
-      redis.call('HINCRBY', counters, 'c' .. i, -1)
+      redis.call('HINCRBY', counters, field('c', i), '-1')
     elseif tonumber(stored[1]) == start + limit.window and tonumber(stored[2]) > 0 then
-      redis.call('HINCRBY', counters, 'p' .. i, -1)
+      redis.call('HINCRBY', counters, field('p', i), '-1')
     end
   end
 end

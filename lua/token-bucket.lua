@@ -20,7 +20,7 @@ local function ceildiv (a, b)
 end
 local function store (bucket, i, now, tat, max)
   local ms = math.floor(tat / max)
-  redis.call('HSET', bucket, 't' .. i, now + ms, 'f' .. i, tat - ms * max)
+  redis.call('HSET', bucket, field('t', i), text(now + ms), field('f', i), text(tat - ms * max))
 end
 
 local function count (bucket, limits, now, member, peek, entries)
@@ -36,8 +36,9 @@ local function count (bucket, limits, now, member, peek, entries)
     local max, window = limit.max, limit.window
     -- Ticks from now until the bucket is full again (0: full).
     local tat = 0
-    if fields['t' .. i] then
-      tat = math.max(0, (fields['t' .. i] - now) * max + fields['f' .. i])
+    local t = fields[field('t', i)]
+    if t then
+      tat = math.max(0, (t - now) * max + fields[field('f', i)])
     end
     entry.count, entry.reset, entry.retry, entry.tat = ceildiv(tat, window), ceildiv(tat, max), 0, tat
     local over = tat + window - limit.burst * window
@@ -59,13 +60,13 @@ local function count (bucket, limits, now, member, peek, entries)
     ttl = math.max(ttl, entry.reset)
     store(bucket, i, now, tat, max)
   end
-  redis.call('PEXPIRE', bucket, ttl)
+  redis.call('PEXPIRE', bucket, text(ttl))
   return true
 end
 
 local function undo (bucket, limits, member, at, now)
   for i, limit in ipairs(limits) do
-    local stored = redis.call('HMGET', bucket, 't' .. i, 'f' .. i)
+    local stored = redis.call('HMGET', bucket, field('t', i), field('f', i))
     if stored[1] then
       store(bucket, i, now, math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]) - limit.window), limit.max)
     end

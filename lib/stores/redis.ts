@@ -17,9 +17,9 @@ export function isCluster (client: RedisLike): client is Cluster {
 }
 
 /**
- * One script per algorithm, read once: the algorithm's file (its `count` and `undo`) followed by
- * `lua/decide.lua` (the bans, strikes and overrides around them, the same for all). Its command name holds
- * its hash, so an edited script is a new command.
+ * One script per algorithm, read once: `lua/numbers.lua` (numbers as text for Redis), the algorithm's file
+ * (its `count` and `undo`), then `lua/decide.lua` (the bans, strikes and overrides around them, the same for
+ * all). Its command name holds its hash, so an edited script is a new command.
  */
 export interface Script {
   readonly lua: string
@@ -27,10 +27,11 @@ export interface Script {
 }
 
 const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
+const NUMBERS = read('numbers')
 const DECIDE = read('decide')
 
 function script (algorithm: Algorithm): Script {
-  const lua = `${read(algorithm)}\n${DECIDE}`
+  const lua = `${NUMBERS}\n${read(algorithm)}\n${DECIDE}`
   const name = algorithm.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
   return Object.freeze({ lua, command: `rateGuard${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
 }
