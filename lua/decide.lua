@@ -47,9 +47,10 @@
 --     waits W ('continue') or W x 2^(k-1) ('backoff'), the key's new TTL;
 --   else the algorithm decides; when it denies, the key is set to 1 for W ms, and the client waits W.
 -- No wait passes the longest duration, 2^53 - 1024 ms (LONGEST; @fastify/rate-limit stops at 2^53 - 1). A
--- denial over the limit reports every limit at its capacity (none left), reset = the wait. Strikes count these denials as any
--- other's (a denial under the key strikes within W). The key keeps no members: a replayed denial (the same member, re-sent) is one strike,
--- but is held once more (and under 'backoff', doubles the wait once more).
+-- denial over the limit reports every limit at its capacity (none left), reset = the wait. Strikes count
+-- these denials as any other's (a denial under the key strikes within W). The key keeps no members: a
+-- replayed denial (the same member, re-sent) is one strike, but is held once more (and under 'backoff',
+-- doubles the wait once more).
 -- A peek writes nothing. The key alive, let left = W - (wait_k - PTTL), wait_k being the wait the last denial
 -- set (k = the key's value): what is left of one window W since that denial.
 -- While left > 0 the peek is limited for left, every limit one over its capacity (exceeded), reset = left;
@@ -78,9 +79,12 @@ local base = ARGV[2]
 -- Where each policy's arguments start; its limits are read when a request first needs them (a client
 -- found banned needs none).
 local starts = {}
+-- Each request names its policy as text ('1', '2'...): looked up here, not parsed again for each request.
+local policyOf = {}
 local a = 5
 for p = 1, tonumber(ARGV[4]) do
   starts[p] = a
+  policyOf[text(p)] = p
   a = a + 5 + 3 * tonumber(ARGV[a + 4])
 end
 local first = a
@@ -155,15 +159,18 @@ local function exceeded (limits, reset, count)
 end
 
 local function decide (k, p, member, bans, over)
-  -- A banned client is answered first and at the least cost.
-  local banned = redis.call('PTTL', KEYS[k + 2])
-  if banned > 0 then
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, banned, 0, 0, 0
-    o = o + 5
-    return
+  -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
+  -- more, its reply being a table). A banned client is answered first and at the least cost.
+  local override = false
+  if redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3]) > 0 then
+    local banned = redis.call('PTTL', KEYS[k + 2])
+    if banned > 0 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, banned, 0, 0, 0
+      o = o + 5
+      return
+    end
+    override = redis.call('GET', KEYS[k + 3])
   end
-
-  local override = redis.call('GET', KEYS[k + 3])
   local limits = override and parse(override) or policyLimits(p)
   if #limits == 0 then
     error('ERR rate-guard: the override at ' .. KEYS[k + 3] .. ' names no limit', 0)
@@ -235,7 +242,7 @@ end
 
 local k, r = 0, first
 for i = 1, tonumber(ARGV[3]) do
-  local p = tonumber(ARGV[r])
+  local p = policyOf[ARGV[r]]
   if mode == 'undo' then
     local override = redis.call('GET', KEYS[k + 3])
     undo(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock())
@@ -250,7 +257,7 @@ for i = 1, tonumber(ARGV[3]) do
       n = n + 1
     end
     -- One request's error is its own: it writes nothing to the reply before its last step.
-    local ok, err = pcall(decide, k, p, base .. i, bans, over and KEYS[k + n])
+    local ok, err = pcall(decide, k, p, base .. text(i), bans, over and KEYS[k + n])
     if not ok then
       out[o + 1], out[o + 2] = 3, type(err) == 'table' and err.err or tostring(err)
       o = o + 2
