@@ -70,21 +70,24 @@ function ourPaths (prefix, algorithm, scriptArgs) {
   }
   // A ban policy is set on the allowed and banned paths, so each request's five keys are sent (strikes and
   // offences too); the denied path has none, so three.
+  // One limits array per budget, as a route has: a call's requests then share one policy in the arguments.
   const policy = { threshold: 5, ladder: [600_000], forgetMs: 0 }
-  const input = (tag, [max, windowMs], ban = policy) => ({ keys: names(tag), limits: [{ max, windowMs, burst: max }], ban, peek: false, algorithm })
+  const hour = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
+  const one = [{ max: 1, windowMs: 600_000, burst: 1 }]
+  const input = (tag, limits, ban = policy) => ({ keys: names(tag), limits, ban, peek: false, algorithm })
   const call = (inputs) => {
     const [count, ...rest] = scriptArgs(inputs, 'decide', `m${RAND}.`)
     return { keys: rest.slice(0, count), argv: rest.slice(count) }
   }
   return [
     // A fresh client each call (one of KEYSPACE): counted and allowed; a ban policy set, so the ban is checked.
-    { path: 'allowed', ...call([input(RAND, [1000, 3_600_000])]) },
+    { path: 'allowed', ...call([input(RAND, hour)]) },
     // Over a limit of 1 (primed by one call); no ban policy, so each call is a plain denial.
-    { path: 'denied', ...call([input(`denied-${algorithm}`, [1, 600_000], null)]), prime: 1 },
+    { path: 'denied', ...call([input(`denied-${algorithm}`, one, null)]), prime: 1 },
     // A banned client: the banned key is set first, so the script returns after its ban check.
-    { path: 'banned', ...call([input(`banned-${algorithm}`, [1000, 3_600_000])]), ban: true },
+    { path: 'banned', ...call([input(`banned-${algorithm}`, hour)]), ban: true },
     // What the plugin sends under load: up to BATCH_MAX requests in one call, here BATCH fresh clients allowed.
-    { path: `allowed, ${BATCH} per call`, requests: BATCH, ...call(Array.from({ length: BATCH }, () => input(RAND, [1000, 3_600_000]))) }
+    { path: `allowed, ${BATCH} per call`, requests: BATCH, ...call(Array.from({ length: BATCH }, () => input(RAND, hour))) }
   ]
 }
 
