@@ -5,7 +5,7 @@
 // Environment: BENCH_DURATION (s measured per run, default 2.5), BENCH_WARMUP (s, default 0.75), BENCH_ROUNDS
 // (default 3), BENCH_CONNECTIONS (default 100), BENCH_SINGLE (s measured at one connection, default 0.75),
 // BENCH_ONLY (comma-separated substrings of variant ids), BENCH_SCENARIOS (comma-separated: allowed, hot,
-// banned, mixed), BENCH_SCRIPTS (0 to skip the redis-benchmark section), BENCH_OUT (the JSON file),
+// banned, mixed, realistic), BENCH_SCRIPTS (0 to skip the redis-benchmark section), BENCH_OUT (the JSON file),
 // REDIS_URL (default redis://127.0.0.1:6379), BENCH_REDIS=start (a redis-server of its own, pinned with the load).
 import { randomBytes } from 'node:crypto'
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
@@ -58,10 +58,14 @@ await redis.connect()
 const tag = `bench:${Date.now().toString(36)}${randomBytes(3).toString('hex')}`
 const log = (...args) => console.error(...args)
 
-/** One measured run: warm-up, then `seconds` measured, with the server's and Redis's counters read around it. */
+/**
+ * One measured run: warm-up (`BENCH_WARMUP`, or longer where the scenario needs it), then `seconds` measured,
+ * with the server's and Redis's counters read around it.
+ */
 async function measure (load, server, plan, connections, seconds, withCounters) {
   await load.ask({ type: 'start', port: server.port, plan, connections }, 'started')
-  await sleep(settings.warmupS * 1000 * (connections === 1 ? 0.3 : 1))
+  const warmupS = Math.max(settings.warmupS, SCENARIOS[plan.scenario].warmupS ?? 0)
+  await sleep(warmupS * 1000 * (connections === 1 ? 0.3 : 1))
   const before = withCounters ? await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(redis)]) : null
   const cores = coreTimes()
   await load.ask({ type: 'mark' }, 'marked')

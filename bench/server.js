@@ -7,7 +7,7 @@
 //   { type: 'close' }               → closes the app and its clients, then exits
 import Fastify from 'fastify'
 import { Pipeline, Redis } from 'ioredis'
-import { MAX, WINDOW_MS } from './plan.js'
+import { MAX, REALISTIC, WINDOW_MS } from './plan.js'
 
 const { variant, redisUrl, nameSpace } = JSON.parse(process.argv[2])
 
@@ -54,6 +54,7 @@ switch (variant.kind) {
   case 'bare':
     app.get('/', handler)
     app.get('/banned', handler)
+    app.get('/realistic', handler)
     break
   case 'rate-guard': {
     const { rateGuard } = await import('../dist/index.js')
@@ -65,6 +66,7 @@ switch (variant.kind) {
     await app.register(rateGuard, { redis: client, algorithm: variant.algorithm, max: MAX, timeWindow: WINDOW_MS, nameSpace, verifyApiKey: () => true })
     app.get('/', handler)
     app.get('/banned', handler)
+    app.get('/realistic', { config: { rateLimit: { max: REALISTIC.max, timeWindow: REALISTIC.windowMs } } }, handler)
     ban = async (keys) => {
       for (const key of keys) await app.rateGuard.ban(`apikey:${key}`, '10 minutes')
     }
@@ -79,6 +81,7 @@ switch (variant.kind) {
     await app.register(rateLimit, { ...store, nameSpace, max: MAX, timeWindow: WINDOW_MS, keyGenerator: request => request.headers['x-api-key'] })
     app.get('/', handler)
     app.get('/banned', { config: { rateLimit: { max: 1, timeWindow: 600_000, ban: 0 } } }, handler)
+    app.get('/realistic', { config: { rateLimit: { max: REALISTIC.max, timeWindow: REALISTIC.windowMs } } }, handler)
     ban = banByRequests
     break
   }
@@ -89,6 +92,8 @@ switch (variant.kind) {
     const blocking = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}banned`, points: 1, duration: 600, blockDuration: 600 })
     app.get('/', { onRequest: rlfHook(limiter) }, handler)
     app.get('/banned', { onRequest: rlfHook(blocking) }, handler)
+    const realistic = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}realistic`, points: REALISTIC.max, duration: REALISTIC.windowMs / 1000 })
+    app.get('/realistic', { onRequest: rlfHook(realistic) }, handler)
     ban = banByRequests
     break
   }
