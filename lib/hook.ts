@@ -290,7 +290,9 @@ function refusal (request: FastifyRequest, error: Error): Error {
 export function stripCode (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
   const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string }) | null>)[REFUSAL]
   if (error == null || typeof payload !== 'string') return done(null, payload)
+  // Strings joined, not objects stringified: this runs on every refusal (a hot key's flood is nothing else).
   const { statusCode, code, message } = error
-  const status = STATUS_CODES[statusCode]
-  done(null, payload === JSON.stringify({ statusCode, code, error: status, message }) ? JSON.stringify({ statusCode, error: status, message }) : payload)
+  const head = `{"statusCode":${statusCode}`
+  const tail = `,"error":${JSON.stringify(STATUS_CODES[statusCode])},"message":${JSON.stringify(message)}}`
+  done(null, payload === `${head},"code":${JSON.stringify(code)}${tail}` ? head + tail : payload)
 }
