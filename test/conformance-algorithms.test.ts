@@ -16,6 +16,7 @@ import type { Decision } from '../lib/stores/store.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest, Stored } from './helpers/stores.js'
+import { agreement } from './helpers/differential.js'
 import { draws } from './helpers/random.js'
 
 const started = Date.now()
@@ -1081,8 +1082,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
   const stores = [redis, memoryStore(t)] as const
   const STEPS = 1000
   let now = T0
-  const history: string[] = []
-  let agreed = 0
+  const record = agreement(t, seed)
   const seen = new Set<string>()
 
   for (let step = 0; step < STEPS; step++) {
@@ -1148,18 +1148,9 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
       if (encodeLimits(d.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, burst: l.limit }))) !==
         encodeLimits(input.limits.map(l => ({ ...l, max: l.burst })))) seen.add('overridden')
     }
-    history.push(`#${step} at T0+${now - T0}: ${text} -> ${results[1]}`)
-    if (results[0] !== results[1]) {
-      t.fail(`the stores disagree at step ${step} (seed ${seed})`, {
-        redis: results[0],
-        memory: results[1],
-        history: history.slice(-25).join('\n')
-      })
-      break
-    }
-    agreed++
+    if (!record.step(step, now - T0, text, results)) break
   }
-  t.equal(agreed, STEPS, `all ${STEPS} steps agree`)
+  record.done(STEPS)
   if (!requireEveryKind) return
   for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'escalated', 'two limits', 'overridden', 'undo']) {
     t.ok(seen.has(kind), `the random traffic produced: ${kind}`)

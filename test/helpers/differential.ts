@@ -35,8 +35,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
   const stores = [redis, memoryStore(t)] as const
   let now = T0
   let highWater = T0
-  const history: string[] = []
-  let agreed = 0
+  const record = agreement(t, seed)
   let lastDecisions: string[] = []
   const seen = new Set<string>()
 
@@ -88,23 +87,42 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
       // A peek under the over-limit key: the client one over its limit.
       if (input.peek && decisions[1]!.count > decisions[1]!.limit) seen.add('exceeded peek')
     }
-    history.push(`#${step} at T0+${now - T0}: ${action} -> ${results[1]}`)
-    if (results[0] !== results[1]) {
+    if (!record.step(step, now - T0, action, results)) {
       lastDecisions = results
-      t.fail(`the stores disagree at step ${step} (seed ${seed})`, {
-        redis: results[0],
-        memory: results[1],
-        history: history.slice(-25).join('\n')
-      })
       break
     }
-    agreed++
   }
-  t.equal(agreed, STEPS, `all ${STEPS} steps agree`, { lastDecisions })
+  record.done(STEPS, { lastDecisions })
   // The traffic reached every kind of answer, so agreement means something.
   if (!requireEveryKind) return
   const over = overLimit === undefined ? [] : ['exceeded peek', ...(overLimit === 'backoff' ? ['backoff doubled'] : [])]
   for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek', ...over]) {
     t.ok(seen.has(kind), `the random traffic produced ${kind}`)
+  }
+}
+
+/**
+ * The record of a differential run, step by step: the first step on which the two stores (Redis first) answer
+ * apart fails `t`, with the last 25 steps; `done` checks that every step agreed.
+ */
+export function agreement (t: Test, seed: number): {
+  step: (step: number, at: number, action: string, results: readonly string[]) => boolean
+  done: (steps: number, extra?: Record<string, unknown>) => void
+} {
+  const history: string[] = []
+  let agreed = 0
+  return {
+    step (step, at, action, results) {
+      history.push(`#${step} at T0+${at}: ${action} -> ${results[1]}`)
+      if (results[0] !== results[1]) {
+        t.fail(`the stores disagree at step ${step} (seed ${seed})`, { redis: results[0], memory: results[1], history: history.slice(-25).join('\n') })
+        return false
+      }
+      agreed++
+      return true
+    },
+    done (steps, extra) {
+      t.equal(agreed, steps, `all ${steps} steps agree`, extra ?? {})
+    }
   }
 }
