@@ -19,7 +19,7 @@ import type { Decidable } from '../lib/limiter.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { DEFAULTS, resolveOptions } from '../lib/options.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { Latency, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
+import { Latency, bound, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { decideInput } from './helpers/stores.js'
@@ -28,8 +28,7 @@ import { decideInput } from './helpers/stores.js'
 const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
 
 const TIMEOUT = 100
-/** Each answer within the deadline plus 50 ms for noise. */
-const BOUND = TIMEOUT + 50
+const BOUND = bound(TIMEOUT)
 /** An open breaker answers without Redis: this is what "costs nothing" means here, generously (p99, ms). */
 const FAST = 5
 /** A decision that waited for the deadline took at least this long (timers may fire a little early). */

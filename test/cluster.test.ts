@@ -18,12 +18,12 @@ import { GLOBAL_SCOPE, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { scanKeys, uniquePrefix } from './helpers/redis.js'
-import { watchEscapes } from './helpers/faults.js'
+import { NOISE_MS, bound, watchEscapes } from './helpers/faults.js'
 import { prng } from './helpers/random.js'
 
 /** The decision deadline of the latency cases, and the bound each answer is held to on a noisy 2-core machine. */
 const TIMEOUT = 150
-const BOUND = TIMEOUT + 50
+const BOUND = bound(TIMEOUT)
 /** Cases about correctness, not latency: a deadline no busy machine misses, and 503 (never 200) if it did. */
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
 /**
@@ -130,7 +130,7 @@ function worst (samples: readonly Sample[]): number {
 function allWithin (t: Test, samples: readonly Sample[], what: string): void {
   const late = samples.filter(s => s.ms > BOUND)
   t.same(late.map(s => `${s.status} in ${s.ms.toFixed(0)} ms at +${s.at.toFixed(0)} ms`), [],
-    `${what}: all ${samples.length} answered within ${BOUND} ms (deadline ${TIMEOUT} ms + 50 ms slack); worst ${worst(samples).toFixed(1)} ms`)
+    `${what}: all ${samples.length} answered within ${BOUND} ms (deadline ${TIMEOUT} ms + ${NOISE_MS} ms slack); worst ${worst(samples).toFixed(1)} ms`)
 }
 
 /** max + 1 requests on a fresh budget: exactly one 429, the rest allowed by Redis. */

@@ -12,11 +12,10 @@ import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
-import { watchEscapes } from './helpers/faults.js'
+import { bound, watchEscapes } from './helpers/faults.js'
 
 const TIMEOUT = 100
-/** Each answer within the deadline plus 50 ms for noise. */
-const BOUND = TIMEOUT + 50
+const BOUND = bound(TIMEOUT)
 
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()

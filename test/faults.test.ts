@@ -14,14 +14,13 @@ import t from 'tap'
 import type { Test } from 'tap'
 import type { FailMode } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
-import { Latency, Stream, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, startOwned, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
+import { Latency, Stream, bound, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, startOwned, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer } from './helpers/redis.js'
 import type { RedisProcess } from './helpers/redis.js'
 
 const TIMEOUT = 100
-/** Each answer within the deadline plus 50 ms for noise. */
-const BOUND = TIMEOUT + 50
+const BOUND = bound(TIMEOUT)
 const MODES: readonly FailMode[] = ['open', 'closed', 'local']
 /** Pace of the polls that look for the first decision Redis makes again. */
 const GAP = 10
