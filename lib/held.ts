@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Limit } from './algorithms/index.js'
+import { Oldest } from './oldest.js'
 import { isCluster } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
 import { bannedDecision } from './stores/store.js'
@@ -46,6 +47,8 @@ export class HeldAnswers {
   readonly id = randomUUID()
   readonly #bans = new Map<string, Ban>()
   readonly #denials = new Map<string, Denial>()
+  readonly #oldestBan = new Oldest(this.#bans)
+  readonly #oldestDenial = new Oldest(this.#denials)
   readonly #size: number
   readonly #now: () => number
   #listening = false
@@ -86,7 +89,7 @@ export class HeldAnswers {
 
   /** Redis found `bannedKey` banned, in an answer to a question sent at `since`, asked when `changes` were heard. */
   banned (bannedKey: string, retryMs: number, since: number, changes: number): void {
-    if (this.#listening && changes === this.#changes) put(this.#bans, this.#size, bannedKey, { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }, this.#now())
+    if (this.#listening && changes === this.#changes) put(this.#bans, this.#oldestBan, this.#size, bannedKey, { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }, this.#now())
   }
 
   /**
@@ -99,7 +102,7 @@ export class HeldAnswers {
     if (!this.#listening || changes !== this.#changes || limits.length !== 1 || decision.limits.length !== 1) return
     const [limit] = limits
     if (decision.limit !== limit!.burst || decision.windowMs !== limit!.windowMs || decision.resetMs < decision.retryMs) return
-    put(this.#denials, this.#size, stateKey, { until: since + Math.min(decision.retryMs, MAX_HELD), ends: since + decision.retryMs, since, decision }, this.#now())
+    put(this.#denials, this.#oldestDenial, this.#size, stateKey, { until: since + Math.min(decision.retryMs, MAX_HELD), ends: since + decision.retryMs, since, decision }, this.#now())
   }
 
   /** An operator changed these keys (here or on another instance). */
@@ -132,12 +135,13 @@ function live<T extends Ban> (map: Map<string, T>, key: string, now: number): T 
 
 /**
  * Holds `value` at `key`, as the newest entry; a full map drops its oldest (ended or not: Redis is asked
- * again). Constant time, however many identities churn through it; an ended entry is dropped when read.
+ * again). Constant time, however many identities churn through it (see `Oldest`); an ended entry is dropped
+ * when read.
  */
-function put<T extends Ban> (map: Map<string, T>, size: number, key: string, value: T, now: number): void {
+function put<T extends Ban> (map: Map<string, T>, oldest: Oldest<string, T>, size: number, key: string, value: T, now: number): void {
   if (value.until <= now) return
   map.delete(key)
-  if (map.size >= size) map.delete(map.keys().next().value!)
+  if (map.size >= size) map.delete(oldest.next()![0])
   map.set(key, value)
 }
 

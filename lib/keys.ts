@@ -7,6 +7,7 @@ import type { Algorithm } from './algorithms/index.js'
 import type { Awaitable, KeyGenerator } from './types.js'
 import { then } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
+import { Oldest } from './oldest.js'
 
 /** Who a request is (API key, then user, then client IP) and where that identity lives in Redis. */
 
@@ -212,7 +213,7 @@ export function hashIdentity (key: string): string {
   if (hash === undefined) {
     hash = digestIdentity(key)
     if (key.length <= MAX_CACHED_KEY) {
-      if (HASHES.size >= MAX_CACHED_HASHES) HASHES.delete(HASHES.keys().next().value!)
+      if (HASHES.size >= MAX_CACHED_HASHES) HASHES.delete(OLDEST_HASH.next()![0])
       HASHES.set(key, hash)
     }
   }
@@ -226,6 +227,7 @@ export function hashIdentity (key: string): string {
 const MAX_CACHED_HASHES = 10_000
 const MAX_CACHED_KEY = 256
 const HASHES = new Map<string, string>()
+const OLDEST_HASH = new Oldest(HASHES)
 
 function digestIdentity (key: string): string {
   // UTF-8 turns every lone surrogate into U+FFFD, so '\uD800', '\uDFFF' and '\uFFFD' would share one budget:

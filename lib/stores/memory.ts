@@ -2,6 +2,7 @@ import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
 import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, parseLimits, toDecision } from './store.js'
 import { LONGEST } from '../duration.js'
+import { Oldest } from '../oldest.js'
 import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './store.js'
 
 /**
@@ -58,6 +59,8 @@ function exceeded (limits: readonly Limit[], reset: number, count: number): Entr
 
 export class MemoryStore implements Store {
   readonly #logs = new Map<string, State>()
+  /** The least recently used log first: each one used moves to the back. */
+  readonly #oldest = new Oldest(this.#logs)
   readonly #marks = new Map<string, Mark>()
   readonly #cache: number
   readonly #now: () => number
@@ -252,9 +255,10 @@ export class MemoryStore implements Store {
       this.sweep()
       if (this.size < this.#cache) return true
     }
-    let scanned = 0
-    for (const [key, state] of this.#logs) {
-      if (++scanned > EVICTION_SCAN) break
+    for (let scanned = 0; scanned < EVICTION_SCAN; scanned++) {
+      const oldest = this.#oldest.next()
+      if (oldest === undefined) break
+      const [key, state] = oldest
       this.#logs.delete(key)
       if (((state as Tracked).keepUntil ?? 0) <= now && !key.startsWith(OVERFLOW)) return true
       // Kept: to the back, so the next scan starts past it.
