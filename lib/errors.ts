@@ -56,6 +56,15 @@ export const TooManyRequestsError = createError<'FST_RATE_GUARD_TOO_MANY_REQUEST
   false
 )
 
+/** A request that costs more than a limit holds (`cost`): it would never pass, so it gets no `Retry-After`. */
+export const TooCostlyError = createError<'FST_RATE_GUARD_TOO_COSTLY', []>(
+  'FST_RATE_GUARD_TOO_COSTLY',
+  'Rate limit exceeded: this request costs more than the limit allows',
+  429,
+  Error,
+  false
+)
+
 export const BannedError = createError<'FST_RATE_GUARD_BANNED', [string]>(
   'FST_RATE_GUARD_BANNED',
   'Rate limit exceeded, retry in %s',

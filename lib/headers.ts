@@ -64,6 +64,8 @@ export interface HeaderStyle {
   readonly standard: boolean
   /** The IETF policy name of each limit (structured-field strings); a limit past the list is `<first>-<n>`. */
   readonly policies: readonly string[]
+  /** `;qu="requests"` when a request is one unit (no `cost`); nothing when units are the app's own. */
+  readonly unit: string
 }
 
 /** A budget's headers: `legacyHeaders`, the names (`enableDraftSpec`), the per-header switches, `standardHeaders`. */
@@ -74,7 +76,8 @@ export function headerStyle (route: ResolvedRoute, policies: readonly string[]):
     remaining: route.legacyHeaders && on.remaining ? names.remaining : null,
     reset: route.legacyHeaders && on.reset ? names.reset : null
   })
-  return Object.freeze({ allowed: sent(allowed), refused: sent(refused), retryAfter: refused.retryAfter, standard: route.standardHeaders, policies })
+  const unit = route.cost === 1 ? ';qu="requests"' : ''
+  return Object.freeze({ allowed: sent(allowed), refused: sent(refused), retryAfter: refused.retryAfter, standard: route.standardHeaders, policies, unit })
 }
 
 /** Requests a limit has left: none while banned, never below zero. */
@@ -101,8 +104,9 @@ export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision:
   if (fields.reset !== null) reply.header(fields.reset, resetOf(decision.resetMs))
   if (style.standard) {
     const name = (i: number): string => style.policies[i] ?? `${style.policies[0]!}-${i + 1}`
-    reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${name(i)}";q=${l.limit};w=${seconds(l.windowMs)}`).join(', '))
+    reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${name(i)}";q=${l.limit}${style.unit};w=${seconds(l.windowMs)}`).join(', '))
     reply.header('ratelimit', decision.limits.map((l, i) => `"${name(i)}";r=${remainingOf(l.limit, l.count, banned)};t=${resetOf(l.resetMs)}`).join(', '))
   }
-  if (decision.status !== 'allowed' && style.retryAfter) reply.header('retry-after', retryAfterSeconds(decision.retryMs))
+  // A refusal with no wait (a request costing more than a limit holds) never passes: no time to retry after.
+  if (decision.status !== 'allowed' && style.retryAfter && decision.retryMs > 0) reply.header('retry-after', retryAfterSeconds(decision.retryMs))
 }

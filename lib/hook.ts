@@ -3,7 +3,7 @@ import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import type { Algorithm, Limit } from './algorithms/index.js'
 import { isPromise, then } from './awaitable.js'
 import { formatDuration } from './duration.js'
-import { BannedError, InvalidOptionError, TooManyRequestsError, UnavailableError } from './errors.js'
+import { BannedError, InvalidOptionError, TooCostlyError, TooManyRequestsError, UnavailableError } from './errors.js'
 import { retryAfterSeconds, writeHeaders } from './headers.js'
 import type { HeaderStyle } from './headers.js'
 import { identityKeys, sharedKeys } from './keys.js'
@@ -12,7 +12,7 @@ import { TheirBudget } from './stores/theirs.js'
 import type { TheirStore } from './stores/theirs.js'
 import { checkDuration, checkMax } from './check.js'
 import { checkLimit } from './limit-options.js'
-import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
+import type { CostFunction, KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
 
 /**
@@ -84,7 +84,7 @@ export interface BudgetHooks {
 export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, their?: TheirStore): BudgetHooks {
   const { nameSpace, timeout, callbacks } = opts
   const { route, scope } = budget
-  const { allowList, ban, algorithm, failMode, overLimit } = route
+  const { allowList, ban, algorithm, failMode, overLimit, cost } = route
   const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), timeout, limiter.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
@@ -96,9 +96,9 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   // A limit the app computes per request that fails: failMode decides, as when Redis cannot.
   const limitFailed: Verdict = failMode === 'closed' ? { status: 'unavailable' } : { status: 'unenforced' }
   const fixedLimits = staticLimits(route.limits)
-  // Only time can change a denial when it counts no strike, no request's limits differ and a denial sets no
-  // over-limit wait (see HeldAnswers); a shared budget's denials, too: nothing is ever given back to it.
-  const holdable = ban === null && fixedLimits !== null && overLimit === undefined
+  // Only time can change a denial when it counts no strike, no request's limits or cost differ and a denial
+  // sets no over-limit wait (see HeldAnswers); a shared budget's denials, too: nothing is ever given back to it.
+  const holdable = ban === null && fixedLimits !== null && overLimit === undefined && typeof cost === 'number'
   const shared: Decidable | null = route.shared === null
     ? null
     : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
@@ -119,14 +119,24 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   }
 
   function withLimits (request: FastifyRequest, key: string, given: Given): Prepared | PromiseLike<Prepared> {
-    if (fixedLimits !== null) return prepared(key, given, fixedLimits)
-    return limitsOf(route.limits, algorithm, request, given, callbacks).then(limits => limits === null ? { key, given, input: limitFailed } : prepared(key, given, limits))
+    if (typeof cost !== 'number') {
+      return then(costOf(cost, request, given, callbacks), units => units === null ? { key, given, input: limitFailed } : withCost(request, key, given, units))
+    }
+    return withCost(request, key, given, cost)
   }
 
-  function prepared (key: string, given: Given, limits: readonly Limit[]): Prepared {
+  function withCost (request: FastifyRequest, key: string, given: Given, units: number): Prepared | PromiseLike<Prepared> {
+    if (fixedLimits !== null) return prepared(key, given, fixedLimits, units)
+    return limitsOf(route.limits, algorithm, request, given, callbacks).then(limits => limits === null ? { key, given, input: limitFailed } : prepared(key, given, limits, units))
+  }
+
+  function prepared (key: string, given: Given, limits: readonly Limit[], units: number): Prepared {
     const holdDenials = holdable && !undoneScopes.has(scope)
-    const input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials, failMode }
-    return { key, given, input: overLimit === undefined ? input : { ...input, overLimit } }
+    let input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials, failMode }
+    if (overLimit !== undefined) input = { ...input, overLimit }
+    // A request of one unit says nothing: the common path sends what it always did.
+    if (units !== 1) input = { ...input, cost: units }
+    return { key, given, input }
   }
 
   function decide (request: FastifyRequest, reply: FastifyReply, { given, input }: Prepared): Outcome | PromiseLike<Outcome> {
@@ -136,9 +146,10 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       if (own.status !== 'allowed' || shared === null) return answer(request, reply, given, own, budget.headers)
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
-      return then(limiter.decide(shared, request.log), whole => {
+      return then(limiter.decide(input.cost === undefined ? shared : { ...shared, cost: input.cost }, request.log), whole => {
         if (whole.status !== 'limited' && whole.status !== 'unavailable') return answer(request, reply, given, own, budget.headers)
-        limiter.undo({ keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at }, request.log)
+        const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at }
+        limiter.undo(input.cost === undefined ? undo : { ...undo, cost: input.cost }, request.log)
         return answer(request, reply, given, whole, budget.sharedHeaders)
       })
     })
@@ -163,9 +174,11 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     route.onExceeded?.(request, key as string)
     if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence })
 
-    const waitMs = retryAfterSeconds(verdict.retryMs) * 1000
-    const after = formatDuration(waitMs)
-    if (route.errorResponseBuilder === undefined) return refusal(request, banned ? new BannedError(after) : new TooManyRequestsError(after))
+    // A limited request with no wait costs more than a limit holds: it never passes.
+    const never = !banned && verdict.retryMs === 0
+    const waitMs = never ? 0 : retryAfterSeconds(verdict.retryMs) * 1000
+    const after = never ? 'never' : formatDuration(waitMs)
+    if (route.errorResponseBuilder === undefined) return refusal(request, banned ? new BannedError(after) : never ? new TooCostlyError() : new TooManyRequestsError(after))
     const statusCode = banned ? 403 : 429
     const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max: verdict.limit, ttl: verdict.retryMs, after })
     if (typeof error !== 'object' || error === null) {
@@ -230,6 +243,7 @@ function checkTheirs (route: ResolvedRoute): ResolvedRoute {
   if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
   if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
   if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
+  if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
   return route
 }
 
@@ -255,6 +269,11 @@ async function limitsOf (limits: readonly ResolvedLimit[], algorithm: Algorithm,
     out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
   }
   return out
+}
+
+/** A request's cost, from the route's function; null when it failed (threw, rejected, missed the deadline or gave no positive integer). */
+function costOf (cost: CostFunction, request: FastifyRequest, given: Given, callbacks: Callbacks): number | null | PromiseLike<number | null> {
+  return callbacks.run<number | null>('cost', () => then(cost(request, given as string), value => checkMax(value, 'cost')), () => null, request.log)
 }
 
 /** The app's key generator, checked, with the default hierarchy in its place when it fails. */

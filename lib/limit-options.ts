@@ -1,6 +1,6 @@
 import type { Algorithm, Limit } from './algorithms/index.js'
 import { checkDuration, checkKeys, checkMax, fail } from './check.js'
-import type { MaxFunction, ResolvedLimit, TimeWindowFunction } from './types.js'
+import type { CostFunction, MaxFunction, ResolvedLimit, TimeWindowFunction } from './types.js'
 import type { BanPolicy } from './stores/store.js'
 
 /** Limits and bans as options: a limit (or several), a shared budget, an override, a ban policy, a policy's name. */
@@ -10,6 +10,13 @@ export const BAN_DEFAULTS = Object.freeze({ maxDuration: 24 * 3600_000, forget: 
 
 /** Steps a factor ladder may take before it reaches its cap: 2^40 ms outlasts any cap worth setting. */
 const MAX_LADDER = 64
+
+/** A request's cost: a positive integer, or a function of the request (its value is checked per request). */
+export function checkCost (value: unknown, name: string): number | CostFunction {
+  if (typeof value === 'function') return value as CostFunction
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) fail(name, value, 'a positive integer, or a function (request, key) => a positive integer')
+  return value
+}
 
 export function checkBan (value: unknown, name: string): BanPolicy | null {
   if (value === false) return null

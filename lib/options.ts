@@ -7,7 +7,7 @@ import { InvalidGroupIdError, InvalidRouteConfigError } from './errors.js'
 import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, checkHeaderSwitches } from './headers.js'
 import { canonicalKey, defaultKeyGenerator, keyTiers } from './keys.js'
 import type { KeyHierarchyOptions } from './keys.js'
-import { checkBan, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
+import { checkBan, checkCost, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {
   AllowListFunction, HookName, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute
@@ -46,6 +46,7 @@ const OPTIONS = {
   addHeadersOnExceeding: 'route',
   continueExceeding: 'route',
   exponentialBackoff: 'route',
+  cost: 'route',
   hook: 'route',
   failMode: 'route',
   skipOnError: 'route',
@@ -173,6 +174,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     defaultKey,
     ...resolveBan(input.ban, base, limits, name('ban')),
     overLimit: checkOverLimit(input, base.overLimit, where),
+    cost: has('cost') ? checkCost(input.cost, name('cost')) : base.cost,
     allowList: has('allowList') || (newSubnet && allowListGiven !== undefined)
       ? checkAllowList(allowListGiven, name('allowList'), key => canonicalKey(key, ipv6Subnet))
       : base.allowList,
@@ -294,6 +296,7 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
     defaultKey: true,
     ban: null,
     overLimit: undefined,
+    cost: 1,
     allowList: null,
     allowListGiven: undefined,
     groupId: undefined,

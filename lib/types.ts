@@ -15,6 +15,8 @@ export type KeyGenerator = (request: FastifyRequest) => Awaitable<string | numbe
 export type MaxFunction = (request: FastifyRequest, key: string) => Awaitable<number>
 export type TimeWindowFunction = (request: FastifyRequest, key: string) => Awaitable<number | string>
 export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
+/** A request's units: a positive integer. */
+export type CostFunction = (request: FastifyRequest, key: string) => Awaitable<number>
 export type KeyCallback = (request: FastifyRequest, key: string) => void
 /** What `onBanReach` is told of the ban: its length, and which ban in a row it is (1 for the first). */
 export interface BanInfo {
@@ -114,6 +116,12 @@ export interface RouteRateLimitOptions {
   continueExceeding?: boolean
   /** Each request over the limit doubles the wait: one window, then two, four... (`@fastify/rate-limit`'s). */
   exponentialBackoff?: boolean
+  /**
+   * What a request costs, in the units `max` counts (default 1): a positive integer, or a function of the
+   * request giving one. Charged atomically on every limit of the decision (and the shared budget); a request
+   * that costs more than a limit holds is refused (429, no `Retry-After`: it never passes).
+   */
+  cost?: number | CostFunction
 }
 
 export interface BreakerOptions {
@@ -170,6 +178,8 @@ export interface ResolvedRoute {
   readonly ban: BanPolicy | null
   /** What a denied request does: nothing, counted (`continueExceeding`), or doubling the wait (`exponentialBackoff`). */
   readonly overLimit: OverLimit
+  /** A request's units: 1 unless the route says. */
+  readonly cost: number | CostFunction
   /** `ban: N` as given, when it was: a route with another window bans for its own window. */
   readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null

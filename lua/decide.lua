@@ -1,5 +1,5 @@
 -- The decision around every algorithm: loaded after one algorithm's file (lua/<algorithm>.lua), which
--- defines count(state, limits, now, member, peek, entries) and undo(state, limits, member, at, now). One
+-- defines count(state, limits, now, member, peek, entries, cost) and undo(state, limits, member, at, now, cost). One
 -- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
 -- Redis's clock.
 --
@@ -22,23 +22,24 @@
 --   forget    ms after a ban ends that it still counts toward the next one's length
 --   over      what a request over the limit does: 'none' (counts nothing, its algorithm alone decides);
 --             'continue' or 'backoff' (it holds the client off, see below)
---   n         how many limits follow, each: max (requests), window (ms), burst (requests; max but for the
+--   n         how many limits follow, each: max (units), window (ms), burst (units; max but for the
 --             token bucket). A request is allowed when every limit allows it.
--- then, for each request, the policy that decides it (1 to p); for undo, also its member and Redis's time
--- (ms) of the decision being undone.
+-- then, for each request, the policy that decides it (1 to p), followed by '*' and its cost when that is not
+-- 1 ('2*15': policy 2, 15 units); for undo, also its member and Redis's time (ms) of the decision being undone.
 --
 -- Reply: each request's answer in turn (none for undo):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
 --   or, for a request Redis could not decide (a foreign value at one of its keys, an override that names no
 --   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual.
 --   status   0 allowed, 1 rate limited, 2 banned
---   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned)
+--   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned);
+--            0 when limited: its cost is more than a limit's capacity, so it never passes (no strike counted)
 --   offence  the ban this request started: 1 for the first in a row, 2 for the next...; 0 when it started none
 --   at       Redis's time of the decision (ms); 0 for a client found banned, who is answered before the clock is read
 --   n        how many limits follow, each: its capacity (burst, requests), window (ms), the count after this
 --            decision and the ms until that count starts falling to zero (reset; 0: nothing counted). A client
 --            found banned gets n = 0: the budget's own limits, nothing counted.
--- Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike
+-- Counts are in units: a request costs its cost on every limit (1 unless said). Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike
 -- (and under overLimit, the over-limit key); every key written carries a TTL, but an override set as permanent.
 --
 -- Over the limit ('continue' as @fastify/rate-limit's continueExceeding, 'backoff' as its exponentialBackoff),
@@ -158,7 +159,7 @@ local function exceeded (limits, reset, count)
   end
 end
 
-local function decide (k, p, member, bans, over)
+local function decide (k, p, member, bans, over, cost)
   -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
   -- more, its reply being a table). A banned client is answered first and at the least cost.
   local override = false
@@ -177,6 +178,15 @@ local function decide (k, p, member, bans, over)
   end
   for i = #entries + 1, #limits do
     entries[i] = {}
+  end
+  -- A request that costs more than a limit holds never passes: refused as it is, nothing counted, no strike.
+  if cost > 1 then
+    for i = 1, #limits do
+      if cost > limits[i].burst then
+        count(KEYS[k + 1], limits, clock(), member, true, entries, 1)
+        return reply(1, 0, 0, limits)
+      end
+    end
   end
 
   local retry, strikeWindow, longest = 0, 0, 0
@@ -202,7 +212,7 @@ local function decide (k, p, member, bans, over)
         return reply(1, left, 0, limits)
       end
     end
-    if count(KEYS[k + 1], limits, clock(), member, peek, entries) then
+    if count(KEYS[k + 1], limits, clock(), member, peek, entries, cost) then
       return reply(0, 0, 0, limits)
     end
     -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
@@ -242,10 +252,14 @@ end
 
 local k, r = 0, first
 for i = 1, tonumber(ARGV[3]) do
-  local p = policyOf[ARGV[r]]
+  local p, cost = policyOf[ARGV[r]], 1
+  if not p then
+    local policy, units = string.match(ARGV[r], '^(%d+)%*(%d+)$')
+    p, cost = policyOf[policy], tonumber(units)
+  end
   if mode == 'undo' then
     local override = redis.call('GET', KEYS[k + 3])
-    undo(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock())
+    undo(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock(), cost)
     k, r = k + 3, r + 3
   else
     -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more. Under overLimit,
@@ -257,7 +271,7 @@ for i = 1, tonumber(ARGV[3]) do
       n = n + 1
     end
     -- One request's error is its own: it writes nothing to the reply before its last step.
-    local ok, err = pcall(decide, k, p, base .. text(i), bans, over and KEYS[k + n])
+    local ok, err = pcall(decide, k, p, base .. text(i), bans, over and KEYS[k + n], cost)
     if not ok then
       out[o + 1], out[o + 2] = 3, type(err) == 'table' and err.err or tostring(err)
       o = o + 2

@@ -3,15 +3,16 @@
 -- end of one window, max at the start of the next. Loaded in front of lua/decide.lua, which reads the keys
 -- and arguments and builds the reply (see its header); this file counts.
 --
--- KEYS[1]  counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = requests counted in it.
+-- KEYS[1]  counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = units counted in it.
 --                    It lives until the last of those windows ends.
--- ARGV     per limit: max (requests), window (ms); burst is not used.
--- Reply    per limit: count = requests counted in the current window; reset = ms until it ends (0: none counted).
+-- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
+-- Reply    per limit: count = units counted in the current window; reset = ms until it ends (0: none counted).
+-- A request of cost c is allowed when every limit's count + c is at most its max, and counts c on each.
 --
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- a counter keeps no members.
 
-local function count (counters, limits, now, member, peek, entries)
+local function count (counters, limits, now, member, peek, entries, cost)
   local stored = redis.call('HGETALL', counters)
   local fields = {}
   for i = 1, #stored, 2 do
@@ -30,7 +31,7 @@ local function count (counters, limits, now, member, peek, entries)
     if n > 0 then
       entry.reset = start + limit.window - now
     end
-    if n >= limit.max then
+    if n + cost > limit.max then
       entry.retry = start + limit.window - now
       allowed = false
     end
@@ -43,10 +44,10 @@ local function count (counters, limits, now, member, peek, entries)
   local ttl, renewed = 0, false
   for i = 1, #limits do
     local entry = entries[i]
-    entry.count = entry.count + 1
+    renewed = renewed or entry.count == 0
+    entry.count = entry.count + cost
     entry.reset = entry.start + limits[i].window - now
     ttl = math.max(ttl, entry.reset)
-    renewed = renewed or entry.count == 1
     redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count))
   end
   if renewed then
@@ -55,11 +56,11 @@ local function count (counters, limits, now, member, peek, entries)
   return true
 end
 
-local function undo (counters, limits, member, at, now)
+local function undo (counters, limits, member, at, now, cost)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', counters, field('s', i), field('c', i))
     if tonumber(stored[1]) == at - at % limit.window and tonumber(stored[2]) > 0 then
-      redis.call('HINCRBY', counters, field('c', i), '-1')
+      redis.call('HINCRBY', counters, field('c', i), text(-math.min(cost, tonumber(stored[2]))))
     end
   end
 end

@@ -1,68 +1,146 @@
 -- Sliding-window log: exact. Loaded in front of lua/decide.lua, which reads the keys and arguments and
 -- builds the reply (see its header); this file counts.
 --
--- KEYS[1]  log  ZSET of the requests counted: score = arrival (ms, Redis time), member = the request's id.
+-- KEYS[1]  log  ZSET of the requests counted: score = arrival (ms, Redis time), member = the request's id,
+--               followed by '*' and its cost when that is more than 1 ('<id>*15'). While any entry costs more
+--               than 1, the member UNITS ('+', no request's id: those always hold a '.') is first in the log,
+--               at score -(the sum over the entries of cost - 1): the log's units are its entries plus that.
 --               One log serves every limit of the budget: it keeps the longest window, and a limit counts
---               the entries inside its own window. It never holds more than the longest window's max. It
+--               the units inside its own window. It never holds more than the longest window's max units. It
 --               lives until its newest entry leaves, and at most one longest window more: its TTL is set
 --               to two windows when less than one is left, not on every request.
--- ARGV     per limit: max (requests), window (ms); burst is not used.
--- Reply    per limit: count = entries in its window; reset = ms until the oldest of them leaves.
+-- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
+-- Reply    per limit: count = units in its window; reset = ms until the oldest of them leaves.
+--
+-- A log of requests that cost 1 (no UNITS) is counted in O(1) commands whatever its length: ZCARD, ranks.
+-- One with costlier entries reads the entries it needs: those leaving it, and a window's when its units are
+-- counted apart from the whole log's (a shorter limit's, a peek's) or a denial's wait is looked for.
 --
 -- Safe to replay: run again with the same member (a client re-sending a command whose reply it lost), a
 -- decision counts nothing twice: the entry is added once (ZADD NX), and a denied replay of a request that
 -- was counted is answered as allowed, as it was.
 
+local UNITS = '+'
+
+-- The ZSET's rank of the log's first entry: 1 behind UNITS, else 0. Set by count() and undo().
+local offset = 0
+
 -- The score of the entry at `rank` (0: the oldest), or nil. Numbers go to Redis as text (lua/numbers.lua).
 local function score (log, rank)
-  local at = text(rank)
+  local at = text(rank + offset)
   return tonumber(redis.call('ZRANGE', log, at, at, 'WITHSCORES')[2])
 end
 
-local function count (log, limits, now, member, peek, entries)
+-- The units of a member: its cost.
+local function weight (member)
+  local cost = string.match(member, '%*(%d+)$')
+  return cost and tonumber(cost) or 1
+end
+
+-- The units above one each of `members` (a ZRANGEBYSCORE reply, WITHSCORES when `step` is 2).
+local function surplus (members, step)
+  local sum = 0
+  for i = 1, #members, step do
+    sum = sum + weight(members[i]) - 1
+  end
+  return sum
+end
+
+-- Stores the log's units above one per entry (removing UNITS at 0).
+local function setUnits (log, extra)
+  if extra > 0 then
+    redis.call('ZADD', log, text(-extra), UNITS)
+    offset = 1
+  else
+    redis.call('ZREM', log, UNITS)
+    offset = 0
+  end
+end
+
+-- The log's units above one per entry, and the score of its oldest entry (nil: empty).
+local function head (log)
+  offset = 0
+  local first = redis.call('ZRANGE', log, '0', '0', 'WITHSCORES')
+  if first[1] ~= UNITS then
+    return 0, tonumber(first[2])
+  end
+  offset = 1
+  return -tonumber(first[2]), score(log, 0)
+end
+
+local function count (log, limits, now, member, peek, entries, cost)
   local longest = 0
   for i = 1, #limits do
     longest = math.max(longest, limits[i].window)
   end
   -- Most decisions find nothing to trim, and the oldest entry is their reset. A peek writes nothing, so it
   -- counts around the entries that have left instead of removing them.
-  local oldest = score(log, 0)
+  local extra, oldest = head(log)
   if oldest and oldest <= now - longest and not peek then
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', text(now - longest))
+    local leaving = text(now - longest)
+    if extra > 0 then
+      extra = extra - surplus(redis.call('ZRANGEBYSCORE', log, '0', leaving), 1)
+      setUnits(log, extra)
+    end
+    redis.call('ZREMRANGEBYSCORE', log, '0', leaving)
     oldest = score(log, 0)
   end
-  local total = oldest and redis.call('ZCARD', log) or 0
+  local total = oldest and redis.call('ZCARD', log) - offset or 0
 
   local allowed = true
   for i = 1, #limits do
     local limit, entry = limits[i], entries[i]
-    local n, first = total, oldest
-    if total > 0 and (peek or limit.window < longest) then
-      n = redis.call('ZCOUNT', log, '(' .. text(now - limit.window), '+inf')
+    local window = limit.window
+    -- Its entries (n), their units, the oldest of them; a costlier log lists the window's entries.
+    local n, units, first, listed = total, total + extra, oldest, nil
+    if total > 0 and (peek or window < longest) then
+      local since = '(' .. text(now - window)
+      n = redis.call('ZCOUNT', log, since, '+inf')
+      units = n
       if n > 0 and total > n then
         first = score(log, total - n)
       end
+      if extra > 0 and n > 0 then
+        listed = redis.call('ZRANGEBYSCORE', log, since, '+inf', 'WITHSCORES')
+        units = n + surplus(listed, 2)
+      end
     end
-    entry.count, entry.reset, entry.retry = n, 0, 0
+    entry.count, entry.reset, entry.retry = units, 0, 0
     if n > 0 then
-      entry.reset = first + limit.window - now
+      entry.reset = first + window - now
     end
-    -- The wait is until enough entries leave this window for one more to fit.
-    if n >= limit.max then
-      entry.retry = (n == limit.max and first or score(log, total - limit.max)) + limit.window - now
+    -- The wait is until enough units leave this window for the request's to fit.
+    local need = units + cost - limit.max
+    if need > 0 then
+      if extra == 0 then
+        entry.retry = score(log, total - n + need - 1) + window - now
+      else
+        listed = listed or redis.call('ZRANGEBYSCORE', log, '(' .. text(now - window), '+inf', 'WITHSCORES')
+        for j = 1, #listed, 2 do
+          need = need - weight(listed[j])
+          if need <= 0 then
+            entry.retry = tonumber(listed[j + 1]) + window - now
+            break
+          end
+        end
+      end
       allowed = false
     end
   end
 
+  local name = cost > 1 and member .. '*' .. text(cost) or member
   if allowed then
-    if not peek and redis.call('ZADD', log, 'NX', text(now), member) == 1 then
+    if not peek and redis.call('ZADD', log, 'NX', text(now), name) == 1 then
+      if cost > 1 then
+        setUnits(log, extra + cost - 1)
+      end
       for i = 1, #limits do
         local entry, window = entries[i], limits[i].window
         -- The new entry is the oldest when the log was empty, or when the clock stepped back.
         if entry.count == 0 or entry.reset > window then
           entry.reset = window
         end
-        entry.count = entry.count + 1
+        entry.count = entry.count + cost
       end
       -- The log must outlive its newest entry by a window. A new log has no TTL yet; a TTL of one window or
       -- more already does (its expiry only ever moves later, so a clock step back changes nothing).
@@ -74,7 +152,7 @@ local function count (log, limits, now, member, peek, entries)
   end
 
   -- A replay of a request that was counted when the log had room: it was allowed, and still is.
-  if not peek and redis.call('ZSCORE', log, member) then
+  if not peek and redis.call('ZSCORE', log, name) then
     for i = 1, #limits do
       entries[i].retry = 0
     end
@@ -83,6 +161,11 @@ local function count (log, limits, now, member, peek, entries)
   return false
 end
 
-local function undo (log, limits, member, at, now)
-  redis.call('ZREM', log, member)
+local function undo (log, limits, member, at, now, cost)
+  if cost == 1 then
+    redis.call('ZREM', log, member)
+  elseif redis.call('ZREM', log, member .. '*' .. text(cost)) == 1 then
+    local extra = head(log)
+    setUnits(log, extra - cost + 1)
+  end
 end

@@ -8,13 +8,14 @@
 -- KEYS[1]  counters  HASH, per limit i: w<i> = current window's start (ms), p<i> = previous window's count,
 --                    c<i> = current window's count. It lives until the current windows' requests stop
 --                    counting, at the end of the next window.
--- ARGV     per limit: max (requests), window (ms); burst is not used.
+-- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
 -- Reply    per limit: count = the estimate, rounded up; reset = ms until every counted request stops counting.
+-- A request of cost c counts c units; it is allowed when every limit's estimate with them is at most its max.
 --
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- counters keep no members.
 
-local function count (counters, limits, now, member, peek, entries)
+local function count (counters, limits, now, member, peek, entries, cost)
   local stored = redis.call('HGETALL', counters)
   local fields = {}
   for i = 1, #stored, 2 do
@@ -36,13 +37,13 @@ local function count (counters, limits, now, member, peek, entries)
     local weighted = prev * (window - now + start)
     entry.start, entry.prev, entry.curr, entry.weighted = start, prev, curr, weighted
     entry.count, entry.reset, entry.retry = 0, 0, 0
-    if weighted + (curr + 1) * window > max * window then
+    if weighted + (curr + cost) * window > max * window then
       -- The request fits later in this window, as the previous window's weight fades, or (when this window
-      -- alone is full) once this window's requests are the previous ones.
-      if curr < max then
-        entry.retry = start + window - math.floor((max - curr - 1) * window / prev) - now
+      -- alone has no room for it) once this window's requests are the previous ones.
+      if curr + cost <= max then
+        entry.retry = start + window - math.floor((max - curr - cost) * window / prev) - now
       else
-        entry.retry = start + 2 * window - math.floor((max - 1) * window / curr) - now
+        entry.retry = start + 2 * window - math.floor((max - cost) * window / curr) - now
       end
       allowed = false
     end
@@ -52,7 +53,7 @@ local function count (counters, limits, now, member, peek, entries)
   for i = 1, #limits do
     local window, entry = limits[i].window, entries[i]
     if allowed and not peek then
-      entry.curr = entry.curr + 1
+      entry.curr = entry.curr + cost
       redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
         field('c', i), text(entry.curr))
       ttl = math.max(ttl, entry.start + 2 * window - now)
@@ -70,14 +71,14 @@ local function count (counters, limits, now, member, peek, entries)
   return allowed
 end
 
-local function undo (counters, limits, member, at, now)
+local function undo (counters, limits, member, at, now, cost)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i))
     local start = at - at % limit.window
     if tonumber(stored[1]) == start and tonumber(stored[3]) > 0 then
-      redis.call('HINCRBY', counters, field('c', i), '-1')
+      redis.call('HINCRBY', counters, field('c', i), text(-math.min(cost, tonumber(stored[3]))))
     elseif tonumber(stored[1]) == start + limit.window and tonumber(stored[2]) > 0 then
-      redis.call('HINCRBY', counters, field('p', i), '-1')
+      redis.call('HINCRBY', counters, field('p', i), text(-math.min(cost, tonumber(stored[2]))))
     end
   end
 end

@@ -1,12 +1,12 @@
 -- Token bucket, as GCRA: one theoretical arrival time (TAT) per limit. A limit lets `max` requests through per
 -- `window` ms at a steady rate, one every window / max ms, and up to `burst` at once from a full bucket.
--- To stay exact in integers, time is counted in ticks of 1/max ms: a request costs `window` ticks and the
--- bucket holds burst x window ticks. Loaded in front of lua/decide.lua, which reads the keys and arguments
+-- To stay exact in integers, time is counted in ticks of 1/max ms: a request costs `window` ticks per unit
+-- (a request of cost c, c x window) and the bucket holds burst x window ticks. Loaded in front of lua/decide.lua, which reads the keys and arguments
 -- and builds the reply (see its header); this file counts.
 --
 -- KEYS[1]  bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
 --                  The bucket is full again at the TAT; the key lives until the last limit's TAT.
--- ARGV     per limit: max (requests per window), window (ms), burst (requests at once, the capacity).
+-- ARGV     per limit: max (units per window), window (ms), burst (units at once, the capacity).
 -- Reply    per limit: capacity = burst; count = tokens in use, rounded up; reset = ms until the bucket is
 --          full again. Retry is exact: the first millisecond at which the request's tokens are back.
 --
@@ -23,7 +23,7 @@ local function store (bucket, i, now, tat, max)
   redis.call('HSET', bucket, field('t', i), text(now + ms), field('f', i), text(tat - ms * max))
 end
 
-local function count (bucket, limits, now, member, peek, entries)
+local function count (bucket, limits, now, member, peek, entries, cost)
   local stored = redis.call('HGETALL', bucket)
   local fields = {}
   for i = 1, #stored, 2 do
@@ -41,7 +41,7 @@ local function count (bucket, limits, now, member, peek, entries)
       tat = math.max(0, (t - now) * max + fields[field('f', i)])
     end
     entry.count, entry.reset, entry.retry, entry.tat = ceildiv(tat, window), ceildiv(tat, max), 0, tat
-    local over = tat + window - limit.burst * window
+    local over = tat + cost * window - limit.burst * window
     if over > 0 then
       entry.retry = ceildiv(over, max)
       allowed = false
@@ -54,7 +54,7 @@ local function count (bucket, limits, now, member, peek, entries)
   local ttl = 0
   for i = 1, #limits do
     local entry, max, window = entries[i], limits[i].max, limits[i].window
-    local tat = entry.tat + window
+    local tat = entry.tat + cost * window
     entry.count = ceildiv(tat, window)
     entry.reset = ceildiv(tat, max)
     ttl = math.max(ttl, entry.reset)
@@ -64,11 +64,11 @@ local function count (bucket, limits, now, member, peek, entries)
   return true
 end
 
-local function undo (bucket, limits, member, at, now)
+local function undo (bucket, limits, member, at, now, cost)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', bucket, field('t', i), field('f', i))
     if stored[1] then
-      store(bucket, i, now, math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]) - limit.window), limit.max)
+      store(bucket, i, now, math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]) - cost * limit.window), limit.max)
     end
   end
 end

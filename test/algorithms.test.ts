@@ -30,7 +30,7 @@ t.test('each script is lua/numbers.lua, its algorithm file, then lua/decide.lua,
     t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
     t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: read in one place`)
     t.match(file, /^-- KEYS\[1\]\s+\w+\s+(ZSET|HASH)/m, `${algorithm}: the header names its state key`)
-    t.match(file, /^-- ARGV\s+per limit: max \(requests/m, `${algorithm}: its arguments with units`)
+    t.match(file, /^-- ARGV\s+per limit: max \(units/m, `${algorithm}: its arguments with units`)
     t.match(file, /^-- Reply\s+per limit: /m, `${algorithm}: and what its reply holds`)
     t.match(file, /^local function count \(.*\n[^]*^local function undo \(/m, `${algorithm}: it defines count and undo`)
     names.add(command)

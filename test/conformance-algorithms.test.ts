@@ -62,6 +62,8 @@ type Step =
     offence?: number
     /** Remember the decision, for an `undo` step. */
     save?: string
+    /** The request's units (1 unless told). */
+    cost?: number
   }
   | { at: number, override: string, ttl: number | null }
   | { at: number, clearOverride: true }
@@ -69,8 +71,8 @@ type Step =
   | { at: number, setBan: number }
   /** Redis only: the offences key (value and TTL), or null when there is none. */
   | { at: number, offences: { value: string, ttl: number } | null }
-  /** Redis only: the sliding log's scores (offsets from T0). */
-  | { at: number, logHolds: number[] }
+  /** Redis only: the sliding log's scores (offsets from T0), and its units above one per entry (UNITS's). */
+  | { at: number, logHolds: number[], units?: number }
   /** Redis only: what one key holds (a hash's fields and a string as Redis keeps them; TTL from the step). */
   | { at: number, inspect: 'log' | 'backoff', holds: Stored }
 
@@ -835,7 +837,7 @@ const rowsOf = (d: Decision): Row[] => d.limits.map(l => [l.limit, l.windowMs, l
 /** Runs a case's steps at `origin` + each step's `at` (T0 unless told). */
 async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c: Case, origin = T0): Promise<void> {
   const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.7', algorithm)
-  const saved = new Map<string, Decision>()
+  const saved = new Map<string, { decision: Decision, cost: number | undefined }>()
   for (const step of c.steps) {
     const now = origin + step.at
     const what = `${store.kind} ${describe(step)}`
@@ -846,8 +848,8 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
     } else if ('setBan' in step) {
       await store.setBan(keys.banned, step.setBan, now)
     } else if ('undo' in step) {
-      const d = saved.get(step.undo)!
-      await store.undo({ keys, limits: c.limits, algorithm, member: d.member, at: d.at }, now)
+      const { decision: d, cost } = saved.get(step.undo)!
+      await store.undo({ keys, limits: c.limits, algorithm, member: d.member, at: d.at, ...(cost === undefined ? {} : { cost }) }, now)
     } else if ('offences' in step) {
       if (store.inspect === undefined) continue
       const stored = await store.inspect(keys.offences, now)
@@ -855,7 +857,10 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
     } else if ('logHolds' in step) {
       if (store.inspect === undefined) continue
       const stored = await store.inspect(keys.log, now)
-      t.strictSame(stored.type === 'zset' ? stored.scores.map(s => s - T0) : [], step.logHolds, what)
+      const entries = stored.type === 'zset' ? stored.scores.filter((_, i) => stored.members[i] !== '+') : []
+      t.strictSame(entries.map(s => s - T0), step.logHolds, what)
+      const units = stored.type === 'zset' ? stored.scores.filter((_, i) => stored.members[i] === '+') : []
+      t.strictSame(units.map(s => -s), step.units === undefined || step.units === 0 ? [] : [step.units], `${what}: units above one per entry`)
     } else if ('holds' in step) {
       if (store.inspect === undefined) continue
       t.strictSame(await store.inspect(keys[step.inspect], now), step.holds, what)
@@ -868,7 +873,8 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
         ladder: c.ladder,
         forgetMs: c.forgetMs,
         peek: step.peek === true,
-        overLimit: c.overLimit
+        overLimit: c.overLimit,
+        cost: step.cost
       })
       const d = await store.decide(input, now)
       t.strictSame(summary(d), step.expect, what)
@@ -877,7 +883,7 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
         t.strictSame([d.limit, d.windowMs, d.count, d.resetMs], step.each[step.binding ?? 0], `${what}: the binding limit`)
       }
       if (step.offence !== undefined) t.equal(d.offence, step.offence, `${what}: offence`)
-      if (step.save !== undefined) saved.set(step.save, d)
+      if (step.save !== undefined) saved.set(step.save, { decision: d, cost: step.cost })
     }
   }
 }
@@ -1039,6 +1045,136 @@ t.test('sliding log: a log emptied under a shorter window lives two of its new e
   await runCase(t, memoryStore(t), 'sliding-log', c)
 })
 
+// Requests that cost more than one unit (`cost`): counted, refused and given back in units; one that costs more
+// than a limit's capacity is refused with a retry of 0 (it never passes), counting nothing and no strike.
+const COSTS: Record<Algorithm, Case[]> = {
+  'sliding-log': [
+    {
+      name: 'costs: each entry keeps its cost, the log its units above one; a wait lasts until enough units leave',
+      limits: [lim(10, 1000)],
+      steps: [
+        { at: 0, cost: 4, expect: allowed(4, 1000) },
+        { at: 100, cost: 5, expect: allowed(9, 900) },
+        // One unit must leave: the entry of 0, worth 4, leaves at 1000.
+        { at: 200, cost: 2, expect: limited(9, 800, 800) },
+        { at: 300, expect: allowed(10, 700) },
+        { at: 400, cost: 11, expect: limited(10, 600, 0) },
+        { at: 1000, cost: 4, expect: allowed(10, 100), save: 'e' },
+        { at: 1000, logHolds: [100, 300, 1000], units: 7 },
+        { at: 1050, expect: limited(10, 50, 50) },
+        // 100 (worth 5) has left: 300 (1) and 1000 (4) remain.
+        { at: 1100, expect: allowed(6, 200) },
+        { at: 1100, logHolds: [300, 1000, 1100], units: 3 },
+        { at: 1150, undo: 'e' },
+        { at: 1150, logHolds: [300, 1100], units: 0 },
+        // Every entry one unit again: the wait is found by rank.
+        { at: 1200, cost: 9, expect: limited(2, 100, 100) }
+      ]
+    },
+    {
+      name: 'costs under two limits: the shorter window counts the units inside it',
+      limits: [lim(5, 100), lim(8, 1000)],
+      steps: [
+        { at: 0, cost: 3, expect: allowed(3, 100), each: [[5, 100, 3, 100], [8, 1000, 3, 1000]] },
+        { at: 50, cost: 2, expect: allowed(5, 50), each: [[5, 100, 5, 50], [8, 1000, 5, 950]] },
+        { at: 120, cost: 2, expect: allowed(7, 880), each: [[5, 100, 4, 30], [8, 1000, 7, 880]], binding: 1 },
+        { at: 130, cost: 2, peek: true, expect: limited(7, 870, 870), each: [[5, 100, 4, 20], [8, 1000, 7, 870]], binding: 1 },
+        { at: 130, cost: 2, expect: limited(7, 870, 870), each: [[5, 100, 4, 20], [8, 1000, 7, 870]], binding: 1 },
+        { at: 130, logHolds: [0, 50, 120], units: 4 }
+      ]
+    }
+  ],
+  'fixed-window': [
+    {
+      name: 'costs: a window counts units; a cost above max is refused with no wait',
+      limits: [lim(10, 1000)],
+      steps: [
+        { at: 0, cost: 4, expect: allowed(4, 1000) },
+        { at: 100, cost: 6, expect: allowed(10, 900) },
+        { at: 200, expect: limited(10, 800, 800) },
+        { at: 300, cost: 11, expect: limited(10, 700, 0) },
+        { at: 1000, cost: 7, expect: allowed(7, 1000), save: 'a' },
+        { at: 1100, undo: 'a' },
+        { at: 1100, cost: 10, expect: allowed(10, 900) }
+      ]
+    }
+  ],
+  'sliding-window': [
+    {
+      name: 'costs: both counters count units; the wait is when the request\'s units fit the estimate',
+      limits: [lim(10, 1000)],
+      steps: [
+        { at: 0, cost: 4, expect: allowed(4, 2000) },
+        { at: 500, cost: 6, expect: allowed(10, 1500) },
+        // This window has no room: it fits once 10 x (1000 - elapsed) + 1000 <= 10000 in the next, at 1100.
+        { at: 600, expect: limited(10, 1400, 500) },
+        { at: 700, cost: 11, expect: limited(10, 1300, 0) },
+        { at: 1500, cost: 5, expect: allowed(10, 1500), save: 'a' },
+        // 10 x (1000 - elapsed) + 7000 <= 10000 from 1700.
+        { at: 1600, cost: 2, expect: limited(9, 1400, 100) },
+        { at: 1600, undo: 'a' },
+        { at: 1600, cost: 2, expect: allowed(6, 1400) }
+      ]
+    }
+  ],
+  'token-bucket': [
+    {
+      name: 'costs: a unit is one emission interval; a cost above the burst is refused with no wait',
+      limits: [lim(10, 1000)],
+      steps: [
+        { at: 0, cost: 4, expect: allowed(4, 400) },
+        { at: 0, cost: 6, expect: allowed(10, 1000) },
+        // 9 units in use at 100; 3 more fit once 2 have dripped out, at 300.
+        { at: 100, cost: 3, expect: limited(9, 900, 200) },
+        { at: 100, cost: 11, expect: limited(9, 900, 0) },
+        { at: 300, cost: 3, expect: allowed(10, 1000), save: 'a' },
+        { at: 300, undo: 'a' },
+        { at: 300, cost: 3, expect: allowed(10, 1000) }
+      ]
+    },
+    {
+      name: 'costs: the capacity is the burst, not max',
+      limits: [lim(10, 1000, 5)],
+      steps: [
+        { at: 0, cost: 6, expect: limited(0, 0, 0) },
+        { at: 0, cost: 5, expect: allowed(5, 500) }
+      ]
+    }
+  ]
+}
+
+/** A refused costly request counts no strike; a denial that does counts as any other. Max 2 per second. */
+function costsAndBans (algorithm: Algorithm): Case {
+  // The sliding window counts its requests for two windows; the token bucket's single unit drips out in 500 ms.
+  const reset = (at: number): number => (algorithm === 'sliding-window' ? 2000 : 1000) - at
+  const retry = { 'sliding-log': 970, 'fixed-window': 970, 'sliding-window': 1470, 'token-bucket': 470 }[algorithm]
+  return {
+    name: 'costs: a request above the capacity strikes nothing; an ordinary denial strikes',
+    limits: [lim(2, 1000)],
+    threshold: 2,
+    ladder: [5000],
+    steps: [
+      { at: 0, cost: 2, expect: allowed(2, reset(0)) },
+      { at: 10, cost: 3, expect: limited(2, reset(10), 0) },
+      { at: 20, cost: 3, expect: limited(2, reset(20), 0) },
+      { at: 30, expect: limited(2, reset(30), retry) },
+      { at: 40, expect: banStarts(2, reset(40), 5000), offence: 1 }
+    ]
+  }
+}
+
+for (const algorithm of ALGORITHMS) {
+  t.test(`${algorithm}: costs, on both stores`, async t => {
+    const redis = await redisStore(t)
+    for (const c of [...COSTS[algorithm], costsAndBans(algorithm)]) {
+      t.test(c.name, async t => {
+        await runCase(t, redis, algorithm, c)
+        await runCase(t, memoryStore(t), algorithm, c)
+      })
+    }
+  })
+}
+
 // A fixed seed whose traffic reaches every kind of answer, and a fresh one each run to explore further.
 // CONFORMANCE_SEED=<n> replays one.
 const FIXED_SEED = 4
@@ -1054,7 +1190,7 @@ for (const algorithm of ALGORITHMS) {
   }
 }
 
-interface Allowed { readonly decisions: readonly Decision[], readonly limits: readonly Limit[] }
+interface Allowed { readonly decisions: readonly Decision[], readonly limits: readonly Limit[], readonly cost: number }
 
 async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
@@ -1119,7 +1255,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
       results = []
       for (const [i, store] of stores.entries()) {
         const d = given!.decisions[i]!
-        await store.undo({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at }, now)
+        await store.undo({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at, cost: given!.cost }, now)
         const { member, ...rest } = await store.decide(peek, now)
         results.push(JSON.stringify(rest))
       }
@@ -1132,17 +1268,21 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
         ladder: who.ladder,
         forgetMs: who.forgetMs,
         peek: random() < 0.1,
-        algorithm
+        algorithm,
+        // Some requests cost more than one unit, a few more than a limit holds.
+        cost: random() < 0.3 ? int(2, 6) : 1
       })
-      text = `decide(${who.name}/${budget.scope}, ${encodeLimits(input.limits)}, threshold ${who.threshold}, ladder ${who.ladder.join(' ')}, forget ${who.forgetMs}${input.peek ? ', peek' : ''})`
+      const cost = input.cost!
+      text = `decide(${who.name}/${budget.scope}, ${encodeLimits(input.limits)}, threshold ${who.threshold}, ladder ${who.ladder.join(' ')}, forget ${who.forgetMs}${input.peek ? ', peek' : ''}, cost ${cost})`
       const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
       results = decisions.map(({ member, ...d }) => JSON.stringify(d))
       const d = decisions[1]!
       if (d.status === 'allowed' && !input.peek) {
-        budget.counted.push({ decisions, limits: input.limits })
+        budget.counted.push({ decisions, limits: input.limits, cost })
         if (budget.counted.length > 20) budget.counted.shift()
       }
       seen.add(d.status + (d.banStarted ? '+start' : ''))
+      if (cost > 1) seen.add(d.status === 'allowed' ? 'costly, allowed' : d.retryMs === 0 ? 'too costly' : 'costly, limited')
       if (d.offence > 1) seen.add('escalated')
       if (d.limits.length > 1) seen.add('two limits')
       if (encodeLimits(d.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, burst: l.limit }))) !==
@@ -1152,7 +1292,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
   }
   record.done(STEPS)
   if (!requireEveryKind) return
-  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'escalated', 'two limits', 'overridden', 'undo']) {
+  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'escalated', 'two limits', 'overridden', 'undo', 'costly, allowed', 'costly, limited', 'too costly']) {
     t.ok(seen.has(kind), `the random traffic produced: ${kind}`)
   }
 }

@@ -220,21 +220,21 @@ t.test("standardHeaders: 'draft-10' sends the IETF fields, exact strings", async
   })
 
   const res = await s.app.inject('/')
-  t.equal(res.headers['ratelimit-policy'], '"default";q=5;w=60')
+  t.equal(res.headers['ratelimit-policy'], '"default";q=5;qu="requests";w=60')
   t.equal(res.headers.ratelimit, '"default";r=4;t=60')
   t.equal(res.headers['x-ratelimit-limit'], '5', 'legacy headers stay on by default')
 
   const own = await s.app.inject('/own')
-  t.equal(own.headers['ratelimit-policy'], '"default";q=3;w=60', 'a route without groupId is policy "default"')
+  t.equal(own.headers['ratelimit-policy'], '"default";q=3;qu="requests";w=60', 'a route without groupId is policy "default"')
   t.equal(own.headers.ratelimit, '"default";r=2;t=60')
 
   const search = await s.app.inject('/search')
-  t.equal(search.headers['ratelimit-policy'], '"search";q=2;w=2', 'the policy is named after the groupId; w is whole seconds, rounded up')
+  t.equal(search.headers['ratelimit-policy'], '"search";q=2;qu="requests";w=2', 'the policy is named after the groupId; w is whole seconds, rounded up')
   t.equal(search.headers.ratelimit, '"search";r=1;t=2')
   await s.app.inject('/search')
   const denied = await s.app.inject('/search')
   t.equal(denied.statusCode, 429)
-  t.equal(denied.headers['ratelimit-policy'], '"search";q=2;w=2')
+  t.equal(denied.headers['ratelimit-policy'], '"search";q=2;qu="requests";w=2')
   t.match(denied.headers.ratelimit, /^"search";r=0;t=[12]$/)
   t.match(denied.headers['retry-after'], /^[12]$/)
 })
@@ -243,7 +243,7 @@ t.test('legacyHeaders: false removes the X-RateLimit fields, not Retry-After', a
   const s = await setup(t, { max: 1, timeWindow: 5000, legacyHeaders: false, standardHeaders: 'draft-10' })
   const res = await s.app.inject('/')
   for (const name of X_HEADERS) t.notOk(name in res.headers, `no ${name}`)
-  t.equal(res.headers['ratelimit-policy'], '"default";q=1;w=5')
+  t.equal(res.headers['ratelimit-policy'], '"default";q=1;qu="requests";w=5')
   t.equal(res.headers.ratelimit, '"default";r=0;t=5')
   const denied = await s.app.inject('/')
   t.equal(denied.statusCode, 429)
@@ -284,7 +284,7 @@ t.test('header values are whole numbers, also with windows and waits that are no
     for (const name of [...X_HEADERS, ...(res.statusCode === 429 ? ['retry-after'] : [])]) {
       t.match(res.headers[name], /^\d+$/, `${name}: ${String(res.headers[name])}`)
     }
-    t.match(res.headers['ratelimit-policy'], /^"default";q=2;w=2$/)
+    t.match(res.headers['ratelimit-policy'], /^"default";q=2;qu="requests";w=2$/)
     t.match(res.headers.ratelimit, /^"default";r=\d+;t=\d+$/)
   }
   t.equal(seen[2]!.headers['retry-after'], '2', 'a wait of 1777 ms less a few hundred rounds up to 2 s')

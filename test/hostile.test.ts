@@ -196,7 +196,7 @@ const HEADER_SHAPES: Record<string, RegExp> = {
   'x-ratelimit-remaining': /^[0-2]$/,
   'x-ratelimit-reset': /^\d{1,2}$/,
   'retry-after': /^\d+$/,
-  'ratelimit-policy': /^"(default|grp)";q=2;w=10$/,
+  'ratelimit-policy': /^"(default|grp)";q=2;qu="requests";w=10$/,
   ratelimit: /^"(default|grp)";r=[0-2];t=\d{1,2}$/
 }
 

@@ -27,7 +27,7 @@ const STORES = ['redis', 'memory'] as const
 type Where = typeof STORES[number]
 
 const LIMITS: LimitOptions[] = [{ max: 2, timeWindow: '1s', name: 'burst' }, { max: 5, timeWindow: '1 minute', name: 'minute' }]
-const POLICY = '"burst";q=2;w=1, "minute";q=5;w=60'
+const POLICY = '"burst";q=2;qu="requests";w=1, "minute";q=5;qu="requests";w=60'
 /** Both limits refuse the second request: the wait is the longer one's. */
 const BOTH: LimitOptions[] = [{ max: 1, timeWindow: '1 minute', name: 'minute' }, { max: 1, timeWindow: '1 hour', name: 'hour' }]
 /**
@@ -157,7 +157,7 @@ t.test('two limits with each algorithm, on Redis and in process, at plugin and r
     const refused = seen(await app.inject('/later'))
     const after = Math.floor(await redisNow(redis) / 1000)
     const e = [expected(algorithm, before), expected(algorithm, after)]
-    t.strictSame([allowed.status, allowed.limit, allowed.remaining, allowed.policy], [200, '3', '0', '"burst";q=2;w=1, "day";q=3;w=86400'],
+    t.strictSame([allowed.status, allowed.limit, allowed.remaining, allowed.policy], [200, '3', '0', '"burst";q=2;qu="requests";w=1, "day";q=3;qu="requests";w=86400'],
       `${what}: once the burst allows again, the day binds: its last request, fewest remaining`)
     oneOf(allowed.reset, e.map(x => x.dayReset), `${what}: X-RateLimit-Reset is the day's`)
     t.strictSame([refused.status, refused.limit, refused.remaining], [429, '3', '0'], `${what}: refused by the day`)
@@ -201,7 +201,7 @@ t.test('two limits with each algorithm, on Redis and in process, at plugin and r
         limit: '1',
         remaining: '0',
         reset: String(e.both),
-        policy: '"minute";q=1;w=60, "hour";q=1;w=3600',
+        policy: '"minute";q=1;qu="requests";w=60, "hour";q=1;qu="requests";w=3600',
         ratelimit: `"minute";r=0;t=${e.oneMinute}, "hour";r=0;t=${e.both}`,
         retryAfter: String(e.both)
       }, `${name}: both limits refuse: Retry-After is the hour's wait; on a tie of remaining the later reset (the hour) binds`)
@@ -233,10 +233,10 @@ t.test('IETF policy names: given, or the budget\'s with -2, -3... after the firs
     app.get('/one', { config: { rateLimit: { max: 6, timeWindow: '10s' } } }, async () => 'ok')
   })
   const policies: Array<[string, string, string]> = [
-    ['/', '"default";q=3;w=1, "default-2";q=4;w=60, "default-3";q=5;w=3600', '"default";r=2;t=1, "default-2";r=3;t=60, "default-3";r=4;t=3600'],
-    ['/group', '"search";q=3;w=1, "search-2";q=4;w=60', '"search";r=2;t=1, "search-2";r=3;t=60'],
-    ['/mixed', '"fast";q=3;w=1, "default-2";q=4;w=60, "slow";q=5;w=3600', '"fast";r=2;t=1, "default-2";r=3;t=60, "slow";r=4;t=3600'],
-    ['/one', '"default";q=6;w=10', '"default";r=5;t=10']
+    ['/', '"default";q=3;qu="requests";w=1, "default-2";q=4;qu="requests";w=60, "default-3";q=5;qu="requests";w=3600', '"default";r=2;t=1, "default-2";r=3;t=60, "default-3";r=4;t=3600'],
+    ['/group', '"search";q=3;qu="requests";w=1, "search-2";q=4;qu="requests";w=60', '"search";r=2;t=1, "search-2";r=3;t=60'],
+    ['/mixed', '"fast";q=3;qu="requests";w=1, "default-2";q=4;qu="requests";w=60, "slow";q=5;qu="requests";w=3600', '"fast";r=2;t=1, "default-2";r=3;t=60, "slow";r=4;t=3600'],
+    ['/one', '"default";q=6;qu="requests";w=10', '"default";r=5;t=10']
   ]
   for (const [url, policy, ratelimit] of policies) {
     const res = await app.inject(url)
@@ -253,14 +253,14 @@ t.test('token bucket: burst is the capacity (X-RateLimit-Limit), max per timeWin
     })
     // One token back every 6 s: each request takes 6 s of the bucket.
     for (let i = 1; i <= 3; i++) {
-      t.strictSame(seen(await app.inject('/')), { status: 200, limit: '3', remaining: String(3 - i), reset: String(6 * i), policy: '"default";q=3;w=60', ratelimit: `"default";r=${3 - i};t=${6 * i}` },
+      t.strictSame(seen(await app.inject('/')), { status: 200, limit: '3', remaining: String(3 - i), reset: String(6 * i), policy: '"default";q=3;qu="requests";w=60', ratelimit: `"default";r=${3 - i};t=${6 * i}` },
         `${where}: request ${i} of a bucket of 3`)
     }
-    t.strictSame(seen(await app.inject('/')), { status: 429, limit: '3', remaining: '0', reset: '18', policy: '"default";q=3;w=60', ratelimit: '"default";r=0;t=18', retryAfter: '6' },
+    t.strictSame(seen(await app.inject('/')), { status: 429, limit: '3', remaining: '0', reset: '18', policy: '"default";q=3;qu="requests";w=60', ratelimit: '"default";r=0;t=18', retryAfter: '6' },
       `${where}: the fourth waits for one token (6 s), not for a window`)
 
     const limits = await app.inject('/limits')
-    t.strictSame([limits.headers['x-ratelimit-limit'], limits.headers['x-ratelimit-remaining'], limits.headers['ratelimit-policy']], ['4', '3', '"default";q=4;w=60, "default-2";q=100;w=3600'],
+    t.strictSame([limits.headers['x-ratelimit-limit'], limits.headers['x-ratelimit-remaining'], limits.headers['ratelimit-policy']], ['4', '3', '"default";q=4;qu="requests";w=60, "default-2";q=100;qu="requests";w=3600'],
       `${where}: burst inside limits: that limit's capacity is its burst`)
 
     const wide = []
@@ -283,14 +283,14 @@ t.test('max as a function of the request, in the one-limit spelling and inside l
       `${where}: max from the request: 2`)
     t.strictSame(await get('/', 4), { status: 200, limit: '4', remaining: '1', reset: '60' }, `${where}: the same log against a max of 4: 2 counted, the third allowed`)
 
-    t.strictSame(await get('/limits', 1), { status: 200, limit: '1', remaining: '0', reset: '60', policy: '"asked";q=1;w=60, "hour";q=3;w=3600', ratelimit: '"asked";r=0;t=60, "hour";r=2;t=3600' },
+    t.strictSame(await get('/limits', 1), { status: 200, limit: '1', remaining: '0', reset: '60', policy: '"asked";q=1;qu="requests";w=60, "hour";q=3;qu="requests";w=3600', ratelimit: '"asked";r=0;t=60, "hour";r=2;t=3600' },
       `${where}: a function inside limits is asked per request`)
-    t.strictSame(await get('/limits', 10), { status: 200, limit: '3', remaining: '1', reset: '3600', policy: '"asked";q=10;w=60, "hour";q=3;w=3600', ratelimit: '"asked";r=8;t=60, "hour";r=1;t=3600' },
+    t.strictSame(await get('/limits', 10), { status: 200, limit: '3', remaining: '1', reset: '3600', policy: '"asked";q=10;qu="requests";w=60, "hour";q=3;qu="requests";w=3600', ratelimit: '"asked";r=8;t=60, "hour";r=1;t=3600' },
       `${where}: asked for 10, the hour binds`)
     const refused = await get('/limits', 1)
     t.strictSame([refused.status, refused.retryAfter], [429, '60'], `${where}: asked for 1 again: refused until the minute passes`)
     await t.rejects(app.rateGuard.peek(LOCAL, { route: 'GET /limits' }), { code: 'FST_RATE_GUARD_INVALID_OPTION' }, `${where}: peek needs max for such a budget`)
-    t.strictSame(await get('/limits', 0), { status: 429, limit: '0', remaining: '0', reset: '60', policy: '"asked";q=0;w=60, "hour";q=3;w=3600', ratelimit: '"asked";r=0;t=60, "hour";r=3;t=0', retryAfter: '60' },
+    t.strictSame(await get('/limits', 0), { status: 429, limit: '0', remaining: '0', reset: '60', policy: '"asked";q=0;qu="requests";w=60, "hour";q=3;qu="requests";w=3600', ratelimit: '"asked";r=0;t=60, "hour";r=3;t=0', retryAfter: '60' },
       `${where}: asked for 0: refused for a window without counting, the other limit not asked`)
   }
 })

@@ -253,8 +253,8 @@ t.test('a replaced value is warned once through fastify.log at register, and the
     [40, 'rate-guard: timeWindow 0 is not valid; using 60000, as @fastify/rate-limit does'],
     [40, 'rate-guard: config.rateLimit.max 2.7 is not valid; using 2, as @fastify/rate-limit does']
   ], 'one warning per replaced value, the route\'s named under config.rateLimit')
-  t.equal((await server.inject('/')).headers['ratelimit-policy'], '"default";q=1000;w=60')
-  t.equal((await server.inject({ method: 'POST', url: '/route' })).headers['ratelimit-policy'], '"default";q=2;w=60')
+  t.equal((await server.inject('/')).headers['ratelimit-policy'], '"default";q=1000;qu="requests";w=60')
+  t.equal((await server.inject({ method: 'POST', url: '/route' })).headers['ratelimit-policy'], '"default";q=2;qu="requests";w=60')
   t.equal(lines.filter(line => line.msg.includes('@fastify/rate-limit does')).length, 3, 'requests warn nothing more')
 })
 
@@ -325,7 +325,7 @@ t.test('valid options register', async t => {
   const res = await server.inject('/')
   t.equal(res.statusCode, 200)
   t.equal(res.headers.ratelimit, '"api-v1";r=9;t=60', 'the resolved max, window and group id are the ones given')
-  t.equal(res.headers['ratelimit-policy'], '"api-v1";q=10;w=60')
+  t.equal(res.headers['ratelimit-policy'], '"api-v1";q=10;qu="requests";w=60')
   t.notOk('x-ratelimit-limit' in res.headers, 'legacyHeaders: false is honoured')
 })
 
@@ -344,7 +344,7 @@ t.test('human durations resolve to the right milliseconds in the running plugin'
     server.get('/', async () => 'ok')
     const res = await server.inject('/')
     t.equal(res.statusCode, 200)
-    t.equal(res.headers['ratelimit-policy'], `"default";q=1;w=${Math.ceil(ms / 1000)}`, `${JSON.stringify(timeWindow)}: w in seconds`)
+    t.equal(res.headers['ratelimit-policy'], `"default";q=1;qu="requests";w=${Math.ceil(ms / 1000)}`, `${JSON.stringify(timeWindow)}: w in seconds`)
     const peek = await server.rateGuard.peek('127.0.0.1')
     t.equal(peek.count, 1)
     // The oldest request leaves one window after it came: the window is ms, give or take the time since.

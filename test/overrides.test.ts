@@ -62,7 +62,7 @@ t.test('an override raises one client\'s limit on the plugin budget; others and 
     await app.rateGuard.setOverride(LOCAL, { max: 10, timeWindow: '1 minute', ttl: '1 minute' })
     const res = await get(app)
     t.strictSame(legacy(res), [200, '10', '8'], `${where}: the next request meets the override (the request before still counts)`)
-    t.strictSame([res.headers['ratelimit-policy'], res.headers.ratelimit], ['"default";q=10;w=60', '"default";r=8;t=60'], `${where}: the IETF fields too`)
+    t.strictSame([res.headers['ratelimit-policy'], res.headers.ratelimit], ['"default";q=10;qu="requests";w=60', '"default";r=8;t=60'], `${where}: the IETF fields too`)
     t.strictSame(legacy(await get(app, '/', OTHER)), [200, '2', '1'], `${where}: another client keeps the budget's limit`)
     t.strictSame(legacy(await get(app, '/x')), [200, '3', '2'], `${where}: the same client on a route's own budget keeps that budget's limit`)
     const peek = await app.rateGuard.peek(LOCAL)
@@ -80,7 +80,7 @@ t.test('an override with several limits', async t => {
     await app.rateGuard.setOverride(LOCAL, { limits: [{ max: 4, timeWindow: '1 minute' }, { max: 6, timeWindow: '1 hour' }], ttl: 60_000 })
     const res = await get(app)
     t.strictSame(legacy(res), [200, '4', '3'], `${where}: the binding limit of the override`)
-    t.strictSame([res.headers['ratelimit-policy'], res.headers.ratelimit], ['"default";q=4;w=60, "default-2";q=6;w=3600', '"default";r=3;t=60, "default-2";r=5;t=3600'],
+    t.strictSame([res.headers['ratelimit-policy'], res.headers.ratelimit], ['"default";q=4;qu="requests";w=60, "default-2";q=6;qu="requests";w=3600', '"default";r=3;t=60, "default-2";r=5;t=3600'],
       `${where}: a budget of one limit overridden with two: the second is named <first>-2`)
     const codes = []
     for (let i = 0; i < 4; i++) codes.push((await get(app)).statusCode)

@@ -360,9 +360,9 @@ t.test('timeWindow as a function, sync and async', async t => {
     const app = await setup(t, { max: 1, timeWindow, standardHeaders: 'draft-10' })
     const key = { headers: { 'x-api-key': 'k1' } }
     const res = await app.inject({ url: '/', ...key })
-    t.equal(res.headers['ratelimit-policy'], '"default";q=1;w=1')
+    t.equal(res.headers['ratelimit-policy'], '"default";q=1;qu="requests";w=1')
     t.equal(res.headers['x-ratelimit-reset'], '1')
-    t.equal((await app.inject('/')).headers['ratelimit-policy'], '"default";q=1;w=10')
+    t.equal((await app.inject('/')).headers['ratelimit-policy'], '"default";q=1;qu="requests";w=10')
     t.same(await codes(app, 1, key), [429])
     t.same(await codes(app, 1), [429])
     await sleep(1100)

@@ -73,13 +73,13 @@ t.test('three clients spend the shared budget of 3; then everyone gets its 429 a
     for (const apiKey of ['a', 'b', 'c']) {
       const res = await get(app, '/s', apiKey)
       t.strictSame(legacy(res), [200, '5', '4', '60', undefined], `${where}: client ${apiKey} passes, with its own budget's headers`)
-      t.equal(res.headers['ratelimit-policy'], '"default";q=5;w=60')
+      t.equal(res.headers['ratelimit-policy'], '"default";q=5;qu="requests";w=60')
     }
 
     for (const apiKey of ['a', 'd', 'b']) {
       const res = await get(app, '/s', apiKey)
       t.strictSame(legacy(res), [429, '3', '0', '60', '60'], `${where}: client ${apiKey} is refused with the shared budget's headers`)
-      t.strictSame([res.headers['ratelimit-policy'], res.headers.ratelimit], ['"default-shared";q=3;w=60', '"default-shared";r=0;t=60'], `${where}: named <budget>-shared`)
+      t.strictSame([res.headers['ratelimit-policy'], res.headers.ratelimit], ['"default-shared";q=3;qu="requests";w=60', '"default-shared";r=0;t=60'], `${where}: named <budget>-shared`)
       t.strictSame(res.json(), { statusCode: 429, error: 'Too Many Requests', message: 'Rate limit exceeded, retry in 1 minute' }, `${where}: @fastify/rate-limit's body, no code`)
     }
     t.strictSame(exceeded, ['apikey:a', 'apikey:d', 'apikey:b'], `${where}: onExceeded for each shared refusal, with the client's key`)
@@ -183,15 +183,15 @@ t.test('shared budgets: several limits, given names, a group\'s, the plugin\'s',
   t.strictSame([(await get(app, '/limits', 'a')).statusCode, (await get(app, '/limits', 'b')).statusCode], [200, 200])
   const limits = await get(app, '/limits', 'c')
   t.strictSame([limits.statusCode, limits.headers['x-ratelimit-limit'], limits.headers['ratelimit-policy'], limits.headers.ratelimit],
-    [429, '2', '"default-shared";q=2;w=60, "default-shared-2";q=10;w=3600', '"default-shared";r=0;t=60, "default-shared-2";r=8;t=3600'],
+    [429, '2', '"default-shared";q=2;qu="requests";w=60, "default-shared-2";q=10;qu="requests";w=3600', '"default-shared";r=0;t=60, "default-shared-2";r=8;t=3600'],
     'several shared limits: the binding one in X-RateLimit-*, all of them in RateLimit')
 
   t.strictSame([(await get(app, '/g1', 'a')).statusCode, (await get(app, '/g2', 'b')).statusCode], [200, 200])
   const group = await get(app, '/g1', 'c')
-  t.strictSame([group.statusCode, group.headers['ratelimit-policy']], [429, '"reports-shared";q=2;w=60'], 'a group\'s routes share one shared budget, named <group>-shared')
+  t.strictSame([group.statusCode, group.headers['ratelimit-policy']], [429, '"reports-shared";q=2;qu="requests";w=60'], 'a group\'s routes share one shared budget, named <group>-shared')
 
   t.equal((await get(app, '/p1', 'a')).statusCode, 200)
   const plugin = await get(app, '/p2', 'b')
-  t.strictSame([plugin.statusCode, plugin.headers['ratelimit-policy']], [429, '"everyone";q=1;w=60'], 'the plugin\'s shared budget is one for all its routes, with the name given')
+  t.strictSame([plugin.statusCode, plugin.headers['ratelimit-policy']], [429, '"everyone";q=1;qu="requests";w=60'], 'the plugin\'s shared budget is one for all its routes, with the name given')
   t.equal((await get(app, '/none', 'b')).statusCode, 200, 'shared: false turns the plugin\'s off for a route')
 })

@@ -415,6 +415,12 @@ await Fastify().register(rateGuard, { continueExceeding: true, exponentialBackof
 // @ts-expect-error a header switch is a boolean
 await Fastify().register(rateGuard, { addHeaders: { 'retry-after': 'no' } })
 
+// A request's cost in units: a number, or a function of the request (sync or async).
+app.get('/bulk', { config: { rateLimit: { cost: 5 } } }, async () => 'ok')
+app.get('/tokens', { config: { rateLimit: { cost: async (request: FastifyRequest, key: string) => { expectType<string>(key); return Number(request.headers['x-units']) } } } }, async () => 'ok')
+// @ts-expect-error a cost is a number of units
+app.get('/bad', { config: { rateLimit: { cost: '5' } } }, async () => 'ok')
+
 // The decorators @fastify/rate-limit has: a hook to place, and a check to call by hand.
 app.setNotFoundHandler({ preHandler: app.rateLimit({ max: 4, timeWindow: 500 }) }, async () => 'gone')
 app.get('/checked', { onRequest: app.rateLimit() }, async (request) => {

@@ -4,7 +4,7 @@ import type { Entry, Step } from './step.js'
 /** The twin of `lua/fixed-window.lua`: per limit, a counter of the window (aligned to the epoch) it counts in. */
 
 export const fixedWindow: Step = {
-  count (state, limits, now, peek) {
+  count (state, limits, now, peek, cost) {
     const hash = fieldsOf(state)
     const { fields } = hash
     let allowed = true
@@ -14,7 +14,7 @@ export const fixedWindow: Step = {
       const start = now - now % limit.windowMs
       const n = fields.get(`s${i}`) === start ? fields.get(`c${i}`)! : 0
       const entry = { count: n, reset: n > 0 ? start + limit.windowMs - now : 0, retry: 0 }
-      if (n >= limit.max) {
+      if (n + cost > limit.max) {
         entry.retry = start + limit.windowMs - now
         allowed = false
       }
@@ -25,7 +25,7 @@ export const fixedWindow: Step = {
 
     let ttl = 0
     for (const [index, entry] of entries.entries()) {
-      entry.count++
+      entry.count += cost
       entry.reset = starts[index]! + limits[index]!.windowMs - now
       ttl = Math.max(ttl, entry.reset)
       fields.set(`s${index + 1}`, starts[index]!).set(`c${index + 1}`, entry.count)
@@ -34,11 +34,12 @@ export const fixedWindow: Step = {
     return { allowed, entries, state: hash }
   },
 
-  undo (state, limits, at) {
+  undo (state, limits, at, _now, cost) {
     const { fields } = fieldsOf(state)
     limits.forEach((limit, index) => {
       const i = index + 1
-      if (fields.get(`s${i}`) === at - at % limit.windowMs && fields.get(`c${i}`)! > 0) fields.set(`c${i}`, fields.get(`c${i}`)! - 1)
+      const n = fields.get(`c${i}`)!
+      if (fields.get(`s${i}`) === at - at % limit.windowMs && n > 0) fields.set(`c${i}`, n - Math.min(cost, n))
     })
   }
 }

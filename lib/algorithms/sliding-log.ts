@@ -1,21 +1,31 @@
 import type { Entry, State, Step } from './step.js'
 
-/** The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first, one log for all limits. */
+/**
+ * The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first, one log for all limits;
+ * and, once a request cost more than 1, each entry's cost (the script keeps it in the member's name).
+ */
 
 interface Log extends State {
   times: number[]
+  /** Each entry's units, beside `times`; undefined while every entry is one unit (the script's log without UNITS). */
+  weights: number[] | undefined
 }
 
 export const slidingLog: Step = {
-  count (state, limits, now, peek) {
+  count (state, limits, now, peek, cost) {
     const log = state as Log | undefined
     const times = log?.times ?? []
+    let weights = log?.weights
     const longest = Math.max(...limits.map(limit => limit.windowMs))
     // A peek writes nothing, so it counts around the entries that have left instead of removing them.
     if (!peek) {
       let expired = 0
       while (expired < times.length && times[expired]! <= now - longest) expired++
-      if (expired > 0) times.splice(0, expired)
+      if (expired > 0) {
+        times.splice(0, expired)
+        weights?.splice(0, expired)
+        if (weights?.every(weight => weight === 1) === true) weights = undefined
+      }
     }
     const total = times.length
     const leaves = (rank: number, window: number): number => times[rank]! + window - now
@@ -24,39 +34,55 @@ export const slidingLog: Step = {
     const entries = limits.map(({ max, windowMs: window }): Entry => {
       let n = total
       while (n > 0 && times[total - n]! <= now - window) n--
-      const entry = { count: n, reset: n > 0 ? leaves(total - n, window) : 0, retry: 0 }
-      // The wait is until enough entries leave this window for one more to fit.
-      if (n >= max) {
-        entry.retry = leaves(total - max, window)
+      let units = n
+      if (weights !== undefined) for (let rank = total - n; rank < total; rank++) units += weights[rank]! - 1
+      const entry = { count: units, reset: n > 0 ? leaves(total - n, window) : 0, retry: 0 }
+      // The wait is until enough units leave this window for the request's to fit.
+      let need = units + cost - max
+      if (need > 0) {
+        let rank = total - n
+        if (weights === undefined) rank += need - 1
+        else while ((need -= weights[rank]!) > 0) rank++
+        entry.retry = leaves(rank, window)
         allowed = false
       }
       return entry
     })
     if (!allowed || peek) return { allowed, entries }
 
-    insertSorted(times, now)
+    const at = insertSorted(times, now)
+    // The first costlier entry gives the log its costs; the script marks it with UNITS.
+    const costs = weights ?? (cost > 1 ? new Array<number>(total).fill(1) : undefined)
+    costs?.splice(at, 0, cost)
     for (const [index, entry] of entries.entries()) {
       // The new entry is the oldest when the log was empty, or when the clock stepped back.
       if (entry.count === 0 || entry.reset > limits[index]!.windowMs) entry.reset = limits[index]!.windowMs
-      entry.count++
+      entry.count += cost
     }
+    if (log === undefined) return { allowed, entries, state: { times, weights: costs, expiresAt: now + 2 * longest } as Log }
+    log.weights = costs
     // As in the script: the log outlives its newest entry by a window, so its TTL is set to two windows only
     // when less than one is left; a log the trim emptied is gone in Redis, TTL and all, so it starts afresh.
-    if (log === undefined) return { allowed, entries, state: { times, expiresAt: now + 2 * longest } as Log }
     if (total === 0 || log.expiresAt - now < longest) log.expiresAt = now + 2 * longest
     return { allowed, entries }
   },
 
-  undo (state, _limits, at) {
-    const { times } = state as Log
-    const index = times.indexOf(at)
-    if (index !== -1) times.splice(index, 1)
+  undo (state, _limits, at, _now, cost) {
+    const log = state as Log
+    const { times, weights } = log
+    let index = times.indexOf(at)
+    while (index !== -1 && (weights?.[index] ?? 1) !== cost) index = times.indexOf(at, index + 1)
+    if (index === -1) return
+    times.splice(index, 1)
+    weights?.splice(index, 1)
+    if (weights?.every(weight => weight === 1) === true) log.weights = undefined
   }
 }
 
-/** Appends `value`, keeping the array sorted even when the clock steps back. */
-function insertSorted (times: number[], value: number): void {
+/** Inserts `value`, keeping the array sorted even when the clock steps back; returns where it went. */
+function insertSorted (times: number[], value: number): number {
   let i = times.length
   while (i > 0 && times[i - 1]! > value) i--
   times.splice(i, 0, value)
+  return i
 }

@@ -11,7 +11,7 @@ import type { Entry, Step } from './step.js'
 interface Counters { start: number, prev: number, curr: number, weighted: number }
 
 export const slidingWindow: Step = {
-  count (state, limits, now, peek) {
+  count (state, limits, now, peek, cost) {
     const hash = fieldsOf(state)
     const { fields } = hash
     let allowed = true
@@ -30,12 +30,12 @@ export const slidingWindow: Step = {
       const weighted = prev * (window - now + start)
       counters.push({ start, prev, curr, weighted })
       const entry = { count: 0, reset: 0, retry: 0 }
-      if (weighted + (curr + 1) * window > max * window) {
+      if (weighted + (curr + cost) * window > max * window) {
         // The first millisecond the request fits: later in this window as the previous one's weight fades,
         // or once this window's requests are the previous ones.
-        entry.retry = curr < max
-          ? start + window - Math.floor((max - curr - 1) * window / prev) - now
-          : start + 2 * window - Math.floor((max - 1) * window / curr) - now
+        entry.retry = curr + cost <= max
+          ? start + window - Math.floor((max - curr - cost) * window / prev) - now
+          : start + 2 * window - Math.floor((max - cost) * window / curr) - now
         allowed = false
       }
       return entry
@@ -47,7 +47,7 @@ export const slidingWindow: Step = {
       const window = limits[index]!.windowMs
       const c = counters[index]!
       if (allowed && !peek) {
-        c.curr++
+        c.curr += cost
         fields.set(`w${i}`, c.start).set(`p${i}`, c.prev).set(`c${i}`, c.curr)
         ttl = Math.max(ttl, c.start + 2 * window - now)
       }
@@ -59,13 +59,15 @@ export const slidingWindow: Step = {
     return { allowed, entries, state: hash }
   },
 
-  undo (state, limits, at) {
+  undo (state, limits, at, _now, cost) {
     const { fields } = fieldsOf(state)
     limits.forEach(({ windowMs: window }, index) => {
       const i = index + 1
       const start = at - at % window
-      if (fields.get(`w${i}`) === start && fields.get(`c${i}`)! > 0) fields.set(`c${i}`, fields.get(`c${i}`)! - 1)
-      else if (fields.get(`w${i}`) === start + window && fields.get(`p${i}`)! > 0) fields.set(`p${i}`, fields.get(`p${i}`)! - 1)
+      const curr = fields.get(`c${i}`)!
+      const prev = fields.get(`p${i}`)!
+      if (fields.get(`w${i}`) === start && curr > 0) fields.set(`c${i}`, curr - Math.min(cost, curr))
+      else if (fields.get(`w${i}`) === start + window && prev > 0) fields.set(`p${i}`, prev - Math.min(cost, prev))
     })
   }
 }

@@ -10,7 +10,7 @@ export interface Limit {
   readonly burst: number
 }
 
-/** One limit's answer: the count after the decision, ms until it starts falling to zero, ms until a retry passes (0: allows). */
+/** One limit's answer: the count (units) after the decision, ms until it starts falling to zero, ms until a retry passes (0: allows). */
 export interface Entry {
   count: number
   reset: number
@@ -31,10 +31,13 @@ export interface Counted {
 }
 
 export interface Step {
-  /** One decision on the budget's live state (`undefined`: none, or expired) at `now`; a peek or a denial counts nothing. */
-  count (state: State | undefined, limits: readonly Limit[], now: number, peek: boolean): Counted
-  /** Gives back one request counted at `at` (a decision allowed here but refused by another budget). */
-  undo (state: State, limits: readonly Limit[], at: number, now: number): void
+  /**
+   * One decision on the budget's live state (`undefined`: none, or expired) at `now` for a request of `cost`
+   * units (at most every limit's capacity); a peek or a denial counts nothing.
+   */
+  count (state: State | undefined, limits: readonly Limit[], now: number, peek: boolean, cost: number): Counted
+  /** Gives back one request of `cost` units counted at `at` (a decision allowed here but refused by another budget). */
+  undo (state: State, limits: readonly Limit[], at: number, now: number, cost: number): void
 }
 
 /** A HASH as the counting scripts keep it: `<field><limit index, from 1>` → integer. */

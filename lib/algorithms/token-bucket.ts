@@ -3,7 +3,7 @@ import type { Entry, Fields, Step } from './step.js'
 
 /**
  * The twin of `lua/token-bucket.lua`: GCRA, one theoretical arrival time (TAT) per limit, in ticks of
- * 1/max ms so every step is an integer. A request costs `windowMs` ticks; the bucket holds `burst × windowMs`.
+ * 1/max ms so every step is an integer. A unit costs `windowMs` ticks; the bucket holds `burst × windowMs`.
  */
 
 // Below 2^53 (options.ts bounds max × window by 2^50), a float quotient is never rounded across an integer,
@@ -16,7 +16,7 @@ function store ({ fields }: Fields, i: number, now: number, tat: number, max: nu
 }
 
 export const tokenBucket: Step = {
-  count (state, limits, now, peek) {
+  count (state, limits, now, peek, cost) {
     const hash = fieldsOf(state)
     const { fields } = hash
     let allowed = true
@@ -27,7 +27,7 @@ export const tokenBucket: Step = {
       const at = fields.get(`t${i}`)
       const tat = at === undefined ? 0 : Math.max(0, (at - now) * max + fields.get(`f${i}`)!)
       const entry = { count: ceildiv(tat, window), reset: ceildiv(tat, max), retry: 0 }
-      const over = tat + window - burst * window
+      const over = tat + cost * window - burst * window
       if (over > 0) {
         entry.retry = ceildiv(over, max)
         allowed = false
@@ -40,7 +40,7 @@ export const tokenBucket: Step = {
     let ttl = 0
     for (const [index, entry] of entries.entries()) {
       const { max, windowMs } = limits[index]!
-      const tat = ahead[index]! + windowMs
+      const tat = ahead[index]! + cost * windowMs
       entry.count = ceildiv(tat, windowMs)
       entry.reset = ceildiv(tat, max)
       ttl = Math.max(ttl, entry.reset)
@@ -50,12 +50,12 @@ export const tokenBucket: Step = {
     return { allowed, entries, state: hash }
   },
 
-  undo (state, limits, at, now) {
+  undo (state, limits, _at, now, cost) {
     const hash = fieldsOf(state)
     limits.forEach(({ max, windowMs }, index) => {
       const i = index + 1
       const t = hash.fields.get(`t${i}`)
-      if (t !== undefined) store(hash, i, now, Math.max(0, (t - now) * max + hash.fields.get(`f${i}`)! - windowMs), max)
+      if (t !== undefined) store(hash, i, now, Math.max(0, (t - now) * max + hash.fields.get(`f${i}`)! - cost * windowMs), max)
     })
   }
 }

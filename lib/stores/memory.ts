@@ -85,7 +85,7 @@ export class MemoryStore implements Store {
     return toDecision(this.#decide(input), '', input.limits)
   }
 
-  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit }: DecideInput): RawDecision {
+  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit, cost = 1 }: DecideInput): RawDecision {
     const now = this.#now()
     let limits = given
     const reply = (status: number, retry: number, offence: number, entries: Entry[]): RawDecision => [
@@ -100,6 +100,10 @@ export class MemoryStore implements Store {
     const override = this.#live(this.#marks, keys.override, now)
     if (override !== undefined) limits = parseLimits(override.value as string)
     if (limits.length === 0) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
+    // A request that costs more than a limit holds never passes: refused as it is, nothing counted, no strike.
+    if (cost > 1 && limits.some(limit => cost > limit.burst)) {
+      return reply(1, 0, 0, STEPS[algorithm].count(this.#live(this.#logs, keys.log, now), limits, now, true, 1).entries)
+    }
 
     // Over the limit (see `lua/decide.lua`): while the over-limit key lives, a decision is held off without
     // counting on the algorithm, and a peek sees the client exceeded for what is left of a window since then.
@@ -126,7 +130,7 @@ export class MemoryStore implements Store {
       const stateKey = peek ? keys.log : this.#place(keys.log, now)
       own = stateKey === keys.log
       const live = this.#live(this.#logs, stateKey, now) as Tracked | undefined
-      const counted = STEPS[algorithm].count(live, limits, now, peek)
+      const counted = STEPS[algorithm].count(live, limits, now, peek, cost)
       entries = counted.entries
       const tracked: Tracked | undefined = counted.state ?? live
       if (tracked !== undefined && !peek) {
@@ -173,11 +177,11 @@ export class MemoryStore implements Store {
     return reply(2, duration, offence, entries)
   }
 
-  undo ({ keys, limits, algorithm, at }: UndoInput): void {
+  undo ({ keys, limits, algorithm, at, cost = 1 }: UndoInput): void {
     const now = this.#now()
     const override = this.#live(this.#marks, keys.override, now)
     const state = this.#live(this.#logs, keys.log, now)
-    if (state !== undefined) STEPS[algorithm].undo(state, override === undefined ? limits : parseLimits(override.value as string), at, now)
+    if (state !== undefined) STEPS[algorithm].undo(state, override === undefined ? limits : parseLimits(override.value as string), at, now, cost)
   }
 
   /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */

@@ -73,7 +73,8 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mo
       policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, limits.length)
       for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
     }
-    each.push(policy + 1)
+    const cost = input.cost ?? 1
+    each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
     if ('at' in input) each.push(input.member, input.at)
   }
   return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]

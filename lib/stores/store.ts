@@ -33,6 +33,12 @@ export interface DecideInput {
    * denial. See `lua/decide.lua`.
    */
   readonly overLimit?: 'continue' | 'backoff'
+  /**
+   * The request's units on every limit (1 when absent): it is allowed when each limit's count plus its cost
+   * fits the limit's capacity, and counts that much. One costing more than a limit's capacity never passes:
+   * limited, with a retry of 0, counting nothing and no strike.
+   */
+  readonly cost?: number
 }
 
 /** Gives back a request a decision counted (`member` and `at` are the decision's). */
@@ -42,6 +48,8 @@ export interface UndoInput {
   readonly algorithm: Algorithm
   readonly member: string
   readonly at: number
+  /** The units the decision counted (1 when absent). */
+  readonly cost?: number
 }
 
 export type DecisionStatus = 'allowed' | 'limited' | 'banned'

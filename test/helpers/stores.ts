@@ -49,16 +49,18 @@ export interface Simple {
   peek?: boolean
   algorithm?: Algorithm
   overLimit?: DecideInput['overLimit']
+  cost?: number
 }
 
-export function decideInput ({ keys, max = 1, windowMs = 1000, burst, limits, banThreshold = 0, banMs = 1000, ladder, forgetMs = 0, peek = false, algorithm, overLimit }: Simple): DecideInput {
+export function decideInput ({ keys, max = 1, windowMs = 1000, burst, limits, banThreshold = 0, banMs = 1000, ladder, forgetMs = 0, peek = false, algorithm, overLimit, cost }: Simple): DecideInput {
   return {
     keys,
     limits: (limits ?? [{ max, windowMs, burst }]).map(l => ({ max: l.max, windowMs: l.windowMs, burst: l.burst ?? l.max })),
     ban: banThreshold === 0 ? null : { threshold: banThreshold, ladder: ladder ?? [banMs], forgetMs },
     peek,
     algorithm,
-    ...(overLimit === undefined ? {} : { overLimit })
+    ...(overLimit === undefined ? {} : { overLimit }),
+    ...(cost === undefined ? {} : { cost })
   }
 }
 
@@ -85,7 +87,7 @@ export interface StoreUnderTest {
 
 export type Stored =
   | { readonly type: 'none' }
-  | { readonly type: 'zset', readonly scores: number[], readonly ttl: number }
+  | { readonly type: 'zset', readonly scores: number[], readonly members: string[], readonly ttl: number }
   | { readonly type: 'string', readonly value: string, readonly ttl: number }
   | { readonly type: 'hash', readonly fields: Record<string, string>, readonly ttl: number }
 
@@ -210,7 +212,7 @@ class TimedRedis implements TimedRedisStore {
     const type = await this.#redis.type(key)
     if (type === 'zset') {
       const flat = await this.#redis.zrange(key, '0', '-1', 'WITHSCORES')
-      return { type, scores: flat.filter((_, i) => i % 2 === 1).map(Number), ttl: at - nowMs }
+      return { type, scores: flat.filter((_, i) => i % 2 === 1).map(Number), members: flat.filter((_, i) => i % 2 === 0), ttl: at - nowMs }
     }
     if (type === 'string') return { type, value: (await this.#redis.get(key))!, ttl: at - nowMs }
     if (type === 'hash') return { type, fields: await this.#redis.hgetall(key), ttl: at - nowMs }
