@@ -148,8 +148,8 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       // count is given back, so a refused request costs neither budget.
       return then(limiter.decide(input.cost === undefined ? shared : { ...shared, cost: input.cost }, request.log), whole => {
         if (whole.status !== 'limited' && whole.status !== 'unavailable') return answer(request, reply, given, own, budget.headers)
-        const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at }
-        limiter.undo(input.cost === undefined ? undo : { ...undo, cost: input.cost }, request.log)
+        const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at, final: 0 }
+        limiter.settle(input.cost === undefined ? undo : { ...undo, cost: input.cost }, request.log)
         return answer(request, reply, given, whole, budget.sharedHeaders)
       })
     })

@@ -6,7 +6,7 @@ import { deadline } from './deadline.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
-import type { DecideInput, Decision, RemoteStore, Store, UndoInput } from './stores/store.js'
+import type { DecideInput, Decision, RemoteStore, SettleInput, Store } from './stores/store.js'
 
 // One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides —
 // `open` lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
@@ -155,17 +155,17 @@ export class Limiter {
   }
 
   /**
-   * Gives back a request a decision counted, without making the request wait: on Redis it is sent and not
-   * awaited; it is bounded by the deadline, and its failure is reported like a decision's. (It only follows a
-   * decision Redis just answered, so the breaker has nothing to save it from.)
+   * Changes what a decision counted (to `final` units; 0 gives it back). It never rejects: on Redis it is
+   * bounded by the deadline, and its failure is reported like a decision's (a request need not wait for it).
+   * It only follows a decision Redis answered, so the breaker has nothing to save it from.
    */
-  undo (input: UndoInput, log: FastifyBaseLogger): void {
+  async settle (input: SettleInput, log: FastifyBaseLogger): Promise<void> {
     // The in-process store gives no member: the decision was its own, or the fallback's.
     if (!this.#remote || input.member === '') {
-      (this.#fallback ?? this.store).undo(input) as undefined
+      await (this.#fallback ?? this.store).settle(input)
       return
     }
-    deadline(this.store.undo(input), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
+    await deadline(Promise.resolve(this.store.settle(input)), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
   /** A store of the app's own could not decide `input` (see lib/stores/theirs.ts): reported, and `failMode` decides. */

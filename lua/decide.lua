@@ -1,5 +1,6 @@
 -- The decision around every algorithm: loaded after one algorithm's file (lua/<algorithm>.lua), which
--- defines count(state, limits, now, member, peek, entries, cost) and undo(state, limits, member, at, now, cost). One
+-- defines count(state, limits, now, member, peek, entries, cost) and settle(state, limits, member, at, now, cost,
+-- final). One
 -- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
 -- Redis's clock.
 --
@@ -13,7 +14,8 @@
 --             while the client waits
 --          strikes and offences are sent when a request is decided (not peeked) under a ban policy; over,
 --          after them, when it is decided or peeked under a policy whose over is not 'none'.
--- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'undo' (give back what each request counted)
+-- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'settle' (each request counted counts its final
+--                    cost instead: 0 gives it all back)
 -- ARGV[2]  base      request i's member (its unique id: a log entry, a strike) is base .. i
 -- ARGV[3]  requests  how many requests follow
 -- ARGV[4]  p         how many policies follow, each as:
@@ -25,9 +27,10 @@
 --   n         how many limits follow, each: max (units), window (ms), burst (units; max but for the
 --             token bucket). A request is allowed when every limit allows it.
 -- then, for each request, the policy that decides it (1 to p), followed by '*' and its cost when that is not
--- 1 ('2*15': policy 2, 15 units); for undo, also its member and Redis's time (ms) of the decision being undone.
+-- 1 ('2*15': policy 2, 15 units); to settle, also its member, Redis's time (ms) of the decision being settled and
+-- its final cost.
 --
--- Reply: each request's answer in turn (none for undo):
+-- Reply: each request's answer in turn (none to settle):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
 --   or, for a request Redis could not decide (a foreign value at one of its keys, an override that names no
 --   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual.
@@ -257,10 +260,11 @@ for i = 1, tonumber(ARGV[3]) do
     local policy, units = string.match(ARGV[r], '^(%d+)%*(%d+)$')
     p, cost = policyOf[policy], tonumber(units)
   end
-  if mode == 'undo' then
+  if mode == 'settle' then
     local override = redis.call('GET', KEYS[k + 3])
-    undo(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock(), cost)
-    k, r = k + 3, r + 3
+    settle(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock(), cost,
+      tonumber(ARGV[r + 3]))
+    k, r = k + 3, r + 4
   else
     -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more. Under overLimit,
     -- the over-limit key: one more, after them.

@@ -56,11 +56,14 @@ local function count (counters, limits, now, member, peek, entries, cost)
   return true
 end
 
-local function undo (counters, limits, member, at, now, cost)
+-- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in;
+-- once that window is over, nothing changes.
+local function settle (counters, limits, member, at, now, cost, final)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', counters, field('s', i), field('c', i))
-    if tonumber(stored[1]) == at - at % limit.window and tonumber(stored[2]) > 0 then
-      redis.call('HINCRBY', counters, field('c', i), text(-math.min(cost, tonumber(stored[2]))))
+    local n = tonumber(stored[2])
+    if tonumber(stored[1]) == at - at % limit.window and n > 0 then
+      redis.call('HINCRBY', counters, field('c', i), text(math.max(final - cost, -n)))
     end
   end
 end

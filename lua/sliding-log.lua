@@ -22,7 +22,7 @@
 
 local UNITS = '+'
 
--- The ZSET's rank of the log's first entry: 1 behind UNITS, else 0. Set by count() and undo().
+-- The ZSET's rank of the log's first entry: 1 behind UNITS, else 0. Set by count() and settle().
 local offset = 0
 
 -- The score of the entry at `rank` (0: the oldest), or nil. Numbers go to Redis as text (lua/numbers.lua).
@@ -161,11 +161,17 @@ local function count (log, limits, now, member, peek, entries, cost)
   return false
 end
 
-local function undo (log, limits, member, at, now, cost)
-  if cost == 1 then
-    redis.call('ZREM', log, member)
-  elseif redis.call('ZREM', log, member .. '*' .. text(cost)) == 1 then
+-- The entry a request of `cost` counted at `at` becomes one of `final` units (0: removed), at the same time.
+-- An entry that has left the log stays gone: what it counted is over.
+local function settle (log, limits, member, at, now, cost, final)
+  if redis.call('ZREM', log, cost > 1 and member .. '*' .. text(cost) or member) == 0 then
+    return
+  end
+  if final > 0 then
+    redis.call('ZADD', log, text(at), final > 1 and member .. '*' .. text(final) or member)
+  end
+  if cost > 1 or final > 1 then
     local extra = head(log)
-    setUnits(log, extra - cost + 1)
+    setUnits(log, extra - (cost - 1) + math.max(final - 1, 0))
   end
 end

@@ -71,14 +71,17 @@ local function count (counters, limits, now, member, peek, entries, cost)
   return allowed
 end
 
-local function undo (counters, limits, member, at, now, cost)
+-- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
+-- (now the current or the previous one); after that, nothing changes.
+local function settle (counters, limits, member, at, now, cost, final)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i))
     local start = at - at % limit.window
-    if tonumber(stored[1]) == start and tonumber(stored[3]) > 0 then
-      redis.call('HINCRBY', counters, field('c', i), text(-math.min(cost, tonumber(stored[3]))))
-    elseif tonumber(stored[1]) == start + limit.window and tonumber(stored[2]) > 0 then
-      redis.call('HINCRBY', counters, field('p', i), text(-math.min(cost, tonumber(stored[2]))))
+    local prev, curr = tonumber(stored[2]), tonumber(stored[3])
+    if tonumber(stored[1]) == start and curr > 0 then
+      redis.call('HINCRBY', counters, field('c', i), text(math.max(final - cost, -curr)))
+    elseif tonumber(stored[1]) == start + limit.window and prev > 0 then
+      redis.call('HINCRBY', counters, field('p', i), text(math.max(final - cost, -prev)))
     end
   end
 end

@@ -64,11 +64,24 @@ local function count (bucket, limits, now, member, peek, entries, cost)
   return true
 end
 
-local function undo (bucket, limits, member, at, now, cost)
+-- A request of `cost` counts `final` instead (0: given back): the difference is taken from the bucket, or put
+-- back, now. A bucket that has refilled takes only what is more.
+local function settle (bucket, limits, member, at, now, cost, final)
+  local delta, ttl = final - cost, 0
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', bucket, field('t', i), field('f', i))
-    if stored[1] then
-      store(bucket, i, now, math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]) - cost * limit.window), limit.max)
+    if stored[1] or delta > 0 then
+      local tat = 0
+      if stored[1] then
+        tat = math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]))
+      end
+      tat = math.max(0, tat + delta * limit.window)
+      store(bucket, i, now, tat, limit.max)
+      ttl = math.max(ttl, ceildiv(tat, limit.max))
     end
+  end
+  -- More taken: the bucket is full again later. Less: its TTL is already long enough.
+  if delta > 0 then
+    redis.call('PEXPIRE', bucket, text(ttl))
   end
 end

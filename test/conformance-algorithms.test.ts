@@ -67,7 +67,8 @@ type Step =
   }
   | { at: number, override: string, ttl: number | null }
   | { at: number, clearOverride: true }
-  | { at: number, undo: string }
+  /** Gives back the saved decision's units (`final` 0), or settles it at `final`. */
+  | { at: number, undo: string, final?: number }
   | { at: number, setBan: number }
   /** Redis only: the offences key (value and TTL), or null when there is none. */
   | { at: number, offences: { value: string, ttl: number } | null }
@@ -849,7 +850,7 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
       await store.setBan(keys.banned, step.setBan, now)
     } else if ('undo' in step) {
       const { decision: d, cost } = saved.get(step.undo)!
-      await store.undo({ keys, limits: c.limits, algorithm, member: d.member, at: d.at, ...(cost === undefined ? {} : { cost }) }, now)
+      await store.settle({ keys, limits: c.limits, algorithm, member: d.member, at: d.at, ...(cost === undefined ? {} : { cost }), final: step.final ?? 0 }, now)
     } else if ('offences' in step) {
       if (store.inspect === undefined) continue
       const stored = await store.inspect(keys.offences, now)
@@ -1143,6 +1144,67 @@ const COSTS: Record<Algorithm, Case[]> = {
   ]
 }
 
+// Settling (`final`): a request counted at one cost comes to count another, up or down (0 gives it back), on the
+// state it was counted in; once that is gone (the entry left, the window ended) nothing changes. The token
+// bucket takes or returns the difference when it is settled.
+const SETTLES: Record<Algorithm, Case> = {
+  'sliding-log': {
+    name: 'settle: an entry comes to weigh what the request cost, up or down; one that has left stays gone',
+    limits: [lim(10, 1000)],
+    steps: [
+      { at: 0, cost: 2, expect: allowed(2, 1000), save: 'a' },
+      { at: 100, expect: allowed(3, 900), save: 'b' },
+      { at: 150, undo: 'a', final: 6 },
+      { at: 150, logHolds: [0, 100], units: 5 },
+      { at: 200, cost: 4, expect: limited(7, 800, 800) },
+      { at: 250, undo: 'b', final: 0 },
+      { at: 250, logHolds: [0], units: 5 },
+      { at: 300, cost: 4, expect: allowed(10, 700) },
+      { at: 1000, expect: allowed(5, 300) },
+      { at: 1000, undo: 'a', final: 0 },
+      { at: 1000, logHolds: [300, 1000], units: 3 }
+    ]
+  },
+  'fixed-window': {
+    name: 'settle: the window the request was counted in counts its final cost; a later window is not touched',
+    limits: [lim(10, 1000)],
+    steps: [
+      { at: 0, cost: 2, expect: allowed(2, 1000), save: 'a' },
+      { at: 100, undo: 'a', final: 7 },
+      { at: 200, cost: 3, expect: allowed(10, 800) },
+      { at: 300, expect: limited(10, 700, 700) },
+      { at: 1000, expect: allowed(1, 1000) },
+      { at: 1100, undo: 'a', final: 0 },
+      { at: 1100, expect: allowed(2, 900) }
+    ]
+  },
+  'sliding-window': {
+    name: 'settle: the current window\'s counter, or the previous one\'s once the request\'s window has passed',
+    limits: [lim(10, 1000)],
+    steps: [
+      { at: 0, cost: 2, expect: allowed(2, 2000), save: 'a' },
+      { at: 100, undo: 'a', final: 5 },
+      { at: 100, cost: 5, expect: allowed(10, 1900), save: 'b' },
+      { at: 200, expect: limited(10, 1800, 900) },
+      // b's 5 leave its window's count, the previous window's now: its other 5 weigh 5 x (1000 - 500) / 1000, 3 rounded up.
+      { at: 1500, undo: 'b', final: 0 },
+      { at: 1500, cost: 7, expect: allowed(10, 1500) }
+    ]
+  },
+  'token-bucket': {
+    name: 'settle: the difference is taken from the bucket or put back when settled, even once it has refilled',
+    limits: [lim(10, 1000)],
+    steps: [
+      { at: 0, cost: 2, expect: allowed(2, 200), save: 'a' },
+      { at: 100, undo: 'a', final: 8 },
+      { at: 100, cost: 4, expect: limited(7, 700, 100) },
+      { at: 100, cost: 3, expect: allowed(10, 1000), save: 'b' },
+      { at: 5000, undo: 'b', final: 5 },
+      { at: 5000, cost: 9, expect: limited(2, 200, 100) }
+    ]
+  }
+}
+
 /** A refused costly request counts no strike; a denial that does counts as any other. Max 2 per second. */
 function costsAndBans (algorithm: Algorithm): Case {
   // The sliding window counts its requests for two windows; the token bucket's single unit drips out in 500 ms.
@@ -1166,7 +1228,7 @@ function costsAndBans (algorithm: Algorithm): Case {
 for (const algorithm of ALGORITHMS) {
   t.test(`${algorithm}: costs, on both stores`, async t => {
     const redis = await redisStore(t)
-    for (const c of [...COSTS[algorithm], costsAndBans(algorithm)]) {
+    for (const c of [...COSTS[algorithm], SETTLES[algorithm], costsAndBans(algorithm)]) {
       t.test(c.name, async t => {
         await runCase(t, redis, algorithm, c)
         await runCase(t, memoryStore(t), algorithm, c)
@@ -1255,7 +1317,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
       results = []
       for (const [i, store] of stores.entries()) {
         const d = given!.decisions[i]!
-        await store.undo({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at, cost: given!.cost }, now)
+        await store.settle({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at, cost: given!.cost, final: 0 }, now)
         const { member, ...rest } = await store.decide(peek, now)
         results.push(JSON.stringify(rest))
       }

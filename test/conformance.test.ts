@@ -582,6 +582,15 @@ t.test('MemoryStore bounds', async t => {
     t.strictSame(summary(store.decide(input(keys(300), 1))), allowed(1, 1000), 'once the kept clients\' windows are over, a newcomer has a log of its own again')
   })
 
+  t.test('a table full of bans alone (no log to drop) counts a newcomer on a shared log', async t => {
+    const { store, at, keys } = setup(t, 2)
+    at(0)
+    await store.setBan(keys(0).banned, 60_000)
+    await store.setBan(keys(1).banned, 60_000)
+    t.strictSame(summary(store.decide(input(keys(2)))), allowed(1, 1000), 'counted, on an overflow log')
+    t.equal(store.size, 3, 'the two bans, never dropped, and the shared log')
+  })
+
   t.test('a full table still bans an identity it tracks', async t => {
     const { store, at, keys } = setup(t, 2)
     at(0)

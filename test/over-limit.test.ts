@@ -47,8 +47,8 @@ t.test('the hot path: without overLimit a request sends its three keys (five und
   }
   const args = scriptArgs([decideInput({ keys, max: 2, windowMs: 1000 })], 'decide', 'b.')
   t.strictSame(args.slice(4), ['decide', 'b.', 1, 1, 0, '0', 0, 'none', 1, 2, 1000, 2, 1], 'the policy: threshold, ladder, forget, over, n, then each limit')
-  const undo = scriptArgs([{ keys, limits: [{ max: 2, windowMs: 1000, burst: 2 }], algorithm: 'sliding-log', member: 'm1', at: T0 }], 'undo', '')
-  t.strictSame(undo, [3, keys.log, keys.banned, keys.override, 'undo', '', 1, 1, 0, '0', 0, 'none', 1, 2, 1000, 2, 1, 'm1', T0], 'an undo sends no over-limit key')
+  const undo = scriptArgs([{ keys, limits: [{ max: 2, windowMs: 1000, burst: 2 }], algorithm: 'sliding-log', member: 'm1', at: T0, final: 0 }], 'settle', '')
+  t.strictSame(undo, [3, keys.log, keys.banned, keys.override, 'settle', '', 1, 1, 0, '0', 0, 'none', 1, 2, 1000, 2, 1, 'm1', T0, 0], 'an undo sends no over-limit key')
 })
 
 t.test('what a decision costs Redis: without overLimit, not one command more; with it, a PTTL of its key (and a SET on a denial)', async t => {

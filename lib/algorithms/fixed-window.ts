@@ -34,12 +34,14 @@ export const fixedWindow: Step = {
     return { allowed, entries, state: hash }
   },
 
-  undo (state, limits, at, _now, cost) {
+  settle (state, limits, at, _now, cost, final) {
+    if (state === undefined) return undefined
     const { fields } = fieldsOf(state)
     limits.forEach((limit, index) => {
       const i = index + 1
       const n = fields.get(`c${i}`)!
-      if (fields.get(`s${i}`) === at - at % limit.windowMs && n > 0) fields.set(`c${i}`, n - Math.min(cost, n))
+      if (fields.get(`s${i}`) === at - at % limit.windowMs && n > 0) fields.set(`c${i}`, n + Math.max(final - cost, -n))
     })
+    return undefined
   }
 }

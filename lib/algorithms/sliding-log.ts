@@ -67,15 +67,23 @@ export const slidingLog: Step = {
     return { allowed, entries }
   },
 
-  undo (state, _limits, at, _now, cost) {
-    const log = state as Log
-    const { times, weights } = log
+  settle (state, _limits, at, _now, cost, final) {
+    // As the script: an entry that has left the log stays gone.
+    const log = state as Log | undefined
+    if (log === undefined) return undefined
+    const { times } = log
     let index = times.indexOf(at)
-    while (index !== -1 && (weights?.[index] ?? 1) !== cost) index = times.indexOf(at, index + 1)
-    if (index === -1) return
-    times.splice(index, 1)
-    weights?.splice(index, 1)
-    if (weights?.every(weight => weight === 1) === true) log.weights = undefined
+    while (index !== -1 && (log.weights?.[index] ?? 1) !== cost) index = times.indexOf(at, index + 1)
+    if (index === -1) return undefined
+    if (final === 0) {
+      times.splice(index, 1)
+      log.weights?.splice(index, 1)
+    } else if (final !== cost) {
+      log.weights ??= times.map(() => 1)
+      log.weights[index] = final
+    }
+    if (log.weights?.every(weight => weight === 1) === true) log.weights = undefined
+    return undefined
   }
 }
 

@@ -59,15 +59,17 @@ export const slidingWindow: Step = {
     return { allowed, entries, state: hash }
   },
 
-  undo (state, limits, at, _now, cost) {
+  settle (state, limits, at, _now, cost, final) {
+    if (state === undefined) return undefined
     const { fields } = fieldsOf(state)
     limits.forEach(({ windowMs: window }, index) => {
       const i = index + 1
       const start = at - at % window
       const curr = fields.get(`c${i}`)!
       const prev = fields.get(`p${i}`)!
-      if (fields.get(`w${i}`) === start && curr > 0) fields.set(`c${i}`, curr - Math.min(cost, curr))
-      else if (fields.get(`w${i}`) === start + window && prev > 0) fields.set(`p${i}`, prev - Math.min(cost, prev))
+      if (fields.get(`w${i}`) === start && curr > 0) fields.set(`c${i}`, curr + Math.max(final - cost, -curr))
+      else if (fields.get(`w${i}`) === start + window && prev > 0) fields.set(`p${i}`, prev + Math.max(final - cost, -prev))
     })
+    return undefined
   }
 }

@@ -1,5 +1,5 @@
 /**
- * What an in-process twin of one `lua/<algorithm>.lua` is: its `count` and `undo`, on the same state, with
+ * What an in-process twin of one `lua/<algorithm>.lua` is: its `count` and `settle`, on the same state, with
  * the same arithmetic. The ban, strike and override rules around them are the store's (`lua/decide.lua`).
  */
 
@@ -36,8 +36,11 @@ export interface Step {
    * units (at most every limit's capacity); a peek or a denial counts nothing.
    */
   count (state: State | undefined, limits: readonly Limit[], now: number, peek: boolean, cost: number): Counted
-  /** Gives back one request of `cost` units counted at `at` (a decision allowed here but refused by another budget). */
-  undo (state: State, limits: readonly Limit[], at: number, now: number, cost: number): void
+  /**
+   * A request of `cost` units counted at `at` counts `final` instead: 0 gives it back (a decision allowed here
+   * but refused by another budget, a response that does not count), more charges what it really cost.
+   */
+  settle (state: State | undefined, limits: readonly Limit[], at: number, now: number, cost: number, final: number): State | undefined
 }
 
 /** A HASH as the counting scripts keep it: `<field><limit index, from 1>` → integer. */

@@ -50,12 +50,20 @@ export const tokenBucket: Step = {
     return { allowed, entries, state: hash }
   },
 
-  undo (state, limits, _at, now, cost) {
+  settle (state, limits, _at, now, cost, final) {
     const hash = fieldsOf(state)
+    const delta = final - cost
+    let ttl = 0
     limits.forEach(({ max, windowMs }, index) => {
       const i = index + 1
       const t = hash.fields.get(`t${i}`)
-      if (t !== undefined) store(hash, i, now, Math.max(0, (t - now) * max + hash.fields.get(`f${i}`)! - cost * windowMs), max)
+      if (t === undefined && delta <= 0) return
+      const tat = Math.max(0, (t === undefined ? 0 : Math.max(0, (t - now) * max + hash.fields.get(`f${i}`)!)) + delta * windowMs)
+      store(hash, i, now, tat, max)
+      ttl = Math.max(ttl, ceildiv(tat, max))
     })
+    // As the script: more taken, the bucket is full again later; less, its TTL is already long enough.
+    if (delta > 0) hash.expiresAt = now + ttl
+    return state === undefined && delta > 0 ? hash : undefined
   }
 }

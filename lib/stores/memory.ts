@@ -3,7 +3,7 @@ import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, parseLimits, toDecision } from './store.js'
 import { LONGEST } from '../duration.js'
 import { Oldest } from '../oldest.js'
-import type { DecideInput, Decision, RawDecision, Store, UndoInput } from './store.js'
+import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
 
 /**
  * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
@@ -177,11 +177,13 @@ export class MemoryStore implements Store {
     return reply(2, duration, offence, entries)
   }
 
-  undo ({ keys, limits, algorithm, at, cost = 1 }: UndoInput): void {
+  settle ({ keys, limits, algorithm, at, cost = 1, final }: SettleInput): void {
     const now = this.#now()
     const override = this.#live(this.#marks, keys.override, now)
     const state = this.#live(this.#logs, keys.log, now)
-    if (state !== undefined) STEPS[algorithm].undo(state, override === undefined ? limits : parseLimits(override.value as string), at, now, cost)
+    const made = STEPS[algorithm].settle(state, override === undefined ? limits : parseLimits(override.value as string), at, now, cost, final)
+    // A token bucket that had refilled, charged more: stored anew, as the script's HSET makes the key.
+    if (made !== undefined && this.#makeRoom(now)) this.#logs.set(keys.log, made)
   }
 
   /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */

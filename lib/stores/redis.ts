@@ -5,7 +5,7 @@ import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
 import { toDecisions } from './store.js'
-import type { BanPolicy, DecideInput, Decision, RemoteStore, UndoInput } from './store.js'
+import type { BanPolicy, DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 
 /** The Redis store: one script call per batch of decisions, each script defined once per client under a name holding its hash. */
 
@@ -18,7 +18,7 @@ export function isCluster (client: RedisLike): client is Cluster {
 
 /**
  * One script per algorithm, read once: `lua/numbers.lua` (numbers as text for Redis), the algorithm's file
- * (its `count` and `undo`), then `lua/decide.lua` (the bans, strikes and overrides around them, the same for
+ * (its `count` and `settle`), then `lua/decide.lua` (the bans, strikes and overrides around them, the same for
  * all). Its command name holds its hash, so an edited script is a new command.
  */
 export interface Script {
@@ -53,9 +53,9 @@ type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown
  * request can touch (three; two more when a denial counts a strike; one more, its over-limit key, when it is
  * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
  * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
- * its member and time, for an undo). See the header of `lua/decide.lua`.
+ * its member, time and final cost, to settle). See the header of `lua/decide.lua`.
  */
-export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mode: 'decide' | 'peek' | 'undo', base: string): Array<string | number> {
+export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string): Array<string | number> {
   const keys: string[] = []
   const policies: Array<string | number> = []
   const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit]> = []
@@ -66,7 +66,7 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mo
     const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
     keys.push(k.log, k.banned, k.override)
     if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences)
-    if (mode !== 'undo' && over !== 'none') keys.push(k.backoff)
+    if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
     let policy = seen.findIndex(([l, b, o]) => l === limits && b === ban && o === over)
     if (policy === -1) {
       policy = seen.push([limits, ban, over]) - 1
@@ -75,7 +75,7 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | UndoInput>, mo
     }
     const cost = input.cost ?? 1
     each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
-    if ('at' in input) each.push(input.member, input.at)
+    if ('at' in input) each.push(input.member, input.at, input.final)
   }
   return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
 }
@@ -150,8 +150,8 @@ export class RedisStore implements RemoteStore {
     return toDecisions(reply, members(base, inputs.length), inputs)
   }
 
-  async undo (input: UndoInput): Promise<void> {
-    await this.#commands[input.algorithm](...scriptArgs([input], 'undo', ''))
+  async settle (input: SettleInput): Promise<void> {
+    await this.#commands[input.algorithm](...scriptArgs([input], 'settle', ''))
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {

@@ -41,8 +41,8 @@ export interface DecideInput {
   readonly cost?: number
 }
 
-/** Gives back a request a decision counted (`member` and `at` are the decision's). */
-export interface UndoInput {
+/** Changes what a decision counted (`member` and `at` are the decision's): to `final` units, 0 giving it all back. */
+export interface SettleInput {
   readonly keys: IdentityKeys
   readonly limits: readonly Limit[]
   readonly algorithm: Algorithm
@@ -50,6 +50,8 @@ export interface UndoInput {
   readonly at: number
   /** The units the decision counted (1 when absent). */
   readonly cost?: number
+  /** What it counts from now on. */
+  readonly final: number
 }
 
 export type DecisionStatus = 'allowed' | 'limited' | 'banned'
@@ -80,7 +82,7 @@ export interface Decision {
   readonly offence: number
   /** Every limit, in order (an override's when one is set for the identity). */
   readonly limits: readonly LimitState[]
-  /** The store's time of the decision (ms): with `member`, what `undo` needs. */
+  /** The store's time of the decision (ms): with `member`, what `settle` needs. */
   readonly at: number
   /** The id of this request in the store (`''` from the in-process store, which needs none). */
   readonly member: string
@@ -89,8 +91,8 @@ export interface Decision {
 export interface Store {
   /** Decides (or, with `peek`, reports) one request. The in-process store answers synchronously. */
   decide (input: DecideInput): Decision | Promise<Decision>
-  /** Gives back a request `decide` allowed. */
-  undo (input: UndoInput): void | Promise<void>
+  /** Changes what a request `decide` allowed counts (0: gives it back). */
+  settle (input: SettleInput): void | Promise<void>
   /** Marks `bannedKey` as banned for `ms` milliseconds. */
   setBan (bannedKey: string, ms: number): Promise<void>
   /** Sets `key` to `value` for `ms` milliseconds (`null`: until deleted). */

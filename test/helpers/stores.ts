@@ -30,7 +30,7 @@ import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/keys.js'
 import { SCRIPTS, members, scriptArgs } from '../../lib/stores/redis.js'
 import { toDecision } from '../../lib/stores/store.js'
-import type { DecideInput, Decision, UndoInput } from '../../lib/stores/store.js'
+import type { DecideInput, Decision, SettleInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
 
 export type StoreKind = 'redis' | 'memory'
@@ -74,7 +74,7 @@ export interface StoreUnderTest {
   /** One decision at `nowMs` on the test's clock. */
   decide (input: DecideInput, nowMs: number): Promise<Decision>
   /** Gives back a request counted at `input.at`, at `nowMs`. */
-  undo (input: UndoInput, nowMs: number): Promise<void>
+  settle (input: SettleInput, nowMs: number): Promise<void>
   /** The admin override: `key` set to `value` for `ms` (null: no TTL) from `nowMs`. */
   setValue (key: string, value: string, ms: number | null, nowMs: number): Promise<void>
   /** The admin ban: `bannedKey` banned for `ms` from `nowMs`. */
@@ -109,9 +109,9 @@ export function memoryStore (t: Teardownable, cache = 100_000): StoreUnderTest {
       clock = nowMs
       return store.decide(input)
     },
-    async undo (input, nowMs) {
+    async settle (input, nowMs) {
       clock = nowMs
-      store.undo(input)
+      store.settle(input)
     },
     async setValue (key, value, ms, nowMs) {
       clock = nowMs
@@ -173,11 +173,11 @@ class TimedRedis implements TimedRedisStore {
     return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', base, nowMs), members(base, 1)[0]!, input.limits)
   }
 
-  async undo (input: UndoInput, nowMs: number): Promise<void> {
-    await this.#script(input, 'undo', '', nowMs)
+  async settle (input: SettleInput, nowMs: number): Promise<void> {
+    await this.#script(input, 'settle', '', nowMs)
   }
 
-  async #script (input: DecideInput | UndoInput, mode: 'decide' | 'peek' | 'undo', base: string, nowMs: number): Promise<unknown> {
+  async #script (input: DecideInput | SettleInput, mode: 'decide' | 'peek' | 'settle', base: string, nowMs: number): Promise<unknown> {
     const { keys } = input
     return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override, keys.backoff], (multi) => {
       const command = (multi as unknown as Record<string, Command>)[timedCommand(input.algorithm ?? DEFAULT_ALGORITHM)]!
