@@ -65,6 +65,18 @@ export const TooCostlyError = createError<'FST_RATE_GUARD_TOO_COSTLY', []>(
   false
 )
 
+export const InvalidSettleError = createError<'FST_RATE_GUARD_INVALID_SETTLE', [string]>(
+  'FST_RATE_GUARD_INVALID_SETTLE',
+  'A request settles at a whole number of units, 0 or more: got %s',
+  500,
+  TypeError
+)
+
+export const AlreadySettledError = createError<'FST_RATE_GUARD_ALREADY_SETTLED', []>(
+  'FST_RATE_GUARD_ALREADY_SETTLED',
+  'This request has already settled: a request settles once'
+)
+
 export const BannedError = createError<'FST_RATE_GUARD_BANNED', [string]>(
   'FST_RATE_GUARD_BANNED',
   'Rate limit exceeded, retry in %s',

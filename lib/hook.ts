@@ -14,6 +14,7 @@ import { checkDuration, checkMax } from './check.js'
 import { checkLimit } from './limit-options.js'
 import type { CostFunction, KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
+import { charge, settlesItself } from './charge.js'
 
 /**
  * The request hook: key → allow list → limits → one decision (then the route's shared budget, when it has
@@ -143,11 +144,19 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     if (input === null) return undefined
     if (!('keys' in input)) return answer(request, reply, given, input, budget.headers)
     return then(ask(input, given, request.log), own => {
-      if (own.status !== 'allowed' || shared === null) return answer(request, reply, given, own, budget.headers)
+      if (own.status !== 'allowed' || shared === null) {
+        // What the request holds until it settles (not with the app's own store, which cannot settle).
+        if (own.status === 'allowed' && theirs === undefined) charge(request, limiter, [{ input, decision: own }])
+        return answer(request, reply, given, own, budget.headers)
+      }
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
-      return then(limiter.decide(input.cost === undefined ? shared : { ...shared, cost: input.cost }, request.log), whole => {
-        if (whole.status !== 'limited' && whole.status !== 'unavailable') return answer(request, reply, given, own, budget.headers)
+      const wholeInput = input.cost === undefined ? shared : { ...shared, cost: input.cost }
+      return then(limiter.decide(wholeInput, request.log), whole => {
+        if (whole.status !== 'limited' && whole.status !== 'unavailable') {
+          charge(request, limiter, whole.status === 'allowed' ? [{ input, decision: own }, { input: wholeInput, decision: whole }] : [{ input, decision: own }])
+          return answer(request, reply, given, own, budget.headers)
+        }
         const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at, final: 0 }
         limiter.settle(input.cost === undefined ? undo : { ...undo, cost: input.cost }, request.log)
         return answer(request, reply, given, whole, budget.sharedHeaders)
@@ -244,6 +253,7 @@ function checkTheirs (route: ResolvedRoute): ResolvedRoute {
   if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
   if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
   if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
+  if (settlesItself(route)) throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
   return route
 }
 

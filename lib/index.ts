@@ -7,6 +7,8 @@ import { createAdmin } from './admin.js'
 import { Budgets } from './budgets.js'
 import { createRegistrations } from './registrations.js'
 import type { RateGuardDecorator, Registrations } from './registrations.js'
+import { CHARGE, chargeOf, refundAborted, settleOnResponse, settlesItself } from './charge.js'
+import type { RequestCharge } from './charge.js'
 import { REFUSAL, createHooks, stripCode } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
 import { createLimiters } from './limiters.js'
@@ -19,7 +21,7 @@ import { identityKeys, normalizeIP, trustsEveryAddress } from './keys.js'
 import { deadline } from './deadline.js'
 import { Limiter, isPermanent } from './limiter.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
-import type { HookName, RateGuardOptions, ResolvedOptions, RouteRateLimitOptions } from './types.js'
+import type { HookName, RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './types.js'
 import { MemoryStore } from './stores/memory.js'
 import { theirParams } from './stores/theirs.js'
 import type { FastifyRateLimitStoreCtor, TheirStore } from './stores/theirs.js'
@@ -44,6 +46,10 @@ declare module 'fastify' {
     >(options?: RouteRateLimitOptions): preHandlerAsyncHookHandler<RawServer, RawRequest, RawReply, RouteGeneric, ContextConfig, SchemaCompiler, TypeProvider, Logger>
     /** A check to call by hand: counts the request (or, with `increment: false`, only reads) and answers its state. */
     createRateLimit (options?: RouteRateLimitOptions): RateLimitCheck
+  }
+  interface FastifyRequest {
+    /** What this request was charged, and `settle(amount)` to make its final charge another (once). */
+    rateGuard: RequestCharge
   }
 }
 
@@ -109,10 +115,19 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   }
   registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget), ...decorators, nameSpace: opts.nameSpace, remote })
 
-  // Refusals' bodies as @fastify/rate-limit's (see stripCode); once per app, whatever the registrations.
+  // Refusals' bodies as @fastify/rate-limit's (see stripCode), and each request's charge; once per app,
+  // whatever the registrations.
   if (!fastify.hasRequestDecorator(REFUSAL)) {
     fastify.decorateRequest(REFUSAL, null)
     fastify.addHook('onSend', stripCode)
+    fastify.decorateRequest(CHARGE, null)
+    fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return chargeOf(this) } })
+  }
+  // A route that settles by itself (countWhen, settle, refundAborted) gets the hooks that do it; others none.
+  const settling = (routeOptions: RouteOptions, route: ResolvedRoute): void => {
+    if (!settlesItself(route)) return
+    if (route.countWhen !== undefined || route.settle !== undefined) appendHook(routeOptions, 'onResponse', settleOnResponse(route, opts.callbacks))
+    if (route.refundAborted) appendHook(routeOptions, 'onRequestAbort', refundAborted)
   }
 
   // Unmatched URLs: a client known to be banned is refused there too, at no Redis call (a banned scanner
@@ -124,13 +139,17 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     const config = routeOptions.config?.rateLimit
     // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.
     if (config === undefined || config === null) {
-      if (opts.global) addHook(routeOptions, opts.route.hook, pluginHooks.hook)
+      if (opts.global) {
+        addHook(routeOptions, opts.route.hook, pluginHooks.hook)
+        settling(routeOptions, opts.route)
+      }
       return
     }
     const route = resolveRouteConfig(config, opts, warn)
     if (route === false) return
     const made = budgets.route(routeOptions, route)
     addHook(routeOptions, route.hook, hooks(made, routeOptions, config as object).hook)
+    settling(routeOptions, route)
   })
 }
 
@@ -150,6 +169,11 @@ function addHook (routeOptions: RouteOptions, hook: HookName, rateGuard: Request
   const fn = hook === 'preParsing'
     ? (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: (err?: Error) => void): void => rateGuard(request, reply, done)
     : rateGuard
+  appendHook(routeOptions, hook, fn)
+}
+
+/** `fn` after the route's own hooks of that name. */
+function appendHook (routeOptions: RouteOptions, hook: HookName | 'onResponse' | 'onRequestAbort', fn: unknown): void {
   const existing = routeOptions[hook] as unknown
   routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
 }

@@ -10,7 +10,7 @@ import type { KeyHierarchyOptions } from './keys.js'
 import { checkBan, checkCost, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {
-  AllowListFunction, HookName, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute
+  AllowListFunction, CountWhenFunction, HookName, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute, SettleFunction
 } from './types.js'
 
 /**
@@ -47,6 +47,11 @@ const OPTIONS = {
   continueExceeding: 'route',
   exponentialBackoff: 'route',
   cost: 'route',
+  countWhen: 'route',
+  skipSuccessfulRequests: 'route',
+  skipFailedRequests: 'route',
+  settle: 'route',
+  refundAborted: 'route',
   hook: 'route',
   failMode: 'route',
   skipOnError: 'route',
@@ -175,6 +180,9 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     ...resolveBan(input.ban, base, limits, name('ban')),
     overLimit: checkOverLimit(input, base.overLimit, where),
     cost: has('cost') ? checkCost(input.cost, name('cost')) : base.cost,
+    countWhen: checkCountWhen(input, base.countWhen, where),
+    settle: has('settle') ? checkFunction<SettleFunction>(input.settle, name('settle')) : base.settle,
+    refundAborted: has('refundAborted') ? checkBoolean(input.refundAborted, name('refundAborted')) : base.refundAborted,
     allowList: has('allowList') || (newSubnet && allowListGiven !== undefined)
       ? checkAllowList(allowListGiven, name('allowList'), key => canonicalKey(key, ipv6Subnet))
       : base.allowList,
@@ -184,6 +192,22 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     fieldNames: base.fieldNames,
     headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where)
   })
+}
+
+/**
+ * Whether a response counts: `countWhen` as given, or express-rate-limit's `skipSuccessfulRequests` (a status
+ * below 400 is a success) / `skipFailedRequests`; not both ways at once. Neither given: the base's.
+ */
+function checkCountWhen (input: Record<string, unknown>, base: CountWhenFunction | undefined, where: string): CountWhenFunction | undefined {
+  const skipSuccess = input.skipSuccessfulRequests === undefined ? undefined : checkBoolean(input.skipSuccessfulRequests, `${where}skipSuccessfulRequests`)
+  const skipFailure = input.skipFailedRequests === undefined ? undefined : checkBoolean(input.skipFailedRequests, `${where}skipFailedRequests`)
+  if (input.countWhen !== undefined) {
+    if (skipSuccess !== undefined || skipFailure !== undefined) fail(`${where}countWhen`, input.countWhen, 'countWhen, or skipSuccessfulRequests / skipFailedRequests, not both')
+    return checkFunction<CountWhenFunction>(input.countWhen, `${where}countWhen`)
+  }
+  if (skipSuccess === undefined && skipFailure === undefined) return base
+  if (skipSuccess !== true && skipFailure !== true) return undefined
+  return (_request, reply) => reply.statusCode < 400 ? skipSuccess !== true : skipFailure !== true
 }
 
 /**
@@ -214,6 +238,10 @@ export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, 
   checkRouteKeys(options, `${call}.`)
   const { hook } = options as { hook?: unknown }
   if (hook !== undefined) fail(`${call}.hook`, hook, 'no hook: the limiter runs where the app places it')
+  for (const option of ['countWhen', 'skipSuccessfulRequests', 'skipFailedRequests', 'settle', 'refundAborted']) {
+    const value = (options as Record<string, unknown>)[option]
+    if (value !== undefined) fail(`${call}.${option}`, value, 'it on a route\'s config.rateLimit or the plugin\'s options: a limiter the app places settles from the handler (request.rateGuard.settle)')
+  }
   return resolveRoute(options as Record<string, unknown>, opts.route, `${call}.`, opts.keyGeneratorFor, warn)
 }
 
@@ -297,6 +325,9 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
     ban: null,
     overLimit: undefined,
     cost: 1,
+    countWhen: undefined,
+    settle: undefined,
+    refundAborted: false,
     allowList: null,
     allowListGiven: undefined,
     groupId: undefined,

@@ -1,4 +1,4 @@
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Algorithm } from './algorithms/index.js'
 import type { Callbacks } from './callbacks.js'
 import type { OverLimit } from './compat.js'
@@ -17,6 +17,9 @@ export type TimeWindowFunction = (request: FastifyRequest, key: string) => Await
 export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
 /** A request's units: a positive integer. */
 export type CostFunction = (request: FastifyRequest, key: string) => Awaitable<number>
+/** After the response: whether the request counts (`countWhen`), or what it finally costs (`settle`, units). */
+export type CountWhenFunction = (request: FastifyRequest, reply: FastifyReply) => Awaitable<boolean>
+export type SettleFunction = (request: FastifyRequest, reply: FastifyReply) => Awaitable<number>
 export type KeyCallback = (request: FastifyRequest, key: string) => void
 /** What `onBanReach` is told of the ban: its length, and which ban in a row it is (1 for the first). */
 export interface BanInfo {
@@ -122,6 +125,19 @@ export interface RouteRateLimitOptions {
    * that costs more than a limit holds is refused (429, no `Retry-After`: it never passes).
    */
   cost?: number | CostFunction
+  /**
+   * After the response: whether the request counts. One that does not is given back its charge on every
+   * budget. Until then it counts: requests in flight count, whatever their outcome (see the README).
+   */
+  countWhen?: CountWhenFunction
+  /** express-rate-limit's: a response with a status below 400 does not count (only failures do: a failed login). */
+  skipSuccessfulRequests?: boolean
+  /** express-rate-limit's: a response with a status of 400 or more does not count. */
+  skipFailedRequests?: boolean
+  /** After the response: the request's final charge in units (tokens used), up or down from its cost. */
+  settle?: SettleFunction
+  /** A request the client aborts before its response counts nothing. Default false. */
+  refundAborted?: boolean
 }
 
 export interface BreakerOptions {
@@ -180,6 +196,10 @@ export interface ResolvedRoute {
   readonly overLimit: OverLimit
   /** A request's units: 1 unless the route says. */
   readonly cost: number | CostFunction
+  /** Whether a response counts (`countWhen`, or what `skipSuccessfulRequests` / `skipFailedRequests` make of the status). */
+  readonly countWhen: CountWhenFunction | undefined
+  readonly settle: SettleFunction | undefined
+  readonly refundAborted: boolean
   /** `ban: N` as given, when it was: a route with another window bans for its own window. */
   readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null

@@ -1,0 +1,134 @@
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
+import { then } from './awaitable.js'
+import type { Callbacks } from './callbacks.js'
+import { AlreadySettledError, InvalidSettleError } from './errors.js'
+import type { Decidable, Limiter } from './limiter.js'
+import type { Decision, SettleInput } from './stores/store.js'
+import type { ResolvedRoute } from './types.js'
+
+/**
+ * What a request was charged, and how it settles: reserve, then settle. A request the limiter allowed holds
+ * its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at
+ * its final amount: more (an LLM answer's tokens), less, or 0 (a response that does not count, an aborted
+ * request). From the handler (`request.rateGuard.settle(amount)`) or after the response, by the route's
+ * `settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests` or `refundAborted`.
+ *
+ * Until a request settles, it counts at its cost: requests in flight count, whatever their outcome will be.
+ * That reservation lasts as long as the request (its response, or its abort), and is never more than its cost.
+ */
+
+/** `request.rateGuard`: the request's charge, when a budget of this plugin counted it. */
+export interface RequestCharge {
+  /** What the request is charged now, in units: its cost until it settles, then its final amount; 0 when nothing counted it. */
+  readonly charged: number
+  /** Whether it has settled (it can settle once). */
+  readonly settled: boolean
+  /**
+   * Makes `amount` (a whole number of units, 0 or more) the request's final charge, on every budget that
+   * counted it, atomically on each. Once per request: a second call rejects. Redis trouble is logged, never
+   * thrown: the request keeps its first charge then.
+   */
+  settle: (amount: number) => Promise<void>
+}
+
+/** Where a request's charge is kept (the getter `request.rateGuard` reads it). */
+export const CHARGE = Symbol('rate-guard.charge')
+
+/** A budget a request was counted on: what to settle and with which decision. */
+interface Counted {
+  readonly input: Decidable
+  readonly decision: Decision
+}
+
+export class Charge implements RequestCharge {
+  readonly #limiter: Limiter
+  readonly #counted: readonly Counted[]
+  readonly #log: FastifyBaseLogger
+  #charged: number
+  #settled = false
+
+  constructor (limiter: Limiter, counted: readonly Counted[], log: FastifyBaseLogger) {
+    this.#limiter = limiter
+    this.#counted = counted
+    this.#log = log
+    this.#charged = counted[0]!.input.cost ?? 1
+  }
+
+  get charged (): number {
+    return this.#charged
+  }
+
+  get settled (): boolean {
+    return this.#settled
+  }
+
+  async settle (amount: number): Promise<void> {
+    checkAmount(amount)
+    if (this.#settled) throw new AlreadySettledError()
+    this.#settled = true
+    const cost = this.#charged
+    this.#charged = amount
+    if (amount === cost) return
+    await Promise.all(this.#counted.map(async ({ input, decision }) => {
+      const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final: amount }
+      await this.#limiter.settle(settling, this.#log)
+    }))
+  }
+}
+
+/** The charge of a request nothing counted (let through by the allow list, by failMode, on a route off): settling it changes nothing. */
+export const UNCOUNTED: RequestCharge = Object.freeze({
+  charged: 0,
+  settled: false,
+  settle: async (amount: number): Promise<void> => { checkAmount(amount) }
+})
+
+/** Records the charge of a request `counted` allowed (its own budget first), for the handler and the response hooks. */
+export function charge (request: FastifyRequest, limiter: Limiter, counted: readonly Counted[]): void {
+  (request as unknown as Record<symbol, Charge | null>)[CHARGE] = new Charge(limiter, counted, request.log)
+}
+
+/** The request's charge, as `request.rateGuard` gives it. */
+export function chargeOf (request: FastifyRequest): RequestCharge {
+  return (request as unknown as Record<symbol, Charge | null>)[CHARGE] ?? UNCOUNTED
+}
+
+/** Whether a route settles by itself, after the response or an abort: only then are its hooks added. */
+export function settlesItself (route: ResolvedRoute): boolean {
+  return route.countWhen !== undefined || route.settle !== undefined || route.refundAborted
+}
+
+/**
+ * The route's `onResponse` hook: a response that does not count (`countWhen` false) gives the request's
+ * charge back; otherwise `settle` names its final amount. A request the handler settled is left as it is. A
+ * callback that fails leaves the charge as it was, and is logged (see lib/callbacks.ts).
+ */
+export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
+  const { countWhen, settle } = route
+  return async (request, reply) => {
+    const held = (request as unknown as Record<symbol, Charge | null>)[CHARGE]
+    if (held == null || held.settled) return
+    const counts = countWhen === undefined ? true : await callbacks.run<boolean>('countWhen', () => then(countWhen(request, reply), checkCounts), () => true, request.log)
+    if (!counts) return await held.settle(0)
+    if (settle === undefined) return
+    const amount = await callbacks.run<number | null>('settle', () => then(settle(request, reply), checkAmount), () => null, request.log)
+    if (amount !== null) await held.settle(amount)
+  }
+}
+
+/** The route's `onRequestAbort` hook under `refundAborted`: a request the client gave up on counts nothing. */
+export async function refundAborted (request: FastifyRequest): Promise<void> {
+  const held = (request as unknown as Record<symbol, Charge | null>)[CHARGE]
+  if (held != null && !held.settled) await held.settle(0)
+}
+
+function checkCounts (value: unknown): boolean {
+  if (typeof value !== 'boolean') throw new TypeError(`countWhen must return a boolean, got ${typeof value}`)
+  return value
+}
+
+/** A final amount: a whole number of units, 0 or more. */
+function checkAmount (value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw new InvalidSettleError(String(value))
+  return value
+}
