@@ -1,0 +1,55 @@
+// The two examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js), run against a
+// real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+import t from 'tap'
+import type { Test } from 'tap'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { getRedis, uniquePrefix } from './helpers/redis.js'
+
+interface Example { buildApp: (options: { redis: string, nameSpace: string }) => Promise<FastifyInstance> }
+
+async function start (t: Test, file: string): Promise<FastifyInstance> {
+  const { buildApp } = await import(`../examples/${file}`) as Example
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix() })
+  t.teardown(() => app.close())
+  await app.ready()
+  return app
+}
+
+/** Until the app's onResponse hook has settled the last request (one Redis round trip after the response). */
+async function settledCount (app: FastifyInstance, key: string, route: string, count: number): Promise<number> {
+  for (let i = 0; ; i++) {
+    const seen = await app.rateGuard.peek(key, { route })
+    if (seen.count === count || i === 50) return seen.count
+    await new Promise(resolve => setImmediate(resolve))
+  }
+}
+
+t.test('failed logins: five failures per user and address, successes free', async t => {
+  const app = await start(t, 'failed-logins.js')
+  const login = async (password: string): Promise<LightMyRequestResponse> =>
+    await app.inject({ method: 'POST', url: '/login', payload: { user: 'ada', password } })
+  for (let i = 0; i < 10; i++) t.equal((await login('correct horse battery staple')).statusCode, 200)
+  t.equal(await settledCount(app, 'login:ada@127.0.0.1', 'POST /login', 0), 0, 'ten successful logins cost nothing')
+  for (let i = 1; i <= 5; i++) {
+    t.equal((await login('guess')).statusCode, 401)
+    t.equal(await settledCount(app, 'login:ada@127.0.0.1', 'POST /login', i), i)
+  }
+  const locked = await login('correct horse battery staple')
+  t.equal(locked.statusCode, 429, 'after five failures, even the right password waits')
+  t.equal(locked.headers['retry-after'], '900')
+})
+
+t.test('LLM tokens: a request reserves 500 and is charged what it used', async t => {
+  const app = await start(t, 'llm-tokens.js')
+  const chat = async (prompt: string): Promise<LightMyRequestResponse> =>
+    await app.inject({ method: 'POST', url: '/chat', headers: { 'x-api-key': 'key-acme-0001' }, payload: { prompt } })
+  const first = await chat('x'.repeat(2900))
+  t.equal(first.statusCode, 200)
+  t.equal(first.headers['x-ratelimit-remaining'], '9500', 'while it ran, it held its reservation of 500')
+  t.equal((await chat('x'.repeat(2900))).headers['x-ratelimit-remaining'], '6500', 'the first was charged its 3,000 tokens')
+  t.equal((await chat('x'.repeat(2900))).headers['x-ratelimit-remaining'], '3500')
+  t.equal((await chat('x'.repeat(2900))).headers['x-ratelimit-remaining'], '500', '9,000 used: the fourth reserves 500 of the 1,000 left')
+  const over = await chat('hi')
+  t.equal(over.statusCode, 429, 'the fourth was charged its 3,000 though 1,000 were left: the budget is spent')
+  t.ok(Number(over.headers['retry-after']) > 0)
+})
