@@ -72,6 +72,8 @@ export class Charge implements RequestCharge {
     await Promise.all(this.#counted.map(async ({ input, decision }) => {
       const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final: amount }
       await this.#limiter.settle(settling, this.#log)
+      // Units given back on a budget whose denials are held until they end: no instance may hold them now.
+      if (amount < cost && input.holdDenials) await this.#limiter.forget([input.keys.log])
     }))
   }
 }

@@ -97,9 +97,10 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   // A limit the app computes per request that fails: failMode decides, as when Redis cannot.
   const limitFailed: Verdict = failMode === 'closed' ? { status: 'unavailable' } : { status: 'unenforced' }
   const fixedLimits = staticLimits(route.limits)
-  // Only time can change a denial when it counts no strike, no request's limits or cost differ and a denial
-  // sets no over-limit wait (see HeldAnswers); a shared budget's denials, too: nothing is ever given back to it.
-  const holdable = ban === null && fixedLimits !== null && overLimit === undefined && typeof cost === 'number'
+  // Only time can change a denial when it counts no strike, no request's limits or cost differ, a denial sets
+  // no over-limit wait and the route gives nothing back after its responses (see HeldAnswers); a shared
+  // budget's denials, too: nothing is ever given back to it. (A handler that settles lower says so: lib/charge.ts.)
+  const holdable = ban === null && fixedLimits !== null && overLimit === undefined && typeof cost === 'number' && !settlesItself(route)
   const shared: Decidable | null = route.shared === null
     ? null
     : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }

@@ -20,7 +20,7 @@ t.test('each script is lua/numbers.lua, its algorithm file, then lua/decide.lua,
   const numbers = readFileSync(new URL('../lua/numbers.lua', import.meta.url), 'utf8')
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
   t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences/m, 'the frame names the keys')
-  t.match(decide, /^-- ARGV\[1\]\s+mode.*\n-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
+  t.match(decide, /^-- ARGV\[1\]\s+mode.*\n(--\s{4,}.*\n)*-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
@@ -32,7 +32,7 @@ t.test('each script is lua/numbers.lua, its algorithm file, then lua/decide.lua,
     t.match(file, /^-- KEYS\[1\]\s+\w+\s+(ZSET|HASH)/m, `${algorithm}: the header names its state key`)
     t.match(file, /^-- ARGV\s+per limit: max \(units/m, `${algorithm}: its arguments with units`)
     t.match(file, /^-- Reply\s+per limit: /m, `${algorithm}: and what its reply holds`)
-    t.match(file, /^local function count \(.*\n[^]*^local function undo \(/m, `${algorithm}: it defines count and undo`)
+    t.match(file, /^local function count \(.*\n[^]*^local function settle \(/m, `${algorithm}: it defines count and settle`)
     names.add(command)
   }
   t.equal(names.size, ALGORITHMS.length, 'one command per algorithm')

@@ -324,6 +324,30 @@ t.test('every algorithm on the cluster: two limits, an override and an escalatin
   }
 })
 
+t.test('every algorithm on the cluster: costs charged and settled on the identity\'s shard', async t => {
+  const masters = await cluster.masters()
+  for (const [i, algorithm] of ALGORITHMS.entries()) {
+    const app = Fastify()
+    t.teardown(async () => { await app.close() })
+    const nameSpace = uniquePrefix()
+    await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator, algorithm, max: 10, timeWindow: '1 minute' })
+    app.get('/units', { config: { rateLimit: { cost: 3 } } }, async (request) => {
+      await request.rateGuard.settle(Number(request.headers['x-used']))
+      return 'ok'
+    })
+    await app.ready()
+    const identity = await identityOn(cluster, masters[(i + 1) % masters.length]!, nameSpace, `${algorithm}-units`)
+    const call = async (used: number): Promise<Array<number | string | undefined>> => {
+      const res = await app.inject({ url: '/units', headers: { ...idHeaders(identity), 'x-used': String(used) } })
+      return [res.statusCode, res.headers['x-ratelimit-remaining']?.toString()]
+    }
+    t.strictSame(await call(6), [200, '7'], `${algorithm}: 3 units reserved`)
+    t.strictSame(await call(0), [200, '1'], `${algorithm}: settled at 6, then 3 more reserved`)
+    t.strictSame(await call(4), [200, '1'], `${algorithm}: that one given back; 3 reserved again`)
+    t.strictSame(await call(1), [429, '0'], `${algorithm}: settled at 4: 10 of 10 used`)
+  }
+})
+
 t.test('a slot migrated by hand while its identity is under traffic', async t => {
   const { app, nameSpace, logs } = await makeApp(t, cluster.client(), { timeout: TIMEOUT, failMode: 'closed' })
   const [source, target] = await cluster.masters()

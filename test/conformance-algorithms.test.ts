@@ -1,10 +1,10 @@
 // One conformance table per algorithm, each run against both stores (the Lua script on a real Redis with
 // time injected, and the in-process twin on a movable clock; see helpers/stores.ts): the algorithm's own
 // arithmetic (window edges, refill, bursts), then what lua/decide.lua puts around every algorithm (bans,
-// several limits, overrides, escalating bans, undo). Every number below was worked out by hand from the
-// definitions in lua/<algorithm>.lua and lua/decide.lua; both stores must give exactly it. Then a seeded
-// differential test over what the one in test/conformance.test.ts does not reach: several limits per budget,
-// overrides set and cleared, and undo.
+// several limits, overrides, escalating bans, undo, costs, settling). Every number below was worked out by hand
+// from the definitions in lua/<algorithm>.lua and lua/decide.lua; both stores must give exactly it. Then a
+// seeded differential test over what the one in test/conformance.test.ts does not reach: several limits per
+// budget, costs, overrides set and cleared, and settling.
 import t from 'tap'
 import type { Test } from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
@@ -1246,7 +1246,7 @@ const seeds = process.env.CONFORMANCE_SEED !== undefined
 
 for (const algorithm of ALGORITHMS) {
   for (const seed of seeds) {
-    t.test(`differential (${algorithm}): several limits, overrides and undo, identical on both stores step by step (seed ${seed})`, async t => {
+    t.test(`differential (${algorithm}): several limits, costs, overrides and settling, identical on both stores step by step (seed ${seed})`, async t => {
       await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1)
     })
   }
@@ -1310,18 +1310,20 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
       for (const store of stores) await store.setBan(keys.banned, banMs, now)
       results = ['', '']
     } else if (action < 0.2 && budget.counted.length > 0) {
-      // Give back a request counted earlier (each once), then look: a peek both stores must agree on.
+      // Settle a request counted earlier (each once): give it back, or charge it another amount; then look,
+      // with a peek both stores must agree on.
       const [given] = budget.counted.splice(int(0, budget.counted.length - 1), 1)
-      text = `undo(${who.name}/${budget.scope}, at T0+${given!.decisions[0]!.at - T0}) then peek`
+      const final = random() < 0.5 ? 0 : int(1, 6)
+      text = `settle(${who.name}/${budget.scope}, at T0+${given!.decisions[0]!.at - T0}, cost ${given!.cost}, final ${final}) then peek`
       const peek = decideInput({ keys, limits: [...budget.limits], peek: true, algorithm })
       results = []
       for (const [i, store] of stores.entries()) {
         const d = given!.decisions[i]!
-        await store.settle({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at, cost: given!.cost, final: 0 }, now)
+        await store.settle({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at, cost: given!.cost, final }, now)
         const { member, ...rest } = await store.decide(peek, now)
         results.push(JSON.stringify(rest))
       }
-      seen.add('undo')
+      seen.add(final === 0 ? 'undo' : 'settle')
     } else {
       const input = decideInput({
         keys,
@@ -1354,7 +1356,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
   }
   record.done(STEPS)
   if (!requireEveryKind) return
-  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'escalated', 'two limits', 'overridden', 'undo', 'costly, allowed', 'costly, limited', 'too costly']) {
+  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'escalated', 'two limits', 'overridden', 'undo', 'settle', 'costly, allowed', 'costly, limited', 'too costly']) {
     t.ok(seen.has(kind), `the random traffic produced: ${kind}`)
   }
 }

@@ -12,7 +12,8 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { PeekResult, RateGuardOptions } from '../lib/index.js'
-import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { sharedKeys, scopeOf } from '../lib/keys.js'
+import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /** Correctness, not latency: a deadline no loaded machine misses, and a 503 (never a silent pass) if one did. */
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
@@ -39,11 +40,12 @@ const remaining = (res: LightMyRequestResponse): number => Number(res.headers['x
  * Peeks until `count` is what a settlement made after the response should have made it, at most 50 times: the
  * response reaches inject before the route's onResponse hook has settled (on Redis, one more round trip).
  */
-async function countAfterResponse (app: FastifyInstance, apiKey: string, route: string, count: number): Promise<number> {
-  let seen: PeekResult = await app.rateGuard.peek(`apikey:${apiKey}`, { route })
+async function countAfterResponse (app: FastifyInstance, apiKey: string, route: string | undefined, count: number): Promise<number> {
+  const peek = async (): Promise<PeekResult> => await app.rateGuard.peek(`apikey:${apiKey}`, route === undefined ? {} : { route })
+  let seen = await peek()
   for (let i = 1; i < 50 && seen.count !== count; i++) {
     await new Promise(resolve => setImmediate(resolve))
-    seen = await app.rateGuard.peek(`apikey:${apiKey}`, { route })
+    seen = await peek()
   }
   return seen.count
 }
@@ -214,10 +216,91 @@ t.test('a countWhen or settle that fails leaves the charge as it was, and is log
   await app.register(rateGuard, { verifyApiKey: () => true, max: 10 })
   app.get('/a', { config: { rateLimit: { countWhen: () => { throw new Error('bug') } } } }, async () => 'ok')
   app.get('/b', { config: { rateLimit: { settle: async () => -3 } } }, async () => 'ok')
+  app.get('/c', { config: { rateLimit: { countWhen: () => 'no' as unknown as boolean } } }, async () => 'ok')
   await app.ready()
-  await get(app, '/a', 'l')
-  await get(app, '/b', 'l')
-  t.equal(await countAfterResponse(app, 'l', 'GET /a', 1), 1)
-  t.equal(await countAfterResponse(app, 'l', 'GET /b', 1), 1)
+  for (const url of ['/a', '/b', '/c']) {
+    await get(app, url, 'l')
+    t.equal(await countAfterResponse(app, 'l', `GET ${url}`, 1), 1, `${url}: still charged its cost`)
+  }
   t.ok(logged.some(msg => msg.includes('countWhen failed')) && logged.some(msg => msg.includes('settle failed')), 'both logged')
+})
+
+t.test('redis: a handler that gives units back lifts a denial held in process (banCache)', async t => {
+  let entered = (): void => {}
+  const inHandler = new Promise<void>(resolve => { entered = resolve })
+  let release = (): void => {}
+  const gate = new Promise<void>(resolve => { release = resolve })
+  const app = await makeApp(t, 'redis', { max: 1 }, app => {
+    app.get('/', async (request) => {
+      if (request.headers['x-wait'] === '1') {
+        entered()
+        await gate
+      }
+      await request.rateGuard.settle(0)
+      return 'ok'
+    })
+  })
+  const first = get(app, '/', 'm', { 'x-wait': '1' })
+  await inHandler
+  t.equal((await get(app, '/', 'm')).statusCode, 429, 'the first holds the budget of 1: denied, and the denial held')
+  release()
+  t.equal((await first).statusCode, 200)
+  t.equal((await get(app, '/', 'm')).statusCode, 200, 'given back: the held denial is forgotten, Redis allows')
+})
+
+t.test('redis: a shared budget Redis could not decide (failMode open): the client\'s own budget alone settles', async t => {
+  const nameSpace = uniquePrefix()
+  const app = Fastify()
+  t.teardown(() => app.close())
+  const redis = await getRedis(t)
+  await app.register(rateGuard, { redis: redis.url, nameSpace, timeout: 3000, failMode: 'open', verifyApiKey: () => true, max: 100 })
+  app.get('/s', { config: { rateLimit: { shared: { max: 10, timeWindow: '1 minute' } } } }, async (request) => {
+    await request.rateGuard.settle(5)
+    return { charged: request.rateGuard.charged }
+  })
+  await app.ready()
+  // A foreign value at the shared budget's key: Redis cannot decide it, and failMode 'open' lets the request by.
+  const observer = await client(t, redis.url)
+  await observer.set(sharedKeys(nameSpace, scopeOf('route', 'GET /s'), 'sliding-log').log, 'not a log')
+  const res = await get(app, '/s', 'n')
+  t.equal(res.statusCode, 200)
+  t.strictSame(res.json(), { charged: 5 })
+  t.equal((await app.rateGuard.peek('apikey:n', { route: 'GET /s' })).count, 5, 'its own budget counts the 5')
+})
+
+t.test('memory: turning the plugin\'s skip options off on a route counts every response there', async t => {
+  const app = await makeApp(t, 'memory', { skipFailedRequests: true }, app => {
+    app.get('/all', { config: { rateLimit: { skipFailedRequests: false, skipSuccessfulRequests: false } } }, async (_request, reply) => await reply.code(500).send('no'))
+    app.get('/some', async (_request, reply) => await reply.code(500).send('no'))
+  })
+  await get(app, '/all', 'o')
+  await get(app, '/some', 'o')
+  t.equal(await countAfterResponse(app, 'o', 'GET /all', 1), 1, 'the route counts its failures')
+  t.equal(await countAfterResponse(app, 'o', undefined, 0), 0, 'the plugin\'s routes do not')
+})
+
+t.test('memory: an abort after the handler settled, or of a request nothing counted, changes nothing', async t => {
+  let entered = (): void => {}
+  const app = await makeApp(t, 'memory', { allowList: ['apikey:free'], refundAborted: true }, app => {
+    app.get('/long', async (request) => {
+      if (request.headers['x-api-key'] !== 'free') await request.rateGuard.settle(2)
+      entered()
+      await once(request.raw, 'close')
+      return 'too late'
+    })
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as AddressInfo
+  for (const apiKey of ['p', 'free']) {
+    const req = httpRequest({ port, host: '127.0.0.1', path: '/long', headers: { 'x-api-key': apiKey } })
+    req.on('error', () => {})
+    // once() would reject on the request's 'error' (socket hang up): only its close is awaited.
+    const closed = new Promise(resolve => req.on('close', resolve))
+    const inHandler = new Promise<void>(resolve => { entered = resolve })
+    req.end()
+    await inHandler
+    req.destroy()
+    await closed
+  }
+  t.equal(await countAfterResponse(app, 'p', undefined, 2), 2, 'settled at 2 before the abort: it stays 2')
 })
