@@ -164,11 +164,18 @@ end
 -- The entry a request of `cost` counted at `at` becomes one of `final` units (0: removed), at the same time.
 -- An entry that has left the log stays gone: what it counted is over.
 local function settle (log, limits, member, at, now, cost, final)
-  if redis.call('ZREM', log, cost > 1 and member .. '*' .. text(cost) or member) == 0 then
-    return
-  end
-  if final > 0 then
+  local old = cost > 1 and member .. '*' .. text(cost) or member
+  if final == 0 then
+    if redis.call('ZREM', log, old) == 0 then
+      return
+    end
+  else
+    if final == cost or not redis.call('ZSCORE', log, old) then
+      return
+    end
+    -- The new entry before the old one goes: a log emptied on the way would be deleted, and lose its TTL.
     redis.call('ZADD', log, text(at), final > 1 and member .. '*' .. text(final) or member)
+    redis.call('ZREM', log, old)
   end
   if cost > 1 or final > 1 then
     local extra = head(log)

@@ -1162,7 +1162,12 @@ const SETTLES: Record<Algorithm, Case> = {
       { at: 300, cost: 4, expect: allowed(10, 700) },
       { at: 1000, expect: allowed(5, 300) },
       { at: 1000, undo: 'a', final: 0 },
-      { at: 1000, logHolds: [300, 1000], units: 3 }
+      { at: 1000, logHolds: [300, 1000], units: 3 },
+      // A log's only entry settled up: the log is never empty on the way, so it keeps its TTL.
+      { at: 5000, expect: allowed(1, 1000), save: 'y' },
+      { at: 5010, undo: 'y', final: 3 },
+      { at: 5010, logHolds: [5000], units: 2 },
+      { at: 5020, expect: allowed(4, 980) }
     ]
   },
   'fixed-window': {

@@ -67,6 +67,16 @@ t.test('the app\'s store counts: their headers, 429 over max, 403 more than ban 
   t.match(made[0], { max: 2, timeWindow: 10_000, ban: 1 }, 'made with the plugin\'s options, by their names')
 })
 
+t.test('a store that says no time is left on a refusal: Retry-After 1, as any refusal', async t => {
+  const { Store } = storeClass()
+  // The store's ttl is timeWindow - 100 x current: 0 for the third request.
+  const fastify = await app(t, { store: Store, max: 2, timeWindow: 300 })
+  await fastify.inject('/')
+  await fastify.inject('/')
+  const res = await fastify.inject('/')
+  t.same([res.statusCode, res.headers['retry-after'], res.json().message], [429, '1', 'Rate limit exceeded, retry in 1 second'])
+})
+
 t.test('a route\'s budget is a child of the store, given the route and its options; a group\'s key carries the group id', async t => {
   const { Store, made, keys } = storeClass()
   const fastify = await app(t, { store: Store, global: false, keyGenerator: () => 42 }, app => {
