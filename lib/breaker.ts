@@ -1,3 +1,5 @@
+import { breakerChannel } from './channels.js'
+
 /**
  * A circuit breaker for Redis: after `threshold` transient failures in a row it opens, and decisions skip
  * Redis (`failMode` answers at once, so an outage costs no deadline per request). After `coolDownMs` one
@@ -7,14 +9,17 @@ export class Breaker {
   readonly #threshold: number
   readonly #coolDownMs: number
   readonly #now: () => number
+  readonly #nameSpace: string
   #failures = 0
   #openUntil = 0
   #probing = false
 
-  constructor (threshold: number, coolDownMs: number, now: () => number = Date.now) {
+  /** `nameSpace`: the registration's, named when the breaker opens or closes (on `rate-guard:breaker`). */
+  constructor (threshold: number, coolDownMs: number, now: () => number = Date.now, nameSpace = '') {
     this.#threshold = threshold
     this.#coolDownMs = coolDownMs
     this.#now = now
+    this.#nameSpace = nameSpace
   }
 
   get state (): 'closed' | 'open' | 'half-open' {
@@ -32,6 +37,7 @@ export class Breaker {
 
   /** Redis answered (even with an error of its own): it is there. */
   success (): void {
+    if (this.#failures >= this.#threshold && breakerChannel.hasSubscribers) breakerChannel.publish({ nameSpace: this.#nameSpace, state: 'closed' })
     this.#failures = 0
     this.#probing = false
   }
@@ -40,6 +46,8 @@ export class Breaker {
   failure (): void {
     this.#failures++
     this.#probing = false
-    if (this.#failures >= this.#threshold) this.#openUntil = this.#now() + this.#coolDownMs
+    if (this.#failures < this.#threshold) return
+    this.#openUntil = this.#now() + this.#coolDownMs
+    if (this.#failures === this.#threshold && breakerChannel.hasSubscribers) breakerChannel.publish({ nameSpace: this.#nameSpace, state: 'open' })
   }
 }

@@ -76,7 +76,7 @@ export class Budgets {
   }
 
   #add (name: string, scope: string, route: ResolvedRoute, declared: string): RouteBudget {
-    const made = routeBudget(route, scope)
+    const made = routeBudget(route, scope, name)
     const named = this.#named.get(name)
     if (named === undefined) {
       this.#named.set(name, { first: made, by: declared })
@@ -88,13 +88,14 @@ export class Budgets {
   }
 }
 
-function routeBudget (route: ResolvedRoute, scope: string): RouteBudget {
+function routeBudget (route: ResolvedRoute, scope: string, name: string): RouteBudget {
   const policy = route.groupId ?? 'default'
   const policies = (limits: readonly ResolvedLimit[], first: string): string[] =>
     limits.map((limit, i) => limit.name ?? (i === 0 ? first : `${first}-${i + 1}`))
   return {
     route,
     scope,
+    name,
     headers: headerStyle(route, policies(route.limits, policy)),
     sharedHeaders: headerStyle(route, policies(route.shared ?? [], `${policy}-shared`))
   }

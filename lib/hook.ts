@@ -14,6 +14,9 @@ import { checkDuration, checkMax } from './check.js'
 import { checkLimit } from './limit-options.js'
 import type { CostFunction, KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
+import { decisionChannel, keyHashOf } from './channels.js'
+import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
+import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
 
 /**
@@ -30,6 +33,8 @@ export interface RouteBudget {
   readonly route: ResolvedRoute
   /** Which budget: the plugin-wide one, a route's own, or a group's. */
   readonly scope: string
+  /** Its name (`default`, `GET /search`, `group:<id>`, `limiter 1`), as fastify.rateGuard's calls take it. */
+  readonly name: string
   readonly headers: HeaderStyle
   /** The headers of the budget shared by the route's clients, when it has one. */
   readonly sharedHeaders: HeaderStyle
@@ -85,7 +90,9 @@ export interface BudgetHooks {
 export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, their?: TheirStore): BudgetHooks {
   const { nameSpace, timeout, callbacks } = opts
   const { route, scope } = budget
-  const { allowList, ban, algorithm, failMode, overLimit, cost } = route
+  const { allowList, algorithm, failMode, overLimit, cost, mode } = route
+  // In shadow mode denials strike toward bans only when the route says so.
+  const ban = mode === 'shadow' && !route.shadowBans ? null : route.ban
   const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), timeout, limiter.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
@@ -148,7 +155,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       if (own.status !== 'allowed' || shared === null) {
         // What the request holds until it settles (not with the app's own store, which cannot settle).
         if (own.status === 'allowed' && theirs === undefined) charge(request, limiter, [{ input, decision: own }])
-        return answer(request, reply, given, own, budget.headers)
+        return answer(request, reply, given, own, budget.headers, input)
       }
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
@@ -156,36 +163,65 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       return then(limiter.decide(wholeInput, request.log), whole => {
         if (whole.status !== 'limited' && whole.status !== 'unavailable') {
           charge(request, limiter, whole.status === 'allowed' ? [{ input, decision: own }, { input: wholeInput, decision: whole }] : [{ input, decision: own }])
-          return answer(request, reply, given, own, budget.headers)
+          return answer(request, reply, given, own, budget.headers, input)
         }
         const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at, final: 0 }
         limiter.settle(input.cost === undefined ? undo : { ...undo, cost: input.cost }, request.log)
-        return answer(request, reply, given, whole, budget.sharedHeaders)
+        return answer(request, reply, given, whole, budget.sharedHeaders, wholeInput)
       })
     })
   }
 
-  function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle): Outcome {
+  /** What the diagnostics channel is told of a decision on `input` (the budget's own or its shared one's). */
+  function publish (outcome: ChannelOutcome, verdict: Verdict, input: Decidable | undefined, headers: HeaderStyle): void {
+    decisionChannel.publish({
+      outcome,
+      nameSpace,
+      budget: budget.name,
+      algorithm,
+      limit: 'limits' in verdict ? bindingName(verdict, headers) : undefined,
+      cost: input?.cost ?? (typeof cost === 'number' ? cost : 1),
+      keyHash: input === undefined ? undefined : keyHashOf(input.keys.log),
+      mode
+    } satisfies DecisionMessage)
+  }
+
+  function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle, input?: Decidable): Outcome {
     switch (verdict.status) {
       case 'allowed':
+        if (decisionChannel.hasSubscribers) publish('allowed', verdict, input, headers)
         writeHeaders(reply, headers, verdict)
         route.onExceeding?.(request, key as string)
         return undefined
       case 'unenforced':
+        if (decisionChannel.hasSubscribers) publish('unenforced', verdict, input, headers)
         reply.header(UNENFORCED_HEADER, 'false')
         return undefined
       case 'unavailable':
+        if (decisionChannel.hasSubscribers) publish('unavailable', verdict, input, headers)
         reply.code(503).header('retry-after', unavailableAfter).type('application/json; charset=utf-8').send(unavailableBody)
         return SENT
     }
 
-    writeHeaders(reply, headers, verdict)
     const banned = verdict.status === 'banned'
-    route.onExceeded?.(request, key as string)
-    if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence })
-
     // A limited request with no wait costs more than a limit holds: it never passes.
     const never = !banned && verdict.retryMs === 0
+    const outcome: ChannelOutcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : 'limited'
+    if (mode === 'shadow') {
+      // Decided as enforce would, and let through: the client sees an allowed request's headers.
+      if (decisionChannel.hasSubscribers) publish(banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', verdict, input, headers)
+      writeHeaders(reply, headers, { ...verdict, status: 'allowed' })
+      route.onExceeded?.(request, key as string, SHADOW)
+      if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
+      return undefined
+    }
+    if (decisionChannel.hasSubscribers) publish(outcome, verdict, input, headers)
+    if (mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: input === undefined ? undefined : keyHashOf(input.keys.log) } }, 'rate-guard: refused')
+
+    writeHeaders(reply, headers, verdict)
+    route.onExceeded?.(request, key as string, ENFORCED)
+    if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: false })
+
     const waitMs = never ? 0 : retryAfterSeconds(verdict.retryMs) * 1000
     const after = never ? 'never' : formatDuration(waitMs)
     if (route.errorResponseBuilder === undefined) return refusal(request, banned ? new BannedError(after) : never ? new TooCostlyError() : new TooManyRequestsError(after))
@@ -210,7 +246,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   function refuseIfBanned (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
     return then(prepare(request, keyOf(request)), ({ given, input }) => {
       const ban = input !== null && 'keys' in input ? limiter.knownBan(input) : undefined
-      return ban === undefined ? undefined : answer(request, reply, given, ban, budget.headers)
+      return ban === undefined ? undefined : answer(request, reply, given, ban, budget.headers, input as Decidable)
     })
   }
 
@@ -224,6 +260,16 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       else done()
     }
   }
+}
+
+/** What `onExceeded` is told: whether the request was let through all the same (shadow mode). */
+const SHADOW = Object.freeze({ shadow: true })
+const ENFORCED = Object.freeze({ shadow: false })
+
+/** The name of a decision's binding limit, as the IETF fields name it. */
+function bindingName (decision: Decision, headers: HeaderStyle): string {
+  const i = Math.max(0, decision.limits.findIndex(l => l.limit === decision.limit && l.windowMs === decision.windowMs && l.count === decision.count && l.resetMs === decision.resetMs))
+  return headers.policies[i] ?? `${headers.policies[0]!}-${i + 1}`
 }
 
 /** What a budget that cannot decide answers (`failMode: 'closed'`): try again one deadline from now, in whole seconds. */

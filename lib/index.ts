@@ -196,7 +196,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions, giv
   let stopListening = (): void => {}
   try {
     // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
-    const store = new RedisStore(client, owned)
+    const store = new RedisStore(client, owned, opts.nameSpace)
     if (held !== undefined) {
       stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
@@ -208,7 +208,8 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions, giv
       remote: true,
       timeout,
       local,
-      breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs)
+      breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace),
+      nameSpace: opts.nameSpace
     })
     if (owned) {
       client.on('error', (err: Error) => limiter.report(err, fastify.log))
@@ -296,9 +297,12 @@ export type { RateGuardDecorator, Registration } from './registrations.js'
 export type { RateGuardAdmin, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
-  ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, BanCallback, BanInfo,
-  HookName, FailMode
+  ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
+  HookName, FailMode, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
+export type { RequestCharge } from './charge.js'
+export { CHANNELS } from './channels.js'
+export type { DecisionMessage, BreakerMessage, TroubleMessage, RedisCallContext, Outcome } from './channels.js'
 export type { RedisLike } from './stores/redis.js'
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */
 export type CreateRateLimitOptions = RouteRateLimitOptions & { store?: FastifyRateLimitStoreCtor }

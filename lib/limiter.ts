@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
+import { troubleChannel } from './channels.js'
 import { deadline } from './deadline.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
@@ -51,6 +52,8 @@ export interface LimiterOptions {
   held?: HeldAnswers
   /** Tells every instance which keys an operator changed (so they forget what they held for them). */
   announce?: (keys: readonly string[]) => Promise<unknown>
+  /** The registration's, named on `rate-guard:redis-trouble`. */
+  nameSpace?: string
 }
 
 export class Limiter {
@@ -63,10 +66,12 @@ export class Limiter {
   readonly #held: HeldAnswers | undefined
   readonly #announce: ((keys: readonly string[]) => Promise<unknown>) | undefined
   readonly #batcher: Batcher | undefined
+  readonly #nameSpace: string
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, timeout, local, breaker, held, announce }: LimiterOptions) {
+  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '' }: LimiterOptions) {
+    this.#nameSpace = nameSpace
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
     this.#timeout = timeout
@@ -183,6 +188,7 @@ export class Limiter {
 
   /** Logs Redis trouble at most once per interval, with how much was held back since the last line (and what decided, when a request was refused by it). */
   report (err: Error, log: FastifyBaseLogger, failMode?: FailMode): void {
+    if (troubleChannel.hasSubscribers) troubleChannel.publish({ nameSpace: this.#nameSpace, error: err, failMode })
     const now = Date.now()
     if (now - this.#lastLogged < TROUBLE_LOG_INTERVAL) {
       this.#heldBack++

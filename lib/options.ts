@@ -10,7 +10,7 @@ import type { KeyHierarchyOptions } from './keys.js'
 import { checkBan, checkCost, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {
-  AllowListFunction, CountWhenFunction, HookName, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute, SettleFunction
+  AllowListFunction, CountWhenFunction, HookName, Mode, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute, SettleFunction
 } from './types.js'
 
 /**
@@ -52,6 +52,8 @@ const OPTIONS = {
   skipFailedRequests: 'route',
   settle: 'route',
   refundAborted: 'route',
+  mode: 'route',
+  shadow: 'route',
   hook: 'route',
   failMode: 'route',
   skipOnError: 'route',
@@ -78,6 +80,14 @@ const PLUGIN_ONLY = new Set(optionsFor('plugin'))
 const PLUGIN_KEYS = new Set([...ROUTE_KEYS, ...PLUGIN_ONLY, 'prefix', 'logLevel', 'logSerializers'])
 
 const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
+const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
+
+/** `shadow: { ban }`: whether shadow denials strike toward bans. */
+function checkShadow (value: unknown, name: string): boolean {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ ban: true } or { ban: false }')
+  checkKeys(value, new Set(['ban']), `${name}.`)
+  return checkBoolean((value as { ban?: unknown }).ban, `${name}.ban`)
+}
 
 /** The route options read as given, over the base's, each by its check; the others are read together in `resolveRoute`. */
 const PLAIN: { readonly [K in 'hook' | 'errorResponseBuilder' | 'onExceeding' | 'onExceeded' | 'onBanReach' | 'legacyHeaders']: (value: unknown, name: string) => ResolvedRoute[K] } = {
@@ -183,6 +193,8 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     countWhen: checkCountWhen(input, base.countWhen, where),
     settle: has('settle') ? checkFunction<SettleFunction>(input.settle, name('settle')) : base.settle,
     refundAborted: has('refundAborted') ? checkBoolean(input.refundAborted, name('refundAborted')) : base.refundAborted,
+    mode: has('mode') ? checkOneOf(input.mode, name('mode'), MODES) : base.mode,
+    shadowBans: has('shadow') ? checkShadow(input.shadow, name('shadow')) : base.shadowBans,
     allowList: has('allowList') || (newSubnet && allowListGiven !== undefined)
       ? checkAllowList(allowListGiven, name('allowList'), key => canonicalKey(key, ipv6Subnet))
       : base.allowList,
@@ -328,6 +340,8 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
     countWhen: undefined,
     settle: undefined,
     refundAborted: false,
+    mode: 'enforce',
+    shadowBans: false,
     allowList: null,
     allowListGiven: undefined,
     groupId: undefined,

@@ -20,12 +20,21 @@ export type CostFunction = (request: FastifyRequest, key: string) => Awaitable<n
 /** After the response: whether the request counts (`countWhen`), or what it finally costs (`settle`, units). */
 export type CountWhenFunction = (request: FastifyRequest, reply: FastifyReply) => Awaitable<boolean>
 export type SettleFunction = (request: FastifyRequest, reply: FastifyReply) => Awaitable<number>
+/** `shadow`: the route is in shadow mode, so the request was let through all the same. */
+export interface ExceededInfo {
+  shadow: boolean
+}
 export type KeyCallback = (request: FastifyRequest, key: string) => void
-/** What `onBanReach` is told of the ban: its length, and which ban in a row it is (1 for the first). */
+/** `onExceeded`: told whether the route is in shadow mode (the request was let through all the same). */
+export type ExceededCallback = (request: FastifyRequest, key: string, info: ExceededInfo) => void
+/** What `onBanReach` is told of the ban: its length, which ban in a row it is (1 for the first), and whether in shadow mode. */
 export interface BanInfo {
   durationMs: number
   offence: number
+  shadow: boolean
 }
+/** `'enforce'` refuses; `'shadow'` decides and counts the same, but lets every request through; `'report'` enforces and logs each refusal. */
+export type Mode = 'enforce' | 'shadow' | 'report'
 export type BanCallback = (request: FastifyRequest, key: string, ban: BanInfo) => void
 export type HookName = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
 export type FailMode = 'open' | 'closed' | 'local'
@@ -99,7 +108,7 @@ export interface RouteRateLimitOptions {
   errorResponseBuilder?: ErrorResponseBuilder
   /** Called on each allowed request (`@fastify/rate-limit`'s name: the request did not exceed the limit). */
   onExceeding?: KeyCallback
-  onExceeded?: KeyCallback
+  onExceeded?: ExceededCallback
   onBanReach?: BanCallback
   legacyHeaders?: boolean
   standardHeaders?: false | 'draft-10'
@@ -138,6 +147,14 @@ export interface RouteRateLimitOptions {
   settle?: SettleFunction
   /** A request the client aborts before its response counts nothing. Default false. */
   refundAborted?: boolean
+  /**
+   * `'enforce'` (default); `'shadow'`: decide and count exactly as enforce would, but never refuse (the request
+   * goes on; `onExceeded` / `onBanReach` are told `shadow: true`, the diagnostics channel says `shadow-…`);
+   * `'report'`: enforce, and log each refusal (info level, the key's hash, never the key).
+   */
+  mode?: Mode
+  /** In shadow mode, whether denials strike toward bans (and bans are recorded, though never enforced). Default `{ ban: false }`. */
+  shadow?: { ban: boolean }
 }
 
 export interface BreakerOptions {
@@ -200,6 +217,9 @@ export interface ResolvedRoute {
   readonly countWhen: CountWhenFunction | undefined
   readonly settle: SettleFunction | undefined
   readonly refundAborted: boolean
+  readonly mode: Mode
+  /** In shadow mode, denials strike toward bans. */
+  readonly shadowBans: boolean
   /** `ban: N` as given, when it was: a route with another window bans for its own window. */
   readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null
@@ -208,7 +228,7 @@ export interface ResolvedRoute {
   readonly groupId: string | undefined
   readonly errorResponseBuilder: ErrorResponseBuilder | undefined
   readonly onExceeding: KeyCallback | undefined
-  readonly onExceeded: KeyCallback | undefined
+  readonly onExceeded: ExceededCallback | undefined
   readonly onBanReach: BanCallback | undefined
   readonly legacyHeaders: boolean
   readonly standardHeaders: boolean

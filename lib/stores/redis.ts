@@ -4,6 +4,7 @@ import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
+import { traced } from '../channels.js'
 import { toDecisions } from './store.js'
 import type { BanPolicy, DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 
@@ -116,9 +117,13 @@ export class RedisStore implements RemoteStore {
   readonly #memberPrefix = randomBytes(9).toString('base64url')
   #counter = 0
 
-  constructor (client: RedisLike, owned: boolean) {
+  readonly #nameSpace: string
+
+  /** `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). */
+  constructor (client: RedisLike, owned: boolean, nameSpace = '') {
     this.client = client
     this.#owned = owned
+    this.#nameSpace = nameSpace
     this.#cluster = isCluster(client)
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
   }
@@ -146,12 +151,14 @@ export class RedisStore implements RemoteStore {
 
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
     const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
-    const reply = await this.#commands[algorithm](...scriptArgs(inputs, mode, base))
+    const call = this.#commands[algorithm]
+    const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base)))
     return toDecisions(reply, members(base, inputs.length), inputs)
   }
 
   async settle (input: SettleInput): Promise<void> {
-    await this.#commands[input.algorithm](...scriptArgs([input], 'settle', ''))
+    const call = this.#commands[input.algorithm]
+    await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }), () => call(...scriptArgs([input], 'settle', '')))
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {

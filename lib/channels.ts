@@ -1,0 +1,91 @@
+import diagnostics from 'node:diagnostics_channel'
+import type { Algorithm } from './algorithms/index.js'
+import type { FailMode } from './types.js'
+
+/**
+ * What the plugin publishes on `node:diagnostics_channel`, Node's and Fastify's convention for metrics and
+ * traces: nothing is built or sent while nobody subscribes (each publisher checks `hasSubscribers` first).
+ * A client is never named: a decision carries its key's hash (the 22 characters of the Redis hash tag), or
+ * nothing for a budget shared by all clients. Subscribe with `diagnostics_channel.subscribe(name, fn)`;
+ * `examples/metrics-prometheus.js` turns them into Prometheus metrics.
+ */
+
+export const CHANNELS = Object.freeze({
+  /** One message per decision the hook answers: `DecisionMessage`. */
+  decision: 'rate-guard:decision',
+  /** The breaker opened (Redis skipped, failMode answers) or closed again: `BreakerMessage`. */
+  breaker: 'rate-guard:breaker',
+  /** Redis did not decide (an error, the deadline): `TroubleMessage`. */
+  trouble: 'rate-guard:redis-trouble',
+  /** A TracingChannel around each script call: `RedisCallContext` (start, end, asyncStart, asyncEnd, error). */
+  redis: 'rate-guard:redis'
+})
+
+export type Outcome =
+  | 'allowed'
+  | 'limited'
+  | 'banned'
+  | 'ban-started'
+  /** Refused: the request costs more than a limit holds. */
+  | 'too-costly'
+  /** Let through unenforced (failMode 'open', or a limit or cost function that failed). */
+  | 'unenforced'
+  /** Refused 503 (failMode 'closed'). */
+  | 'unavailable'
+  /** Shadow mode: would have been limited or banned (or started a ban), let through. */
+  | 'shadow-limited'
+  | 'shadow-banned'
+  | 'shadow-ban-started'
+
+export interface DecisionMessage {
+  readonly outcome: Outcome
+  readonly nameSpace: string
+  /** The budget: `global`, a route's (`GET /search`), a group's, or a limiter's. */
+  readonly budget: string
+  readonly algorithm: Algorithm
+  /** The binding limit's name (`default` unless the limits name theirs), when a store decided. */
+  readonly limit: string | undefined
+  /** The request's units. */
+  readonly cost: number
+  /** The client's key hash (never the key), undefined for a shared budget's decision or when none was made. */
+  readonly keyHash: string | undefined
+  readonly mode: 'enforce' | 'shadow' | 'report'
+}
+
+export interface BreakerMessage {
+  readonly nameSpace: string
+  readonly state: 'open' | 'closed'
+}
+
+export interface TroubleMessage {
+  readonly nameSpace: string
+  readonly error: Error
+  /** What decided instead, when a request was waiting. */
+  readonly failMode: FailMode | undefined
+}
+
+export interface RedisCallContext {
+  readonly nameSpace: string
+  /** `decide`, `peek` or `settle`. */
+  readonly mode: string
+  readonly algorithm: Algorithm
+  /** Requests in the call (a batch decides up to 32). */
+  readonly batchSize: number
+}
+
+export const decisionChannel = diagnostics.channel(CHANNELS.decision)
+export const breakerChannel = diagnostics.channel(CHANNELS.breaker)
+export const troubleChannel = diagnostics.channel(CHANNELS.trouble)
+export const redisTracing = diagnostics.tracingChannel<unknown, RedisCallContext & object>(CHANNELS.redis)
+
+/** The hash tag of a key the plugin made (`<nameSpace>{<hash>}:…`): the client's hash, never its key. */
+export function keyHashOf (stateKey: string): string | undefined {
+  const open = stateKey.indexOf('{')
+  const hash = stateKey.slice(open + 1, stateKey.indexOf('}', open))
+  return hash.startsWith('s:') ? undefined : hash
+}
+
+/** `call()` inside the Redis TracingChannel when someone listens (its context made then); as it is otherwise. */
+export function traced<T> (context: () => RedisCallContext, call: () => Promise<T>): Promise<T> {
+  return redisTracing.hasSubscribers ? redisTracing.tracePromise(call, context()) : call()
+}
