@@ -14,6 +14,7 @@ import { checkSizes, checkStaticLimits } from './limit-options.js'
 import type { ResolvedOptions } from './types.js'
 import { encodeLimits } from './stores/store.js'
 import type { Store } from './stores/store.js'
+import type { DecisionStats, StatsSnapshot } from './stats.js'
 
 /**
  * `fastify.rateGuard`: what an operator does to one client. It acts on the shared store, so with Redis a ban,
@@ -83,6 +84,8 @@ export interface RateGuardAdmin {
   setOverride (key: string, options: OverrideOptions): Promise<void>
   /** Puts `key` back on the budget's own limits. */
   clearOverride (key: string, options?: BudgetOptions): Promise<void>
+  /** This instance's decisions by outcome since the registration started (in process: no Redis call). */
+  stats (): StatsSnapshot
 }
 
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
@@ -92,7 +95,7 @@ export const ADMIN_MIN_DEADLINE = 1000
 const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
 
 /** `forget`: tells every instance which keys were changed, so none goes on answering from what it held for them. */
-export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>): RateGuardAdmin {
+export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>, stats: DecisionStats): RateGuardAdmin {
   const { nameSpace, canonicalKey } = opts
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const store = {
@@ -121,6 +124,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
   }
   return Object.freeze({
     has: (budget: string) => budgets.get(budget) !== undefined,
+    stats: () => stats.snapshot(),
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
       await store.setBan(banned, checkDuration(duration, 'duration'))

@@ -172,8 +172,10 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     })
   }
 
-  /** What the diagnostics channel is told of a decision on `input` (the budget's own or its shared one's). */
-  function publish (outcome: ChannelOutcome, verdict: Verdict, input: Decidable | undefined, headers: HeaderStyle): void {
+  /** A decision on `input` (the budget's own or its shared one's): counted, and told to the diagnostics channel if anyone listens. */
+  function note (outcome: ChannelOutcome, verdict: Verdict, input: Decidable | undefined, headers: HeaderStyle): void {
+    limiter.stats.count(outcome)
+    if (!decisionChannel.hasSubscribers) return
     decisionChannel.publish({
       outcome,
       nameSpace,
@@ -189,16 +191,16 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle, input?: Decidable): Outcome {
     switch (verdict.status) {
       case 'allowed':
-        if (decisionChannel.hasSubscribers) publish('allowed', verdict, input, headers)
+        note('allowed', verdict, input, headers)
         writeHeaders(reply, headers, verdict)
         route.onExceeding?.(request, key as string)
         return undefined
       case 'unenforced':
-        if (decisionChannel.hasSubscribers) publish('unenforced', verdict, input, headers)
+        note('unenforced', verdict, input, headers)
         reply.header(UNENFORCED_HEADER, 'false')
         return undefined
       case 'unavailable':
-        if (decisionChannel.hasSubscribers) publish('unavailable', verdict, input, headers)
+        note('unavailable', verdict, input, headers)
         reply.code(503).header('retry-after', unavailableAfter).type('application/json; charset=utf-8').send(unavailableBody)
         return SENT
     }
@@ -209,13 +211,13 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     const outcome: ChannelOutcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : 'limited'
     if (mode === 'shadow') {
       // Decided as enforce would, and let through: the client sees an allowed request's headers.
-      if (decisionChannel.hasSubscribers) publish(banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', verdict, input, headers)
+      note(banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', verdict, input, headers)
       writeHeaders(reply, headers, { ...verdict, status: 'allowed' })
       route.onExceeded?.(request, key as string, SHADOW)
       if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
       return undefined
     }
-    if (decisionChannel.hasSubscribers) publish(outcome, verdict, input, headers)
+    note(outcome, verdict, input, headers)
     if (mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: input === undefined ? undefined : keyHashOf(input.keys.log) } }, 'rate-guard: refused')
 
     writeHeaders(reply, headers, verdict)

@@ -113,7 +113,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   } else {
     fastify.log.warn({ nameSpace: opts.nameSpace }, 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)')
   }
-  registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget), ...decorators, nameSpace: opts.nameSpace, remote })
+  registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget, limiter.stats), ...decorators, nameSpace: opts.nameSpace, remote })
 
   // Refusals' bodies as @fastify/rate-limit's (see stripCode), and each request's charge; once per app,
   // whatever the registrations.
@@ -301,6 +301,7 @@ export type {
   HookName, FailMode, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
 export type { RequestCharge } from './charge.js'
+export type { StatsSnapshot } from './stats.js'
 export { CHANNELS } from './channels.js'
 export type { DecisionMessage, BreakerMessage, TroubleMessage, RedisCallContext, Outcome } from './channels.js'
 export type { RedisLike } from './stores/redis.js'

@@ -3,6 +3,7 @@ import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
 import { troubleChannel } from './channels.js'
+import { DecisionStats } from './stats.js'
 import { deadline } from './deadline.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
@@ -58,6 +59,8 @@ export interface LimiterOptions {
 
 export class Limiter {
   readonly store: Store
+  /** This registration's decisions by outcome (`fastify.rateGuard.stats()`). */
+  readonly stats = new DecisionStats()
   readonly #remote: RemoteStore | undefined
   readonly #timeout: number
   readonly #local: () => MemoryStore

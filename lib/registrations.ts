@@ -1,6 +1,7 @@
 import type { BudgetOptions, OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin.js'
 import { budgetName } from './budgets.js'
 import { InvalidOptionError } from './errors.js'
+import { combined } from './stats.js'
 import type { LimiterDecorators } from './limiters.js'
 
 // `fastify.rateGuard` across registrations. Fastify decorators are inherited: a registration inside a context
@@ -53,6 +54,7 @@ export function createRegistrations (): Registrations {
     async setOverride (key: string, options: OverrideOptions) { await withBudget(options, 'setOverride').setOverride(key, options) },
     async clearOverride (key: string, options?: BudgetOptions) { await withBudget(options, 'clearOverride').clearOverride(key, options) },
     has: (name: string) => all.some(r => r.has(name)),
+    stats: () => combined(all.map(r => r.stats())),
     of (nameSpace: string): Registration {
       const found = all.filter(r => r.nameSpace === nameSpace)
       if (found.length === 1) return found[0]!

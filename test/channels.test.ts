@@ -137,3 +137,27 @@ t.test('Redis trouble and the breaker, as they happen', async t => {
   await trafficUntil(app, () => breaker.length === 2)
   t.strictSame(breaker[1], { nameSpace, state: 'closed' }, 'closed once a probe reached Redis again')
 })
+
+t.test('fastify.rateGuard.stats(): this instance\'s decisions by outcome, the same whether anyone subscribes or not', async t => {
+  const before = new Date().toISOString()
+  const app = await makeApp(t, { max: 1 }, app => {
+    app.get('/', async () => 'ok')
+    app.get('/trial', { config: { rateLimit: { mode: 'shadow' } } }, async () => 'ok')
+  })
+  for (let i = 0; i < 3; i++) await app.inject({ url: '/', headers: { 'x-api-key': 's' } })
+  for (let i = 0; i < 2; i++) await app.inject({ url: '/trial', headers: { 'x-api-key': 's' } })
+  const { since, decisions } = app.rateGuard.stats()
+  t.ok(since >= before.slice(0, 19), `since ${since}`)
+  t.strictSame(decisions, {
+    allowed: 2,
+    limited: 2,
+    banned: 0,
+    'ban-started': 0,
+    'too-costly': 0,
+    unenforced: 0,
+    unavailable: 0,
+    'shadow-limited': 1,
+    'shadow-banned': 0,
+    'shadow-ban-started': 0
+  })
+})

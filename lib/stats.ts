@@ -1,0 +1,31 @@
+import type { Outcome } from './channels.js'
+
+/** What `fastify.rateGuard.stats()` gives: this instance's decisions by outcome, since it started. */
+export interface StatsSnapshot {
+  /** When counting started (the registration), ISO 8601. */
+  readonly since: string
+  readonly decisions: Readonly<Record<Outcome, number>>
+}
+
+const OUTCOMES: readonly Outcome[] = ['allowed', 'limited', 'banned', 'ban-started', 'too-costly', 'unenforced', 'unavailable', 'shadow-limited', 'shadow-banned', 'shadow-ban-started']
+
+/** One registration's decisions by outcome, counted in this process (one increment a decision). */
+export class DecisionStats {
+  readonly #since = Date.now()
+  readonly #counts = Object.fromEntries(OUTCOMES.map(outcome => [outcome, 0])) as Record<Outcome, number>
+
+  count (outcome: Outcome): void {
+    this.#counts[outcome]++
+  }
+
+  snapshot (): StatsSnapshot {
+    return { since: new Date(this.#since).toISOString(), decisions: { ...this.#counts } }
+  }
+}
+
+/** Several registrations' snapshots as one: counts added, from the earliest start. */
+export function combined (snapshots: readonly StatsSnapshot[]): StatsSnapshot {
+  const decisions = Object.fromEntries(OUTCOMES.map(outcome => [outcome, snapshots.reduce((sum, s) => sum + s.decisions[outcome], 0)])) as Record<Outcome, number>
+  const since = snapshots.map(s => s.since).sort()[0] ?? new Date().toISOString()
+  return { since, decisions }
+}
