@@ -6,7 +6,7 @@ import type { Budgets } from './budgets.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
 import { remainingOf } from './headers.js'
-import { identityKeys } from './keys.js'
+import { hashedKeys, identityKeys, isKeyHash } from './keys.js'
 import { deadline } from './deadline.js'
 import { refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
@@ -74,8 +74,17 @@ export interface RateGuardAdmin {
   has (budget: string): boolean
   /** Bans `key` on every route of this registration for `duration` (ms or `'10 minutes'`). */
   ban (key: string, duration: number | string): Promise<void>
-  /** Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation). */
-  unban (key: string): Promise<void>
+  /**
+   * Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation).
+   * `{ keyHash }`: the client `bans()` listed, by its hash.
+   */
+  unban (key: string | { keyHash: string }): Promise<void>
+  /**
+   * Up to `limit` (default 100, at most 10,000) of the bans active now, the longest first: each client's hash
+   * (never its key) and the ms left. On Redis it SCANs the key space (each master of a Cluster): an operator's
+   * call, not one for every request.
+   */
+  bans (options?: { limit?: number }): Promise<Array<{ keyHash: string, retryMs: number }>>
   /** Forgets every request counted for `key` on every budget (by any algorithm), its denials and its over-limit waits; a ban stays (see `unban`). */
   reset (key: string): Promise<void>
   /** What the limiter knows about `key`, without counting a request. */
@@ -86,6 +95,11 @@ export interface RateGuardAdmin {
   clearOverride (key: string, options?: BudgetOptions): Promise<void>
   /** This instance's decisions by outcome since the registration started (in process: no Redis call). */
   stats (): StatsSnapshot
+}
+
+function checkKeyHash (hash: unknown): string {
+  if (!isKeyHash(hash)) throw new InvalidOptionError('unban.keyHash', 'expected a client\'s hash as bans() gives it: 22 characters of A-Z, a-z, 0-9, - and _')
+  return hash
 }
 
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
@@ -125,6 +139,11 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
   return Object.freeze({
     has: (budget: string) => budgets.get(budget) !== undefined,
     stats: () => stats.snapshot(),
+    async bans ({ limit = 100 }: { limit?: number } = {}) {
+      if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
+      const found = await deadline(inner.bans(nameSpace, limit), ms)
+      return found.map(({ key, retryMs }) => ({ keyHash: key.slice(key.indexOf('{') + 1, key.indexOf('}')), retryMs })).sort((a, b) => b.retryMs - a.retryMs)
+    },
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
       await store.setBan(banned, checkDuration(duration, 'duration'))
@@ -132,8 +151,8 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       // the new ban's 403, with its own wait, comes at once.
       await store.forget([banned, ...statesOf(key)])
     },
-    async unban (key: string) {
-      const keys = keysOf(key)
+    async unban (key: string | { keyHash: string }) {
+      const keys = typeof key === 'object' && key !== null ? hashedKeys(nameSpace, checkKeyHash(key.keyHash)) : keysOf(key)
       await store.delete([keys.banned, keys.strikes, keys.offences])
       await store.forget([keys.banned])
     },

@@ -1,4 +1,5 @@
 import diagnostics from 'node:diagnostics_channel'
+import { isIP } from 'node:net'
 import type { Algorithm } from './algorithms/index.js'
 import type { FailMode } from './types.js'
 
@@ -49,6 +50,8 @@ export interface DecisionMessage {
   readonly cost: number
   /** The client's key hash (never the key), undefined for a shared budget's decision or when none was made. */
   readonly keyHash: string | undefined
+  /** Which kind of key: the default hierarchy's `apikey`, `user` or `ip`, else `custom` (the app's key generator's). */
+  readonly keyKind: 'apikey' | 'user' | 'ip' | 'custom'
   readonly mode: 'enforce' | 'shadow' | 'report'
 }
 
@@ -83,6 +86,14 @@ export function keyHashOf (stateKey: string): string | undefined {
   const open = stateKey.indexOf('{')
   const hash = stateKey.slice(open + 1, stateKey.indexOf('}', open))
   return hash.startsWith('s:') ? undefined : hash
+}
+
+/** The kind of a key as the default hierarchy writes it. */
+export function keyKindOf (key: string | number): DecisionMessage['keyKind'] {
+  if (typeof key !== 'string') return 'custom'
+  if (key.startsWith('apikey:')) return 'apikey'
+  if (key.startsWith('user:')) return 'user'
+  return isIP(key) === 0 ? 'custom' : 'ip'
 }
 
 /** `call()` inside the Redis TracingChannel when someone listens (its context made then); as it is otherwise. */

@@ -14,7 +14,7 @@ import { checkDuration, checkMax } from './check.js'
 import { checkLimit } from './limit-options.js'
 import type { CostFunction, KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
-import { decisionChannel, keyHashOf } from './channels.js'
+import { decisionChannel, keyHashOf, keyKindOf } from './channels.js'
 import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
 import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
@@ -173,7 +173,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   }
 
   /** A decision on `input` (the budget's own or its shared one's): counted, and told to the diagnostics channel if anyone listens. */
-  function note (outcome: ChannelOutcome, verdict: Verdict, input: Decidable | undefined, headers: HeaderStyle): void {
+  function note (outcome: ChannelOutcome, key: Given, verdict: Verdict, input: Decidable | undefined, headers: HeaderStyle): void {
     limiter.stats.count(outcome)
     if (!decisionChannel.hasSubscribers) return
     decisionChannel.publish({
@@ -184,6 +184,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       limit: 'limits' in verdict ? bindingName(verdict, headers) : undefined,
       cost: input?.cost ?? (typeof cost === 'number' ? cost : 1),
       keyHash: input === undefined ? undefined : keyHashOf(input.keys.log),
+      keyKind: keyKindOf(key),
       mode
     } satisfies DecisionMessage)
   }
@@ -191,16 +192,16 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle, input?: Decidable): Outcome {
     switch (verdict.status) {
       case 'allowed':
-        note('allowed', verdict, input, headers)
+        note('allowed', key, verdict, input, headers)
         writeHeaders(reply, headers, verdict)
         route.onExceeding?.(request, key as string)
         return undefined
       case 'unenforced':
-        note('unenforced', verdict, input, headers)
+        note('unenforced', key, verdict, input, headers)
         reply.header(UNENFORCED_HEADER, 'false')
         return undefined
       case 'unavailable':
-        note('unavailable', verdict, input, headers)
+        note('unavailable', key, verdict, input, headers)
         reply.code(503).header('retry-after', unavailableAfter).type('application/json; charset=utf-8').send(unavailableBody)
         return SENT
     }
@@ -211,13 +212,13 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     const outcome: ChannelOutcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : 'limited'
     if (mode === 'shadow') {
       // Decided as enforce would, and let through: the client sees an allowed request's headers.
-      note(banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', verdict, input, headers)
+      note(banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', key, verdict, input, headers)
       writeHeaders(reply, headers, { ...verdict, status: 'allowed' })
       route.onExceeded?.(request, key as string, SHADOW)
       if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
       return undefined
     }
-    note(outcome, verdict, input, headers)
+    note(outcome, key, verdict, input, headers)
     if (mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: input === undefined ? undefined : keyHashOf(input.keys.log) } }, 'rate-guard: refused')
 
     writeHeaders(reply, headers, verdict)

@@ -260,6 +260,16 @@ export function identityKeys (nameSpace: string, scope: string, key: string, alg
   return keysUnder(`${nameSpace}{${hashIdentity(key)}}:`, scope, algorithm)
 }
 
+/** The keys of the identity whose hash is `hash` (what `bans()` lists): as `identityKeys` makes them from its key. */
+export function hashedKeys (nameSpace: string, hash: string, scope = GLOBAL_SCOPE, algorithm: Algorithm = DEFAULT_ALGORITHM): IdentityKeys {
+  return keysUnder(`${nameSpace}{${hash}}:`, scope, algorithm)
+}
+
+/** Whether `hash` is one `hashIdentity` makes: 22 base64url characters. */
+export function isKeyHash (hash: unknown): hash is string {
+  return typeof hash === 'string' && /^[\w-]{22}$/.test(hash)
+}
+
 /**
  * The keys of a budget shared by every client of a route: `<nameSpace>{s:<hash of the scope>}:…`, a slot of
  * its own (no identity's hash has a colon), with no strikes, bans or overrides ever written.

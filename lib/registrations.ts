@@ -48,7 +48,8 @@ export function createRegistrations (): Registrations {
   }
   const decorator: RateGuardDecorator = Object.freeze({
     async ban (key: string, duration: number | string) { await Promise.all(all.map(async r => await r.ban(key, duration))) },
-    async unban (key: string) { await Promise.all(all.map(async r => await r.unban(key))) },
+    async unban (key: string | { keyHash: string }) { await Promise.all(all.map(async r => await r.unban(key))) },
+    async bans (options?: { limit?: number }) { return (await Promise.all(all.map(async r => await r.bans(options)))).flat().sort((a, b) => b.retryMs - a.retryMs).slice(0, options?.limit ?? 100) },
     async reset (key: string) { await Promise.all(all.map(async r => await r.reset(key))) },
     async peek (key: string, options?: PeekOptions): Promise<PeekResult> { return await withBudget(options, 'peek').peek(key, options) },
     async setOverride (key: string, options: OverrideOptions) { await withBudget(options, 'setOverride').setOverride(key, options) },

@@ -55,7 +55,7 @@ t.test('a decision message for each outcome, with the budget, algorithm, limit, 
     (await app.inject({ url, headers: { 'x-api-key': apiKey, ...(units === undefined ? {} : { 'x-units': units }) } })).statusCode
 
   const hash = hashIdentity('apikey:k1')
-  const base = { nameSpace, algorithm: 'sliding-log', cost: 1, mode: 'enforce' }
+  const base = { nameSpace, algorithm: 'sliding-log', cost: 1, keyKind: 'apikey', mode: 'enforce' }
   await call('/', 'k1')
   await call('/', 'k1')
   await call('/', 'k1')
@@ -161,3 +161,25 @@ t.test('fastify.rateGuard.stats(): this instance\'s decisions by outcome, the sa
     'shadow-ban-started': 0
   })
 })
+
+for (const where of ['redis', 'memory'] as const) {
+  t.test(`${where}: fastify.rateGuard.bans() lists the active bans by hash, longest first; unban({ keyHash }) lifts one`, async t => {
+    const store = where === 'redis' ? { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), timeout: 3000 } : {}
+    const app = await makeApp(t, { ...store, max: 1, ban: { threshold: 1, duration: '1 minute' } }, app => {
+      app.get('/', async () => 'ok')
+    })
+    await app.rateGuard.ban('apikey:long', '1 hour')
+    await app.rateGuard.ban('203.0.113.9', '10 minutes')
+    for (let i = 0; i < 3; i++) await app.inject({ url: '/', headers: { 'x-api-key': 'earned' } })
+    const bans = await app.rateGuard.bans()
+    t.strictSame(bans.map(b => b.keyHash), [hashIdentity('apikey:long'), hashIdentity('203.0.113.9'), hashIdentity('apikey:earned')])
+    t.ok(bans[0]!.retryMs > 59 * 60_000 && bans[2]!.retryMs <= 60_000, 'each with its time left')
+    t.notOk(JSON.stringify(bans).includes('long'), 'hashes, never keys')
+    t.equal((await app.rateGuard.bans({ limit: 2 })).length, 2, 'bounded by limit')
+    await app.rateGuard.unban({ keyHash: hashIdentity('apikey:earned') })
+    t.strictSame((await app.rateGuard.bans()).map(b => b.keyHash), [hashIdentity('apikey:long'), hashIdentity('203.0.113.9')], 'lifted by its hash')
+    t.equal((await app.rateGuard.peek('apikey:earned')).status, 'limited', 'over its limit still, no longer banned')
+    await t.rejects(app.rateGuard.unban({ keyHash: 'not a hash' }), { code: 'FST_RATE_GUARD_INVALID_OPTION' })
+    await t.rejects(app.rateGuard.bans({ limit: 0 }), { code: 'FST_RATE_GUARD_INVALID_OPTION' })
+  })
+}

@@ -14,7 +14,7 @@ import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { DEFAULTS } from '../lib/options.js'
-import { GLOBAL_SCOPE, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
+import { GLOBAL_SCOPE, hashIdentity, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { scanKeys, uniquePrefix } from './helpers/redis.js'
@@ -346,6 +346,19 @@ t.test('every algorithm on the cluster: costs charged and settled on the identit
     t.strictSame(await call(4), [200, '1'], `${algorithm}: that one given back; 3 reserved again`)
     t.strictSame(await call(1), [429, '0'], `${algorithm}: settled at 4: 10 of 10 used`)
   }
+})
+
+t.test('bans() on the cluster: every master scanned, each ban listed once by its hash', async t => {
+  const masters = await cluster.masters()
+  const app = Fastify()
+  t.teardown(async () => { await app.close() })
+  const nameSpace = uniquePrefix()
+  await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator })
+  await app.ready()
+  const banned = await Promise.all(masters.map(async (master, i) => await identityOn(cluster, master, nameSpace, `banned-${i}`)))
+  for (const [i, identity] of banned.entries()) await app.rateGuard.ban(identity, (i + 1) * 60_000)
+  const listed = await app.rateGuard.bans()
+  t.strictSame(listed.map(b => b.keyHash), [...banned].reverse().map(identity => hashIdentity(identity)), `${masters.length} bans on ${masters.length} masters, the longest first`)
 })
 
 t.test('a slot migrated by hand while its identity is under traffic', async t => {

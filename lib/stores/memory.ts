@@ -206,6 +206,16 @@ export class MemoryStore implements Store {
     this.#marks.set(key, { value, expiresAt: ms === null ? Infinity : this.#now() + ms })
   }
 
+  async bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>> {
+    const now = this.#now()
+    const found: Array<{ key: string, retryMs: number }> = []
+    for (const [key, mark] of this.#marks) {
+      if (found.length === limit) break
+      if (key.startsWith(nameSpace) && key.endsWith('}:banned') && mark.expiresAt > now) found.push({ key, retryMs: mark.expiresAt - now })
+    }
+    return found
+  }
+
   async delete (keys: readonly string[]): Promise<void> {
     for (const key of keys) {
       this.#logs.delete(key)

@@ -173,6 +173,29 @@ export class RedisStore implements RemoteStore {
     await this.client.del(...keys)
   }
 
+  /**
+   * SCAN of every master (one, or each of a Cluster's) for `<nameSpace>{…}:banned`, then each one's PTTL:
+   * it reads the whole key space (COUNT 1000 a step) until `limit` are found, so it is an operator's call,
+   * not one for every request.
+   */
+  async bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>> {
+    const nodes = this.#cluster ? (this.client as Cluster).nodes('master') : [this.client as Redis]
+    const pattern = `${nameSpace.replace(/[*?[\]\\]/g, '\\$&')}{*}:banned`
+    const keys: string[] = []
+    for (const node of nodes) {
+      let cursor = '0'
+      do {
+        const [next, found] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+        keys.push(...found)
+        cursor = next
+      } while (cursor !== '0' && keys.length < limit)
+      if (keys.length >= limit) break
+    }
+    const listed = keys.slice(0, limit)
+    const ttls = await Promise.all(listed.map(async key => await this.client.pttl(key)))
+    return listed.map((key, i) => ({ key, retryMs: ttls[i]! })).filter(ban => ban.retryMs > 0)
+  }
+
   /** Closes the client only when the plugin created it: a lent client is the lender's to close. */
   async close (): Promise<void> {
     if (!this.#owned) return

@@ -99,6 +99,8 @@ export interface Store {
   setValue (key: string, value: string, ms: number | null): Promise<void>
   /** Deletes keys (all of one identity, so one Redis Cluster slot). */
   delete (keys: readonly string[]): Promise<void>
+  /** Up to `limit` of the bans under `nameSpace` now: each one's key and the ms it has left. */
+  bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>>
   close (): Promise<void>
 }
 
