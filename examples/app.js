@@ -10,6 +10,7 @@
 
 import Fastify from 'fastify'
 import rateGuard from 'fastify-rate-guard'
+import { operatorPage } from './operator-page.js'
 
 /** The API keys this toy service has issued; a real one would look them up (and cache the answer). */
 export const API_KEYS = new Set(['key-acme-0001', 'key-globex-0002'])
@@ -21,9 +22,11 @@ export const BAN = Object.freeze({ threshold: 3, duration: '10s' })
 export const SEARCH_LIMIT = Object.freeze({ max: 5, timeWindow: '5s', ban: false })
 
 /**
- * @param {{ redis?: string | import('ioredis').Redis, logger?: boolean | object, nameSpace?: string }} options
+ * `operatorPassword` (or OPERATOR_PASSWORD in the environment) turns on the operator's page, GET /rate-guard,
+ * for the user `operator` (HTTP Basic): without one there is no page.
+ * @param {{ redis?: string | import('ioredis').Redis, logger?: boolean | object, nameSpace?: string, operatorPassword?: string }} options
  */
-export async function buildApp ({ redis, logger = false, nameSpace } = {}) {
+export async function buildApp ({ redis, logger = false, nameSpace, operatorPassword = process.env.OPERATOR_PASSWORD } = {}) {
   // The demo's clients connect from loopback; X-Forwarded-For is believed only from there.
   const app = Fastify({ logger, trustProxy: ['127.0.0.1', '::1'] })
 
@@ -54,6 +57,8 @@ export async function buildApp ({ redis, logger = false, nameSpace } = {}) {
   })
 
   app.get('/health', { config: { rateLimit: false } }, async () => ({ ok: true }))
+
+  if (operatorPassword) await app.register(operatorPage, { credentials: { user: 'operator', password: operatorPassword } })
 
   return app
 }

@@ -1,0 +1,128 @@
+// The operator's view of fastify-rate-guard, as a Fastify plugin: GET /rate-guard, one page of plain HTML and
+// a little script (no build step), live from what the plugin tells this instance:
+//   - decisions per second by outcome (fastify.rateGuard.stats(), polled each second);
+//   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
+//   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button.
+// Guarded by HTTP Basic authentication (`credentials`): an example; put your own operators' check there. Its
+// routes are never rate limited (they are the operator's), and its data only ever names clients by hash.
+
+import diagnostics from 'node:diagnostics_channel'
+import { timingSafeEqual } from 'node:crypto'
+import { CHANNELS } from 'fastify-rate-guard'
+
+/** How many clients the refusal counts keep at most (past it, they start over: an example's bound). */
+const TRACKED = 10_000
+const REFUSED = new Set(['limited', 'banned', 'ban-started', 'too-costly'])
+
+/**
+ * @param {import('fastify').FastifyInstance} app
+ * @param {{ credentials: { user: string, password: string } }} options
+ */
+export async function operatorPage (app, { credentials }) {
+  const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
+  const refused = new Map()
+  const onDecision = ({ outcome, keyHash, keyKind }) => {
+    if (!REFUSED.has(outcome) || keyHash === undefined) return
+    if (refused.size >= TRACKED && !refused.has(keyHash)) refused.clear()
+    const seen = refused.get(keyHash) ?? { keyHash, keyKind, refused: 0 }
+    seen.refused++
+    refused.set(keyHash, seen)
+  }
+  diagnostics.subscribe(CHANNELS.decision, onDecision)
+  app.addHook('onClose', async () => { diagnostics.unsubscribe(CHANNELS.decision, onDecision) })
+
+  const config = { rateLimit: false }
+  const onRequest = async (request, reply) => {
+    const given = Buffer.from(request.headers.authorization ?? '')
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      return await reply.code(401).header('www-authenticate', 'Basic realm="rate-guard"').send({ error: 'operators only' })
+    }
+  }
+
+  app.get('/rate-guard', { config, onRequest }, async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
+
+  app.get('/rate-guard/data', { config, onRequest }, async () => ({
+    at: Date.now(),
+    stats: app.rateGuard.stats(),
+    top: [...refused.values()].sort((a, b) => b.refused - a.refused).slice(0, 10),
+    bans: await app.rateGuard.bans({ limit: 50 })
+  }))
+
+  app.post('/rate-guard/unban', { config, onRequest }, async (request) => {
+    const keyHash = request.body?.keyHash
+    await app.rateGuard.unban({ keyHash })
+    refused.delete(keyHash)
+    return { unbanned: keyHash }
+  })
+}
+
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>rate-guard</title>
+<style>
+  body { font: 15px/1.4 system-ui, sans-serif; margin: 2rem; color: #1d2430; background: #f7f8fa; }
+  h1 { font-size: 1.4rem; margin: 0 0 1rem; }
+  h2 { font-size: 1.05rem; margin: 1.6rem 0 .5rem; }
+  table { border-collapse: collapse; background: white; min-width: 28rem; box-shadow: 0 1px 2px #0002; }
+  th, td { text-align: left; padding: .35rem .8rem; border-bottom: 1px solid #e4e7ec; }
+  th { background: #eef1f5; font-weight: 600; }
+  td.n { text-align: right; font-variant-numeric: tabular-nums; }
+  code { font-size: .9em; }
+  button { font: inherit; padding: .15rem .6rem; cursor: pointer; }
+  .empty { color: #7a8594; font-style: italic; }
+  #status { color: #7a8594; font-size: .85rem; }
+</style>
+</head>
+<body>
+<h1>rate-guard <span id="status">connecting…</span></h1>
+<h2>Decisions per second</h2>
+<table><thead><tr><th>outcome</th><th>per second</th><th>since start</th></tr></thead><tbody id="rates"></tbody></table>
+<h2>Clients refused most</h2>
+<table><thead><tr><th>client (hash)</th><th>kind</th><th>refusals</th></tr></thead><tbody id="top"></tbody></table>
+<h2>Active bans</h2>
+<table><thead><tr><th>client (hash)</th><th>time left</th><th></th></tr></thead><tbody id="bans"></tbody></table>
+<script>
+  let last = null
+  const cell = (text, className) => { const td = document.createElement('td'); td.textContent = text; if (className) td.className = className; return td }
+  const fill = (id, rows, columns) => {
+    const body = document.getElementById(id)
+    body.replaceChildren()
+    if (rows.length === 0) { const tr = body.insertRow(); const td = cell('none', 'empty'); td.colSpan = columns; tr.append(td) }
+    for (const row of rows) body.append(row)
+  }
+  const row = (...cells) => { const tr = document.createElement('tr'); tr.append(...cells); return tr }
+  const left = ms => ms >= 3600000 ? Math.round(ms / 3600000) + ' h' : ms >= 60000 ? Math.round(ms / 60000) + ' min' : Math.ceil(ms / 1000) + ' s'
+  async function unban (keyHash) {
+    await fetch('/rate-guard/unban', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ keyHash }) })
+    await refresh()
+  }
+  async function refresh () {
+    const data = await (await fetch('/rate-guard/data')).json()
+    const outcomes = Object.entries(data.stats.decisions).filter(([, n]) => n > 0)
+    fill('rates', outcomes.map(([outcome, n]) => {
+      const before = last?.stats.decisions[outcome] ?? n
+      const seconds = last ? (data.at - last.at) / 1000 : 1
+      return row(cell(outcome), cell(((n - before) / seconds).toFixed(1), 'n'), cell(String(n), 'n'))
+    }), 3)
+    fill('top', data.top.map(t => row(cell(t.keyHash), cell(t.keyKind), cell(String(t.refused), 'n'))), 3)
+    fill('bans', data.bans.map(b => {
+      const button = document.createElement('button')
+      button.textContent = 'unban'
+      button.dataset.keyHash = b.keyHash
+      button.onclick = () => unban(b.keyHash)
+      const td = document.createElement('td'); td.append(button)
+      const tr = row(cell(b.keyHash), cell(left(b.retryMs), 'n'), td)
+      tr.dataset.keyHash = b.keyHash
+      return tr
+    }), 3)
+    document.getElementById('status').textContent = 'live, ' + new Date(data.at).toLocaleTimeString()
+    last = data
+  }
+  refresh()
+  setInterval(refresh, 1000)
+</script>
+</body>
+</html>
+`

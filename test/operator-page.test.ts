@@ -1,0 +1,71 @@
+// The example app's operator page (examples/operator-page.js) in a real browser: Debian's chromium, driven by
+// playwright-core (no browser download: .ci/run installs the chromium package when it is missing). Real
+// traffic on Redis makes decisions, refusals and a ban; the page shows them live, and its unban button lifts
+// the ban. A screenshot is written to OPERATOR_SCREENSHOT when set.
+import { existsSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
+import type { FastifyInstance } from 'fastify'
+import { chromium } from 'playwright-core'
+import t from 'tap'
+import { hashIdentity } from '../lib/keys.js'
+import { getRedis, uniquePrefix } from './helpers/redis.js'
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+const PASSWORD = 'operator-test-password'
+
+interface Example { buildApp: (options: { redis: string, nameSpace: string, operatorPassword: string }) => Promise<FastifyInstance> }
+
+t.test('the operator page: live decisions, the clients refused most, the bans, and unban', async t => {
+  t.ok(existsSync(CHROMIUM), `chromium at ${CHROMIUM} (apt-get install chromium; .ci/run does)`)
+  const example = 'app.js'
+  const { buildApp } = await import(`../examples/${example}`) as Example
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD })
+  t.teardown(() => app.close())
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as AddressInfo
+  const origin = `http://127.0.0.1:${port}`
+
+  t.equal((await fetch(`${origin}/rate-guard`)).status, 401, 'no credentials: no page')
+  t.equal((await fetch(`${origin}/rate-guard/data`, { headers: { authorization: 'Basic ' + Buffer.from('operator:wrong').toString('base64') } })).status, 401, 'wrong ones neither')
+
+  // Traffic through the loopback proxy the example trusts: an address that keeps asking is limited, then
+  // banned (3 refusals in a window); another is only limited.
+  const from = async (address: string, times: number): Promise<void> => {
+    for (let i = 0; i < times; i++) await app.inject({ url: '/items', remoteAddress: '127.0.0.1', headers: { 'x-forwarded-for': address } })
+  }
+  await from('198.51.100.7', 14)
+  await from('198.51.100.8', 11)
+  const banned = hashIdentity('198.51.100.7')
+  t.strictSame((await app.rateGuard.bans()).map(b => b.keyHash), [banned], 'one client banned by its traffic (for 10 s)')
+  // And one by the operator, for an hour: the one the button lifts (the first might end by itself first).
+  await app.rateGuard.ban('198.51.100.20', '1 hour')
+  const longBan = hashIdentity('198.51.100.20')
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] })
+  t.teardown(async () => { await browser.close() })
+  const context = await browser.newContext({ httpCredentials: { username: 'operator', password: PASSWORD }, viewport: { width: 1000, height: 900 } })
+  const page = await context.newPage()
+  await page.goto(`${origin}/rate-guard`)
+
+  const banRow = page.locator(`#bans tr[data-key-hash="${longBan}"]`)
+  await banRow.waitFor({ timeout: 10_000 })
+  t.match(await banRow.textContent(), /60 min/, 'the operator\'s ban, with its time left')
+  t.match(await page.locator('#bans').textContent(), new RegExp(`${banned}\\s*\\d+ s`), 'the ban the traffic earned')
+  const top = page.locator('#top tr').first()
+  t.match(await top.textContent(), new RegExp(`${banned}\\s*ip\\s*\\d+`), 'the client refused most, by hash and kind')
+  t.match(await page.locator('#rates').textContent(), /allowed/, 'decisions by outcome')
+  t.match(await page.locator('#rates').textContent(), /limited/)
+  t.notOk((await page.content()).includes('198.51.100.7'), 'the page never names a client by its address')
+
+  // Live: more traffic shows up without reloading.
+  await from('198.51.100.9', 12)
+  await page.locator('#top tr', { hasText: hashIdentity('198.51.100.9') }).waitFor({ timeout: 10_000 })
+  t.pass('new refusals appear on their own')
+
+  if (process.env.OPERATOR_SCREENSHOT !== undefined) await page.screenshot({ path: process.env.OPERATOR_SCREENSHOT, fullPage: true })
+
+  await banRow.locator('button').click()
+  await banRow.waitFor({ state: 'detached', timeout: 10_000 })
+  t.strictSame((await app.rateGuard.bans()).map(b => b.keyHash).filter(hash => hash === longBan), [], 'unban lifted it in Redis')
+  t.not((await app.rateGuard.peek('198.51.100.20', { max: 10, timeWindow: '5s' })).status, 'banned')
+})
