@@ -132,7 +132,7 @@ function overhead (row) {
  */
 export function targets (rows) {
   const find = (variant, scenario) => rows.find(row => row.variant === variant && row.scenario === scenario)
-  const ours = [...new Set(rows.map(row => row.variant).filter(v => v.startsWith('rate-guard ') && !v.endsWith('autopipelining')))]
+  const ours = [...new Set(rows.map(row => row.variant).filter(v => v.startsWith('rate-guard ') && !v.endsWith('autopipelining') && !v.endsWith('subscribed')))]
   const out = []
   const judge = (target, ok, measured) => out.push({ target, verdict: ok === null ? 'not measured' : ok ? 'met' : 'not met', measured })
   const redisCpu = (variant) => find(variant, 'allowed')?.redisCpuUsPerRequest?.median

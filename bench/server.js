@@ -57,8 +57,14 @@ switch (variant.kind) {
     app.get('/realistic', handler)
     break
   case 'rate-guard': {
-    const { rateGuard } = await import('../dist/index.js')
+    const { rateGuard, CHANNELS } = await import('../dist/index.js')
     const client = await redisClient({ enableOfflineQueue: false, enableAutoPipelining: variant.autopipelining })
+    if (variant.subscribed) {
+      const diagnostics = await import('node:diagnostics_channel')
+      const nothing = () => {}
+      for (const name of [CHANNELS.decision, CHANNELS.breaker, CHANNELS.trouble]) diagnostics.subscribe(name, nothing)
+      diagnostics.tracingChannel(CHANNELS.redis).subscribe({ start: nothing, end: nothing, asyncStart: nothing, asyncEnd: nothing, error: nothing })
+    }
     // The plugin's defaults otherwise (its 100 ms deadline, failMode 'closed'): a decision Redis misses is a
     // 503 in the responses column, and must not happen.
     // The bench's clients are its API keys, which the app vouches for (as @fastify/rate-limit's variant is

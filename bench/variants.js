@@ -17,7 +17,10 @@ export function allVariants (algorithms) {
     : algorithms.flatMap(algorithm => algorithm === 'sliding-log'
       ? [
           { id: `rate-guard ${algorithm} autopipelining`, kind: 'rate-guard', redis: true, algorithm, autopipelining: true },
-          { id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }
+          { id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false },
+          // The same, with a subscriber on every diagnostics channel (doing nothing): what listening costs; the
+          // variant above, nobody listening, is what the channels cost when nobody does.
+          { id: `rate-guard ${algorithm} subscribed`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false, subscribed: true }
         ]
       : [{ id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }])
   return [

@@ -348,6 +348,34 @@ t.test('every algorithm on the cluster: costs charged and settled on the identit
   }
 })
 
+t.test('shadow mode on the cluster: every request goes on, counted and banned as enforce would', async t => {
+  const masters = await cluster.masters()
+  const app = Fastify()
+  t.teardown(async () => { await app.close() })
+  const nameSpace = uniquePrefix()
+  const shadowed: boolean[] = []
+  await app.register(rateGuard, {
+    ...RELAXED,
+    redis: cluster.urls,
+    nameSpace,
+    keyGenerator,
+    max: 2,
+    timeWindow: '1 minute',
+    mode: 'shadow',
+    shadow: { ban: true },
+    ban: { threshold: 2, duration: '1 minute' },
+    onExceeded: (_request, _key, { shadow }) => { shadowed.push(shadow) }
+  })
+  app.get('/', async () => 'ok')
+  await app.ready()
+  const identity = await identityOn(cluster, masters[masters.length - 1]!, nameSpace, 'shadowed')
+  const codes = []
+  for (let i = 0; i < 5; i++) codes.push((await send(app, identity, 0)).res.statusCode)
+  t.strictSame(codes, [200, 200, 200, 200, 200])
+  t.strictSame(shadowed, [true, true, true])
+  t.equal((await app.rateGuard.peek(identity)).status, 'banned', 'the ban enforce would have started, recorded on the identity\'s shard')
+})
+
 t.test('bans() on the cluster: every master scanned, each ban listed once by its hash', async t => {
   const masters = await cluster.masters()
   const app = Fastify()

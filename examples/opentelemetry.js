@@ -1,0 +1,55 @@
+// OpenTelemetry metrics and spans from the plugin's diagnostics channels (@opentelemetry/api, a dev
+// dependency here: your app has its SDK set up). Nothing in the plugin depends on it.
+//
+//   rate_guard.decisions                 counter, attributes rate_guard.budget, .limit, .outcome
+//   rate_guard.redis.call.duration       histogram (s), attributes rate_guard.mode, .algorithm
+//   a span per script call to Redis      "rate-guard decide" (or peek, settle), with the batch's size
+//
+// instrumentRateGuard() uses the global meter and tracer unless given others; it returns a function that stops.
+
+import diagnostics from 'node:diagnostics_channel'
+import { performance } from 'node:perf_hooks'
+import { SpanKind, SpanStatusCode, metrics, trace } from '@opentelemetry/api'
+import { CHANNELS } from 'fastify-rate-guard'
+
+/**
+ * @param {{ meter?: import('@opentelemetry/api').Meter, tracer?: import('@opentelemetry/api').Tracer }} options
+ */
+export function instrumentRateGuard ({ meter = metrics.getMeter('fastify-rate-guard'), tracer = trace.getTracer('fastify-rate-guard') } = {}) {
+  const decisions = meter.createCounter('rate_guard.decisions', { description: 'Rate limit decisions', unit: '{decision}' })
+  const duration = meter.createHistogram('rate_guard.redis.call.duration', { description: 'Script calls to Redis, each deciding a batch', unit: 's' })
+  const onDecision = ({ budget, limit, outcome }) => {
+    decisions.add(1, { 'rate_guard.budget': budget, 'rate_guard.limit': limit ?? '', 'rate_guard.outcome': outcome })
+  }
+  // The TracingChannel's context object travels from start to asyncEnd: the span rides on it.
+  const calls = new WeakMap()
+  const handlers = {
+    start: (context) => {
+      const span = tracer.startSpan(`rate-guard ${context.mode}`, {
+        kind: SpanKind.CLIENT,
+        attributes: { 'db.system': 'redis', 'rate_guard.namespace': context.nameSpace, 'rate_guard.algorithm': context.algorithm, 'rate_guard.batch_size': context.batchSize }
+      })
+      calls.set(context, { span, started: performance.now() })
+    },
+    end: () => {},
+    asyncStart: () => {},
+    asyncEnd: (context) => {
+      const call = calls.get(context)
+      if (call === undefined) return
+      duration.record((performance.now() - call.started) / 1000, { 'rate_guard.mode': context.mode, 'rate_guard.algorithm': context.algorithm })
+      call.span.end()
+    },
+    error: (context) => {
+      const call = calls.get(context)
+      call?.span.recordException(context.error)
+      call?.span.setStatus({ code: SpanStatusCode.ERROR, message: context.error?.message })
+    }
+  }
+  const tracing = diagnostics.tracingChannel(CHANNELS.redis)
+  diagnostics.subscribe(CHANNELS.decision, onDecision)
+  tracing.subscribe(handlers)
+  return () => {
+    diagnostics.unsubscribe(CHANNELS.decision, onDecision)
+    tracing.unsubscribe(handlers)
+  }
+}
