@@ -183,7 +183,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       algorithm,
       limit: 'limits' in verdict ? bindingName(verdict, headers) : undefined,
       cost: input?.cost ?? (typeof cost === 'number' ? cost : 1),
-      keyHash: input === undefined ? undefined : keyHashOf(input.keys.log),
+      keyHash: hashOf(input),
       keyKind: keyKindOf(key),
       mode
     } satisfies DecisionMessage)
@@ -219,7 +219,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       return undefined
     }
     note(outcome, key, verdict, input, headers)
-    if (mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: input === undefined ? undefined : keyHashOf(input.keys.log) } }, 'rate-guard: refused')
+    if (mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: hashOf(input) } }, 'rate-guard: refused')
 
     writeHeaders(reply, headers, verdict)
     route.onExceeded?.(request, key as string, ENFORCED)
@@ -268,6 +268,11 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 /** What `onExceeded` is told: whether the request was let through all the same (shadow mode). */
 const SHADOW = Object.freeze({ shadow: true })
 const ENFORCED = Object.freeze({ shadow: false })
+
+/** The client's hash in a decision's keys; none when no keys were made (failMode decided first) or for a shared budget. */
+function hashOf (input: Decidable | undefined): string | undefined {
+  return input === undefined ? undefined : keyHashOf(input.keys.log)
+}
 
 /** The name of a decision's binding limit, as the IETF fields name it. */
 function bindingName (decision: Decision, headers: HeaderStyle): string {

@@ -26,6 +26,6 @@ export class DecisionStats {
 /** Several registrations' snapshots as one: counts added, from the earliest start. */
 export function combined (snapshots: readonly StatsSnapshot[]): StatsSnapshot {
   const decisions = Object.fromEntries(OUTCOMES.map(outcome => [outcome, snapshots.reduce((sum, s) => sum + s.decisions[outcome], 0)])) as Record<Outcome, number>
-  const since = snapshots.map(s => s.since).sort()[0] ?? new Date().toISOString()
+  const since = snapshots.map(s => s.since).sort()[0]!
   return { since, decisions }
 }

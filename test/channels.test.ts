@@ -183,3 +183,23 @@ for (const where of ['redis', 'memory'] as const) {
     await t.rejects(app.rateGuard.bans({ limit: 0 }), { code: 'FST_RATE_GUARD_INVALID_OPTION' })
   })
 }
+
+t.test('the kind of key each decision was made for, and a limit an override adds named as the IETF fields name it', async t => {
+  const app = await makeApp(t, { max: 1, userId: (request) => request.headers['x-user'] as string | undefined }, app => {
+    app.get('/', async () => 'ok')
+    app.get('/number', { config: { rateLimit: { keyGenerator: () => 42 } } }, async () => 'ok')
+    app.get('/tenant', { config: { rateLimit: { keyGenerator: () => 'tenant-7' } } }, async () => 'ok')
+  })
+  const seen = listen<DecisionMessage>(t, CHANNELS.decision)
+  await app.inject({ url: '/', headers: { 'x-api-key': 'k' } })
+  await app.inject({ url: '/', headers: { 'x-user': '9' } })
+  await app.inject({ url: '/' })
+  await app.inject('/number')
+  await app.inject('/tenant')
+  t.strictSame(seen.splice(0).map(m => m.keyKind), ['apikey', 'user', 'ip', 'custom', 'custom'])
+
+  await app.rateGuard.setOverride('apikey:wide', { limits: [{ max: 5, timeWindow: '1 minute' }, { max: 1, timeWindow: '1 hour' }], ttl: '1 hour' })
+  await app.inject({ url: '/', headers: { 'x-api-key': 'wide' } })
+  await app.inject({ url: '/', headers: { 'x-api-key': 'wide' } })
+  t.strictSame(seen.splice(0).map(m => [m.outcome, m.limit]), [['allowed', 'default-2'], ['limited', 'default-2']], 'the override\'s second limit binds: default-2')
+})

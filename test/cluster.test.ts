@@ -387,6 +387,7 @@ t.test('bans() on the cluster: every master scanned, each ban listed once by its
   for (const [i, identity] of banned.entries()) await app.rateGuard.ban(identity, (i + 1) * 60_000)
   const listed = await app.rateGuard.bans()
   t.strictSame(listed.map(b => b.keyHash), [...banned].reverse().map(identity => hashIdentity(identity)), `${masters.length} bans on ${masters.length} masters, the longest first`)
+  t.equal((await app.rateGuard.bans({ limit: 1 })).length, 1, 'bounded: the scan stops once it has found enough')
 })
 
 t.test('a slot migrated by hand while its identity is under traffic', async t => {

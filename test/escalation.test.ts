@@ -95,7 +95,7 @@ t.test('a factor: 1 s, 2 s, 4 s, then 4 s (maxDuration); onBanReach told each le
   for (const [i, durationMs] of ladder.entries()) {
     const offence = i + 1
     t.equal(await earnBan(t, s, i === 0), String(durationMs / 1000), `ban ${offence}: Retry-After is the ladder's step`)
-    t.strictSame(s.bans[i], { key: LOCAL, durationMs, offence }, `ban ${offence}: onBanReach(request, key, { durationMs: ${durationMs}, offence: ${offence} })`)
+    t.strictSame(s.bans[i], { key: LOCAL, durationMs, offence, shadow: false }, `ban ${offence}: onBanReach(request, key, { durationMs: ${durationMs}, offence: ${offence}, shadow: false })`)
     t.equal(await s.redis.get(s.keys.offences), String(offence), `ban ${offence}: the offences counter`)
     near(t, await s.redis.pttl(s.keys.offences), durationMs + forget, `ban ${offence}: offences live for the ban plus forget`)
     near(t, await s.redis.pttl(s.keys.banned), durationMs, `ban ${offence}: the ban's own TTL`)
@@ -111,7 +111,7 @@ t.test('a list: 1 s, 5 s, 1 minute, the last repeating', async t => {
   const ladder = [1000, 5000, 60_000, 60_000]
   for (const [i, durationMs] of ladder.entries()) {
     t.equal(await earnBan(t, s, i === 0), String(durationMs / 1000), `ban ${i + 1}: Retry-After`)
-    t.strictSame(s.bans[i], { key: LOCAL, durationMs, offence: i + 1 }, `ban ${i + 1}: onBanReach`)
+    t.strictSame(s.bans[i], { key: LOCAL, durationMs, offence: i + 1, shadow: false }, `ban ${i + 1}: onBanReach`)
     await endBan(s)
   }
   near(t, await s.redis.pttl(s.keys.offences), 60_000 + 86_400_000, 'the default forget is a day')
