@@ -97,14 +97,16 @@ function routeBudget (route: ResolvedRoute, scope: string, name: string): RouteB
     scope,
     name,
     headers: headerStyle(route, policies(route.limits, policy)),
-    sharedHeaders: headerStyle(route, policies(route.shared ?? [], `${policy}-shared`))
+    sharedHeaders: headerStyle(route, policies(route.shared ?? [], `${policy}-shared`)),
+    watchedHeaders: headerStyle(route, policies(route.watched ?? [], `${policy}-shadow`))
   }
 }
 
 /** How two routes of one budget count differently, or null when they count alike. */
 function differs (a: ResolvedRoute, b: ResolvedRoute): string | null {
   if (a.algorithm !== b.algorithm) return `algorithm '${a.algorithm}' and '${b.algorithm}'`
-  return differentLimits(a.limits, b.limits, 'limits') ?? differentLimits(a.shared ?? [], b.shared ?? [], 'shared')
+  return differentLimits(a.limits, b.limits, 'limits') ?? differentLimits(a.shared ?? [], b.shared ?? [], 'shared') ??
+    differentLimits(a.watched ?? [], b.watched ?? [], 'watched limits')
 }
 
 function differentLimits (a: readonly ResolvedLimit[], b: readonly ResolvedLimit[], what: string): string | null {

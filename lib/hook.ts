@@ -38,6 +38,8 @@ export interface RouteBudget {
   readonly headers: HeaderStyle
   /** The headers of the budget shared by the route's clients, when it has one. */
   readonly sharedHeaders: HeaderStyle
+  /** The names of the limits the route watches (`mode: 'shadow'` per limit), as the channel reports them. */
+  readonly watchedHeaders: HeaderStyle
 }
 
 /** The header that says a request went through because Redis could not decide (`failMode: 'open'`). */
@@ -108,6 +110,9 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   // no over-limit wait and the route gives nothing back after its responses (see HeldAnswers); a shared
   // budget's denials, too: nothing is ever given back to it. (A handler that settles lower says so: lib/charge.ts.)
   const holdable = ban === null && fixedLimits !== null && overLimit === undefined && typeof cost === 'number' && !settlesItself(route)
+  // Limits watched, not enforced: a budget of their own beside the route's, decided after the route's allowed.
+  const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  const watchedScope = `${scope}~shadow`
   const shared: Decidable | null = route.shared === null
     ? null
     : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
@@ -189,10 +194,31 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     } satisfies DecisionMessage)
   }
 
+  /**
+   * The route's watched limits on a request its enforced ones allowed: decided on a budget of their own, not
+   * waited for (the request goes on at once), and what they would have refused reported as shadow mode does.
+   */
+  function watch (request: FastifyRequest, key: Given, input: Decidable): void {
+    const decidable: Decidable = { ...watched!, keys: identityKeys(nameSpace, watchedScope, String(key), algorithm), ...(input.cost === undefined ? {} : { cost: input.cost }) }
+    const seen = (verdict: Verdict): void => {
+      if (verdict.status !== 'limited') return
+      note('shadow-limited', key, verdict, decidable, budget.watchedHeaders)
+      route.onExceeded?.(request, key as string, SHADOW)
+    }
+    try {
+      const verdict = limiter.decide(decidable, request.log)
+      if (isPromise(verdict)) verdict.then(seen).catch((err: unknown) => { request.log.error({ err }, 'rate-guard: a watched limit could not be reported') })
+      else seen(verdict)
+    } catch (err) {
+      request.log.error({ err }, 'rate-guard: a watched limit could not be reported')
+    }
+  }
+
   function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle, input?: Decidable): Outcome {
     switch (verdict.status) {
       case 'allowed':
         note('allowed', key, verdict, input, headers)
+        if (watched !== null && input !== undefined) watch(request, key, input)
         writeHeaders(reply, headers, verdict)
         route.onExceeding?.(request, key as string)
         return undefined

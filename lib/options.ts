@@ -82,6 +82,30 @@ const PLUGIN_KEYS = new Set([...ROUTE_KEYS, ...PLUGIN_ONLY, 'prefix', 'logLevel'
 const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
 const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
 
+/**
+ * A route's `limits`, each enforced or (`mode: 'shadow'`) watched: the enforced ones, and the watched ones or
+ * null. Watched limits are numbers (they are decided as a budget of their own, beside the route's), and at
+ * least one limit is enforced (a route only watched is `mode: 'shadow'`).
+ */
+function checkRouteLimits (value: unknown, name: string): [readonly ResolvedLimit[], readonly ResolvedLimit[] | null] {
+  if (!Array.isArray(value)) return [checkLimitList(value, name, false), null]
+  const modes = value.map((item: unknown, i) => {
+    const mode = (item as { mode?: unknown } | null)?.mode
+    return mode === undefined ? 'enforce' : checkOneOf(mode, `${name}[${i}].mode`, ['enforce', 'shadow'] as const)
+  })
+  const without = value.map((item: unknown) => {
+    if (typeof item !== 'object' || item === null) return item
+    const { mode: _mode, ...rest } = item as Record<string, unknown>
+    return rest
+  })
+  const all = checkLimitList(without, name, false)
+  if (!modes.includes('shadow')) return [all, null]
+  if (!modes.includes('enforce')) fail(name, value, "at least one limit enforced: a route only watched is mode: 'shadow'")
+  const watched = all.filter((_, i) => modes[i] === 'shadow')
+  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function')) fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions')
+  return [Object.freeze(all.filter((_, i) => modes[i] === 'enforce')), Object.freeze(watched)]
+}
+
 /** `shadow: { ban }`: whether shadow denials strike toward bans. */
 function checkShadow (value: unknown, name: string): boolean {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ ban: true } or { ban: false }')
@@ -165,9 +189,9 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     fail(name(has('max') ? 'max' : 'timeWindow'), input[has('max') ? 'max' : 'timeWindow'], 'both max and timeWindow: the plugin has several limits to take the other from')
   }
   // One limit given in parts takes what it does not give from the base's single limit.
-  const limits = has('limits')
-    ? checkLimitList(input.limits, name('limits'), false)
-    : oneLimit ? Object.freeze([checkOneLimit(input, base.limits.length === 1 ? base.limits[0] : undefined, where, false)]) : base.limits
+  const [limits, watched] = has('limits')
+    ? checkRouteLimits(input.limits, name('limits'))
+    : [oneLimit ? Object.freeze([checkOneLimit(input, base.limits.length === 1 ? base.limits[0] : undefined, where, false)]) : base.limits, base.watched]
   const algorithm = has('algorithm') ? checkOneOf(input.algorithm, name('algorithm'), ALGORITHMS) : base.algorithm
   const shared = has('shared') ? checkShared(input.shared, name('shared')) : base.shared
   if (algorithm !== 'token-bucket' && [...limits, ...shared ?? []].some(limit => limit.burst !== null)) {
@@ -175,6 +199,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
   }
   checkSizes(limits, algorithm, where)
   if (shared !== null) checkSizes(shared, algorithm, name('shared.'))
+  if (watched !== null) checkSizes(watched, algorithm, name('limits.'))
   const allowListGiven = has('allowList') ? input.allowList : base.allowListGiven
   return Object.freeze({
     ...plain as Pick<ResolvedRoute, keyof typeof PLAIN>,
@@ -183,6 +208,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     algorithm,
     limits,
     shared,
+    watched,
     keyGenerator: has('keyGenerator')
       ? checkFunction<KeyGenerator>(input.keyGenerator, name('keyGenerator'))
       : defaultKey && newSubnet ? keyGeneratorFor(ipv6Subnet) : base.keyGenerator,
@@ -332,6 +358,7 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
     algorithm: DEFAULT_ALGORITHM,
     limits: Object.freeze([{ max: DEFAULTS.max, windowMs: DEFAULTS.timeWindow, burst: null, name: undefined }]),
     shared: null,
+    watched: null,
     keyGenerator: keyGeneratorFor(DEFAULTS.ipv6Subnet),
     defaultKey: true,
     ban: null,

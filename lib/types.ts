@@ -81,6 +81,11 @@ export interface LimitOptions {
   burst?: number
   /** Its name in the IETF `RateLimit` fields. Default: the budget's (group id or `default`), `-2`, `-3`... after the first. */
   name?: string
+  /**
+   * A route's limits only: `'shadow'` watches this limit without enforcing it (see `mode`): it is decided
+   * apart, after the enforced limits allowed the request, and what it would have refused is reported.
+   */
+  mode?: 'enforce' | 'shadow'
 }
 
 /** A budget shared by every client of a route, beside each client's own: one limit, or several. */
@@ -205,6 +210,8 @@ export interface ResolvedRoute {
   readonly algorithm: Algorithm
   readonly limits: readonly ResolvedLimit[]
   readonly shared: readonly ResolvedLimit[] | null
+  /** The limits given `mode: 'shadow'`: watched, not enforced (null: none). */
+  readonly watched: readonly ResolvedLimit[] | null
   readonly keyGenerator: KeyGenerator
   /** The hierarchical default (API key, user, IP), which `ipv6Subnet` shapes; false for the app's own. */
   readonly defaultKey: boolean

@@ -7,7 +7,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
-import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { getRedis, uniquePrefix, until } from './helpers/redis.js'
 
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
 const STORES = ['redis', 'memory'] as const
@@ -97,3 +97,54 @@ t.test('mode and shadow at register: checked', async t => {
     await t.rejects(async () => { await app.register(rateGuard, opts as unknown as RateGuardOptions) }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message: new RegExp(name.replace('.', '\\.')) })
   }
 })
+
+for (const where of STORES) {
+  t.test(`${where}: a limit watched in shadow beside enforced ones: reported, never refusing`, async t => {
+    const { app, exceeded } = await makeApp(t, where, {}, app => {
+      app.get('/tiered', { config: { rateLimit: { limits: [{ max: 5, timeWindow: '1 minute' }, { max: 2, timeWindow: '1 minute', name: 'planned', mode: 'shadow' }] } } }, async () => 'ok')
+    })
+    const diagnostics = await import('node:diagnostics_channel')
+    const seen: Array<[string, string | undefined]> = []
+    const onMessage = (message: unknown): void => {
+      const { outcome, limit } = message as { outcome: string, limit: string | undefined }
+      seen.push([outcome, limit])
+    }
+    diagnostics.subscribe('rate-guard:decision', onMessage)
+    t.teardown(() => { diagnostics.unsubscribe('rate-guard:decision', onMessage) })
+    const replies = []
+    for (let i = 0; i < 6; i++) {
+      const res = await app.inject({ url: '/tiered', headers: { 'x-api-key': 'w' } })
+      replies.push([res.statusCode, res.headers['x-ratelimit-limit']])
+    }
+    t.strictSame(replies, [[200, '5'], [200, '5'], [200, '5'], [200, '5'], [200, '5'], [429, '5']], 'only the enforced limit refuses, and only its headers show')
+    // The watched limit is decided after each answer, not waited for: its reports may come a round trip later.
+    await until(async () => exceeded.length === 4, 'the watched limit\'s reports')
+    t.strictSame(exceeded.filter(([, shadow]) => shadow).length, 3, 'the watched limit would have refused the 3rd to 5th')
+    t.strictSame(exceeded.filter(([, shadow]) => !shadow), [['apikey:w', false]], 'the enforced one refused the 6th')
+    t.strictSame(seen.filter(([outcome]) => outcome === 'shadow-limited'), [['shadow-limited', 'planned'], ['shadow-limited', 'planned'], ['shadow-limited', 'planned']], 'reported under its own name')
+  })
+}
+
+t.test('watched limits at register: one enforced at least, numbers only', async t => {
+  for (const [limits, message] of [
+    [[{ max: 1, timeWindow: 1000, mode: 'shadow' }], /at least one limit enforced/],
+    [[{ max: 1, timeWindow: 1000 }, { max: () => 1, timeWindow: 1000, mode: 'shadow' }], /not functions/],
+    [[{ max: 1, timeWindow: 1000, mode: 'report' }], /limits\[0\]\.mode/]
+  ] as const) {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await t.rejects(async () => { await app.register(rateGuard, { limits } as unknown as RateGuardOptions) }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message })
+  }
+})
+
+for (const where of STORES) {
+  t.test(`${where}: an onExceeded that throws on a watched limit's report is logged; the request is unharmed`, async t => {
+    const { app, logs } = await makeApp(t, where, { onExceeded: () => { throw new Error('callback bug') } }, app => {
+      app.get('/tiered', { config: { rateLimit: { limits: [{ max: 5, timeWindow: '1 minute' }, { max: 1, timeWindow: '1 minute', mode: 'shadow' }] } } }, async () => 'ok')
+    })
+    const codes = []
+    for (let i = 0; i < 3; i++) codes.push((await app.inject({ url: '/tiered', headers: { 'x-api-key': 'x' } })).statusCode)
+    t.strictSame(codes, [200, 200, 200])
+    await until(async () => logs.filter(line => line.msg === 'rate-guard: a watched limit could not be reported').length === 2, 'both reports logged')
+  })
+}
