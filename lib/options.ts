@@ -94,7 +94,7 @@ function checkRouteLimits (value: unknown, name: string): [readonly ResolvedLimi
     return mode === undefined ? 'enforce' : checkOneOf(mode, `${name}[${i}].mode`, ['enforce', 'shadow'] as const)
   })
   const without = value.map((item: unknown) => {
-    if (typeof item !== 'object' || item === null) return item
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) return item
     const { mode: _mode, ...rest } = item as Record<string, unknown>
     return rest
   })

@@ -148,3 +148,11 @@ for (const where of STORES) {
     await until(async () => logs.filter(line => line.msg === 'rate-guard: a watched limit could not be reported').length === 2, 'both reports logged')
   })
 }
+
+t.test('memory: a watched limit is charged the request\'s cost too', async t => {
+  const { app, exceeded } = await makeApp(t, 'memory', {}, app => {
+    app.get('/bulk', { config: { rateLimit: { cost: 2, limits: [{ max: 10, timeWindow: '1 minute' }, { max: 3, timeWindow: '1 minute', mode: 'shadow' }] } } }, async () => 'ok')
+  })
+  for (let i = 0; i < 2; i++) await app.inject({ url: '/bulk', headers: { 'x-api-key': 'y' } })
+  t.strictSame(exceeded, [['apikey:y', true]], '2 units fit the watched 3, 4 would not')
+})
