@@ -420,6 +420,26 @@ app.get('/bulk', { config: { rateLimit: { cost: 5 } } }, async () => 'ok')
 app.get('/tokens', { config: { rateLimit: { cost: async (request: FastifyRequest, key: string) => { expectType<string>(key); return Number(request.headers['x-units']) } } } }, async () => 'ok')
 // @ts-expect-error a cost is a number of units
 app.get('/bad', { config: { rateLimit: { cost: '5' } } }, async () => 'ok')
+// Settling: from the handler, or after the response.
+app.get('/llm', { config: { rateLimit: { cost: 500, refundAborted: true } } }, async (request) => {
+  expectType<number>(request.rateGuard.charged)
+  expectType<boolean>(request.rateGuard.settled)
+  await request.rateGuard.settle(1234)
+  return 'ok'
+})
+app.post('/login', { config: { rateLimit: { skipSuccessfulRequests: true, settle: async (_request, reply) => reply.statusCode } } }, async () => 'ok')
+app.get('/count', { config: { rateLimit: { countWhen: (_request, reply) => reply.statusCode !== 304 } } }, async () => 'ok')
+// @ts-expect-error countWhen answers a boolean
+app.get('/count-bad', { config: { rateLimit: { countWhen: () => 'yes' } } }, async () => 'ok')
+// Modes, per route and per limit.
+app.get('/trial', { config: { rateLimit: { mode: 'shadow', shadow: { ban: true }, onExceeded: (_request, _key, { shadow }) => { expectType<boolean>(shadow) } } } }, async () => 'ok')
+app.get('/watched', { config: { rateLimit: { limits: [{ max: 10, timeWindow: '1s' }, { max: 5, timeWindow: '1s', mode: 'shadow' }] } } }, async () => 'ok')
+// @ts-expect-error a mode is enforce, shadow or report
+app.get('/mode-bad', { config: { rateLimit: { mode: 'dry-run' } } }, async () => 'ok')
+// The operator's calls.
+expectType<Promise<Array<{ keyHash: string, retryMs: number }>>>(app.rateGuard.bans({ limit: 10 }))
+expectType<Promise<void>>(app.rateGuard.unban({ keyHash: 'x'.repeat(22) }))
+expectType<number>(app.rateGuard.stats().decisions['shadow-limited'])
 
 // The decorators @fastify/rate-limit has: a hook to place, and a check to call by hand.
 app.setNotFoundHandler({ preHandler: app.rateLimit({ max: 4, timeWindow: 500 }) }, async () => 'gone')
