@@ -24,8 +24,8 @@ import type { DecideInput, Decision } from './stores/store.js'
  */
 export const BATCH_MAX = 32
 
-/** What a request gets: its decision, or why Redis gave none (for it alone, or for its whole batch); and when its batch was sent. */
-export type Answer = (result: Decision | Error, sentAt: number) => void
+/** What a request gets: its decision, or why Redis gave none (for it alone, or for its whole batch); when its batch was sent, and its size. */
+export type Answer = (result: Decision | Error, sentAt: number, batchSize: number) => void
 
 /** Sends one batch of one algorithm: a decision, or the error of that request alone, per request, in order. */
 export type Send = (inputs: readonly DecideInput[], algorithm: Algorithm) => Promise<ReadonlyArray<Decision | Error>>
@@ -109,6 +109,6 @@ export class Batcher {
     const failed = outcome instanceof Error
     this.#settled(failed ? outcome : undefined)
     const { answers, sentAt } = batch
-    for (let i = 0; i < answers.length; i++) answers[i]!(failed ? outcome : outcome[i]!, sentAt)
+    for (let i = 0; i < answers.length; i++) answers[i]!(failed ? outcome : outcome[i]!, sentAt, answers.length)
   }
 }

@@ -48,6 +48,9 @@ export interface DecisionMessage {
   readonly limit: string | undefined
   /** The request's units. */
   readonly cost: number
+  /** For a decision Redis made: ms from sending its batch to the answer, and how many requests the batch decided. */
+  readonly redisMs: number | undefined
+  readonly batchSize: number | undefined
   /** The client's key hash (never the key), undefined for a shared budget's decision or when none was made. */
   readonly keyHash: string | undefined
   /** Which kind of key: the default hierarchy's `apikey`, `user` or `ip`, else `custom` (the app's key generator's). */

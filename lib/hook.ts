@@ -188,6 +188,8 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       algorithm,
       limit: 'limits' in verdict ? bindingName(verdict, headers) : undefined,
       cost: input?.cost ?? (typeof cost === 'number' ? cost : 1),
+      redisMs: 'redisMs' in verdict ? verdict.redisMs : undefined,
+      batchSize: 'batchSize' in verdict ? verdict.batchSize : undefined,
       keyHash: hashOf(input),
       keyKind: keyKindOf(key),
       mode

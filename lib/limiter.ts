@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
-import { troubleChannel } from './channels.js'
+import { decisionChannel, troubleChannel } from './channels.js'
 import { DecisionStats } from './stats.js'
 import { deadline } from './deadline.js'
 import type { FailMode } from './types.js'
@@ -100,10 +100,12 @@ export class Limiter {
     if (held !== undefined) return held
     if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
     const changes = this.#held?.changes ?? 0
-    return new Promise((resolve, reject) => this.#batcher!.add(input, (result, sentAt) => {
+    return new Promise((resolve, reject) => this.#batcher!.add(input, (result, sentAt, batchSize) => {
       // Answered whatever happens here (a logger that throws): a request never waits forever.
       try {
-        resolve(this.#verdict(input, result, sentAt, changes, log))
+        const verdict = this.#verdict(input, result, sentAt, changes, log)
+        // What the decision channel reports of the call, while someone listens (lib/channels.ts).
+        resolve(decisionChannel.hasSubscribers && 'limits' in verdict ? { ...verdict, redisMs: Date.now() - sentAt, batchSize } : verdict)
       } catch (err) {
         reject(err)
       }
