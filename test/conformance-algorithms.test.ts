@@ -1167,7 +1167,12 @@ const SETTLES: Record<Algorithm, Case> = {
       { at: 5000, expect: allowed(1, 1000), save: 'y' },
       { at: 5010, undo: 'y', final: 3 },
       { at: 5010, logHolds: [5000], units: 2 },
-      { at: 5020, expect: allowed(4, 980) }
+      { at: 5020, expect: allowed(4, 980) },
+      // Two entries at one time, of different costs: the one settled is the one of the request's cost.
+      { at: 6000, expect: allowed(2, 20) },
+      { at: 6000, cost: 3, expect: allowed(5, 20), save: 'q' },
+      { at: 6010, undo: 'q', final: 0 },
+      { at: 6010, logHolds: [5020, 6000], units: 0 }
     ]
   },
   'fixed-window': {
