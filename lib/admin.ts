@@ -6,7 +6,7 @@ import type { Budgets } from './budgets.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
 import { remainingOf } from './headers.js'
-import { hashedKeys, identityKeys, isKeyHash } from './keys.js'
+import { hashedKeys, identityKeys, isKeyHash, keyHashOf } from './keys.js'
 import { deadline } from './deadline.js'
 import { refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
@@ -142,7 +142,8 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     async bans ({ limit = 100 }: { limit?: number } = {}) {
       if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
       const found = await deadline(inner.bans(nameSpace, limit), ms)
-      return found.map(({ key, retryMs }) => ({ keyHash: key.slice(key.indexOf('{') + 1, key.indexOf('}')), retryMs })).sort((a, b) => b.retryMs - a.retryMs)
+      // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
+      return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs })).sort((a, b) => b.retryMs - a.retryMs)
     },
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)

@@ -84,13 +84,6 @@ export const breakerChannel = diagnostics.channel(CHANNELS.breaker)
 export const troubleChannel = diagnostics.channel(CHANNELS.trouble)
 export const redisTracing = diagnostics.tracingChannel<unknown, RedisCallContext & object>(CHANNELS.redis)
 
-/** The hash tag of a key the plugin made (`<nameSpace>{<hash>}:…`): the client's hash, never its key. */
-export function keyHashOf (stateKey: string): string | undefined {
-  const open = stateKey.indexOf('{')
-  const hash = stateKey.slice(open + 1, stateKey.indexOf('}', open))
-  return hash.startsWith('s:') ? undefined : hash
-}
-
 /** The kind of a key as the default hierarchy writes it. */
 export function keyKindOf (key: string | number): DecisionMessage['keyKind'] {
   if (typeof key !== 'string') return 'custom'

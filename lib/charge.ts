@@ -85,14 +85,23 @@ export const UNCOUNTED: RequestCharge = Object.freeze({
   settle: async (amount: number): Promise<void> => { checkAmount(amount) }
 })
 
+/** Where a request keeps its charge (null: nothing counted it). */
+const slot = (request: FastifyRequest): Record<symbol, Charge | null> => request as unknown as Record<symbol, Charge | null>
+
 /** Records the charge of a request `counted` allowed (its own budget first), for the handler and the response hooks. */
 export function charge (request: FastifyRequest, limiter: Limiter, counted: readonly Counted[]): void {
-  (request as unknown as Record<symbol, Charge | null>)[CHARGE] = new Charge(limiter, counted, request.log)
+  slot(request)[CHARGE] = new Charge(limiter, counted, request.log)
 }
 
 /** The request's charge, as `request.rateGuard` gives it. */
 export function chargeOf (request: FastifyRequest): RequestCharge {
-  return (request as unknown as Record<symbol, Charge | null>)[CHARGE] ?? UNCOUNTED
+  return slot(request)[CHARGE] ?? UNCOUNTED
+}
+
+/** The charge the request still holds at its cost: none when nothing counted it, or it has settled already. */
+function unsettled (request: FastifyRequest): Charge | undefined {
+  const held = slot(request)[CHARGE]
+  return held == null || held.settled ? undefined : held
 }
 
 /** Whether a route settles by itself, after the response or an abort: only then are its hooks added. */
@@ -108,8 +117,8 @@ export function settlesItself (route: ResolvedRoute): boolean {
 export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   const { countWhen, settle } = route
   return async (request, reply) => {
-    const held = (request as unknown as Record<symbol, Charge | null>)[CHARGE]
-    if (held == null || held.settled) return
+    const held = unsettled(request)
+    if (held === undefined) return
     const counts = countWhen === undefined ? true : await callbacks.run<boolean>('countWhen', () => then(countWhen(request, reply), checkCounts), () => true, request.log)
     if (!counts) return await held.settle(0)
     if (settle === undefined) return
@@ -120,8 +129,7 @@ export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (
 
 /** The route's `onRequestAbort` hook under `refundAborted`: a request the client gave up on counts nothing. */
 export async function refundAborted (request: FastifyRequest): Promise<void> {
-  const held = (request as unknown as Record<symbol, Charge | null>)[CHARGE]
-  if (held != null && !held.settled) await held.settle(0)
+  await unsettled(request)?.settle(0)
 }
 
 function checkCounts (value: unknown): boolean {

@@ -6,7 +6,7 @@ import { formatDuration } from './duration.js'
 import { BannedError, InvalidOptionError, TooCostlyError, TooManyRequestsError, UnavailableError } from './errors.js'
 import { retryAfterSeconds, writeHeaders } from './headers.js'
 import type { HeaderStyle } from './headers.js'
-import { identityKeys, sharedKeys } from './keys.js'
+import { identityKeys, keyHashOf, sharedKeys } from './keys.js'
 import type { Decidable, Limiter, Verdict } from './limiter.js'
 import { TheirBudget } from './stores/theirs.js'
 import type { TheirStore } from './stores/theirs.js'
@@ -14,7 +14,7 @@ import { checkDuration, checkMax } from './check.js'
 import { checkLimit } from './limit-options.js'
 import type { CostFunction, KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
-import { decisionChannel, keyHashOf, keyKindOf } from './channels.js'
+import { decisionChannel, keyKindOf } from './channels.js'
 import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
 import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
@@ -164,14 +164,14 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       }
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
-      const wholeInput = input.cost === undefined ? shared : { ...shared, cost: input.cost }
+      const wholeInput = costing(shared, input.cost)
       return then(limiter.decide(wholeInput, request.log), whole => {
         if (whole.status !== 'limited' && whole.status !== 'unavailable') {
           charge(request, limiter, whole.status === 'allowed' ? [{ input, decision: own }, { input: wholeInput, decision: whole }] : [{ input, decision: own }])
           return answer(request, reply, given, own, budget.headers, input)
         }
         const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at, final: 0 }
-        limiter.settle(input.cost === undefined ? undo : { ...undo, cost: input.cost }, request.log)
+        limiter.settle(costing(undo, input.cost), request.log)
         return answer(request, reply, given, whole, budget.sharedHeaders, wholeInput)
       })
     })
@@ -201,7 +201,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
    * waited for (the request goes on at once), and what they would have refused reported as shadow mode does.
    */
   function watch (request: FastifyRequest, key: Given, input: Decidable): void {
-    const decidable: Decidable = { ...watched!, keys: identityKeys(nameSpace, watchedScope, String(key), algorithm), ...(input.cost === undefined ? {} : { cost: input.cost }) }
+    const decidable = costing<Decidable>({ ...watched!, keys: identityKeys(nameSpace, watchedScope, String(key), algorithm) }, input.cost)
     const seen = (verdict: Verdict): void => {
       if (verdict.status !== 'limited') return
       note('shadow-limited', key, verdict, decidable, budget.watchedHeaders)
@@ -296,6 +296,11 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 /** What `onExceeded` is told: whether the request was let through all the same (shadow mode). */
 const SHADOW = Object.freeze({ shadow: true })
 const ENFORCED = Object.freeze({ shadow: false })
+
+/** `input` charged the request's `cost` too (as it is when the request costs one unit, and says nothing). */
+function costing<T extends object> (input: T, cost: number | undefined): T {
+  return cost === undefined ? input : { ...input, cost }
+}
 
 /** The client's hash in a decision's keys; none when no keys were made (failMode decided first) or for a shared budget. */
 function hashOf (input: Decidable | undefined): string | undefined {

@@ -265,6 +265,16 @@ export function hashedKeys (nameSpace: string, hash: string, scope = GLOBAL_SCOP
   return keysUnder(`${nameSpace}{${hash}}:`, scope, algorithm)
 }
 
+/**
+ * The hash tag of a key the plugin made (`<nameSpace>{<hash>}:…`): the client's hash, never its key;
+ * undefined for a budget shared by all clients (`{s:…}`).
+ */
+export function keyHashOf (key: string): string | undefined {
+  const open = key.indexOf('{')
+  const hash = key.slice(open + 1, key.indexOf('}', open))
+  return hash.startsWith('s:') ? undefined : hash
+}
+
 /** Whether `hash` is one `hashIdentity` makes: 22 base64url characters. */
 export function isKeyHash (hash: unknown): hash is string {
   return typeof hash === 'string' && /^[\w-]{22}$/.test(hash)
