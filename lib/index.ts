@@ -56,6 +56,9 @@ declare module 'fastify' {
 /** Where the registrations behind `fastify.rateGuard` are kept, for a registration inside another to join. */
 const REGISTRATIONS = Symbol.for('fastify-rate-guard.registrations')
 
+/** Nothing but `@fastify/rate-limit`'s plugin name, registered where this plugin is. */
+const THEIR_NAME = fp(async () => {}, { fastify: '5.x', name: '@fastify/rate-limit' })
+
 /** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
 const READY_WAIT = 2000
 
@@ -69,6 +72,9 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   }
   const opts = resolveOptions(options, warn)
   const outer = outerRegistrations(fastify)
+  // Answers to @fastify/rate-limit's name too: a plugin of the app's that says `dependencies:
+  // ['@fastify/rate-limit']` (to use fastify.rateLimit()), or asks hasPlugin('@fastify/rate-limit'), finds it.
+  if (outer === undefined) await fastify.register(THEIR_NAME)
   // Where requests are counted: Redis (given, or lent by @fastify/redis), unless the app gave a store of its own.
   const redis = opts.store === undefined ? opts.redis ?? lentByFastifyRedis(fastify) : undefined
   const remote = redis !== undefined

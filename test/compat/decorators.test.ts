@@ -4,6 +4,7 @@
 // here (theirs share one counter per key, recorded below).
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
@@ -144,4 +145,23 @@ t.test('createRateLimit({ ipv6Subnet, skipOnError }): the options theirs takes f
   }
   t.strictSame(answers.ours, answers.theirs)
   t.strictSame(answers.ours, [false, false, true], 'each address of the /64 is a client of its own')
+})
+
+t.test("a plugin of the app's that depends on '@fastify/rate-limit' loads after either plugin, and limits with fastify.rateLimit()", async t => {
+  // As an app's own plugin declares it: it uses the decorator, so it says it needs the plugin that makes it.
+  const routes = fp(async (app: FastifyInstance) => {
+    app.get('/limited', { onRequest: app.rateLimit({ max: 1, timeWindow: '1 minute' }) }, async () => 'ok')
+  }, { name: 'app-routes', dependencies: ['@fastify/rate-limit'] })
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const made = await app(t, plugin, { global: false }, made => { made.register(routes) })
+    t.ok(made.hasPlugin('@fastify/rate-limit'), `${plugin}: hasPlugin('@fastify/rate-limit')`)
+    t.strictSame(await statuses(made, times(2, '/limited')), [200, 429], `${plugin}: the dependent plugin's route is limited`)
+  }
+  const nested = Fastify()
+  t.teardown(() => nested.close())
+  await nested.register(rateGuard)
+  await nested.register(rateGuard, { nameSpace: 'inner:' })
+  await nested.register(routes)
+  await nested.ready()
+  t.ok(nested.hasPlugin('fastify-rate-guard'), 'and its own name')
 })
