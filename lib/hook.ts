@@ -94,7 +94,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   const { route, scope } = budget
   const { allowList, algorithm, failMode, overLimit, cost, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
-  const ban = mode === 'shadow' && !route.shadowBans ? null : route.ban
+  const ban = mode === 'shadow' && !route.shadow.ban ? null : route.ban
   const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), timeout, limiter.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {

@@ -10,77 +10,131 @@ import type { KeyHierarchyOptions } from './keys.js'
 import { checkBan, checkCost, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {
-  AllowListFunction, CountWhenFunction, HookName, Mode, KeyGenerator, ResolvedBreaker, ResolvedLimit, ResolvedOptions, ResolvedRoute, SettleFunction
+  AllowListFunction, BanCallback, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, HookName, KeyCallback, KeyGenerator, Mode, ResolvedBreaker,
+  RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, SettleFunction
 } from './types.js'
 
 /**
  * Every option checked once, at register, into one frozen object: the table of options (where each may be
- * given, how the plain ones are read), the defaults, and the merge of a route's (or a limiter's) options over
+ * given; how, and with what default, those that stand alone are read), and the merge of a route's (or a limiter's) options over
  * the plugin's. The option types are lib/types.ts's; limits and bans lib/limit-options.ts's; header switches
  * lib/headers.ts's; `@fastify/rate-limit`'s spellings and fallbacks lib/compat.ts's.
  */
 
+type Scope = 'route' | 'plugin'
+type Reader<T> = (value: unknown, name: string) => T
+
 /**
- * Every option and where it may be given: `route` on the plugin, on a route (`config.rateLimit`) and on a
- * limiter (`fastify.rateLimit()`, `createRateLimit()`), merged over the plugin's; `plugin` only at register,
- * as it holds for the whole plugin (one client, one store, one way to name a client, one set of header names).
+ * An option read on its own: its check, and the value it has when nobody gives it (written as an app would
+ * give it and read by the same check; none: undefined).
+ */
+interface Alone<S extends Scope, T, F> { readonly scope: S, readonly read: Reader<T>, readonly fallback: F }
+/** An option read with others (a limit from its parts, a ban over the limits, the key hierarchy…): see resolveRoute and resolveOptions. */
+interface Together<S extends Scope> { readonly scope: S }
+
+const alone = <S extends Scope, T, F = undefined>(scope: S, read: Reader<T>, fallback?: F): Alone<S, T, F> => ({ scope, read, fallback: fallback as F })
+const together = <S extends Scope>(scope: S): Together<S> => ({ scope })
+
+const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
+const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
+
+/**
+ * Every option: where it may be given, and, for those read on their own, how and with what default. `route`
+ * options are given on the plugin, on a route (`config.rateLimit`) and on a limiter (`fastify.rateLimit()`,
+ * `createRateLimit()`), each merged over the plugin's; `plugin` ones only at register, as they hold for the
+ * whole plugin (one client, one store, one way to name a client, one set of header names). The table makes
+ * the lists of keys each place accepts, and reads the options that stand alone (`readAlone`).
  */
 const OPTIONS = {
-  algorithm: 'route',
-  max: 'route',
-  timeWindow: 'route',
-  burst: 'route',
-  limits: 'route',
-  shared: 'route',
-  keyGenerator: 'route',
-  ban: 'route',
-  allowList: 'route',
-  groupId: 'route',
-  errorResponseBuilder: 'route',
-  onExceeding: 'route',
-  onExceeded: 'route',
-  onBanReach: 'route',
-  legacyHeaders: 'route',
-  standardHeaders: 'route',
-  addHeaders: 'route',
-  addHeadersOnExceeding: 'route',
-  continueExceeding: 'route',
-  exponentialBackoff: 'route',
-  cost: 'route',
-  countWhen: 'route',
-  skipSuccessfulRequests: 'route',
-  skipFailedRequests: 'route',
-  settle: 'route',
-  refundAborted: 'route',
-  mode: 'route',
-  shadow: 'route',
-  hook: 'route',
-  failMode: 'route',
-  skipOnError: 'route',
-  ipv6Subnet: 'route',
-  redis: 'plugin',
-  store: 'plugin',
-  global: 'plugin',
-  nameSpace: 'plugin',
-  enableDraftSpec: 'plugin',
-  timeout: 'plugin',
-  strict: 'plugin',
-  breaker: 'plugin',
-  banCache: 'plugin',
-  cache: 'plugin',
-  apiKeyHeader: 'plugin',
-  verifyApiKey: 'plugin',
-  userId: 'plugin'
-} as const satisfies Record<string, 'route' | 'plugin'>
+  // A route's options read on their own.
+  hook: alone('route', (value, name) => checkOneOf(value, name, HOOKS), 'onRequest'),
+  algorithm: alone('route', (value, name) => checkOneOf(value, name, ALGORITHMS), DEFAULT_ALGORITHM),
+  shared: alone('route', checkShared, false),
+  cost: alone('route', checkCost, 1),
+  settle: alone('route', checkFunction<SettleFunction>),
+  refundAborted: alone('route', checkBoolean, false),
+  mode: alone('route', (value, name) => checkOneOf(value, name, MODES), 'enforce'),
+  shadow: alone('route', checkShadow, { ban: false }),
+  errorResponseBuilder: alone('route', checkFunction<ErrorResponseBuilder>),
+  onExceeding: alone('route', checkFunction<KeyCallback>),
+  onExceeded: alone('route', checkFunction<ExceededCallback>),
+  onBanReach: alone('route', checkFunction<BanCallback>),
+  legacyHeaders: alone('route', checkBoolean, true),
+  standardHeaders: alone('route', checkStandardHeaders, false),
+  // A route's options read with others in resolveRoute: a limit from its parts or a list, the key generator with
+  // the subnet and the allow list, a ban over the limits, header switches over the names, failMode or skipOnError…
+  max: together('route'),
+  timeWindow: together('route'),
+  burst: together('route'),
+  limits: together('route'),
+  keyGenerator: together('route'),
+  ipv6Subnet: together('route'),
+  ban: together('route'),
+  allowList: together('route'),
+  groupId: together('route'),
+  addHeaders: together('route'),
+  addHeadersOnExceeding: together('route'),
+  continueExceeding: together('route'),
+  exponentialBackoff: together('route'),
+  countWhen: together('route'),
+  skipSuccessfulRequests: together('route'),
+  skipFailedRequests: together('route'),
+  failMode: together('route'),
+  skipOnError: together('route'),
+  // The plugin's options read on their own.
+  redis: alone('plugin', checkRedis),
+  store: alone('plugin', checkStoreClass),
+  global: alone('plugin', checkBoolean, true),
+  nameSpace: alone('plugin', checkNameSpace, 'rate-guard:'),
+  enableDraftSpec: alone('plugin', checkBoolean, false),
+  timeout: alone('plugin', checkDeadline, 100),
+  strict: alone('plugin', checkBoolean, false),
+  breaker: alone('plugin', checkBreaker, { threshold: 5, coolDown: 500 }),
+  banCache: alone('plugin', checkBoolean, true),
+  cache: alone('plugin', checkMax, 10_000),
+  // The plugin's options read together in resolveOptions: the key hierarchy.
+  apiKeyHeader: together('plugin'),
+  verifyApiKey: together('plugin'),
+  userId: together('plugin')
+} as const
 
-const optionsFor = (scope: 'route' | 'plugin'): string[] => Object.entries(OPTIONS).filter(([, where]) => where === scope).map(([option]) => option)
+type Table = typeof OPTIONS
+/** A scope's options read on their own, as their checks make them (undefined where none is given and there is no default). */
+type ReadAlone<S extends Scope> = {
+  readonly [K in keyof Table as Table[K] extends Alone<S, unknown, unknown> ? K : never]:
+  Table[K] extends Alone<S, infer T, infer F> ? (F extends undefined ? T | undefined : T) : never
+}
+
+/**
+ * The options of `scope` read on their own: each one given by its check, the others `base`'s (a route's over
+ * the plugin's) or, with no base, their defaults.
+ */
+function readAlone<S extends Scope> (scope: S, input: Record<string, unknown>, where: string, base?: object): ReadAlone<S> {
+  const out: Record<string, unknown> = {}
+  for (const [option, entry] of Object.entries(OPTIONS) as Array<[string, Alone<Scope, unknown, unknown> | Together<Scope>]>) {
+    if (entry.scope !== scope || !('read' in entry)) continue
+    const given = input[option]
+    out[option] = given !== undefined
+      ? entry.read(given, `${where}${option}`)
+      : base !== undefined ? (base as Record<string, unknown>)[option] : entry.fallback === undefined ? undefined : entry.read(entry.fallback, option)
+  }
+  return out as ReadAlone<S>
+}
+
+// The table and the public types name the same options, so an option added to one alone fails the build.
+type Scoped<S extends Scope> = { [K in keyof Table]: Table[K]['scope'] extends S ? K : never }[keyof Table]
+type Exactly<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+type Holds<T extends true> = T
+export type TableMatchesTypes = Holds<Exactly<keyof Table, keyof RateGuardOptions> | Exactly<Scoped<'route'>, keyof RouteRateLimitOptions>>
+
+const optionsFor = (scope: Scope): string[] => Object.entries(OPTIONS).filter(([, entry]) => entry.scope === scope).map(([option]) => option)
 const ROUTE_KEYS = new Set(optionsFor('route'))
 const PLUGIN_ONLY = new Set(optionsFor('plugin'))
 // Fastify's own registration options reach the plugin too.
 const PLUGIN_KEYS = new Set([...ROUTE_KEYS, ...PLUGIN_ONLY, 'prefix', 'logLevel', 'logSerializers'])
 
-const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
-const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
+/** The defaults tests and docs name: @fastify/rate-limit's for a limit, the decision's deadline and the breaker's. */
+export const DEFAULTS = Object.freeze({ ...THEIR_DEFAULTS, timeout: OPTIONS.timeout.fallback, breaker: OPTIONS.breaker.fallback })
 
 /**
  * A route's `limits`, each enforced or (`mode: 'shadow'`) watched: the enforced ones, and the watched ones or
@@ -107,31 +161,25 @@ function checkRouteLimits (value: unknown, name: string): [readonly ResolvedLimi
 }
 
 /** `shadow: { ban }`: whether shadow denials strike toward bans. */
-function checkShadow (value: unknown, name: string): boolean {
+function checkShadow (value: unknown, name: string): ResolvedRoute['shadow'] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ ban: true } or { ban: false }')
   checkKeys(value, new Set(['ban']), `${name}.`)
-  return checkBoolean((value as { ban?: unknown }).ban, `${name}.ban`)
+  return Object.freeze({ ban: checkBoolean((value as { ban?: unknown }).ban, `${name}.ban`) })
 }
 
-/** The route options read as given, over the base's, each by its check; the others are read together in `resolveRoute`. */
-const PLAIN: { readonly [K in 'hook' | 'errorResponseBuilder' | 'onExceeding' | 'onExceeded' | 'onBanReach' | 'legacyHeaders']: (value: unknown, name: string) => ResolvedRoute[K] } = {
-  hook: (value, name) => checkOneOf(value, name, HOOKS),
-  errorResponseBuilder: checkFunction,
-  onExceeding: checkFunction,
-  onExceeded: checkFunction,
-  onBanReach: checkFunction,
-  legacyHeaders: checkBoolean
+/** `standardHeaders`: whether the IETF fields are sent (`'draft-10'`) or not (`false`). */
+function checkStandardHeaders (value: unknown, name: string): boolean {
+  if (value !== false && value !== 'draft-10') fail(name, value, "false or 'draft-10'")
+  return value === 'draft-10'
 }
 
-/** The defaults of the plugin's own options, and of the route options the plugin does not set (theirs where they have one). */
-export const DEFAULTS = Object.freeze({
-  ...THEIR_DEFAULTS,
-  nameSpace: 'rate-guard:',
-  timeout: 100,
-  breaker: { threshold: 5, coolDown: 500 },
-  cache: 10_000,
-  apiKeyHeader: 'x-api-key'
-})
+/** A brace in the prefix would move the Redis Cluster hash tag away from the identity. */
+function checkNameSpace (value: unknown, name: string): string {
+  if (typeof value !== 'string' || value.length > 128 || /[{}\s]/.test(value)) {
+    fail(name, value, 'a string of at most 128 characters without braces or spaces')
+  }
+  return value
+}
 
 function checkBreaker (value: unknown): ResolvedBreaker | null {
   if (value === false) return null
@@ -167,21 +215,16 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
   const input = theirFallbacks(given, where, warn)
   const has = (key: string): boolean => input[key] !== undefined
   const name = (key: string): string => `${where}${key}`
-  const plain = Object.fromEntries(Object.entries(PLAIN).map(([option, check]) =>
-    [option, has(option) ? check(input[option], name(option)) : base[option as keyof typeof PLAIN]]))
+  const alone = readAlone('route', input, where, base)
   // Bits of an IPv6 address that make a client, 0 to 128 (0: every IPv6 address is one client): theirFallbacks
   // gives any other value their default.
   const ipv6Subnet = has('ipv6Subnet') ? input.ipv6Subnet as number : base.ipv6Subnet
   const newSubnet = ipv6Subnet !== base.ipv6Subnet
   const defaultKey = has('keyGenerator') ? false : base.defaultKey
   const groupId = input.groupId
-  const standardHeaders = input.standardHeaders
   if (has('groupId')) {
     if (typeof groupId !== 'string') throw new InvalidGroupIdError()
     checkPolicyName(groupId, name('groupId'))
-  }
-  if (has('standardHeaders') && standardHeaders !== false && standardHeaders !== 'draft-10') {
-    fail(name('standardHeaders'), standardHeaders, "false or 'draft-10'")
   }
   const oneLimit = has('max') || has('timeWindow') || has('burst')
   if (has('limits') && oneLimit) fail(name('limits'), input.limits, 'limits, or max / timeWindow / burst, not both')
@@ -192,8 +235,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
   const [limits, watched] = has('limits')
     ? checkRouteLimits(input.limits, name('limits'))
     : [oneLimit ? Object.freeze([checkOneLimit(input, base.limits.length === 1 ? base.limits[0] : undefined, where, false)]) : base.limits, base.watched]
-  const algorithm = has('algorithm') ? checkOneOf(input.algorithm, name('algorithm'), ALGORITHMS) : base.algorithm
-  const shared = has('shared') ? checkShared(input.shared, name('shared')) : base.shared
+  const { algorithm, shared } = alone
   if (algorithm !== 'token-bucket' && [...limits, ...shared ?? []].some(limit => limit.burst !== null)) {
     fail(name('burst'), limits.find(limit => limit.burst !== null)?.burst ?? shared?.find(limit => limit.burst !== null)?.burst, "no burst but with algorithm: 'token-bucket'")
   }
@@ -202,7 +244,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
   if (watched !== null) checkSizes(watched, algorithm, name('limits.'))
   const allowListGiven = has('allowList') ? input.allowList : base.allowListGiven
   return Object.freeze({
-    ...plain as Pick<ResolvedRoute, keyof typeof PLAIN>,
+    ...alone,
     failMode: checkFailMode(input, where) ?? base.failMode,
     ipv6Subnet,
     algorithm,
@@ -215,18 +257,12 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     defaultKey,
     ...resolveBan(input.ban, base, limits, name('ban')),
     overLimit: checkOverLimit(input, base.overLimit, where),
-    cost: has('cost') ? checkCost(input.cost, name('cost')) : base.cost,
     countWhen: checkCountWhen(input, base.countWhen, where),
-    settle: has('settle') ? checkFunction<SettleFunction>(input.settle, name('settle')) : base.settle,
-    refundAborted: has('refundAborted') ? checkBoolean(input.refundAborted, name('refundAborted')) : base.refundAborted,
-    mode: has('mode') ? checkOneOf(input.mode, name('mode'), MODES) : base.mode,
-    shadowBans: has('shadow') ? checkShadow(input.shadow, name('shadow')) : base.shadowBans,
     allowList: has('allowList') || (newSubnet && allowListGiven !== undefined)
       ? checkAllowList(allowListGiven, name('allowList'), key => canonicalKey(key, ipv6Subnet))
       : base.allowList,
     allowListGiven,
     groupId: has('groupId') ? groupId as string : undefined,
-    standardHeaders: has('standardHeaders') ? standardHeaders === 'draft-10' : base.standardHeaders,
     fieldNames: base.fieldNames,
     headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where)
   })
@@ -322,11 +358,12 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
   const opts = input as Record<string, unknown>
   checkKeys(opts, PLUGIN_KEYS, '')
   const has = (key: string): boolean => opts[key] !== undefined
+  const plugin = readAlone('plugin', opts, '')
+  if (plugin.store !== undefined && plugin.redis !== undefined) fail('store', opts.store, 'a store, or redis, not both')
 
-  const timeout = has('timeout') ? checkDeadline(opts.timeout, 'timeout') : DEFAULTS.timeout
-  const callbacks = new Callbacks(timeout)
+  const callbacks = new Callbacks(plugin.timeout)
   const verifyApiKey = has('verifyApiKey') ? checkFunction<KeyHierarchyOptions['verifyApiKey']>(opts.verifyApiKey, 'verifyApiKey') : undefined
-  const apiKeyHeader = has('apiKeyHeader') ? opts.apiKeyHeader : DEFAULTS.apiKeyHeader
+  const apiKeyHeader = has('apiKeyHeader') ? opts.apiKeyHeader : 'x-api-key'
   if (apiKeyHeader !== false && (typeof apiKeyHeader !== 'string' || !/^[a-z0-9!#$%&'*+.^_`|~-]+$/i.test(apiKeyHeader))) {
     fail('apiKeyHeader', apiKeyHeader, 'a header name or false')
   }
@@ -343,59 +380,30 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
   }
   const keyGeneratorFor = (ipv6Subnet: number): KeyGenerator => defaultKeyGenerator({ ...hierarchy, ipv6Subnet })
 
-  const nameSpace = has('nameSpace') ? opts.nameSpace : DEFAULTS.nameSpace
-  // A brace in the prefix would move the Redis Cluster hash tag away from the identity.
-  if (typeof nameSpace !== 'string' || nameSpace.length > 128 || /[{}\s]/.test(nameSpace)) {
-    fail('nameSpace', nameSpace, 'a string of at most 128 characters without braces or spaces')
-  }
-
   // Defaults, under the plugin's options: route, limiter and group options are resolved over the result.
   const defaults: ResolvedRoute = {
-    hook: 'onRequest',
+    ...readAlone('route', {}, ''),
     // As @fastify/rate-limit (skipOnError: false): a limit nobody can enforce refuses.
     failMode: 'closed',
     ipv6Subnet: DEFAULTS.ipv6Subnet,
-    algorithm: DEFAULT_ALGORITHM,
     limits: Object.freeze([{ max: DEFAULTS.max, windowMs: DEFAULTS.timeWindow, burst: null, name: undefined }]),
-    shared: null,
     watched: null,
     keyGenerator: keyGeneratorFor(DEFAULTS.ipv6Subnet),
     defaultKey: true,
     ban: null,
     overLimit: undefined,
-    cost: 1,
     countWhen: undefined,
-    settle: undefined,
-    refundAborted: false,
-    mode: 'enforce',
-    shadowBans: false,
     allowList: null,
     allowListGiven: undefined,
     groupId: undefined,
-    errorResponseBuilder: undefined,
-    onExceeding: undefined,
-    onExceeded: undefined,
-    onBanReach: undefined,
-    legacyHeaders: true,
-    standardHeaders: false,
     banDenials: null,
-    fieldNames: (has('enableDraftSpec') ? checkBoolean(opts.enableDraftSpec, 'enableDraftSpec') : false) ? DRAFT_NAMES : PLAIN_NAMES,
+    fieldNames: plugin.enableDraftSpec ? DRAFT_NAMES : PLAIN_NAMES,
     headerSwitches: ALL_HEADERS
   }
 
   const route = resolveRoute(opts, defaults, '', keyGeneratorFor, warn)
-  const store = has('store') ? checkStoreClass(opts.store) : undefined
-  if (store !== undefined && has('redis')) fail('store', opts.store, 'a store, or redis, not both')
   return Object.freeze({
-    redis: checkRedis(opts.redis),
-    store,
-    global: has('global') ? checkBoolean(opts.global, 'global') : true,
-    nameSpace,
-    timeout,
-    strict: has('strict') ? checkBoolean(opts.strict, 'strict') : false,
-    breaker: checkBreaker(has('breaker') ? opts.breaker : DEFAULTS.breaker),
-    banCache: has('banCache') ? checkBoolean(opts.banCache, 'banCache') : true,
-    cache: has('cache') ? checkMax(opts.cache, 'cache') : DEFAULTS.cache,
+    ...plugin,
     canonicalKey: (key: string) => canonicalKey(key, route.ipv6Subnet),
     keyGeneratorFor,
     keyTiers: keyTiers(hierarchy),

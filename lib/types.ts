@@ -225,8 +225,8 @@ export interface ResolvedRoute {
   readonly settle: SettleFunction | undefined
   readonly refundAborted: boolean
   readonly mode: Mode
-  /** In shadow mode, denials strike toward bans. */
-  readonly shadowBans: boolean
+  /** In shadow mode, whether denials strike toward bans. */
+  readonly shadow: { readonly ban: boolean }
   /** `ban: N` as given, when it was: a route with another window bans for its own window. */
   readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null
@@ -255,6 +255,8 @@ export interface ResolvedOptions {
   readonly store: FastifyRateLimitStoreCtor | undefined
   readonly global: boolean
   readonly nameSpace: string
+  /** The draft's header names (`RateLimit-Limit`…) for the binding limit's fields (see `route.fieldNames`). */
+  readonly enableDraftSpec: boolean
   readonly timeout: number
   readonly strict: boolean
   readonly breaker: ResolvedBreaker | null
