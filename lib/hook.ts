@@ -78,6 +78,8 @@ export interface BudgetHooks {
   ask (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict>
   /** Key → allow list → limits: what a decision of this budget takes for `request`. */
   prepare (request: FastifyRequest): Prepared | PromiseLike<Prepared>
+  /** The app's store (`@fastify/rate-limit`'s `store`) counts this budget, with their meaning of its count. */
+  readonly theirStore: boolean
   /**
    * For requests no route matched (`request.is404`): refuses a client known to be banned (held in process,
    * or in the in-process store), asking Redis nothing and counting nothing; lets every other request by.
@@ -286,6 +288,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     run,
     ask,
     prepare: (request) => prepare(request, keyOf(request)),
+    theirStore: theirs !== undefined,
     notFound (request, reply, done) {
       if (request.is404) asHook(refuseIfBanned, request, reply, done)
       else done()

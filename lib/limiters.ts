@@ -26,7 +26,7 @@ export type RateLimitResult =
     /** Ms until the request would pass (refused), or until the binding limit's count starts falling (allowed). */
     ttl: number
     ttlInSeconds: number
-    /** The request was refused (always false with `increment: false`, which counts nothing). */
+    /** The request was refused; with `increment: false`, which counts nothing, the next counted request would be. */
     isExceeded: boolean
     isBanned: boolean
   }
@@ -53,17 +53,21 @@ export function createLimiters (timeout: number, hooksFor: (options: unknown, ca
       }
     },
     createRateLimit (options) {
-      const { prepare, ask } = hooksFor(options, 'createRateLimit')
+      const { prepare, ask, theirStore } = hooksFor(options, 'createRateLimit')
       return async function check (request, { increment = true } = {}) {
         const { given, input } = await prepare(request)
         if (input === null) return { isAllowed: true, key: given as string }
         // A limit the app computes per request failed: failMode's verdict, with no limit known.
         if (!('keys' in input)) return result(given, input, { burst: 0, windowMs: 0 }, timeout)
         if (increment) return result(given, await ask(input, given, request.log), input.limits[0]!, timeout)
-        // A read counts nothing: it has exceeded when the count is over the limit (theirs: `current > max`), a
-        // client held over it by continueExceeding / exponentialBackoff; whether a request would pass is `remaining`.
-        const read = await ask({ ...input, peek: true }, given, request.log)
-        return { ...result(given, read, input.limits[0]!, timeout), isExceeded: 'count' in read && read.count > read.limit } as RateLimitResult
+        // A read counts nothing: it has exceeded when the next counted request would be refused, nothing being
+        // left (or a ban). Theirs says so once the count is over the limit (`current > max`), which a refused
+        // request makes in their counter but never in a log, where their README's peek-then-count login check
+        // would never refuse; the app's own store keeps their meaning.
+        const verdict = await ask({ ...input, peek: true }, given, request.log)
+        const read = result(given, verdict, input.limits[0]!, timeout)
+        if (read.isAllowed) return read
+        return { ...read, isExceeded: theirStore ? 'count' in verdict && verdict.count > verdict.limit : read.remaining === 0 }
       }
     }
   }

@@ -330,8 +330,9 @@ function checkStoreClass (value: unknown): ResolvedOptions['store'] {
 
 const REDIS_URL = /^rediss?:\/\/[^\s]+$/
 
+/** A client, a URL or a Cluster's node URLs; null, as theirs takes it, is none. */
 function checkRedis (value: unknown): ResolvedOptions['redis'] {
-  if (value === undefined || value === null) return undefined
+  if (value === null) return undefined
   if (typeof value === 'string') {
     if (!REDIS_URL.test(value)) fail('redis', value, 'a redis:// or rediss:// URL')
     return value

@@ -183,6 +183,7 @@ t.test('continueExceeding and exponentialBackoff are booleans; continueExceeding
   t.equal(overLimit({ continueExceeding: true, exponentialBackoff: true }), 'continue', 'as @fastify/rate-limit')
   t.equal(resolveOptions({ store: Store }, unexpected).store, Store, 'a store class with incr and child is kept')
   t.equal(resolveOptions({}, unexpected).store, undefined)
+  t.equal(resolveOptions({ store: Store, redis: null }, unexpected).redis, undefined, 'redis: null (their default) is no Redis, so a store may be given beside it')
 })
 
 t.test('values @fastify/rate-limit replaces by a default get that default, with one warning each', async t => {

@@ -67,12 +67,38 @@ t.test('createRateLimit(): the fields of @fastify/rate-limit\'s answer; incremen
     const pick = ({ isAllowed, max, timeWindow, remaining, isExceeded, isBanned }: Record<string, unknown>): unknown => ({ isAllowed, max, timeWindow, remaining, isExceeded, isBanned })
     return { read: pick(read), counted: pick(counted), keys: [Object.keys(read).sort(), Object.keys(counted).sort()] }
   }
-  t.strictSame(answers.ours.map(fields), answers.theirs.map(fields), 'the same fields and values (the key and the ttl aside)')
+  // One difference, on purpose: a read with nothing left is exceeded here (the next counted request would be
+  // refused); theirs says so only once a refused request has pushed its counter over max.
+  const theirs = answers.theirs.map(fields) as Array<{ read: { isExceeded: boolean } }>
+  t.equal(theirs[2]!.read.isExceeded, false, 'theirs: a read with nothing left is not exceeded')
+  theirs[2]!.read.isExceeded = true
+  t.strictSame(answers.ours.map(fields), theirs, 'the same fields and values (the key and the ttl aside)')
   t.match(answers.ours, [
     { read: { remaining: 2, isExceeded: false }, counted: { remaining: 1, isExceeded: false, key: '127.0.0.1', ttlInSeconds: 60 } },
     { read: { remaining: 1 }, counted: { remaining: 0, isExceeded: false } },
-    { read: { remaining: 0, isExceeded: false }, counted: { remaining: 0, isExceeded: true, isBanned: false } }
+    { read: { remaining: 0, isExceeded: true }, counted: { remaining: 0, isExceeded: true, isBanned: false } }
   ])
+})
+
+t.test("their README's login check (read, then count only failed logins) refuses after max failures; theirs after max + 1", async t => {
+  const failures: Record<Plugin, number> = { theirs: 0, ours: 0 }
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const made = await app(t, plugin, { global: false }, made => {
+      // As their README's "Manual Rate Limit" example, every login failing.
+      const checkRateLimit = made.createRateLimit({ max: 5, timeWindow: '1 minute' })
+      made.post('/login', async (request, reply) => {
+        const status = await checkRateLimit(request, { increment: false })
+        if (status.isExceeded) return await reply.code(429).send({ error: 'Too many attempts' })
+        await checkRateLimit(request)
+        return await reply.code(401).send({ error: 'Invalid credentials' })
+      })
+    })
+    const codes = await statuses(made, times(10, { method: 'POST', url: '/login' }))
+    failures[plugin] = codes.indexOf(429)
+    t.strictSame(codes.slice(failures[plugin]), times(10 - failures[plugin], 429), `${plugin}: refused from then on`)
+  }
+  t.equal(failures.ours, 5, 'ours: five failed logins, then refused (a read said exceeded only past max before, so never here)')
+  t.equal(failures.theirs, 6, 'theirs: six')
 })
 
 t.test('createRateLimit(options): each limiter keeps its own counters (theirs share one per key in Redis: recorded)', async t => {
