@@ -3,8 +3,8 @@ import { isPromise } from './awaitable.js'
 import { deadline } from './deadline.js'
 
 // The app's callbacks that decide who a request is and what it may do (`verifyApiKey`, `userId`,
-// `keyGenerator`, `allowList`, limits that are functions) run under control: each gets the decision's
-// deadline, and one that throws, rejects or misses the deadline is replaced by its fallback (a key tier by
+// `keyGenerator`, `allowList`, limits that are functions) run under control: each gets a deadline
+// (`callbackTimeout`: the app's own lookups, not Redis, so longer than the decision's), and one that throws, rejects or misses the deadline is replaced by its fallback (a key tier by
 // the next tier, a key generator by the default hierarchy, an allow list by "not allowed", a limit by
 // `failMode`). The client never sees what went wrong: the app's log does, with the error, once a minute at
 // most per kind of callback and registration. A lookup that fails is no way around the limit: the request
@@ -18,7 +18,7 @@ export class Callbacks {
   /** When each kind of callback was last logged as failing. */
   readonly #warned = new Map<string, number>()
 
-  /** `timeout`: the decision's deadline, which every callback that returns a promise gets too. */
+  /** `timeout`: how long a callback that returns a promise has (`callbackTimeout`). */
   constructor (timeout: number) {
     this.#timeout = timeout
   }

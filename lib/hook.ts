@@ -92,12 +92,12 @@ export interface BudgetHooks {
  * once the app is ready. `ran`: the request decoration saying one of the registration's hooks has limited it.
  */
 export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, their?: TheirStore): BudgetHooks {
-  const { nameSpace, timeout, callbacks } = opts
+  const { nameSpace, timeout, callbackTimeout, callbacks } = opts
   const { route, scope } = budget
   const { allowList, algorithm, failMode, overLimit, cost, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
   const ban = mode === 'shadow' && !route.shadow.ban ? null : route.ban
-  const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), timeout, limiter.failed)
+  const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), callbackTimeout, limiter.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
     if (theirs !== undefined) return theirs.decide(input, route.groupId === undefined ? given : `${given}${route.groupId}`, log)

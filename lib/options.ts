@@ -88,6 +88,7 @@ const OPTIONS = {
   nameSpace: alone('plugin', checkNameSpace, 'rate-guard:'),
   enableDraftSpec: alone('plugin', checkBoolean, false),
   timeout: alone('plugin', checkDeadline, 100),
+  callbackTimeout: alone('plugin', checkDeadline, 10_000),
   strict: alone('plugin', checkBoolean, false),
   breaker: alone('plugin', checkBreaker, { threshold: 5, coolDown: 500 }),
   banCache: alone('plugin', checkBoolean, true),
@@ -362,7 +363,7 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
   const plugin = readAlone('plugin', opts, '')
   if (plugin.store !== undefined && plugin.redis !== undefined) fail('store', opts.store, 'a store, or redis, not both')
 
-  const callbacks = new Callbacks(plugin.timeout)
+  const callbacks = new Callbacks(plugin.callbackTimeout)
   const verifyApiKey = has('verifyApiKey') ? checkFunction<KeyHierarchyOptions['verifyApiKey']>(opts.verifyApiKey, 'verifyApiKey') : undefined
   const apiKeyHeader = has('apiKeyHeader') ? opts.apiKeyHeader : 'x-api-key'
   if (apiKeyHeader !== false && (typeof apiKeyHeader !== 'string' || !/^[a-z0-9!#$%&'*+.^_`|~-]+$/i.test(apiKeyHeader))) {

@@ -178,6 +178,12 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   enableDraftSpec?: boolean
   /** How long Redis has to answer a decision (ms, 1 to 60,000) before `failMode` decides; time the request waits for the app's own event loop is not counted. */
   timeout?: number
+  /**
+   * How long the app's own code that decides a request has (ms, 1 to 60,000; default 10,000): the key
+   * generator, `verifyApiKey`, `userId`, the allow list, limit and cost functions, and the app's `store`. One
+   * that is later is replaced by its fallback (a store's call by `failMode`).
+   */
+  callbackTimeout?: number
   /** Fail registration when Redis is not ready within 2 s; default: start degraded, keep reconnecting. */
   strict?: boolean
   breaker?: false | BreakerOptions
@@ -258,6 +264,7 @@ export interface ResolvedOptions {
   /** The draft's header names (`RateLimit-Limit`…) for the binding limit's fields (see `route.fieldNames`). */
   readonly enableDraftSpec: boolean
   readonly timeout: number
+  readonly callbackTimeout: number
   readonly strict: boolean
   readonly breaker: ResolvedBreaker | null
   readonly banCache: boolean

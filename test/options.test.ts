@@ -276,6 +276,14 @@ t.test('timeout: 1 ms to 60 s, the bounds included', async t => {
   t.throws(() => resolveOptions({ timeout: 60_001 }, unexpected), { code: INVALID, message: /"timeout": expected an integer number of milliseconds from 1 to 60000, got 60001$/ })
 })
 
+t.test('callbackTimeout: 1 ms to 60 s, 10 s by default (the app\'s own lookups, not Redis)', async t => {
+  t.equal(resolveOptions({}, unexpected).callbackTimeout, 10_000)
+  t.equal(resolveOptions({ callbackTimeout: 1 }, unexpected).callbackTimeout, 1)
+  t.equal(resolveOptions({ callbackTimeout: 60_000, timeout: 50 }, unexpected).callbackTimeout, 60_000, 'apart from timeout')
+  t.throws(() => resolveOptions({ callbackTimeout: 0 }, unexpected), { code: INVALID, message: /"callbackTimeout": expected an integer number of milliseconds from 1 to 60000, got 0$/ })
+  t.throws(() => resolveOptions({ callbackTimeout: '1s' }, unexpected), { code: INVALID, message: /"callbackTimeout"/ })
+})
+
 t.test('the message never dumps a long value', async t => {
   const long = 'x'.repeat(500)
   const err = await app(t).register(rateGuard, { nameSpace: long }).then(() => undefined, (err: unknown) => err as Error & { code?: string })

@@ -67,7 +67,7 @@ export class TheirBudget {
   readonly #timeout: number
   readonly #failed: Failed
 
-  /** `failed`: what decides when the store fails or misses the deadline (`failMode`, the error reported). */
+  /** `timeout`: how long the store has (`callbackTimeout`); `failed`: what decides when it fails or is later (`failMode`, the error reported). */
   constructor (store: TheirStore, route: ResolvedRoute, timeout: number, failed: Failed) {
     this.#store = store
     this.#banDenials = route.banDenials

@@ -111,11 +111,11 @@ t.test('increment: false reads with the store\'s read; a store without read is t
 t.test('a store that fails or never answers: failMode decides within the deadline', async t => {
   for (const behaviour of ['fail', 'hang'] as const) {
     const { Store } = storeClass(behaviour)
-    const closed = await app(t, { store: Store, timeout: 50 })
+    const closed = await app(t, { store: Store, callbackTimeout: 50 })
     const refused = await closed.inject('/')
     t.equal(refused.statusCode, 503, `${behaviour}: closed, the default`)
     t.equal(refused.headers['retry-after'], '1')
-    const open = await app(t, { store: Store, timeout: 50, skipOnError: true })
+    const open = await app(t, { store: Store, callbackTimeout: 50, skipOnError: true })
     const passed = await open.inject('/')
     t.equal(passed.statusCode, 200, `${behaviour}: open`)
     t.equal(passed.headers['x-ratelimit-enforced'], 'false')

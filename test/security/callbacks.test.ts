@@ -24,7 +24,7 @@ async function make (t: Test, options: RateGuardOptions): Promise<Made> {
   const lines: Array<{ level: number, msg: string, err?: { message: string } }> = []
   const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line) as typeof lines[number]) } } } })
   t.teardown(() => app.close())
-  await app.register(rateGuard, { redis: url, nameSpace: uniquePrefix(), timeout: TIMEOUT, max: 2, timeWindow: '1 minute', ...options })
+  await app.register(rateGuard, { redis: url, nameSpace: uniquePrefix(), callbackTimeout: TIMEOUT, max: 2, timeWindow: '1 minute', ...options })
   app.get('/', async () => 'ok')
   await app.ready()
   return { app, errors: () => lines.filter(line => line.level === 50 && /rate-guard/.test(line.msg)) }
