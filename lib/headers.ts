@@ -31,13 +31,16 @@ export const ALL_HEADERS: HeaderSwitches = Object.freeze({
 })
 
 /**
- * `addHeadersOnExceeding` (allowed requests) and `addHeaders` (refusals), `{ '<header name>': boolean }`, over
- * `base`: a header left out keeps its switch. Names are the ones `names` sends (the draft's with `enableDraftSpec`).
+ * `addHeadersOnExceeding` (allowed requests) and `addHeaders` (refusals), `{ '<header name>': boolean }`. The
+ * plugin's are over every header on (`base`): a header left out is sent. A route's or a limiter's (`replace`)
+ * take the place of the plugin's, as `@fastify/rate-limit` merges them: a header left out is not sent. Names are
+ * the ones `names` sends (the draft's with `enableDraftSpec`).
  */
-export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string): HeaderSwitches {
+export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean): HeaderSwitches {
   const switches = (option: 'addHeadersOnExceeding' | 'addHeaders', current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
     const value = input[option]
     if (value === undefined) return current
+    if (replace) current = Object.fromEntries(Object.keys(current).map(field => [field, false]))
     if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(`${where}${option}`, value, "an object such as { 'x-ratelimit-reset': false }")
     const fields = option === 'addHeaders' ? { ...names, retryAfter: 'retry-after' } : names
     const byName = new Map(Object.entries(fields).map(([field, name]) => [name, field]))

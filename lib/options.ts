@@ -265,7 +265,8 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     allowListGiven,
     groupId: has('groupId') ? groupId as string : undefined,
     fieldNames: base.fieldNames,
-    headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where)
+    // The plugin's own options are resolved with no prefix; a route's or a limiter's replace its switches.
+    headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where, where !== '')
   })
 }
 
