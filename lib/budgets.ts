@@ -10,8 +10,11 @@ import type { ResolvedLimit, ResolvedRoute } from './types.js'
 // in the store:
 // - `default`: the plugin's own options, for every route without a `rateLimit` config of its own;
 // - a route's own, named by its methods and URL: `GET /search`, `GET,POST /m`. HEAD counts as GET, and the
-//   HEAD route Fastify adds for a route with GET (whose method is HEAD alone) shares that route's budget,
-//   whatever its other methods: a client cannot double its allowance by alternating GET and HEAD;
+//   HEAD route Fastify adds for a route with GET (whose method is HEAD alone, with the same constraints) shares
+//   that route's budget, whatever its other methods: a client cannot double its allowance by alternating GET
+//   and HEAD. A route with Fastify `constraints` (routes of one method and URL told apart by version, host…)
+//   has them in its name, by constraint name, each value as given (a RegExp as its literal, `/^api\./i`):
+//   `GET /x {host=example.com, version=1.0.0}`. So each counts apart, as with @fastify/rate-limit;
 // - a group's, `group:<id>`, shared by every route (and limiter) given that `groupId`;
 // - a limiter made with options (`fastify.rateLimit(options)`, `createRateLimit(options)`): `limiter 1`, …
 // Every route of one budget shares its state, so all must count alike: the same algorithm and the same
@@ -20,7 +23,7 @@ import type { ResolvedLimit, ResolvedRoute } from './types.js'
 // is taken as the same as any other function: what it returns is checked per request, not here.
 // Each route keeps its own RouteBudget (its headers, callbacks, key generator), around the shared state.
 
-/** The name of the budget an operator's call means: a route's (`GET /search`), a group's (`group:<id>`), else the plugin's (`default`). */
+/** The name of the budget an operator's call means: a route's (`GET /search`, `GET /x {version=1.0.0}`), a group's (`group:<id>`), else the plugin's (`default`). */
 export function budgetName ({ route, groupId }: BudgetOptions = {}): string {
   return route ?? (groupId !== undefined ? `group:${groupId}` : 'default')
 }
@@ -33,7 +36,7 @@ interface Named {
 
 export class Budgets {
   readonly #named = new Map<string, Named>()
-  /** The budget of the route with GET at each URL, for the HEAD route Fastify adds for it. */
+  /** The budget of the route with GET at each URL and constraints, for the HEAD route Fastify adds for it. */
   readonly #gets = new Map<string, string>()
   #limiters = 0
 
@@ -45,12 +48,12 @@ export class Budgets {
   /** The budget of a route with its own `rateLimit` config. */
   route (routeOptions: RouteOptions, route: ResolvedRoute): RouteBudget {
     const methods = [routeOptions.method].flat()
-    const { url } = routeOptions
-    const declared = `${methods.join(',')} ${url}`
+    const at = `${routeOptions.url}${constraintsOf(routeOptions)}`
+    const declared = `${methods.join(',')} ${at}`
     if (route.groupId !== undefined) return this.#group(route, declared)
-    const head = methods.length === 1 && methods[0] === 'HEAD' ? this.#gets.get(url) : undefined
-    const name = head ?? `${[...new Set(methods.map(m => m === 'HEAD' ? 'GET' : m))].sort().join(',')} ${url}`
-    if (methods.includes('GET')) this.#gets.set(url, name)
+    const head = methods.length === 1 && methods[0] === 'HEAD' ? this.#gets.get(at) : undefined
+    const name = head ?? `${[...new Set(methods.map(m => m === 'HEAD' ? 'GET' : m))].sort().join(',')} ${at}`
+    if (methods.includes('GET')) this.#gets.set(at, name)
     return this.#add(name, scopeOf('route', name), route, declared)
   }
 
@@ -86,6 +89,15 @@ export class Budgets {
     if (difference !== null) throw new BudgetConflictError(declared, name, named.by, difference)
     return made
   }
+}
+
+/** A route's constraints as its budget's name spells them (` {host=example.com, version=1.0.0}`), '' for none. */
+function constraintsOf ({ constraints = {} }: RouteOptions): string {
+  const shown = Object.keys(constraints).sort().map(name => {
+    const value = constraints[name]
+    return `${name}=${typeof value === 'string' || value instanceof RegExp ? String(value) : JSON.stringify(value)}`
+  })
+  return shown.length === 0 ? '' : ` {${shown.join(', ')}}`
 }
 
 function routeBudget (route: ResolvedRoute, scope: string, name: string): RouteBudget {

@@ -56,6 +56,18 @@ t.test('HEAD: an unconfigured route\'s HEAD shares the GET budget, as theirs; a 
   t.strictSame(seen.ours.slice(3), [200, 200, 429, 429], 'ours: HEAD asks for the GET\'s resource, on its budget')
 })
 
+t.test('routes of one method and URL told apart by constraints (version, host) each count on their own, as theirs', async t => {
+  const as = (version: string, host = 'localhost'): { url: string, headers: Record<string, string> } => ({ url: '/v', headers: { 'accept-version': version, host } })
+  const requests = [as('1.0.0'), as('2.0.0'), as('1.0.0'), as('2.0.0'), as('2.0.0'), as('3.0.0', 'api.example.com'), as('3.0.0', 'api.example.com')]
+  const seen = await side(t, { max: 5, timeWindow: '1 minute' }, app => {
+    app.get('/v', { constraints: { version: '1.0.0' }, config: { rateLimit: { max: 1 } } }, async () => 'v1')
+    app.get('/v', { constraints: { version: '2.0.0' }, config: { rateLimit: { max: 2 } } }, async () => 'v2')
+    app.get('/v', { constraints: { version: '3.0.0', host: /^api\./ }, config: { rateLimit: { max: 1 } } }, async () => 'v3')
+  }, requests)
+  t.strictSame(seen.ours, seen.theirs)
+  t.strictSame(seen.ours, [200, 200, 429, 200, 429, 200, 429], 'different limits register, and each route has its own count')
+})
+
 t.test('a route\'s hook: the limiter runs where the route says, as theirs', async t => {
   // A preValidation hook names the user: only a limiter running later (preHandler) sees who it is.
   const more = (app: FastifyInstance): void => {
