@@ -75,8 +75,9 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   // Answers to @fastify/rate-limit's name too: a plugin of the app's that says `dependencies:
   // ['@fastify/rate-limit']` (to use fastify.rateLimit()), or asks hasPlugin('@fastify/rate-limit'), finds it.
   if (outer === undefined) await fastify.register(THEIR_NAME)
-  // Where requests are counted: Redis (given, or lent by @fastify/redis), unless the app gave a store of its own.
-  const redis = opts.store === undefined ? opts.redis ?? lentByFastifyRedis(fastify) : undefined
+  // Where requests are counted: Redis when given (as theirs, never fastify.redis unasked: an app's cache is not
+  // its limiter's store), unless the app gave a store of its own.
+  const redis = opts.store === undefined ? opts.redis : undefined
   const remote = redis !== undefined
   outer?.check(opts.nameSpace, remote)
   if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
@@ -192,7 +193,10 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions, giv
   })
   if (given === undefined) {
     // With a store of the app's own, the in-process store decides only for failMode: 'local'.
-    if (opts.store === undefined) fastify.log.warn('rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own')
+    if (opts.store === undefined) {
+      const hint = lentByFastifyRedis(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
+      fastify.log.warn(`rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
+    }
     return new Limiter({ store: local(), remote: false, timeout, local, breaker: undefined })
   }
 
@@ -278,7 +282,7 @@ function trustsEveryProxy (fastify: FastifyInstance): boolean {
   return false
 }
 
-/** `fastify.redis` from `@fastify/redis`, when it is registered: lent, never closed by us. */
+/** `fastify.redis` from `@fastify/redis`, when it is registered: named in the in-process warning, never taken unasked. */
 function lentByFastifyRedis (fastify: FastifyInstance): RedisLike | undefined {
   if (!fastify.hasDecorator('redis')) return undefined
   const redis = (fastify as unknown as { redis?: Partial<RedisLike> }).redis

@@ -94,13 +94,22 @@ t.test('no Redis: in-process limits and exactly one warning that they are per pr
   t.equal(warnings().length, 1, 'and requests add no warning')
 })
 
-t.test('@fastify/redis: fastify.redis is used, and never closed by the plugin', async t => {
+t.test('@fastify/redis: fastify.redis is not taken unasked (as @fastify/rate-limit); given as redis, it is used and never closed', async t => {
   const { url } = await getRedis(t)
+  const cache = await ready(client(t, url, { enableOfflineQueue: false }))
+  const { app: unasked, warnings: said } = app(t)
+  await unasked.register(fastifyRedis, { client: cache })
+  await unasked.register(rateGuard, { max: 1 })
+  unasked.get('/', async () => 'ok')
+  t.same([(await unasked.inject('/')).statusCode, (await unasked.inject('/')).statusCode], [200, 429])
+  t.equal(typeof (cache as unknown as Record<string, unknown>)[SLIDING_LOG_COMMAND], 'undefined', 'no script on the app\'s cache: counted in process')
+  t.match(said()[0]?.msg, /no Redis configured.*give redis: fastify\.redis/, 'the warning says how to count in it')
+
   const lent = await ready(client(t, url, { enableOfflineQueue: false }))
   const prefix = uniquePrefix()
   const { app: server1, warnings } = app(t)
   await server1.register(fastifyRedis, { client: lent })
-  await server1.register(rateGuard, { nameSpace: prefix, max: 1, timeout: 2000 })
+  await server1.register(rateGuard, { redis: server1.redis, nameSpace: prefix, max: 1, timeout: 2000 })
   server1.get('/', async () => 'ok')
 
   t.same([(await server1.inject('/')).statusCode, (await server1.inject('/')).statusCode], [200, 429])
@@ -113,13 +122,13 @@ t.test('@fastify/redis: fastify.redis is used, and never closed by the plugin', 
   t.equal(await lent.ping(), 'PONG')
 })
 
-t.test('a namespaced @fastify/redis (no client at fastify.redis itself) is not taken for a client', async t => {
+t.test('a namespaced @fastify/redis (no client at fastify.redis itself) is not named in the warning', async t => {
   const { app: server1, warnings } = app(t)
   server1.decorate('redis', { cache: {} } as never)
   await server1.register(rateGuard, { max: 1 })
   server1.get('/', async () => 'ok')
   await server1.ready()
-  t.match(warnings()[0]?.msg, /no Redis configured/, 'in process, and it says so')
+  t.match(warnings()[0]?.msg, /no Redis configured, so limits are kept in this process only: each instance of the app counts on its own$/, 'in process, and it says so')
   t.same([(await server1.inject('/')).statusCode, (await server1.inject('/')).statusCode], [200, 429])
 })
 
