@@ -193,11 +193,14 @@ function checkBreaker (value: unknown): ResolvedBreaker | null {
   })
 }
 
-/** An allow list's keys as the key generator writes them: an address in its canonical form (see `canonicalKey`). */
-function checkAllowList (value: unknown, name: string, canonical: (key: string) => string): ResolvedRoute['allowList'] {
+/**
+ * An allow list's keys as the key generator writes them: with the default one (`canonical`), an address in its
+ * canonical form (see `canonicalKey`); with the app's, as given, compared with the key it returns.
+ */
+function checkAllowList (value: unknown, name: string, canonical?: (key: string) => string): ResolvedRoute['allowList'] {
   if (typeof value === 'function') return value as AllowListFunction
   if (!Array.isArray(value) || !value.every(k => typeof k === 'string')) fail(name, value, 'an array of keys or a function')
-  return value.length === 0 ? null : new Set(value.map(canonical))
+  return value.length === 0 ? null : new Set(canonical === undefined ? value : value.map(canonical))
 }
 
 /** A route's or a limiter's options may not set what holds for the whole plugin; each is named. */
@@ -259,8 +262,9 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     ...resolveBan(input.ban, base, limits, name('ban')),
     overLimit: checkOverLimit(input, base.overLimit, where),
     countWhen: checkCountWhen(input, base.countWhen, where),
-    allowList: has('allowList') || (newSubnet && allowListGiven !== undefined)
-      ? checkAllowList(allowListGiven, name('allowList'), key => canonicalKey(key, ipv6Subnet))
+    // Written again when what writes the keys changes: the subnet, or the app's key generator for the default.
+    allowList: has('allowList') || (allowListGiven !== undefined && (newSubnet || defaultKey !== base.defaultKey))
+      ? checkAllowList(allowListGiven, name('allowList'), defaultKey ? key => canonicalKey(key, ipv6Subnet) : undefined)
       : base.allowList,
     allowListGiven,
     groupId: has('groupId') ? groupId as string : undefined,

@@ -18,3 +18,19 @@ for (const [name, options] of CASES) {
     }
   })
 }
+
+t.test("an app's keyGenerator returning full IPv6 addresses: its allow list's entries are compared as given, as with @fastify/rate-limit", async t => {
+  // Their README's key generator: the proxy's header first, the address it gives written as the proxy wrote it.
+  const keyGenerator = (request: { headers: Record<string, unknown>, ip: string }): string => String(request.headers['x-real-ip'] ?? request.ip)
+  const allowList = ['2001:db8::5', '::ffff:10.0.0.1']
+  for (const plugin of ['theirs', 'ours'] as const) {
+    const app = await appWith(t, plugin, { max: 1, timeWindow: '1 minute', keyGenerator, allowList })
+    for (const address of allowList) {
+      t.strictSame(await statuses(app, times(3, { url: '/', headers: { 'x-real-ip': address } })), [200, 200, 200], `${plugin}: ${address} allow-listed`)
+    }
+    t.strictSame(await statuses(app, times(2, { url: '/', headers: { 'x-real-ip': '2001:db8::6' } })), [200, 429], `${plugin}: its /64 neighbour is not`)
+  }
+  // A route giving its own key generator writes the plugin's allow list as given too.
+  const app = await appWith(t, 'ours', { max: 1, timeWindow: '1 minute', allowList }, { config: { rateLimit: { keyGenerator } } })
+  t.strictSame(await statuses(app, times(2, { url: '/', headers: { 'x-real-ip': '2001:db8::5' } })), [200, 200], 'ours: on a route with its own keyGenerator')
+})
