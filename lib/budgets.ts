@@ -100,8 +100,16 @@ function constraintsOf ({ constraints = {} }: RouteOptions): string {
   return shown.length === 0 ? '' : ` {${shown.join(', ')}}`
 }
 
+/**
+ * A group's id as an IETF policy name, the content of a structured-field string: printable ASCII with `"` and
+ * `\` escaped, or, for an id past 64 characters or with others, `group-` and a hash of it.
+ */
+function policyName (groupId: string): string {
+  return /^[\x20-\x7e]{1,64}$/.test(groupId) ? groupId.replace(/["\\]/g, '\\$&') : `group-${scopeOf('group', groupId).slice(1)}`
+}
+
 function routeBudget (route: ResolvedRoute, scope: string, name: string): RouteBudget {
-  const policy = route.groupId ?? 'default'
+  const policy = route.groupId === undefined ? 'default' : policyName(route.groupId)
   const policies = (limits: readonly ResolvedLimit[], first: string): string[] =>
     limits.map((limit, i) => limit.name ?? (i === 0 ? first : `${first}-${i + 1}`))
   return {

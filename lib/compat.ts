@@ -50,24 +50,35 @@ export const THEIR_DEFAULTS = Object.freeze({ max: 1000, timeWindow: 60_000, ipv
 /** Says, once at register, that an option's value was replaced (`fastify.log.warn`). */
 export type Warn = (message: string) => void
 
+/** `@fastify/rate-limit`'s options that it reads as absent when they are null (a `groupId` it refuses, as here). */
+const THEIR_OPTIONS = [
+  'global', 'max', 'timeWindow', 'hook', 'allowList', 'ban', 'onBanReach', 'onExceeding', 'onExceeded', 'continueExceeding', 'exponentialBackoff',
+  'ipv6Subnet', 'keyGenerator', 'errorResponseBuilder', 'skipOnError', 'enableDraftSpec', 'addHeaders', 'addHeadersOnExceeding', 'store', 'nameSpace', 'cache'
+]
+
 /**
  * The options as `@fastify/rate-limit` reads them where it replaces a value instead of refusing it: a `max`
- * that is NaN, infinite or negative, a `timeWindow` that is NaN, infinite or not positive, an `ipv6Subnet`
+ * that is NaN, infinite or negative, a `timeWindow` that is NaN, infinite or not positive (below 1 ms theirs
+ * takes a window of 0 ms, which limits nothing: its default here, said so), an `ipv6Subnet`
  * outside 0–128 get its default, and a fraction its integer part; a `timeWindow` past the longest duration
- * (2^53 - 1024 ms) gets the longest; each replacement is said aloud. Any other
- * invalid value (a string `max`, an unreadable duration) stays a coded error.
+ * (2^53 - 1024 ms) gets the longest; a `ban` below 0 or not finite is no ban, and a fraction its integer part;
+ * one of its options given as null is not given. Each replacement is said aloud, but `ban: -1`, their
+ * README's way to say no ban. Any other invalid value (a string `max`, an unreadable duration) stays a coded
+ * error.
  */
 export function theirFallbacks (input: Record<string, unknown>, where: string, warn: Warn): Record<string, unknown> {
-  const { max, timeWindow, ipv6Subnet } = input
   const out = { ...input }
-  const replace = (option: 'max' | 'timeWindow' | 'ipv6Subnet', value: number): void => {
+  const replace = (option: string, value: unknown, shown = String(value), theirs = 'as @fastify/rate-limit does'): void => {
     out[option] = value
-    warn(`rate-guard: ${where}${option} ${show(input[option])} is not valid; using ${value}, as @fastify/rate-limit does`)
+    warn(`rate-guard: ${where}${option} ${show(input[option])} is not valid; using ${shown}, ${theirs}`)
   }
+  for (const option of THEIR_OPTIONS) if (input[option] === null) replace(option, undefined, 'its default')
+  const { max, timeWindow, ipv6Subnet, ban } = out
   if (typeof max === 'number' && !Number.isInteger(max)) replace('max', Number.isFinite(max) && max >= 0 ? Math.trunc(max) : THEIR_DEFAULTS.max)
   else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
   if (typeof timeWindow === 'number' && !(Number.isInteger(timeWindow) && timeWindow > 0)) {
-    replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
+    if (timeWindow >= 0 && timeWindow < 1) replace('timeWindow', THEIR_DEFAULTS.timeWindow, undefined, '@fastify/rate-limit\'s default (it would count in a window of 0 ms, which limits nothing)')
+    else replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
   }
   // Theirs takes any longer window, and stops its waits at 2^53 - 1 ms; here the window stops at the longest.
   if (pastLongest(out.timeWindow)) {
@@ -76,6 +87,11 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   }
   if (ipv6Subnet !== undefined && !(Number.isInteger(ipv6Subnet) && (ipv6Subnet as number) >= 0 && (ipv6Subnet as number) <= 128)) {
     replace('ipv6Subnet', typeof ipv6Subnet === 'number' && ipv6Subnet >= 0 && ipv6Subnet <= 128 ? Math.trunc(ipv6Subnet) : THEIR_DEFAULTS.ipv6Subnet)
+  }
+  if (ban === -1) out.ban = false
+  else if (typeof ban === 'number' && !(Number.isSafeInteger(ban) && ban >= 0)) {
+    if (Number.isFinite(ban) && ban >= 0) replace('ban', Math.trunc(ban))
+    else replace('ban', false, 'no ban')
   }
   return out
 }

@@ -75,16 +75,15 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   // Answers to @fastify/rate-limit's name too: a plugin of the app's that says `dependencies:
   // ['@fastify/rate-limit']` (to use fastify.rateLimit()), or asks hasPlugin('@fastify/rate-limit'), finds it.
   if (outer === undefined) await fastify.register(THEIR_NAME)
-  // Where requests are counted: Redis when given (as theirs, never fastify.redis unasked: an app's cache is not
-  // its limiter's store), unless the app gave a store of its own.
-  const redis = opts.store === undefined ? opts.redis : undefined
-  const remote = redis !== undefined
+  // Where requests are counted: the app's store when given, else Redis when given (as theirs, never
+  // fastify.redis unasked: an app's cache is not its limiter's store), else in process.
+  const remote = opts.redis !== undefined
   outer?.check(opts.nameSpace, remote)
   if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
   if (trustsEveryProxy(fastify)) {
     fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
   }
-  const limiter = await openLimiter(fastify, opts, redis)
+  const limiter = await openLimiter(fastify, opts)
   fastify.addHook('onClose', async () => await limiter.close())
 
   const budgets = new Budgets()
@@ -185,8 +184,8 @@ function appendHook (routeOptions: RouteOptions, hook: HookName | 'onResponse' |
   routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
 }
 
-async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions, given: ResolvedOptions['redis']): Promise<Limiter> {
-  const { timeout, cache } = opts
+async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
+  const { timeout, cache, redis: given } = opts
   const local = (): MemoryStore => new MemoryStore({
     cache,
     onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic')

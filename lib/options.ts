@@ -7,7 +7,7 @@ import { InvalidGroupIdError, InvalidRouteConfigError } from './errors.js'
 import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, checkHeaderSwitches } from './headers.js'
 import { canonicalKey, defaultKeyGenerator, keyTiers } from './keys.js'
 import type { KeyHierarchyOptions } from './keys.js'
-import { checkBan, checkCost, checkLimitList, checkOneLimit, checkPolicyName, checkShared, checkSizes } from './limit-options.js'
+import { checkBan, checkCost, checkLimitList, checkOneLimit, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {
   AllowListFunction, BanCallback, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, HookName, KeyCallback, KeyGenerator, Mode, ResolvedBreaker,
@@ -225,11 +225,9 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
   const ipv6Subnet = has('ipv6Subnet') ? input.ipv6Subnet as number : base.ipv6Subnet
   const newSubnet = ipv6Subnet !== base.ipv6Subnet
   const defaultKey = has('keyGenerator') ? false : base.defaultKey
+  // Any string names a group, as theirs; the empty one none (theirs: `if (groupId)`).
   const groupId = input.groupId
-  if (has('groupId')) {
-    if (typeof groupId !== 'string') throw new InvalidGroupIdError()
-    checkPolicyName(groupId, name('groupId'))
-  }
+  if (has('groupId') && typeof groupId !== 'string') throw new InvalidGroupIdError()
   const oneLimit = has('max') || has('timeWindow') || has('burst')
   if (has('limits') && oneLimit) fail(name('limits'), input.limits, 'limits, or max / timeWindow / burst, not both')
   if (oneLimit && base.limits.length > 1 && !(has('max') && has('timeWindow'))) {
@@ -267,7 +265,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
       ? checkAllowList(allowListGiven, name('allowList'), defaultKey ? key => canonicalKey(key, ipv6Subnet) : undefined)
       : base.allowList,
     allowListGiven,
-    groupId: has('groupId') ? groupId as string : undefined,
+    groupId: has('groupId') && groupId !== '' ? groupId as string : undefined,
     fieldNames: base.fieldNames,
     // The plugin's own options are resolved with no prefix; a route's or a limiter's replace its switches.
     headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where, where !== '')
@@ -362,11 +360,15 @@ function checkRedis (value: unknown): ResolvedOptions['redis'] {
  */
 export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) fail('options', input, 'an object')
-  const opts = input as Record<string, unknown>
-  checkKeys(opts, PLUGIN_KEYS, '')
+  checkKeys(input, PLUGIN_KEYS, '')
+  // Read once as theirs reads them: resolveRoute finds nothing more to replace in the plugin's own.
+  const opts = theirFallbacks(input as Record<string, unknown>, '', warn)
   const has = (key: string): boolean => opts[key] !== undefined
-  const plugin = readAlone('plugin', opts, '')
-  if (plugin.store !== undefined && plugin.redis !== undefined) fail('store', opts.store, 'a store, or redis, not both')
+  let plugin = readAlone('plugin', opts, '')
+  if (plugin.store !== undefined && plugin.redis !== undefined) {
+    warn('rate-guard: redis is not used: the store given counts, as with @fastify/rate-limit')
+    plugin = { ...plugin, redis: undefined }
+  }
 
   const callbacks = new Callbacks(plugin.callbackTimeout)
   const verifyApiKey = has('verifyApiKey') ? checkFunction<KeyHierarchyOptions['verifyApiKey']>(opts.verifyApiKey, 'verifyApiKey') : undefined

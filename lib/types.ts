@@ -170,8 +170,8 @@ export interface BreakerOptions {
 }
 
 export interface RateGuardOptions extends RouteRateLimitOptions {
-  /** A client you lend, a URL, or the URLs of Redis Cluster nodes (a client is made with fail-fast options). */
-  redis?: RedisLike | string | readonly string[]
+  /** A client you lend, a URL, or the URLs of Redis Cluster nodes (a client is made with fail-fast options); null, as `@fastify/rate-limit`'s default, is none. */
+  redis?: RedisLike | string | readonly string[] | null
   global?: boolean
   nameSpace?: string
   /** Send the three fields as `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (an IETF draft, as `@fastify/rate-limit` does) instead of `X-RateLimit-*`. */

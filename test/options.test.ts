@@ -46,7 +46,6 @@ const cases: Record<string, Case[]> = {
   ],
   ban: [
     [{ ban: true }, 'ban', 'true'],
-    [{ ban: null }, 'ban', 'null'],
     [{ ban: [] }, 'ban', 'an array'],
     [{ ban: { threshold: 0, duration: '1m' } }, 'ban.threshold', '0'],
     [{ ban: { threshold: 2 } }, 'ban.duration', 'undefined'],
@@ -111,12 +110,6 @@ const cases: Record<string, Case[]> = {
     [{ allowList: [1, 2] }, 'allowList', 'an array'],
     [{ allowList: '127.0.0.1' }, 'allowList', '"127.0.0.1"']
   ],
-  groupId: [
-    [{ groupId: 'a"b' }, 'groupId', '"a\\"b"'],
-    [{ groupId: 'two words' }, 'groupId', '"two words"'],
-    [{ groupId: '' }, 'groupId', '""'],
-    [{ groupId: 'a\\b' }, 'groupId', '"a\\\\b"']
-  ],
   'other checks': [
     [{ keyGenerator: 'ip' }, 'keyGenerator', '"ip"'],
     [{ standardHeaders: 'draft-7' }, 'standardHeaders', '"draft-7"'],
@@ -151,20 +144,19 @@ const moreCases: Record<string, Case[]> = {
     [{ continueExceeding: 1 }, 'continueExceeding', '1']
   ],
   exponentialBackoff: [
-    [{ exponentialBackoff: 'yes' }, 'exponentialBackoff', '"yes"'],
-    [{ exponentialBackoff: null }, 'exponentialBackoff', 'null']
+    [{ exponentialBackoff: 'yes' }, 'exponentialBackoff', '"yes"']
   ],
   store: [
     [{ store: {} }, 'store', 'an object'],
     [{ store: 'redis' }, 'store', '"redis"'],
     [{ store: class {} }, 'store', 'a function'],
-    [{ store: class { incr (): void {} } }, 'store', 'a function'],
-    [{ store: Store, redis: 'redis://127.0.0.1:1' }, 'store', 'a function']
+    [{ store: class { incr (): void {} } }, 'store', 'a function']
   ],
   // Wrong types are no fallback: only numbers @fastify/rate-limit replaces are.
   'fallback types': [
     [{ timeWindow: '-5' }, 'timeWindow', '"-5"'],
-    [{ max: null }, 'max', 'null']
+    [{ ban: '2' }, 'ban', '"2"'],
+    [{ failMode: null }, 'failMode', 'null']
   ]
 }
 
@@ -214,13 +206,61 @@ t.test('values @fastify/rate-limit replaces by a default get that default, with 
     const { route } = resolveOptions(input, message => { warnings.push(message) })
     const resolved = option === 'max' ? route.limits[0]!.max : option === 'timeWindow' ? route.limits[0]!.windowMs : route.ipv6Subnet
     t.equal(resolved, value, `${option} = ${shown}: ${value}`)
-    t.strictSame(warnings, [`rate-guard: ${option} ${shown} is not valid; using ${value}, as @fastify/rate-limit does`], `${option} = ${shown}: one warning`)
+    const theirs = option === 'timeWindow' && Number(shown) >= 0 && Number(shown) < 1
+      ? "@fastify/rate-limit's default (it would count in a window of 0 ms, which limits nothing)"
+      : 'as @fastify/rate-limit does'
+    t.strictSame(warnings, [`rate-guard: ${option} ${shown} is not valid; using ${value}, ${theirs}`], `${option} = ${shown}: one warning`)
   }
   const warnings: string[] = []
   resolveOptions({ max: 0, timeWindow: 1, ipv6Subnet: 0 }, message => { warnings.push(message) })
   resolveOptions({ max: 5, timeWindow: '1 minute', ipv6Subnet: 128 }, message => { warnings.push(message) })
   t.strictSame(warnings, [], 'valid values are not replaced and say nothing')
   t.equal(resolveOptions({ ipv6Subnet: 0 }, unexpected).route.ipv6Subnet, 0, 'ipv6Subnet 0 is valid')
+})
+
+t.test("@fastify/rate-limit's options given as null are their defaults, and a ban below 0 none (-1, their README's, says nothing)", async t => {
+  const warnings: string[] = []
+  const opts = resolveOptions({ max: null, timeWindow: null, allowList: null, onExceeded: null, ban: null, global: null, cache: null }, message => { warnings.push(message) })
+  t.match(opts, { global: true, cache: 10_000, route: { limits: [{ max: 1000, windowMs: 60_000 }], allowList: null, onExceeded: undefined, ban: null } })
+  t.strictSame(warnings, ['global', 'max', 'timeWindow', 'allowList', 'ban', 'onExceeded', 'cache'].map(option =>
+    `rate-guard: ${option} null is not valid; using its default, as @fastify/rate-limit does`), 'one warning each')
+  const bans: Array<[number, number | null, string[]]> = [
+    [-1, null, []],
+    [-2, null, ['rate-guard: ban -2 is not valid; using no ban, as @fastify/rate-limit does']],
+    [NaN, null, ['rate-guard: ban NaN is not valid; using no ban, as @fastify/rate-limit does']],
+    [1.5, 1, ['rate-guard: ban 1.5 is not valid; using 1, as @fastify/rate-limit does']]
+  ]
+  for (const [ban, denials, said] of bans) {
+    const seen: string[] = []
+    const { route } = resolveOptions({ ban }, message => { seen.push(message) })
+    t.equal(route.banDenials, denials, `ban ${ban}: ${String(denials)}`)
+    t.equal(route.ban === null, denials === null, `ban ${ban}: ${denials === null ? 'no ban' : 'a ban'}`)
+    t.strictSame(seen, said, `ban ${ban}: ${said.length} warning`)
+  }
+})
+
+t.test('store and redis: the store counts, redis is not used, and one warning says so (theirs take the store)', async t => {
+  const warnings: string[] = []
+  const opts = resolveOptions({ store: Store, redis: 'redis://127.0.0.1:1' }, message => { warnings.push(message) })
+  t.equal(opts.store, Store)
+  t.equal(opts.redis, undefined)
+  t.strictSame(warnings, ['rate-guard: redis is not used: the store given counts, as with @fastify/rate-limit'])
+})
+
+t.test('a groupId is any string, as theirs: the IETF policy name escapes it, or names it by a hash; the empty one is no group', async t => {
+  const server = app(t)
+  await server.register(rateGuard, { max: 5, timeWindow: '1 minute', standardHeaders: 'draft-10' })
+  const ids = ['two words', 'a"b\\c', 'öffnen', 'x'.repeat(65), '']
+  ids.forEach((groupId, i) => server.get(`/${i}`, { config: { rateLimit: { groupId } } }, async () => 'ok'))
+  const policies = []
+  for (let i = 0; i < ids.length; i++) policies.push((await server.inject(`/${i}`)).headers['ratelimit-policy'])
+  t.equal(policies[0], '"two words";q=5;qu="requests";w=60')
+  t.equal(policies[1], '"a\\"b\\\\c";q=5;qu="requests";w=60', 'quotes and backslashes escaped')
+  t.match(policies[2], /^"group-[\w-]{12}";q=5/, 'outside printable ASCII: a hash')
+  t.match(policies[3], /^"group-[\w-]{12}";q=5/, 'past 64 characters: a hash')
+  t.not(policies[2], policies[3])
+  t.equal(policies[4], '"default";q=5;qu="requests";w=60', "'': no group, the route's own budget")
+  t.equal((await server.rateGuard.peek('127.0.0.1', { groupId: 'two words' })).count, 1, 'the operator names the group by its id')
 })
 
 t.test('a window past the longest duration (2^53 - 1024 ms) is the longest, with one warning', async t => {
@@ -243,7 +283,7 @@ t.test('a replaced value is warned once through fastify.log at register, and the
   const lines: Array<{ level: number, msg: string }> = []
   const server = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
   t.teardown(async () => { await server.close() })
-  await server.register(rateGuard, { max: -1, timeWindow: 0, standardHeaders: 'draft-10' })
+  await server.register(rateGuard, { max: -1, timeWindow: -5, standardHeaders: 'draft-10' })
   server.get('/', async () => 'ok')
   // POST: a GET route's automatic HEAD route is declared with the same config, and warns again.
   server.post('/route', { config: { rateLimit: { max: 2.7 } } }, async () => 'ok')
@@ -251,7 +291,7 @@ t.test('a replaced value is warned once through fastify.log at register, and the
   const replaced = lines.filter(line => line.msg.includes('@fastify/rate-limit does'))
   t.strictSame(replaced.map(line => [line.level, line.msg]), [
     [40, 'rate-guard: max -1 is not valid; using 1000, as @fastify/rate-limit does'],
-    [40, 'rate-guard: timeWindow 0 is not valid; using 60000, as @fastify/rate-limit does'],
+    [40, 'rate-guard: timeWindow -5 is not valid; using 60000, as @fastify/rate-limit does'],
     [40, 'rate-guard: config.rateLimit.max 2.7 is not valid; using 2, as @fastify/rate-limit does']
   ], 'one warning per replaced value, the route\'s named under config.rateLimit')
   t.equal((await server.inject('/')).headers['ratelimit-policy'], '"default";q=1000;qu="requests";w=60')
@@ -299,7 +339,6 @@ t.test('a bad route config is refused when the route is declared, naming the rou
     server.get(`/r${Math.random().toString(36).slice(2)}`, { config: { rateLimit: rateLimit as never } }, async () => 'ok')
   }
   t.throws(() => declare({ max: '2' }), { code: INVALID, message: /"config\.rateLimit\.max".*got "2"$/ })
-  t.throws(() => declare({ groupId: 'a b' }), { code: INVALID, message: /"config\.rateLimit\.groupId".*got "a b"$/ })
   t.throws(() => declare({ timewindow: 10 }), { code: INVALID, message: /"config\.rateLimit\.timewindow"/ })
   t.throws(() => declare({ redis: 'redis://127.0.0.1' }), { code: INVALID, message: /"config\.rateLimit\.redis"/ }, 'plugin-only options are not route options')
   t.throws(() => declare({ store: Store }), { code: INVALID, message: /^Invalid rate-guard option "config\.rateLimit\.store": expected it at register only/ }, 'store is plugin-only')

@@ -35,12 +35,22 @@ t.test('ban: N bans for one window of the budget that banned, with 403 and its R
   t.ok(peek.retryMs > 0 && peek.retryMs <= 200, `banned for the route's window, not the plugin's 300 ms (${peek.retryMs} ms left)`)
 })
 
-t.test('ban: N needs a window known at register, and a whole number of denials', async t => {
+t.test('ban: N needs a window known at register; a ban theirs reads another way is read as theirs (below 0: none, a fraction: its integer part)', async t => {
   await t.rejects(appWith(t, 'ours', { ban: 1, timeWindow: () => 1000 }), { code: INVALID, message: /"ban": expected \{ threshold, duration \} when timeWindow is a function/ })
-  for (const ban of [-1, 1.5, Number.NaN]) {
-    await t.rejects(appWith(t, 'ours', { ban }), { code: INVALID, message: /"ban": expected false, \{ threshold, duration \}, or a number of denials/ }, String(ban))
+  for (const ban of [-1, -2, 1.5, Number.NaN]) {
+    const seen: Partial<Record<'theirs' | 'ours', number[]>> = {}
+    for (const plugin of ['theirs', 'ours'] as const) {
+      seen[plugin] = await statuses(await appWith(t, plugin, { max: 1, timeWindow: '1 minute', ban }), times(4, '/'))
+    }
+    t.strictSame(seen.ours, seen.theirs, `ban ${ban}: the same answers`)
+    t.strictSame(seen.ours, ban === 1.5 ? [200, 429, 403, 403] : [200, 429, 429, 429], `ban ${ban}: ${ban === 1.5 ? 'ban 1' : 'no ban'}`)
   }
-  await t.rejects(appWith(t, 'ours', {}, { config: { rateLimit: { ban: -2 } } }), { code: INVALID, message: /"config\.rateLimit\.ban"/ })
+  const seen: Partial<Record<'theirs' | 'ours', number[]>> = {}
+  for (const plugin of ['theirs', 'ours'] as const) {
+    seen[plugin] = await statuses(await appWith(t, plugin, { max: 1, timeWindow: '1 minute', ban: 0 }, { config: { rateLimit: { ban: -1 } } }), times(3, '/'))
+  }
+  t.strictSame(seen.ours, seen.theirs, "a route's ban: -1 turns the plugin's off")
+  t.strictSame(seen.ours, [200, 429, 429])
 })
 
 t.test('onBanReach: once per ban here; theirs on every request answered 403 (recorded)', async t => {

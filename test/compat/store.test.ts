@@ -122,9 +122,15 @@ t.test('a store that fails or never answers: failMode decides within the deadlin
   }
 })
 
+t.test('a store and redis: the store counts, as theirs, and redis is never connected to', async t => {
+  const { Store, keys } = storeClass()
+  const fastify = await app(t, { store: Store, redis: 'redis://127.0.0.1:1', max: 1, timeWindow: 10_000 })
+  t.strictSame([(await fastify.inject('/')).statusCode, (await fastify.inject('/')).statusCode], [200, 429])
+  t.same(keys, ['127.0.0.1', '127.0.0.1'], 'counted by the store')
+})
+
 t.test('what the app\'s store cannot count is refused at register', async t => {
   const { Store } = storeClass()
-  await t.rejects(app(t, { store: Store, redis: 'redis://127.0.0.1:1' }), { code: INVALID, message: /"store": expected a store, or redis, not both/ })
   await t.rejects(app(t, { store: class {} }), { code: INVALID, message: /"store": expected a class whose instances have incr/ })
   await t.rejects(app(t, { store: Store, limits: [{ max: 1, timeWindow: 1000 }, { max: 5, timeWindow: 60_000 }] }), { code: INVALID, message: /"limits": one limit/ })
   await t.rejects(app(t, { store: Store, shared: { max: 10, timeWindow: 1000 } }), { code: INVALID, message: /"shared": false with store/ })
