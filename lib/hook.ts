@@ -364,12 +364,21 @@ async function limitsOf (limits: readonly ResolvedLimit[], algorithm: Algorithm,
   const out: Limit[] = []
   const key = given as string
   for (const { max, windowMs, burst } of limits) {
-    const m = typeof max === 'function' ? await computed('max', () => max(request, key), value => checkMax(value, 'max', 0)) : max
-    const w = typeof windowMs === 'function' ? await computed('timeWindow', () => windowMs(request, key), value => checkDuration(value, 'timeWindow')) : windowMs
+    const m = typeof max === 'function' ? await computed('max', () => max(request, key), value => checkMax(asTheirs(value), 'max', 0)) : max
+    const w = typeof windowMs === 'function' ? await computed('timeWindow', () => windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')) : windowMs
     if (m === null || w === null) return null
     out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
   }
   return out
+}
+
+/**
+ * A number a limit function gave, read as `@fastify/rate-limit` uses it: a numeric string as its number, a
+ * fraction cut to its integer part (theirs counts to 2 with 2.7). Anything else is left for the check to refuse.
+ */
+function asTheirs (value: unknown): unknown {
+  const number = typeof value === 'string' && /^\s*\d+(\.\d*)?\s*$/.test(value) ? Number(value) : value
+  return typeof number === 'number' && Number.isFinite(number) && number >= 0 ? Math.trunc(number) : number
 }
 
 /** A request's cost, from the route's function; null when it failed (threw, rejected, missed the deadline or gave no positive integer). */

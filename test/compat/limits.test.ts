@@ -44,7 +44,9 @@ const CASES: Array<[string, Record<string, unknown>, number, Partial<Seen>, stri
   ['max as a function, another plan', { max: planMax, timeWindow: 10_000 }, 4, { statuses: [200, 200, 200, 429], limits: ['3', '3', '3', '3'] }, 'pro'],
   ['max as an async function', { max: async (request: FastifyRequest) => planMax(request), timeWindow: 10_000 }, 4, { statuses: [200, 200, 200, 429] }, 'pro'],
   ['timeWindow as a function', { max: 1, timeWindow: (request: FastifyRequest) => request.headers['x-plan'] === 'pro' ? 5000 : 20_000 }, 2, { retryAfter: '5' }, 'pro'],
-  ['timeWindow as an async function', { max: 1, timeWindow: async () => 30_000 }, 2, { retryAfter: '30', message: 'Rate limit exceeded, retry in 30 seconds' }]
+  ['timeWindow as an async function', { max: 1, timeWindow: async () => 30_000 }, 2, { retryAfter: '30', message: 'Rate limit exceeded, retry in 30 seconds' }],
+  // A plan's limit read from configuration as a string: theirs counts with it as its number.
+  ['max as a function giving a numeric string', { max: () => '2', timeWindow: 10_000 }, 3, { statuses: [200, 200, 429], limits: ['2', '2', '2'] }]
 ]
 
 for (const [name, options, n, expected, plan] of CASES) {
@@ -55,6 +57,15 @@ for (const [name, options, n, expected, plan] of CASES) {
     t.match(ours, expected, 'as their documentation says')
   })
 }
+
+t.test('a max function giving a fraction counts to its integer part, as theirs (their headers show the fraction: 2.7, 1.7…)', async t => {
+  const theirs = await burst(t, 'theirs', { max: () => 2.7, timeWindow: 10_000 }, 4)
+  const ours = await burst(t, 'ours', { max: () => 2.7, timeWindow: 10_000 }, 4)
+  t.strictSame(ours.statuses, theirs.statuses)
+  t.strictSame(ours.statuses, [200, 200, 429, 429])
+  t.strictSame(ours.limits, ['2', '2', '2', '2'], 'whole numbers in the headers')
+  t.strictSame((await burst(t, 'ours', { max: () => 0.5, timeWindow: 10_000 }, 1)).statuses, [429], '0.5: nothing, as theirs')
+})
 
 t.test('max and timeWindow functions are given the request and the key', async t => {
   for (const plugin of ['theirs', 'ours'] as const) {
