@@ -203,12 +203,16 @@ function checkAllowList (value: unknown, name: string, canonical?: (key: string)
   return value.length === 0 ? null : new Set(canonical === undefined ? value : value.map(canonical))
 }
 
-/** A route's or a limiter's options may not set what holds for the whole plugin; each is named. */
-function checkRouteKeys (input: object, where: string): void {
+/**
+ * A route's or a limiter's options may not set what holds for the whole plugin; each is named. Unknown names are
+ * refused too, but with the app's own store, whose `child()` is given the route's options as they are (theirs
+ * pass it options of the app's own that way).
+ */
+function checkRouteKeys (input: object, where: string, opts: ResolvedOptions): void {
   for (const [key, value] of Object.entries(input)) {
     if (PLUGIN_ONLY.has(key)) fail(`${where}${key}`, value, 'it at register only (it holds for the whole plugin)')
   }
-  checkKeys(input, ROUTE_KEYS, where)
+  if (opts.store === undefined) checkKeys(input, ROUTE_KEYS, where)
 }
 
 /**
@@ -306,21 +310,22 @@ function resolveBan (value: unknown, base: ResolvedRoute, limits: readonly Resol
 export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, warn: Warn): ResolvedRoute | false {
   if (config === false) return false
   if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new InvalidRouteConfigError()
-  checkRouteKeys(config, 'config.rateLimit.')
+  checkRouteKeys(config, 'config.rateLimit.', opts)
   return resolveRoute(config as Record<string, unknown>, opts.route, 'config.rateLimit.', opts.keyGeneratorFor, warn)
 }
 
 /** The options given to `fastify.rateLimit()` / `createRateLimit()` (`call`), merged over the plugin's. */
 export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string, warn: Warn): ResolvedRoute {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
-  checkRouteKeys(options, `${call}.`)
-  const { hook } = options as { hook?: unknown }
-  if (hook !== undefined) fail(`${call}.hook`, hook, 'no hook: the limiter runs where the app places it')
+  checkRouteKeys(options, `${call}.`, opts)
+  // Theirs take a hook here and never use it: said, not refused.
+  const { hook, ...rest } = options as { hook?: unknown }
+  if (hook !== undefined) warn(`rate-guard: ${call}.hook is not used: the limiter runs where the app places it`)
   for (const option of ['countWhen', 'skipSuccessfulRequests', 'skipFailedRequests', 'settle', 'refundAborted']) {
     const value = (options as Record<string, unknown>)[option]
     if (value !== undefined) fail(`${call}.${option}`, value, 'it on a route\'s config.rateLimit or the plugin\'s options: a limiter the app places settles from the handler (request.rateGuard.settle)')
   }
-  return resolveRoute(options as Record<string, unknown>, opts.route, `${call}.`, opts.keyGeneratorFor, warn)
+  return resolveRoute(rest, opts.route, `${call}.`, opts.keyGeneratorFor, warn)
 }
 
 /** `@fastify/rate-limit`'s store interface: a class whose instances have `incr` and `child` (see lib/stores/theirs.ts). */

@@ -139,8 +139,18 @@ t.test('the decorators check their options like a route\'s, naming the call', as
   t.throws(() => made.rateLimit({ max: 'many' as never }), { code: INVALID, message: /"rateLimit\.max": expected an integer, 0 \(every request refused\) or more, got "many"/ })
   t.throws(() => made.createRateLimit({ maximum: 3 } as never), { code: INVALID, message: /"createRateLimit\.maximum": expected no such option/ })
   t.throws(() => made.createRateLimit(3 as never), { code: INVALID, message: /"createRateLimit": expected an object of options/ })
-  t.throws(() => made.rateLimit({ hook: 'preHandler' }), { code: INVALID, message: /"rateLimit\.hook": expected no hook: the limiter runs where the app places it/ })
   t.throws(() => made.createRateLimit({ cache: 10 } as never), { code: INVALID, message: /"createRateLimit\.cache": expected it at register only/ })
+})
+
+t.test('rateLimit({ hook }): theirs take it and never use it; here it is not used either, and one warning says so', async t => {
+  const lines: string[] = []
+  const made = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(line) } } } })
+  t.teardown(() => made.close())
+  await made.register(rateGuard, { global: false })
+  made.get('/', { preHandler: made.rateLimit({ max: 1, timeWindow: '1 minute', hook: 'onRequest' }) }, async () => 'ok')
+  await made.ready()
+  t.strictSame(await statuses(made, times(2, '/')), [200, 429], 'limited where the app placed it')
+  t.match(lines.map(line => (JSON.parse(line) as { msg: string }).msg).filter(msg => msg.includes('hook')), [/rateLimit\.hook is not used: the limiter runs where the app places it/])
 })
 
 t.test('a max theirs replaces by its default (-1: 1000) is replaced here too, with one warning naming the call', async t => {

@@ -88,6 +88,19 @@ t.test('a route\'s budget is a child of the store, given the route and its optio
   t.same(keys, ['42g1', '42g1'], 'their key: the key, then the group id')
 })
 
+t.test('options of the app\'s own on a route or a limiter reach the store\'s child, as theirs; without a store they are refused', async t => {
+  const { Store, made } = storeClass()
+  const fastify = await app(t, { store: Store, global: false }, app => {
+    app.get('/t', { config: { rateLimit: { max: 1, table: 'logins' } as never } }, async () => 'ok')
+    app.createRateLimit({ max: 2, table: 'api' } as never)
+  })
+  t.equal((await fastify.inject('/t')).statusCode, 200)
+  t.match(made.find(options => (options as { table?: string }).table === 'logins'), { max: 1, routeInfo: { url: '/t' } }, "the route's")
+  t.match(made.find(options => (options as { table?: string }).table === 'api'), { max: 2 }, "the limiter's")
+  await t.rejects(app(t, { store: Store }, app => { app.get('/c', { config: { rateLimit: { cache: 5 } } }, async () => 'ok') }), { code: INVALID, message: /"config\.rateLimit\.cache": expected it at register only/ }, 'plugin options are still refused')
+  await t.rejects(app(t, {}, app => { app.get('/t', { config: { rateLimit: { table: 'logins' } as never } }, async () => 'ok') }), { code: INVALID, message: /"config\.rateLimit\.table": expected no such option/ })
+})
+
 t.test('increment: false reads with the store\'s read; a store without read is their error', async t => {
   const { Store } = storeClass()
   const fastify = await app(t, { store: Store, global: false, max: 2, timeWindow: 1000 }, app => {
