@@ -14,12 +14,11 @@ import type {
   RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, SettleFunction
 } from './types.js'
 
-/**
- * Every option checked once, at register, into one frozen object: the table of options (where each may be
- * given; how, and with what default, those that stand alone are read), and the merge of a route's (or a limiter's) options over
- * the plugin's. The option types are lib/types.ts's; limits and bans lib/limit-options.ts's; header switches
- * lib/headers.ts's; `@fastify/rate-limit`'s spellings and fallbacks lib/compat.ts's.
- */
+// Every option checked once, at register, into one frozen object: the table of options (where each may be
+// given; how, and with what default, those that stand alone are read), and the merge of a route's (or a
+// limiter's) options over the plugin's. The option types are lib/types.ts's; limits and bans
+// lib/limit-options.ts's; header switches lib/headers.ts's; `@fastify/rate-limit`'s spellings and fallbacks
+// lib/compat.ts's.
 
 type Scope = 'route' | 'plugin'
 type Reader<T> = (value: unknown, name: string) => T
