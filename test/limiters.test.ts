@@ -41,7 +41,8 @@ t.test('on Redis: a read counts nothing; the count is the budget\'s', async t =>
     { remaining: 1, isExceeded: false },
     { remaining: 0, isExceeded: false },
     { remaining: 0, isExceeded: true, ttlInSeconds: 60 },
-    { remaining: 0, isExceeded: false }
+    // Nothing left: the next counted request would be refused.
+    { remaining: 0, isExceeded: true }
   ])
 })
 

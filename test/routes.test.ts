@@ -108,7 +108,7 @@ t.test('invalid route configs fail registration with a coded error naming the op
   const options: Array<[Record<string, unknown>, string, RegExp]> = [
     [{ foo: 1 }, 'config.rateLimit.foo', /no such option/],
     [{ max: '10' }, 'config.rateLimit.max', /got "10"/],
-    [{ max: null }, 'config.rateLimit.max', /got null/],
+    [{ failMode: null }, 'config.rateLimit.failMode', /got null/],
     [{ timeWindow: 'soon' }, 'config.rateLimit.timeWindow', /got "soon"/],
     [{ timeWindow: '-5' }, 'config.rateLimit.timeWindow', /got "-5"/],
     [{ continueExceeding: 'yes' }, 'config.rateLimit.continueExceeding', /got "yes"/],
@@ -117,8 +117,6 @@ t.test('invalid route configs fail registration with a coded error naming the op
     [{ ban: { threshold: 0, duration: '1s' } }, 'config.rateLimit.ban.threshold', /got 0/],
     [{ ban: { threshold: 1 } }, 'config.rateLimit.ban.duration', /got undefined/],
     [{ ban: { threshold: 1, duration: '1s', forever: true } }, 'config.rateLimit.ban.forever', /no such option/],
-    [{ groupId: 'has space' }, 'config.rateLimit.groupId', /got "has space"/],
-    [{ groupId: '' }, 'config.rateLimit.groupId', /got ""/],
     [{ standardHeaders: 'draft-7' }, 'config.rateLimit.standardHeaders', /got "draft-7"/],
     [{ standardHeaders: true }, 'config.rateLimit.standardHeaders', /got true/],
     [{ legacyHeaders: 'yes' }, 'config.rateLimit.legacyHeaders', /got "yes"/],
@@ -372,7 +370,8 @@ t.test('timeWindow as a function, sync and async', async t => {
 })
 
 t.test('a max or timeWindow function returning an invalid value: failMode decides (see test/security/callbacks.test.ts)', async t => {
-  const badMax: unknown[] = [-1, 1.5, Number.NaN, Infinity, '5', undefined, null]
+  // A numeric string or a fraction is read as theirs reads it (test/compat/limits.test.ts); these are no number.
+  const badMax: unknown[] = [-1, Number.NaN, Infinity, '5 requests', '', undefined, null]
   for (const value of badMax) {
     for (const wrap of [(v: unknown) => v, async (v: unknown) => v]) {
       const app = await setup(t, { max: () => wrap(value) as number, failMode: 'open' })
