@@ -30,13 +30,17 @@ export const ALL_HEADERS: HeaderSwitches = Object.freeze({
   refused: Object.freeze({ limit: true, remaining: true, reset: true, retryAfter: true })
 })
 
+/** Every name `@fastify/rate-limit`'s switches take (its types allow both styles'), whichever this plugin sends. */
+const THEIR_NAMES = [...Object.values(PLAIN_NAMES), ...Object.values(DRAFT_NAMES), 'retry-after']
+
 /**
  * `addHeadersOnExceeding` (allowed requests) and `addHeaders` (refusals), `{ '<header name>': boolean }`. The
  * plugin's are over every header on (`base`): a header left out is sent. A route's or a limiter's (`replace`)
  * take the place of the plugin's, as `@fastify/rate-limit` merges them: a header left out is not sent. Names are
- * the ones `names` sends (the draft's with `enableDraftSpec`).
+ * the ones `names` sends (the draft's with `enableDraftSpec`); a name of theirs for a header not sent there (the
+ * other style's, `retry-after` on an allowed request) switches nothing, as theirs, and a warning says so.
  */
-export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean): HeaderSwitches {
+export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean, warn: (message: string) => void): HeaderSwitches {
   const switches = (option: 'addHeadersOnExceeding' | 'addHeaders', current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
     const value = input[option]
     if (value === undefined) return current
@@ -44,9 +48,14 @@ export function checkHeaderSwitches (input: Record<string, unknown>, names: Fiel
     if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(`${where}${option}`, value, "an object such as { 'x-ratelimit-reset': false }")
     const fields = option === 'addHeaders' ? { ...names, retryAfter: 'retry-after' } : names
     const byName = new Map(Object.entries(fields).map(([field, name]) => [name, field]))
-    checkKeys(value, new Set(byName.keys()), `${where}${option}.`)
+    checkKeys(value, new Set([...byName.keys(), ...THEIR_NAMES]), `${where}${option}.`)
     const out = { ...current }
-    for (const [name, on] of Object.entries(value)) out[byName.get(name)!] = checkBoolean(on, `${where}${option}.${name}`)
+    for (const [name, on] of Object.entries(value)) {
+      const sent = checkBoolean(on, `${where}${option}.${name}`)
+      const field = byName.get(name)
+      if (field !== undefined) out[field] = sent
+      else warn(`rate-guard: ${where}${option}.${name} is not used: no such header is sent there (as with @fastify/rate-limit)`)
+    }
     return out
   }
   return Object.freeze({

@@ -271,7 +271,7 @@ export function resolveRoute (given: Record<string, unknown>, base: ResolvedRout
     groupId: has('groupId') && groupId !== '' ? groupId as string : undefined,
     fieldNames: base.fieldNames,
     // The plugin's own options are resolved with no prefix; a route's or a limiter's replace its switches.
-    headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where, where !== '')
+    headerSwitches: checkHeaderSwitches(input, base.fieldNames, base.headerSwitches, where, where !== '', warn)
   })
 }
 
