@@ -22,9 +22,9 @@ export function banPerWindow (denials: number, limits: readonly ResolvedLimit[],
   return Object.freeze({ threshold: denials + 1, ladder: Object.freeze([Math.max(...windows as number[])]), forgetMs: 0 })
 }
 
-/** `ban` given as a number of denials: a non-negative integer, or the coded error. */
+/** `ban` given as a number of denials (theirFallbacks made it 0 or more): a safe integer, or the coded error. */
 export function checkDenials (value: unknown, name: string): number {
-  if (!Number.isSafeInteger(value) || (value as number) < 0) fail(name, value, 'false, { threshold, duration }, or a number of denials (an integer, 0 or more)')
+  if (!Number.isSafeInteger(value)) fail(name, value, 'false, { threshold, duration }, or a number of denials (an integer, 0 or more)')
   return value as number
 }
 

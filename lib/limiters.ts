@@ -66,14 +66,13 @@ export function createLimiters (timeout: number, hooksFor: (options: unknown, ca
         // would never refuse; the app's own store keeps their meaning.
         const verdict = await ask({ ...input, peek: true }, given, request.log)
         const read = result(given, verdict, input.limits[0]!, timeout)
-        if (read.isAllowed) return read
         return { ...read, isExceeded: theirStore ? 'count' in verdict && verdict.count > verdict.limit : read.remaining === 0 }
       }
     }
   }
 }
 
-function result (key: Given, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): RateLimitResult {
+function result (key: Given, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): Extract<RateLimitResult, { isAllowed: false }> {
   const ttlOf = (ttl: number): { ttl: number, ttlInSeconds: number } => ({ ttl, ttlInSeconds: seconds(ttl) })
   switch (verdict.status) {
     case 'unenforced':

@@ -47,6 +47,7 @@ const cases: Record<string, Case[]> = {
   ban: [
     [{ ban: true }, 'ban', 'true'],
     [{ ban: [] }, 'ban', 'an array'],
+    [{ ban: 2 ** 60 }, 'ban', String(2 ** 60)],
     [{ ban: { threshold: 0, duration: '1m' } }, 'ban.threshold', '0'],
     [{ ban: { threshold: 2 } }, 'ban.duration', 'undefined'],
     [{ ban: { duration: '1m' } }, 'ban.threshold', 'undefined'],
