@@ -12,14 +12,12 @@ import type { BanPolicy } from './stores/store.js'
 
 /**
  * `ban: N`: `@fastify/rate-limit` answers 403 from the (N + 1)th denial within a window until that window
- * ends. Here: a ban of one window (the budget's longest) from the (N + 1)th denial, on every route.
+ * ends. Here: a ban of one window (the budget's longest) from the (N + 1)th denial, on every route; null when
+ * a window is a function of the request, whose ban is made per request (see lib/hook.ts).
  */
-export function banPerWindow (denials: number, limits: readonly ResolvedLimit[], name: string): BanPolicy {
-  const windows = limits.map(limit => limit.windowMs)
-  if (!windows.every(window => typeof window === 'number')) {
-    fail(name, denials, '{ threshold, duration } when timeWindow is a function (ban: N bans for one window, which must be known at register)')
-  }
-  return Object.freeze({ threshold: denials + 1, ladder: Object.freeze([Math.max(...windows as number[])]), forgetMs: 0 })
+export function banPerWindow (denials: number, windows: ReadonlyArray<ResolvedLimit['windowMs']>): BanPolicy | null {
+  if (!windows.every(window => typeof window === 'number')) return null
+  return Object.freeze({ threshold: denials + 1, ladder: Object.freeze([Math.max(...windows)]), forgetMs: 0 })
 }
 
 /** `ban` given as a number of denials (theirFallbacks made it 0 or more): a safe integer, or the coded error. */

@@ -18,6 +18,7 @@ import { decisionChannel, keyKindOf } from './channels.js'
 import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
 import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
+import { banPerWindow } from './compat.js'
 
 /**
  * The request hook: key → allow list → limits → one decision (then the route's shared budget, when it has
@@ -96,7 +97,10 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   const { route, scope } = budget
   const { allowList, algorithm, failMode, overLimit, cost, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
-  const ban = mode === 'shadow' && !route.shadow.ban ? null : route.ban
+  const strikes = mode !== 'shadow' || route.shadow.ban
+  const ban = strikes ? route.ban : null
+  // `ban: N` over a window the app computes per request: a ban of that request's window (see banPerWindow).
+  const banEach = strikes && route.ban === null ? route.banDenials : null
   const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), callbackTimeout, limiter.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
@@ -148,7 +152,8 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 
   function prepared (key: string, given: Given, limits: readonly Limit[], units: number): Prepared {
     const holdDenials = holdable && !undoneScopes.has(scope)
-    let input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban, peek: false, algorithm, holdDenials, failMode }
+    const banFor = banEach === null ? ban : banPerWindow(banEach, limits.map(limit => limit.windowMs))
+    let input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban: banFor, peek: false, algorithm, holdDenials, failMode }
     if (overLimit !== undefined) input = { ...input, overLimit }
     // A request of one unit says nothing: the common path sends what it always did.
     if (units !== 1) input = { ...input, cost: units }

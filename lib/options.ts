@@ -296,13 +296,14 @@ function checkCountWhen (input: Record<string, unknown>, base: CountWhenFunction
  * inherited from the plugin bans for this budget's own window.
  */
 function resolveBan (value: unknown, base: ResolvedRoute, limits: readonly ResolvedLimit[], name: string): Pick<ResolvedRoute, 'ban' | 'banDenials'> {
+  const windows = limits.map(limit => limit.windowMs)
   if (typeof value === 'number') {
     const banDenials = checkDenials(value, name)
-    return { ban: banPerWindow(banDenials, limits, name), banDenials }
+    return { ban: banPerWindow(banDenials, windows), banDenials }
   }
   if (value !== undefined) return { ban: checkBan(value, name), banDenials: null }
   const { banDenials } = base
-  return { ban: banDenials === null ? base.ban : banPerWindow(banDenials, limits, name), banDenials }
+  return { ban: banDenials === null ? base.ban : banPerWindow(banDenials, windows), banDenials }
 }
 
 /** A route's `config.rateLimit`: `false` (off), an object (merged over the plugin's), or a coded error. */

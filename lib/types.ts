@@ -233,7 +233,10 @@ export interface ResolvedRoute {
   readonly mode: Mode
   /** In shadow mode, whether denials strike toward bans. */
   readonly shadow: { readonly ban: boolean }
-  /** `ban: N` as given, when it was: a route with another window bans for its own window. */
+  /**
+   * `ban: N` as given, when it was: a route with another window bans for its own window; with `ban` null (a
+   * window computed per request), each request's decision carries a ban of its window.
+   */
   readonly banDenials: number | null
   readonly allowList: ReadonlySet<string> | AllowListFunction | null
   /** The allow list as given: written again under a route's own `ipv6Subnet`. */
