@@ -418,7 +418,7 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
   const route = resolveRoute(opts, defaults, '', keyGeneratorFor, warn)
   return Object.freeze({
     ...plugin,
-    canonicalKey: (key: string) => canonicalKey(key, route.ipv6Subnet),
+    canonicalKey: route.defaultKey ? (key: string) => canonicalKey(key, route.ipv6Subnet) : (key: string) => key,
     keyGeneratorFor,
     keyTiers: keyTiers(hierarchy),
     callbacks,

@@ -272,7 +272,7 @@ export interface ResolvedOptions {
   readonly breaker: ResolvedBreaker | null
   readonly banCache: boolean
   readonly cache: number
-  /** Writes a key the way the default generator does with the plugin's `ipv6Subnet` (see `canonicalKey`). */
+  /** Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see `canonicalKey`), the app's as given. */
   readonly canonicalKey: (key: string) => string
   /** The default key generator for a subnet. */
   readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator

@@ -30,6 +30,10 @@ t.test("an app's keyGenerator returning full IPv6 addresses: its allow list's en
     }
     t.strictSame(await statuses(app, times(2, { url: '/', headers: { 'x-real-ip': '2001:db8::6' } })), [200, 429], `${plugin}: its /64 neighbour is not`)
   }
+  const operated = await appWith(t, 'ours', { max: 2, timeWindow: '1 minute', keyGenerator })
+  await operated.inject({ url: '/', headers: { 'x-real-ip': '2001:db8::5' } })
+  t.equal((await operated.rateGuard.peek('2001:db8::5')).count, 1, 'ours: the operator names the client as the app\'s generator writes it')
+  t.equal((await operated.rateGuard.peek('2001:db8::6')).count, 0, 'and its /64 neighbour apart')
   // A route giving its own key generator writes the plugin's allow list as given too.
   const app = await appWith(t, 'ours', { max: 1, timeWindow: '1 minute', allowList }, { config: { rateLimit: { keyGenerator } } })
   t.strictSame(await statuses(app, times(2, { url: '/', headers: { 'x-real-ip': '2001:db8::5' } })), [200, 200], 'ours: on a route with its own keyGenerator')
