@@ -94,6 +94,15 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   return out
 }
 
+/**
+ * A number a limit function gave, read as `@fastify/rate-limit` uses it: a numeric string as its number, a
+ * fraction cut to its integer part (theirs counts to 2 with 2.7). Anything else is left for the check to refuse.
+ */
+export function asTheirs (value: unknown): unknown {
+  const number = typeof value === 'string' && /^\s*\d+(\.\d*)?\s*$/.test(value) ? Number(value) : value
+  return typeof number === 'number' && Number.isFinite(number) && number >= 0 ? Math.trunc(number) : number
+}
+
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
 
 /** `failMode`, or `@fastify/rate-limit`'s `skipOnError` (true: open, false: closed), or undefined. */

@@ -18,7 +18,7 @@ import { decisionChannel, keyKindOf } from './channels.js'
 import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
 import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
-import { banPerWindow } from './compat.js'
+import { asTheirs, banPerWindow } from './compat.js'
 
 /**
  * The request hook: key → allow list → limits → one decision (then the route's shared budget, when it has
@@ -375,15 +375,6 @@ async function limitsOf (limits: readonly ResolvedLimit[], algorithm: Algorithm,
     out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
   }
   return out
-}
-
-/**
- * A number a limit function gave, read as `@fastify/rate-limit` uses it: a numeric string as its number, a
- * fraction cut to its integer part (theirs counts to 2 with 2.7). Anything else is left for the check to refuse.
- */
-function asTheirs (value: unknown): unknown {
-  const number = typeof value === 'string' && /^\s*\d+(\.\d*)?\s*$/.test(value) ? Number(value) : value
-  return typeof number === 'number' && Number.isFinite(number) && number >= 0 ? Math.trunc(number) : number
 }
 
 /** A request's cost, from the route's function; null when it failed (threw, rejected, missed the deadline or gave no positive integer). */

@@ -193,7 +193,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
   if (given === undefined) {
     // With a store of the app's own, the in-process store decides only for failMode: 'local'.
     if (opts.store === undefined) {
-      const hint = lentByFastifyRedis(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
+      const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
       fastify.log.warn(`rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
     }
     return new Limiter({ store: local(), remote: false, timeout, local, breaker: undefined })
@@ -282,7 +282,7 @@ function trustsEveryProxy (fastify: FastifyInstance): boolean {
 }
 
 /** `fastify.redis` from `@fastify/redis`, when it is registered: named in the in-process warning, never taken unasked. */
-function lentByFastifyRedis (fastify: FastifyInstance): RedisLike | undefined {
+function fastifyRedisClient (fastify: FastifyInstance): RedisLike | undefined {
   if (!fastify.hasDecorator('redis')) return undefined
   const redis = (fastify as unknown as { redis?: Partial<RedisLike> }).redis
   return typeof redis?.defineCommand === 'function' ? redis as RedisLike : undefined
