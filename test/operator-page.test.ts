@@ -45,6 +45,8 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   t.teardown(async () => { await browser.close() })
   const context = await browser.newContext({ httpCredentials: { username: 'operator', password: PASSWORD }, viewport: { width: 1000, height: 900 } })
   const page = await context.newPage()
+  const violations: string[] = []
+  page.on('console', message => { if (/Content.Security.Policy/i.test(message.text())) violations.push(message.text()) })
   await page.goto(`${origin}/rate-guard`)
 
   const banRow = page.locator(`#bans tr[data-key-hash="${longBan}"]`)
@@ -61,6 +63,20 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   await from('198.51.100.9', 12)
   await page.locator('#top tr', { hasText: hashIdentity('198.51.100.9') }).waitFor({ timeout: 10_000 })
   t.pass('new refusals appear on their own')
+
+  t.strictSame(violations, [], 'its own script and style pass its Content-Security-Policy')
+  t.equal(await page.locator('h1').evaluate(h1 => getComputedStyle(h1).fontSize), '22.4px', 'and the style applies (1.4rem)')
+
+  // A page that frames it (to have the operator click unban unknowingly) gets nothing to click. The framing
+  // page is on the page's own origin: frame-ancestors 'none' refuses every framer, and a cross-site frame could
+  // not log in here anyway (Chrome shows its error page for one even without the header).
+  const framing = await context.newPage()
+  await framing.goto(`${origin}/health`)
+  await framing.setContent(`<iframe src="${origin}/rate-guard" width="800" height="600"></iframe>`, { waitUntil: 'load' })
+  const frame = await (await framing.waitForSelector('iframe')).contentFrame()
+  t.equal(await frame?.locator('#bans').count(), 0, 'framed: the browser shows nothing of the page, so no unban button to click')
+  t.match(frame?.url(), /^chrome-error:/, 'but its error page')
+  await framing.close()
 
   if (process.env.OPERATOR_SCREENSHOT !== undefined) await page.screenshot({ path: process.env.OPERATOR_SCREENSHOT, fullPage: true })
 
