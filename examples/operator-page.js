@@ -122,6 +122,9 @@ const STYLE = `
 `
 
 const SCRIPT = `
+  // Its own origin, not the document's URL: opened as http://user:password@host/rate-guard, that URL holds
+  // the credentials, and fetch refuses a URL with credentials in it (the browser sends the ones it holds).
+  const here = location.origin
   let last = null
   const cell = (text, className) => { const td = document.createElement('td'); td.textContent = text; if (className) td.className = className; return td }
   const fill = (id, rows, columns) => {
@@ -133,11 +136,13 @@ const SCRIPT = `
   const row = (...cells) => { const tr = document.createElement('tr'); tr.append(...cells); return tr }
   const left = ms => ms >= 3600000 ? Math.round(ms / 3600000) + ' h' : ms >= 60000 ? Math.round(ms / 60000) + ' min' : Math.ceil(ms / 1000) + ' s'
   async function unban (keyHash) {
-    await fetch('/rate-guard/unban', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ keyHash }) })
+    await fetch(here + '/rate-guard/unban', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ keyHash }) })
     await refresh()
   }
   async function refresh () {
-    const data = await (await fetch('/rate-guard/data')).json()
+    const response = await fetch(here + '/rate-guard/data')
+    if (!response.ok) throw new Error('the server answered ' + response.status)
+    const data = await response.json()
     const outcomes = Object.entries(data.stats.decisions).filter(([, n]) => n > 0)
     fill('rates', outcomes.map(([outcome, n]) => {
       const before = last?.stats.decisions[outcome] ?? n

@@ -78,6 +78,15 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   t.match(frame?.url(), /^chrome-error:/, 'but its error page')
   await framing.close()
 
+  // Opened with the credentials in its address (http://operator:…@host/rate-guard), it goes live as well: the
+  // script asks its own origin, never the document's URL with its user info (which fetch refuses).
+  const inAddress = await browser.newContext()
+  t.teardown(async () => { await inAddress.close() })
+  const typed = await inAddress.newPage()
+  await typed.goto(`http://operator:${PASSWORD}@127.0.0.1:${port}/rate-guard`)
+  await typed.locator('#status', { hasText: /^live/ }).waitFor({ timeout: 10_000 })
+  t.pass('opened with credentials in the address: live')
+
   if (process.env.OPERATOR_SCREENSHOT !== undefined) await page.screenshot({ path: process.env.OPERATOR_SCREENSHOT, fullPage: true })
 
   await banRow.locator('button').click()
