@@ -1,6 +1,7 @@
 import type { Algorithm } from './algorithms/index.js'
 import { onDeadline } from './deadline.js'
 import { DeadlineError } from './errors.js'
+import type { Silence } from './silence.js'
 import type { DecideInput, Decision } from './stores/store.js'
 
 // Decisions asked of Redis in one turn of the event loop go together: one script call per algorithm and per
@@ -52,11 +53,14 @@ export class Batcher {
   #open: Batch[] = []
   /** Whether the check phase of this turn will send what is open. */
   #scheduled = false
+  /** Told of every batch sent, every reply (however late) and every deadline missed: a connection gone silent. */
+  readonly #silence: Silence | undefined
 
-  constructor (send: Send, timeout: number, settled: Settled) {
+  constructor (send: Send, timeout: number, settled: Settled, silence?: Silence) {
     this.#send = send
     this.#timeout = timeout
     this.#settled = settled
+    this.#silence = silence
   }
 
   /** Adds `input` to the open batch of its algorithm (a new one when none is open); `answer` is called once. */
@@ -90,14 +94,25 @@ export class Batcher {
   #sendOne (batch: Batch): void {
     batch.state = 'sent'
     batch.sentAt = Date.now()
-    batch.cancel = onDeadline(this.#timeout, () => this.#settle(batch, new DeadlineError(this.#timeout)))
+    this.#silence?.sent(batch.sentAt)
+    batch.cancel = onDeadline(this.#timeout, () => {
+      this.#silence?.missed(Date.now())
+      this.#settle(batch, new DeadlineError(this.#timeout))
+    })
     let reply: Promise<ReadonlyArray<Decision | Error>>
     try {
       reply = this.#send(batch.inputs, batch.algorithm)
     } catch (err) {
       reply = Promise.reject(err)
     }
-    reply.then(results => this.#settle(batch, results), (err: unknown) => this.#settle(batch, err as Error))
+    reply.then(results => {
+      this.#silence?.heard()
+      this.#settle(batch, results)
+    }, (err: unknown) => {
+      // An error Redis replied with is heard from it; a lost connection's is not.
+      if ((err as Error).name === 'ReplyError') this.#silence?.heard()
+      this.#settle(batch, err as Error)
+    })
   }
 
   /** The one place a batch is settled: once, by whatever comes first; its requests are answered in order. */

@@ -1,10 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { SilentConnectionError } from './errors.js'
 import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
 import { decisionChannel, troubleChannel } from './channels.js'
 import { DecisionStats } from './stats.js'
 import { deadline } from './deadline.js'
+import { Silence, silenceAfter } from './silence.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
@@ -55,6 +57,11 @@ export interface LimiterOptions {
   announce?: (keys: readonly string[]) => Promise<unknown>
   /** The registration's, named on `rate-guard:redis-trouble`. */
   nameSpace?: string
+  /**
+   * Set when `store` is remote: called when its connection took commands and returned nothing for a while
+   * (see lib/silence.ts), with the error that says so (also reported as trouble).
+   */
+  silent?: (err: Error) => void
 }
 
 export class Limiter {
@@ -73,7 +80,7 @@ export class Limiter {
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '' }: LimiterOptions) {
+  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '', silent }: LimiterOptions) {
     this.#nameSpace = nameSpace
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
@@ -82,7 +89,14 @@ export class Limiter {
     this.#breaker = breaker
     this.#held = held
     this.#announce = announce
-    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled) : undefined
+    const silence = silent === undefined
+      ? undefined
+      : new Silence(silenceAfter(timeout), () => {
+        const error = new SilentConnectionError(silenceAfter(timeout))
+        if (troubleChannel.hasSubscribers) troubleChannel.publish({ nameSpace, error, failMode: undefined })
+        silent(error)
+      })
+    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, silence) : undefined
   }
 
   /** An operator changed `keys` in the store: forget what is held for them, here and on every instance. */
