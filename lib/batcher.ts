@@ -1,7 +1,6 @@
 import type { Algorithm } from './algorithms/index.js'
 import { onDeadline } from './deadline.js'
 import { DeadlineError } from './errors.js'
-import type { Silence } from './silence.js'
 import type { DecideInput, Decision } from './stores/store.js'
 
 // Decisions asked of Redis in one turn of the event loop go together: one script call per algorithm and per
@@ -34,6 +33,20 @@ export type Send = (inputs: readonly DecideInput[], algorithm: Algorithm) => Pro
 /** Told once per batch, before its requests are answered: Redis replied (`undefined`), or why it did not. */
 export type Settled = (err: Error | undefined) => void
 
+/**
+ * Watches the connection through its batches, beyond their answers (lib/silence.ts, lib/late.ts): each batch
+ * sent, each reply however late, each deadline missed.
+ */
+export interface BatchWatch {
+  sent: (at: number) => void
+  /**
+   * Redis replied `ms` after the batch was sent (its decisions, or `null` for an error of Redis's own for the
+   * whole batch); `late` when the deadline had answered its requests already.
+   */
+  replied: (ms: number, results: ReadonlyArray<Decision | Error> | null, late: boolean) => void
+  missed: (now: number) => void
+}
+
 interface Batch {
   state: 'open' | 'sent' | 'settled'
   readonly algorithm: Algorithm
@@ -53,14 +66,13 @@ export class Batcher {
   #open: Batch[] = []
   /** Whether the check phase of this turn will send what is open. */
   #scheduled = false
-  /** Told of every batch sent, every reply (however late) and every deadline missed: a connection gone silent. */
-  readonly #silence: Silence | undefined
+  readonly #watch: BatchWatch | undefined
 
-  constructor (send: Send, timeout: number, settled: Settled, silence?: Silence) {
+  constructor (send: Send, timeout: number, settled: Settled, watch?: BatchWatch) {
     this.#send = send
     this.#timeout = timeout
     this.#settled = settled
-    this.#silence = silence
+    this.#watch = watch
   }
 
   /** Adds `input` to the open batch of its algorithm (a new one when none is open); `answer` is called once. */
@@ -94,9 +106,9 @@ export class Batcher {
   #sendOne (batch: Batch): void {
     batch.state = 'sent'
     batch.sentAt = Date.now()
-    this.#silence?.sent(batch.sentAt)
+    this.#watch?.sent(batch.sentAt)
     batch.cancel = onDeadline(this.#timeout, () => {
-      this.#silence?.missed(Date.now())
+      this.#watch?.missed(Date.now())
       this.#settle(batch, new DeadlineError(this.#timeout))
     })
     let reply: Promise<ReadonlyArray<Decision | Error>>
@@ -106,11 +118,11 @@ export class Batcher {
       reply = Promise.reject(err)
     }
     reply.then(results => {
-      this.#silence?.heard()
+      this.#watch?.replied(Date.now() - batch.sentAt, results, batch.state === 'settled')
       this.#settle(batch, results)
     }, (err: unknown) => {
       // An error Redis replied with is heard from it; a lost connection's is not.
-      if ((err as Error).name === 'ReplyError') this.#silence?.heard()
+      if ((err as Error).name === 'ReplyError') this.#watch?.replied(Date.now() - batch.sentAt, null, batch.state === 'settled')
       this.#settle(batch, err as Error)
     })
   }

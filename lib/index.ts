@@ -219,7 +219,8 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       local,
       breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace),
       nameSpace: opts.nameSpace,
-      silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL)
+      silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL),
+      log: fastify.log
     })
     if (owned) {
       client.on('error', (err: Error) => limiter.report(err, fastify.log))
@@ -313,7 +314,7 @@ export type {
 export type { RequestCharge } from './charge.js'
 export type { StatsSnapshot } from './stats.js'
 export { CHANNELS } from './channels.js'
-export type { DecisionMessage, BreakerMessage, TroubleMessage, RedisCallContext, Outcome } from './channels.js'
+export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, RedisCallContext, Outcome } from './channels.js'
 export type { RedisLike } from './stores/redis.js'
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */
 export type CreateRateLimitOptions = RouteRateLimitOptions & { store?: FastifyRateLimitStoreCtor }

@@ -6,12 +6,13 @@ import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import type { Test } from 'tap'
 import { CHANNELS } from '../lib/index.js'
-import type { FailMode } from '../lib/index.js'
+import type { FailMode, TroubleMessage } from '../lib/index.js'
+import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { silenceAfter } from '../lib/silence.js'
 import { Stream, bound, lend, makeApp, ms, outcome, reliability, timed } from './helpers/faults.js'
-import type { App, Timed } from './helpers/faults.js'
-import { startRedisServer, until } from './helpers/redis.js'
-import { startStallProxy } from './helpers/stall-proxy.js'
+import type { App, LogLine, Timed } from './helpers/faults.js'
+import { client, startRedisServer, until } from './helpers/redis.js'
+import { startFaultProxy } from './helpers/fault-proxy.js'
 
 const TIMEOUT = 100
 const MODES: readonly FailMode[] = ['open', 'closed']
@@ -22,7 +23,7 @@ const WATCH = 1000
 
 t.test('a plugin-made client whose connection stalls and stays open is replaced: limits are enforced again within seconds', async t => {
   const server = await startRedisServer(t)
-  const proxy = await startStallProxy(t, server.port)
+  const proxy = await startFaultProxy(t, server.port)
   const apps = new Map<FailMode, App>()
   for (const mode of MODES) apps.set(mode, await makeApp(t, { redis: proxy.url, failMode: mode, timeout: TIMEOUT, max: 1_000_000 }))
   const streams = new Map([...apps].map(([mode, app]) => [mode, new Stream(app.app, `stall-${mode}`)]))
@@ -49,7 +50,7 @@ t.test('a plugin-made client whose connection stalls and stays open is replaced:
 
 t.test('a lent client whose connection stalls: the app is told to set socketTimeout', async t => {
   const server = await startRedisServer(t)
-  const proxy = await startStallProxy(t, server.port)
+  const proxy = await startFaultProxy(t, server.port)
   const redis = lend(t, proxy.url, { enableOfflineQueue: false })
   const { app, logs } = await makeApp(t, { redis, timeout: TIMEOUT, max: 1_000_000 })
   const stream = new Stream(app, 'lent')
@@ -93,4 +94,31 @@ t.test('a loop blocked 1.5 s right after the send: Redis\'s answer, which arrive
     t.ok(block.blocked(), `${mode}: the loop was blocked for 1.5 s after the send (answered in ${ms(sample.ms)} ms)`)
     t.equal(outcome(mode, sample.res), 'redis', `${mode}: decided by Redis, not by failMode`)
   }
+})
+
+t.test('a Redis that answers a little after the deadline is named: the measured p99, the timeout that covers it, and the ghosts', async t => {
+  const server = await startRedisServer(t)
+  const proxy = await startFaultProxy(t, server.port)
+  const troubles: TroubleMessage[] = []
+  const onTrouble = (message: unknown): void => { troubles.push(message as TroubleMessage) }
+  diagnostics.subscribe(CHANNELS.trouble, onTrouble)
+  t.teardown(() => diagnostics.unsubscribe(CHANNELS.trouble, onTrouble))
+  const { app, logs, nameSpace } = await makeApp(t, { redis: proxy.url, failMode: 'open', timeout: TIMEOUT, max: 1_000_000 })
+  const observer = client(t, server.url)
+  const key = 'slow'
+  proxy.delay(TIMEOUT + 60)
+  const stream = new Stream(app, key)
+  const said = (): LogLine | undefined => logs.find(line => /answers, but after the deadline/.test(line.msg))
+  await until(async () => said() !== undefined, 'the late-replies warning', 10_000)
+  const samples = await stream.stop()
+  const line = said()!
+  t.ok(Number(line.p99Ms) >= TIMEOUT + 60, `the p99 measured (${Number(line.p99Ms)} ms) is the delay's at least`)
+  t.ok(Number(line.coverMs) > Number(line.p99Ms), `and the timeout that covers it says more (${Number(line.coverMs)} ms)`)
+  t.equal(line.timeoutMs, TIMEOUT, 'it names the timeout in force')
+  t.ok(troubles.some(m => m.reason === 'late' && m.nameSpace === nameSpace), 'the trouble channel says late')
+  t.ok(samples.every(s => outcome('open', s.res) === 'failMode'), `all ${samples.length} requests answered by failMode meanwhile`)
+  // Every request Redis counted was answered by failMode: each is a ghost, and stats() counts each once all replies are in.
+  const counted = async (): Promise<number> => await observer.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, `apikey:${key}`).log)
+  await until(async () => app.rateGuard.stats().ghosts === await counted(), 'the ghosts to match what Redis counted', 5000)
+  t.ok(app.rateGuard.stats().ghosts > 0, `stats() counts ${app.rateGuard.stats().ghosts} ghosts, as many as Redis counted`)
 })
