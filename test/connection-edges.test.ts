@@ -117,6 +117,7 @@ t.test('a Redis that answers a little after the deadline is named: the measured 
   t.equal(line.timeoutMs, TIMEOUT, 'it names the timeout in force')
   t.ok(troubles.some(m => m.reason === 'late' && m.nameSpace === nameSpace), 'the trouble channel says late')
   t.ok(samples.every(s => outcome('open', s.res) === 'failMode'), `all ${samples.length} requests answered by failMode meanwhile`)
+  reliability(t, `Redis answering ${TIMEOUT + 60} ms late (p99 ${Number(line.p99Ms)} ms, timeout ${TIMEOUT})`, Math.max(...samples.map(s => s.ms)), 'when timeout covers the p99')
   // Every request Redis counted was answered by failMode: each is a ghost, and stats() counts each once all replies are in.
   const counted = async (): Promise<number> => await observer.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, `apikey:${key}`).log)
   await until(async () => app.rateGuard.stats().ghosts === await counted(), 'the ghosts to match what Redis counted', 5000)
