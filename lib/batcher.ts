@@ -33,6 +33,20 @@ export type Send = (inputs: readonly DecideInput[], algorithm: Algorithm) => Pro
 /** Told once per batch, before its requests are answered: Redis replied (`undefined`), or why it did not. */
 export type Settled = (err: Error | undefined) => void
 
+/**
+ * Watches the connection through its batches, beyond their answers (lib/silence.ts, lib/late.ts): each batch
+ * sent, each reply however late, each deadline missed.
+ */
+export interface BatchWatch {
+  sent: (at: number) => void
+  /**
+   * Redis replied `ms` after the batch was sent (its decisions, or `null` for an error of Redis's own for the
+   * whole batch); `late` when the deadline had answered its requests already.
+   */
+  replied: (ms: number, results: ReadonlyArray<Decision | Error> | null, late: boolean) => void
+  missed: (now: number) => void
+}
+
 interface Batch {
   state: 'open' | 'sent' | 'settled'
   readonly algorithm: Algorithm
@@ -52,11 +66,13 @@ export class Batcher {
   #open: Batch[] = []
   /** Whether the check phase of this turn will send what is open. */
   #scheduled = false
+  readonly #watch: BatchWatch | undefined
 
-  constructor (send: Send, timeout: number, settled: Settled) {
+  constructor (send: Send, timeout: number, settled: Settled, watch?: BatchWatch) {
     this.#send = send
     this.#timeout = timeout
     this.#settled = settled
+    this.#watch = watch
   }
 
   /** Adds `input` to the open batch of its algorithm (a new one when none is open); `answer` is called once. */
@@ -90,14 +106,25 @@ export class Batcher {
   #sendOne (batch: Batch): void {
     batch.state = 'sent'
     batch.sentAt = Date.now()
-    batch.cancel = onDeadline(this.#timeout, () => this.#settle(batch, new DeadlineError(this.#timeout)))
+    this.#watch?.sent(batch.sentAt)
+    batch.cancel = onDeadline(this.#timeout, () => {
+      this.#watch?.missed(Date.now())
+      this.#settle(batch, new DeadlineError(this.#timeout))
+    })
     let reply: Promise<ReadonlyArray<Decision | Error>>
     try {
       reply = this.#send(batch.inputs, batch.algorithm)
     } catch (err) {
       reply = Promise.reject(err)
     }
-    reply.then(results => this.#settle(batch, results), (err: unknown) => this.#settle(batch, err as Error))
+    reply.then(results => {
+      this.#watch?.replied(Date.now() - batch.sentAt, results, batch.state === 'settled')
+      this.#settle(batch, results)
+    }, (err: unknown) => {
+      // An error Redis replied with is heard from it; a lost connection's is not.
+      if ((err as Error).name === 'ReplyError') this.#watch?.replied(Date.now() - batch.sentAt, null, batch.state === 'settled')
+      this.#settle(batch, err as Error)
+    })
   }
 
   /** The one place a batch is settled: once, by whatever comes first; its requests are answered in order. */

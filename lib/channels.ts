@@ -63,11 +63,20 @@ export interface BreakerMessage {
   readonly state: 'open' | 'closed'
 }
 
+/**
+ * What kind of trouble: `deadline` (no answer in time), `late` (Redis answers, after the deadline: see
+ * lib/late.ts), `silent` (a connection that takes commands and answers nothing: lib/silence.ts), `oom` (Redis
+ * is out of memory: a request that must be written is not), `redis` (another error Redis answered with),
+ * `connection` (no connection, or one lost).
+ */
+export type TroubleReason = 'deadline' | 'late' | 'silent' | 'oom' | 'redis' | 'connection'
+
 export interface TroubleMessage {
   readonly nameSpace: string
   readonly error: Error
   /** What decided instead, when a request was waiting. */
   readonly failMode: FailMode | undefined
+  readonly reason: TroubleReason
 }
 
 export interface RedisCallContext {

@@ -47,6 +47,16 @@ export const DeadlineError = createError<'FST_RATE_GUARD_DEADLINE', [number]>(
   'Redis did not answer the rate limit decision within %d ms'
 )
 
+export const SilentConnectionError = createError<'FST_RATE_GUARD_SILENT_CONNECTION', [number]>(
+  'FST_RATE_GUARD_SILENT_CONNECTION',
+  'The connection to Redis took commands and returned nothing for %d ms: it is taken for dead'
+)
+
+export const LateRedisError = createError<'FST_RATE_GUARD_LATE_REPLIES', [number, number, number, number]>(
+  'FST_RATE_GUARD_LATE_REPLIES',
+  'Redis answered %d times after the deadline: replies take %d ms at p99 against a timeout of %d ms; timeout: %d would cover them'
+)
+
 // Answers to clients. No stack trace: these are outcomes, not bugs, and they are made on the hot path.
 export const TooManyRequestsError = createError<'FST_RATE_GUARD_TOO_MANY_REQUESTS', [string]>(
   'FST_RATE_GUARD_TOO_MANY_REQUESTS',

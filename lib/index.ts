@@ -19,13 +19,13 @@ import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './err
 import * as errors from './errors.js'
 import { identityKeys, normalizeIP, trustsEveryAddress } from './keys.js'
 import { deadline } from './deadline.js'
-import { Limiter, isPermanent } from './limiter.js'
+import { Limiter, TROUBLE_LOG_INTERVAL, isPermanent } from './limiter.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
 import type { HookName, RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './types.js'
 import { MemoryStore } from './stores/memory.js'
 import { theirParams } from './stores/theirs.js'
 import type { FastifyRateLimitStoreCtor, TheirStore } from './stores/theirs.js'
-import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
+import { RedisStore, createClient, evictionPolicy, onSilence, queueingOptions, whenReady } from './stores/redis.js'
 import type { RedisLike } from './stores/redis.js'
 import type { DecideInput } from './stores/store.js'
 
@@ -218,7 +218,9 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       timeout,
       local,
       breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace),
-      nameSpace: opts.nameSpace
+      nameSpace: opts.nameSpace,
+      silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL),
+      log: fastify.log
     })
     if (owned) {
       client.on('error', (err: Error) => limiter.report(err, fastify.log))
@@ -312,7 +314,7 @@ export type {
 export type { RequestCharge } from './charge.js'
 export type { StatsSnapshot } from './stats.js'
 export { CHANNELS } from './channels.js'
-export type { DecisionMessage, BreakerMessage, TroubleMessage, RedisCallContext, Outcome } from './channels.js'
+export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, RedisCallContext, Outcome } from './channels.js'
 export type { RedisLike } from './stores/redis.js'
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */
 export type CreateRateLimitOptions = RouteRateLimitOptions & { store?: FastifyRateLimitStoreCtor }

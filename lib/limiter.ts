@@ -1,10 +1,16 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { LateRedisError, SilentConnectionError } from './errors.js'
 import type { Breaker } from './breaker.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
+import type { BatchWatch } from './batcher.js'
 import { decisionChannel, troubleChannel } from './channels.js'
+import type { TroubleReason } from './channels.js'
 import { DecisionStats } from './stats.js'
 import { deadline } from './deadline.js'
+import { Silence, silenceAfter } from './silence.js'
+import { LateReplies } from './late.js'
+import type { LateNews } from './late.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Algorithm } from './algorithms/index.js'
@@ -35,6 +41,16 @@ export const TROUBLE_LOG_INTERVAL = 10_000
 // Everything else (connection lost, deadline, BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY, OOM, …) passes.
 const PERMANENT = /^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
 
+/** What kind of trouble `err` is, as the trouble channel names it. */
+export function troubleReason (err: Error): TroubleReason {
+  const code = (err as { code?: unknown }).code
+  if (code === 'FST_RATE_GUARD_DEADLINE') return 'deadline'
+  if (code === 'FST_RATE_GUARD_SILENT_CONNECTION') return 'silent'
+  if (code === 'FST_RATE_GUARD_LATE_REPLIES') return 'late'
+  if (/\bOOM\b/.test(err.message)) return 'oom'
+  return err.name === 'ReplyError' || isPermanent(err) ? 'redis' : 'connection'
+}
+
 /** Whether `err` is a fault in how Redis is set up rather than one that passes. */
 export function isPermanent (err: Error): boolean {
   return PERMANENT.test((err as { code?: unknown }).code === undefined ? err.message : String((err as { code?: unknown }).code))
@@ -55,6 +71,13 @@ export interface LimiterOptions {
   announce?: (keys: readonly string[]) => Promise<unknown>
   /** The registration's, named on `rate-guard:redis-trouble`. */
   nameSpace?: string
+  /**
+   * Set when `store` is remote: called when its connection took commands and returned nothing for a while
+   * (see lib/silence.ts), with the error that says so (also published as trouble).
+   */
+  silent?: (err: Error) => void
+  /** The registration's logger: what is said of the connection itself (Redis answering late). */
+  log?: FastifyBaseLogger
 }
 
 export class Limiter {
@@ -73,7 +96,7 @@ export class Limiter {
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '' }: LimiterOptions) {
+  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '', silent, log }: LimiterOptions) {
     this.#nameSpace = nameSpace
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
@@ -82,7 +105,33 @@ export class Limiter {
     this.#breaker = breaker
     this.#held = held
     this.#announce = announce
-    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled) : undefined
+    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log)) : undefined
+  }
+
+  /** What watches the connection through its batches: silence (a dead connection) and late replies (a slow Redis, ghosts). */
+  #watch (timeout: number, silent: ((err: Error) => void) | undefined, log: FastifyBaseLogger | undefined): BatchWatch {
+    const silence = silent === undefined
+      ? undefined
+      : new Silence(silenceAfter(timeout), () => {
+        const error = new SilentConnectionError(silenceAfter(timeout))
+        this.#trouble(error, undefined)
+        silent(error)
+      })
+    const late = new LateReplies(timeout, TROUBLE_LOG_INTERVAL, (news: LateNews) => {
+      const error = new LateRedisError(news.late, news.p99Ms, news.timeoutMs, news.coverMs)
+      this.#trouble(error, undefined)
+      log?.warn({ err: error, ...news }, 'rate-guard: Redis answers, but after the deadline; failMode decides those requests')
+    })
+    return {
+      sent: at => silence?.sent(at),
+      replied: (ms, results, isLate) => {
+        silence?.heard()
+        late.replied(ms, isLate)
+        // Requests Redis counted that failMode answered.
+        if (isLate && results !== null) for (const result of results) if (!(result instanceof Error) && result.status === 'allowed') this.stats.ghost()
+      },
+      missed: now => silence?.missed(now)
+    }
   }
 
   /** An operator changed `keys` in the store: forget what is held for them, here and on every instance. */
@@ -193,7 +242,7 @@ export class Limiter {
 
   /** Logs Redis trouble at most once per interval, with how much was held back since the last line (and what decided, when a request was refused by it). */
   report (err: Error, log: FastifyBaseLogger, failMode?: FailMode): void {
-    if (troubleChannel.hasSubscribers) troubleChannel.publish({ nameSpace: this.#nameSpace, error: err, failMode })
+    this.#trouble(err, failMode)
     const now = Date.now()
     if (now - this.#lastLogged < TROUBLE_LOG_INTERVAL) {
       this.#heldBack++
@@ -204,6 +253,11 @@ export class Limiter {
     this.#heldBack = 0
     const level = isPermanent(err) ? 'error' : 'warn'
     log[level]({ err, failMode, heldBack }, 'rate-guard: Redis did not decide; failMode decides')
+  }
+
+  /** Tells the trouble channel, when someone listens. */
+  #trouble (error: Error, failMode: FailMode | undefined): void {
+    if (troubleChannel.hasSubscribers) troubleChannel.publish({ nameSpace: this.#nameSpace, error, failMode, reason: troubleReason(error) })
   }
 
   async close (): Promise<void> {

@@ -5,6 +5,11 @@ export interface StatsSnapshot {
   /** When counting started (the registration), ISO 8601. */
   readonly since: string
   readonly decisions: Readonly<Record<Outcome, number>>
+  /**
+   * Ghosts: requests Redis counted whose answer came after the deadline, so failMode answered them (let
+   * through unenforced, refused 503, or decided in process) while Redis holds them as allowed.
+   */
+  readonly ghosts: number
 }
 
 const OUTCOMES: readonly Outcome[] = ['allowed', 'limited', 'banned', 'ban-started', 'too-costly', 'unenforced', 'unavailable', 'shadow-limited', 'shadow-banned', 'shadow-ban-started']
@@ -14,12 +19,18 @@ export class DecisionStats {
   readonly #since = Date.now()
   readonly #counts = Object.fromEntries(OUTCOMES.map(outcome => [outcome, 0])) as Record<Outcome, number>
 
+  #ghosts = 0
+
   count (outcome: Outcome): void {
     this.#counts[outcome]++
   }
 
+  ghost (): void {
+    this.#ghosts++
+  }
+
   snapshot (): StatsSnapshot {
-    return { since: new Date(this.#since).toISOString(), decisions: { ...this.#counts } }
+    return { since: new Date(this.#since).toISOString(), decisions: { ...this.#counts }, ghosts: this.#ghosts }
   }
 }
 
@@ -27,5 +38,5 @@ export class DecisionStats {
 export function combined (snapshots: readonly StatsSnapshot[]): StatsSnapshot {
   const decisions = Object.fromEntries(OUTCOMES.map(outcome => [outcome, snapshots.reduce((sum, s) => sum + s.decisions[outcome], 0)])) as Record<Outcome, number>
   const since = snapshots.map(s => s.since).sort()[0]!
-  return { since, decisions }
+  return { since, decisions, ghosts: snapshots.reduce((sum, s) => sum + s.ghosts, 0) }
 }

@@ -84,8 +84,9 @@ export interface TestCluster {
  *   of waiting 20 s or more (the node connections always queue, whatever `redisOptions` says).
  * - `redisOptions.maxRetriesPerRequest: 0` and `autoResendUnfulfilledCommands: false`: a command whose
  *   connection dropped is not sent again after a reconnect, when its request has long been answered.
- * - `redisOptions.connectTimeout` and `commandTimeout`: a frozen or unreachable node frees its callers;
- *   the plugin's own deadline is shorter and decides first.
+ * - `redisOptions.connectTimeout` and `socketTimeout`: an unreachable node, or a connection that stalls and
+ *   stays open, is cut and made again; the plugin's own deadline is shorter and decides every request first.
+ *   (No `commandTimeout`: a plain timer that, under a busy event loop, throws away replies that came in time.)
  * - `clusterRetryStrategy`: keep reconnecting, with a capped backoff, after every node was down.
  */
 export const RECOMMENDED_CLUSTER_OPTIONS: Readonly<ClusterOptions> = Object.freeze({
@@ -95,7 +96,7 @@ export const RECOMMENDED_CLUSTER_OPTIONS: Readonly<ClusterOptions> = Object.free
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
     connectTimeout: 2000,
-    commandTimeout: 1000
+    socketTimeout: 5000
   }
 })
 

@@ -1,0 +1,49 @@
+// The rule that takes a connection for dead (lib/silence.ts), alone: silence is measured from the first
+// command sent since Redis was last heard from, and judged only when a deadline is missed.
+import t from 'tap'
+import { Silence, silenceAfter } from '../lib/silence.js'
+import { onSilence } from '../lib/stores/redis.js'
+import type { RedisLike } from '../lib/stores/redis.js'
+
+t.test('silent once commands waited afterMs with nothing heard; then the watch starts over', async t => {
+  let silent = 0
+  const silence = new Silence(1000, () => { silent++ })
+  silence.missed(5000)
+  t.equal(silent, 0, 'nothing sent: no silence')
+  silence.sent(0)
+  silence.sent(400)
+  silence.missed(999)
+  t.equal(silent, 0, 'not yet afterMs since the first unanswered command')
+  silence.missed(1000)
+  t.equal(silent, 1, 'afterMs since the first unanswered command: silent')
+  silence.missed(3000)
+  t.equal(silent, 1, 'said once; the watch starts over with the next command')
+  silence.sent(3000)
+  silence.heard()
+  silence.missed(9000)
+  t.equal(silent, 1, 'Redis heard from (a late reply counts): no silence')
+  silence.sent(9000)
+  silence.missed(10_000)
+  t.equal(silent, 2, 'silent again, measured from the first command after the last reply')
+})
+
+t.test('the wait is well past any deadline', async t => {
+  t.equal(silenceAfter(100), 1000)
+  t.equal(silenceAfter(2000), 10_000)
+})
+
+t.test('a lent client is never cut, and the advice is given once per interval', async t => {
+  const said: string[] = []
+  const log = { warn: (_obj: unknown, msg: string) => { said.push(msg) } } as unknown as Parameters<typeof onSilence>[2]
+  let cut = 0
+  const client = { disconnect: () => { cut++ } } as unknown as RedisLike
+  const lent = onSilence(client, false, log, 60_000)
+  lent(new Error('silent'))
+  lent(new Error('silent'))
+  t.equal(cut, 0, 'the app\'s client is left as it is')
+  t.equal(said.length, 1, 'one line per interval')
+  t.match(said[0], /socketTimeout/, 'it names what to set')
+  const owned = onSilence(client, true, log, 60_000)
+  owned(new Error('silent'))
+  t.equal(cut, 1, 'a client the plugin made is cut (and reconnects)')
+})
