@@ -18,6 +18,8 @@ export interface KeyHierarchyOptions {
   userId: ((request: FastifyRequest) => unknown) | undefined
   ipv6Subnet: number
   callbacks: Callbacks
+  /** The key of a request without an address (see lib/addressless.ts): made once per registration, so it warns once. */
+  addressless: (request: FastifyRequest) => string
 }
 
 /** Longest API key or user id considered; longer values are not identities anyone issues. */
@@ -42,14 +44,13 @@ export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHea
 /**
  * The default key: `apikey:<key>` when the API key header is present and `verifyApiKey` says it is valid,
  * else `user:<id>` for an authenticated user, else the client's address as `@fastify/rate-limit` writes it
- * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`. So an API key, a
- * user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
+ * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`; none at all, the
+ * `addressless` option's key. So an API key, a user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
  * a key nobody checked is free to mint, a fresh budget per request.
  * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
  */
 export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
-  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks } = opts
-  let warnedNoAddress = false
+  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks, addressless } = opts
   const byAddress = (request: FastifyRequest): string => {
     if (request.ip !== undefined && request.ip !== '') {
       // What is not an address (a forged X-Forwarded-For entry, under a trustProxy that trusts it) is kept
@@ -57,11 +58,7 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
       const address = clientIP(request.ip, ipv6Subnet)
       return isIP(address) !== 0 ? address : `ip:${address}`
     }
-    if (!warnedNoAddress) {
-      warnedNoAddress = true
-      request.log.warn(NO_ADDRESS)
-    }
-    return `conn:${connectionId(request.raw.socket)}`
+    return addressless(request)
   }
   const byUserOrIp = (request: FastifyRequest): string => {
     const user = asId(userId === undefined ? defaultUserId(request) : callbacks.run('userId', () => userId(request), () => undefined, request.log))
@@ -127,20 +124,6 @@ function carriesIPv4 (g: readonly number[]): boolean {
   if (g[0] !== 0 || g[1] !== 0 || g[2] !== 0 || g[3] !== 0) return false
   if (g[4] === 0 && g[5] === 0) return g[6] !== 0 || g[7]! > 1
   return (g[4] === 0 && g[5] === 0xffff) || (g[4] === 0xffff && g[5] === 0)
-}
-
-const NO_ADDRESS = 'rate-guard: a request came with no client address (the server listens on a Unix socket, and Fastify\'s trustProxy does not give request.ip): each connection is counted as a client of its own, and a proxy\'s pooled connections mix its clients. Trust the proxy on the socket, and only it: trustProxy: (address, hop) => hop === 0 makes request.ip the address it appended to X-Forwarded-For'
-
-/**
- * A request without an address (a Unix socket, with `trustProxy` giving none) is counted by its connection:
- * one abuser cannot spend, or ban, the budget of every other client, as one shared `ip:unknown` would.
- */
-const connections = new WeakMap<object, number>()
-let lastConnection = 0
-function connectionId (socket: object): number {
-  let id = connections.get(socket)
-  if (id === undefined) connections.set(socket, id = ++lastConnection)
-  return id
 }
 
 /** Addresses from across the IPv4 and the IPv6 internet: a `trustProxy` that trusts all of either trusts any client. */
