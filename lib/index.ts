@@ -309,7 +309,7 @@ export type { RateGuardAdmin, BudgetOptions, PeekOptions, PeekResult, PeekLimit,
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
-  HookName, FailMode, CostFunction, CountWhenFunction, SettleFunction
+  HookName, FailMode, Addressless, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
 export type { RequestCharge } from './charge.js'
 export type { StatsSnapshot } from './stats.js'

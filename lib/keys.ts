@@ -18,6 +18,8 @@ export interface KeyHierarchyOptions {
   userId: ((request: FastifyRequest) => unknown) | undefined
   ipv6Subnet: number
   callbacks: Callbacks
+  /** The key of a request without an address (see lib/addressless.ts): made once per registration, so it warns once. */
+  addressless: (request: FastifyRequest) => string
 }
 
 /** Longest API key or user id considered; longer values are not identities anyone issues. */
@@ -42,14 +44,13 @@ export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHea
 /**
  * The default key: `apikey:<key>` when the API key header is present and `verifyApiKey` says it is valid,
  * else `user:<id>` for an authenticated user, else the client's address as `@fastify/rate-limit` writes it
- * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`. So an API key, a
- * user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
+ * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`; none at all, the
+ * `addressless` option's key. So an API key, a user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
  * a key nobody checked is free to mint, a fresh budget per request.
  * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
  */
 export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
-  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks } = opts
-  let warnedNoAddress = false
+  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks, addressless } = opts
   const byAddress = (request: FastifyRequest): string => {
     if (request.ip !== undefined && request.ip !== '') {
       // What is not an address (a forged X-Forwarded-For entry, under a trustProxy that trusts it) is kept
@@ -57,11 +58,7 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
       const address = clientIP(request.ip, ipv6Subnet)
       return isIP(address) !== 0 ? address : `ip:${address}`
     }
-    if (!warnedNoAddress) {
-      warnedNoAddress = true
-      request.log.warn(NO_ADDRESS)
-    }
-    return `conn:${connectionId(request.raw.socket)}`
+    return addressless(request)
   }
   const byUserOrIp = (request: FastifyRequest): string => {
     const user = asId(userId === undefined ? defaultUserId(request) : callbacks.run('userId', () => userId(request), () => undefined, request.log))
@@ -83,15 +80,26 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
  * lower case, as theirs does (`undefined`, on which theirs throws, is `'unknown'`).
  */
 export function normalizeIP (ip: string | undefined, subnet = 64): string {
+  return canonicalIP(ip, subnet, isMapped)
+}
+
+/**
+ * The client an address stands for, as the default key names it: `normalizeIP`'s string, except that an
+ * IPv6 address carrying an IPv4 client's address in its last 32 bits is that IPv4 address (see
+ * `carriesIPv4`): masked to its /64, every IPv4 client written that way would be one client.
+ */
+export function clientIP (ip: string | undefined, subnet = 64): string {
+  return canonicalIP(ip, subnet, carriesIPv4)
+}
+
+function canonicalIP (ip: string | undefined, subnet: number, carries: (groups: readonly number[]) => boolean): string {
   if (ip === undefined || ip === '') return 'unknown'
   if (isIPv4(ip)) return ip
   const zone = ip.indexOf('%')
   const address = zone === -1 ? ip : ip.slice(0, zone)
   if (!isIPv6(address)) return ip.toLowerCase()
   const groups = expandIPv6(address)
-  if (groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff) {
-    return lastIPv4(groups)
-  }
+  if (carries(groups)) return lastIPv4(groups)
   const masked = groups.map((group, i) => {
     const bits = Math.min(16, Math.max(0, subnet - i * 16))
     return group & ((0xffff << (16 - bits)) & 0xffff)
@@ -99,18 +107,23 @@ export function normalizeIP (ip: string | undefined, subnet = 64): string {
   return rfc5952(masked)
 }
 
-const NO_ADDRESS = 'rate-guard: a request came with no client address (the server listens on a Unix socket, and Fastify\'s trustProxy does not give request.ip): each connection is counted as a client of its own, and a proxy\'s pooled connections mix its clients. Trust the proxy on the socket, and only it: trustProxy: (address, hop) => hop === 0 makes request.ip the address it appended to X-Forwarded-For'
+/** IPv4-mapped (`::ffff:a.b.c.d`), the one form `@fastify/rate-limit` reads as its IPv4 address. */
+function isMapped (g: readonly number[]): boolean {
+  return g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff
+}
 
 /**
- * A request without an address (a Unix socket, with `trustProxy` giving none) is counted by its connection:
- * one abuser cannot spend, or ban, the budget of every other client, as one shared `ip:unknown` would.
+ * Whether an IPv6 address is an IPv4 client's, in its last 32 bits: IPv4-mapped; IPv4-compatible
+ * (`::a.b.c.d`, RFC 4291), but for `::` and `::1` (unspecified, loopback), which stay themselves; SIIT's
+ * IPv4-translated (`::ffff:0:a.b.c.d`, RFC 2765); or seen through a NAT64 translator, in the well-known
+ * `64:ff9b::/96` (RFC 6052) or the local-use `64:ff9b:1::/48` (RFC 8215) read with the /96 layout, the
+ * one translators use by default.
  */
-const connections = new WeakMap<object, number>()
-let lastConnection = 0
-function connectionId (socket: object): number {
-  let id = connections.get(socket)
-  if (id === undefined) connections.set(socket, id = ++lastConnection)
-  return id
+function carriesIPv4 (g: readonly number[]): boolean {
+  if (g[0] === 0x64 && g[1] === 0xff9b) return g[2] === 1 || (g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0)
+  if (g[0] !== 0 || g[1] !== 0 || g[2] !== 0 || g[3] !== 0) return false
+  if (g[4] === 0 && g[5] === 0) return g[6] !== 0 || g[7]! > 1
+  return (g[4] === 0 && g[5] === 0xffff) || (g[4] === 0xffff && g[5] === 0)
 }
 
 /** Addresses from across the IPv4 and the IPv6 internet: a `trustProxy` that trusts all of either trusts any client. */
@@ -138,24 +151,6 @@ export function trustsEveryAddress (trustProxy: unknown): boolean {
     // A list Fastify cannot read fails its own start; a function that throws trusts nobody it threw for.
     return false
   }
-}
-
-/**
- * The client an address stands for, as the default key names it: `normalizeIP`'s string, except that an
- * IPv4 client seen through a NAT64 / SIIT translator is that IPv4 address. Masking such an address to its
- * /64 would make every IPv4 client behind the translator one client. The prefixes are the well-known
- * `64:ff9b::/96` (RFC 6052) and the local-use `64:ff9b:1::/48` (RFC 8215), read with the /96 layout (the
- * IPv4 address in the last 32 bits), the one translators use by default.
- */
-export function clientIP (ip: string | undefined, subnet = 64): string {
-  if (ip !== undefined && /^64:ff9b:/i.test(ip) && isIPv6(ip)) {
-    const groups = expandIPv6(ip)
-    const wellKnown = groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0
-    if (groups[0] === 0x64 && groups[1] === 0xff9b && (wellKnown || groups[2] === 1)) {
-      return lastIPv4(groups)
-    }
-  }
-  return normalizeIP(ip, subnet)
 }
 
 /** The IPv4 address in the last 32 bits of an IPv6 address's eight groups. */

@@ -1,3 +1,4 @@
+import { ADDRESSLESS, addresslessKey } from './addressless.js'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from './algorithms/index.js'
 import { Callbacks } from './callbacks.js'
 import { checkBoolean, checkDeadline, checkDuration, checkFunction, checkKeys, checkMax, checkOneOf, fail } from './check.js'
@@ -92,6 +93,8 @@ const OPTIONS = {
   breaker: alone('plugin', checkBreaker, { threshold: 5, coolDown: 500 }),
   banCache: alone('plugin', checkBoolean, true),
   cache: alone('plugin', checkMax, 10_000),
+  // Who a request without a client address is (lib/addressless.ts): one shared client, or its connection.
+  addressless: alone('plugin', (value, name) => checkOneOf(value, name, ADDRESSLESS), 'shared'),
   // The plugin's options read together in resolveOptions: the key hierarchy.
   apiKeyHeader: together('plugin'),
   verifyApiKey: together('plugin'),
@@ -390,7 +393,8 @@ export function resolveOptions (input: unknown, warn: Warn): ResolvedOptions {
     apiKeyHeader: apiKeyHeader === false || verifyApiKey === undefined ? false as const : apiKeyHeader.toLowerCase(),
     verifyApiKey,
     userId: has('userId') ? checkFunction<KeyHierarchyOptions['userId']>(opts.userId, 'userId') : undefined,
-    callbacks
+    callbacks,
+    addressless: addresslessKey(plugin.addressless)
   }
   const keyGeneratorFor = (ipv6Subnet: number): KeyGenerator => defaultKeyGenerator({ ...hierarchy, ipv6Subnet })
 

@@ -38,6 +38,8 @@ export type Mode = 'enforce' | 'shadow' | 'report'
 export type BanCallback = (request: FastifyRequest, key: string, ban: BanInfo) => void
 export type HookName = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
 export type FailMode = 'open' | 'closed' | 'local'
+/** Who a request without a client address is (a Unix socket, `trustProxy` giving none): one shared client, or its connection. */
+export type Addressless = 'shared' | 'connection'
 
 /** What `errorResponseBuilder` is given. `ttl` is in milliseconds; `after` is the same wait in words. */
 export interface ErrorResponseContext {
@@ -195,6 +197,14 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   banCache?: boolean
   cache?: number
   apiKeyHeader?: string | false
+  /**
+   * Who a request without a client address is (a server on a Unix socket, with `trustProxy` giving no
+   * `request.ip`), for the default key: `'shared'` (default), all of them one client (`noaddr:`), never more
+   * generous than one; `'connection'`, each connection a client of its own (`conn:<n>`): only where every
+   * connection is one client, as a proxy that opens a connection per request gives each request a fresh
+   * budget. Either way a warning says once how to give Fastify the client's address.
+   */
+  addressless?: Addressless
   verifyApiKey?: (apiKey: string, request: FastifyRequest) => Awaitable<boolean>
   userId?: (request: FastifyRequest) => unknown
   /** A store class with `@fastify/rate-limit`'s interface (`incr`, `child`): it counts instead of Redis or the in-process store. */
@@ -272,6 +282,7 @@ export interface ResolvedOptions {
   readonly breaker: ResolvedBreaker | null
   readonly banCache: boolean
   readonly cache: number
+  readonly addressless: Addressless
   /** Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see `canonicalKey`), the app's as given. */
   readonly canonicalKey: (key: string) => string
   /** The default key generator for a subnet. */

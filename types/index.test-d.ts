@@ -12,7 +12,7 @@ import rateGuard, { rateGuard as named, fastifyRateLimit, normalizeIP, errors } 
 import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
-  AllowListFunction, KeyCallback, HookName, FailMode, RedisLike, LimitOptions, SharedOptions, BanCallback, BanInfo,
+  AllowListFunction, KeyCallback, HookName, FailMode, Addressless, RedisLike, LimitOptions, SharedOptions, BanCallback, BanInfo,
   OverrideOptions
 } from 'fastify-rate-guard'
 
@@ -32,6 +32,7 @@ assertEqual<typeof rateGuard, typeof named>(true)
 assertEqual<RedisLike, Redis | Cluster>(true)
 assertEqual<HookName, 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'>(true)
 assertEqual<FailMode, 'open' | 'closed' | 'local'>(true)
+assertEqual<Addressless, 'shared' | 'connection'>(true)
 expectType<string>(normalizeIP('::1'))
 expectType<string>(normalizeIP(undefined, 48))
 // @ts-expect-error the subnet is a number of bits
@@ -135,6 +136,7 @@ const everything: RateGuardOptions = {
   strict: false,
   breaker: { threshold: 5, coolDown: '1s' },
   cache: 5000,
+  addressless: 'shared',
   apiKeyHeader: 'x-api-key',
   verifyApiKey: async (apiKey, request) => apiKey.length === 32 && request.headers.host !== undefined,
   userId: (request) => request.headers['x-user-id'],
@@ -159,6 +161,11 @@ await app.register(rateGuard, { algorithm: 'leaky-bucket' })
 await app.register(rateGuard, { apiKeyHeader: false, keyGenerator: async (request) => `tenant:${request.hostname}` })
 // @ts-expect-error a key generator answers a string
 await app.register(rateGuard, { keyGenerator: (request: FastifyRequest) => request.headers })
+// Requests without a client address (a Unix socket): one shared client (the default), or one per connection.
+await app.register(rateGuard, { addressless: 'shared' })
+await app.register(rateGuard, { addressless: 'connection' })
+// @ts-expect-error refusing them is not one of the choices
+await app.register(rateGuard, { addressless: 'refuse' })
 // @ts-expect-error verifyApiKey answers whether the key is valid
 await app.register(rateGuard, { verifyApiKey: (apiKey: string) => apiKey })
 // @ts-expect-error unknown options are rejected by the types too
@@ -248,6 +255,8 @@ app.get<{ Querystring: { q: string } }>('/on', { config: { rateLimit: true } }, 
 const perRouteRedis: RouteRateLimitOptions = { redis }
 // @ts-expect-error so does the in-process store's size
 const perRouteCache: RouteRateLimitOptions = { cache: 100 }
+// @ts-expect-error and who a request without an address is
+const perRouteAddressless: RouteRateLimitOptions = { addressless: 'connection' }
 // A route may choose its hook, what decides when Redis cannot, and the IPv6 subnet of its default key.
 const perRouteFailMode: FastifyContextConfig = { rateLimit: { failMode: 'closed', hook: 'preHandler', ipv6Subnet: 56 } }
 const perRouteSkip: FastifyContextConfig = { rateLimit: { skipOnError: false } }
@@ -256,7 +265,7 @@ const perRouteSkip: FastifyContextConfig = { rateLimit: { skipOnError: false } }
 app.get('/string-max', { config: { rateLimit: { max: '10' } } }, async () => 'ok')
 // @ts-expect-error a route window is a duration
 app.get('/window', { config: { rateLimit: { timeWindow: [10, 's'] } } }, async () => 'ok')
-expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteCache, perRouteFailMode, perRouteSkip])
+expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteCache, perRouteAddressless, perRouteFailMode, perRouteSkip])
 
 // ---- fastify.rateGuard -----------------------------------------------------------------------------------
 
