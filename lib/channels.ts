@@ -29,7 +29,7 @@ export type Outcome =
   | 'ban-started'
   /** Refused: the request costs more than a limit holds. */
   | 'too-costly'
-  /** Let through unenforced (failMode 'open', or a limit or cost function that failed). */
+  /** Let through unenforced (failMode 'open': Redis did not decide). */
   | 'unenforced'
   /** Refused 503 (failMode 'closed'). */
   | 'unavailable'

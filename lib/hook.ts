@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import type { Algorithm, Limit } from './algorithms/index.js'
+import type { Limit } from './algorithms/index.js'
 import { isPromise, then } from './awaitable.js'
 import { formatDuration } from './duration.js'
 import { BannedError, InvalidOptionError, TooCostlyError, TooManyRequestsError, UnavailableError } from './errors.js'
@@ -10,15 +10,14 @@ import { identityKeys, keyHashOf, sharedKeys } from './keys.js'
 import type { Decidable, Limiter, Verdict } from './limiter.js'
 import { TheirBudget } from './stores/theirs.js'
 import type { TheirStore } from './stores/theirs.js'
-import { checkDuration, checkMax } from './check.js'
-import { checkLimit } from './limit-options.js'
-import type { CostFunction, KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
+import { costOf, fallbacksOf, limitsOf } from './computed.js'
+import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute } from './types.js'
 import type { Callbacks } from './callbacks.js'
 import { decisionChannel, keyKindOf } from './channels.js'
 import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
 import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
-import { asTheirs, banPerWindow } from './compat.js'
+import { banPerWindow } from './compat.js'
 
 /**
  * The request hook: key → allow list → limits → one decision (then the route's shared budget, when it has
@@ -55,16 +54,13 @@ type Done = (err?: Error) => void
 /** The hook in Fastify's callback style: `done` once, with the refusal if any; not at all when it answered itself. */
 export type RequestHook = (request: FastifyRequest, reply: FastifyReply, done: Done) => void
 
-/**
- * A request's key and what its decision takes: `input` is null when the allow list lets it through; a
- * Verdict when a limit that is a function of the request could not be computed, so `failMode` decides.
- */
+/** A request's key and what its decision takes: `input` is null when the allow list lets it through. */
 export interface Prepared {
   /** Who the client is, as the stores key it. */
   readonly key: string
   /** The key as the app's key generator returned it (a number stays a number): what the app's callbacks are given. */
   readonly given: Given
-  readonly input: Decidable | Verdict | null
+  readonly input: Decidable | null
 }
 
 /** A key as a key generator returns it. */
@@ -109,9 +105,9 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   }
   // The app's key generator falls back to the default hierarchy when it fails (see lib/callbacks.ts).
   const keyOf = route.defaultKey ? route.keyGenerator as Keyed : controlledKeyGenerator(route.keyGenerator, opts.keyGeneratorFor(route.ipv6Subnet), callbacks)
-  // A limit the app computes per request that fails: failMode decides, as when Redis cannot.
-  const limitFailed: Verdict = failMode === 'closed' ? { status: 'unavailable' } : { status: 'unenforced' }
   const fixedLimits = staticLimits(route.limits)
+  // A limit function that fails gives a static limit, never none (lib/computed.ts): failMode is Redis's.
+  const fallbacks = fixedLimits === null ? fallbacksOf(route.limits, opts.route.limits) : []
   // Only time can change a denial when it counts no strike, no request's limits or cost differ, a denial sets
   // no over-limit wait and the route gives nothing back after its responses (see HeldAnswers); a shared
   // budget's denials, too: nothing is ever given back to it. (A handler that settles lower says so: lib/charge.ts.)
@@ -139,15 +135,14 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   }
 
   function withLimits (request: FastifyRequest, key: string, given: Given): Prepared | PromiseLike<Prepared> {
-    if (typeof cost !== 'number') {
-      return then(costOf(cost, request, given, callbacks), units => units === null ? { key, given, input: limitFailed } : withCost(request, key, given, units))
-    }
+    // A cost function that fails costs 1 (lib/computed.ts): never nothing, never unenforced.
+    if (typeof cost !== 'number') return then(costOf(cost, request, given as string, callbacks), units => withCost(request, key, given, units))
     return withCost(request, key, given, cost)
   }
 
   function withCost (request: FastifyRequest, key: string, given: Given, units: number): Prepared | PromiseLike<Prepared> {
     if (fixedLimits !== null) return prepared(key, given, fixedLimits, units)
-    return limitsOf(route.limits, algorithm, request, given, callbacks).then(limits => limits === null ? { key, given, input: limitFailed } : prepared(key, given, limits, units))
+    return limitsOf(route.limits, fallbacks, algorithm, request, given as string, callbacks).then(limits => prepared(key, given, limits, units))
   }
 
   function prepared (key: string, given: Given, limits: readonly Limit[], units: number): Prepared {
@@ -162,7 +157,6 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 
   function decide (request: FastifyRequest, reply: FastifyReply, { given, input }: Prepared): Outcome | PromiseLike<Outcome> {
     if (input === null) return undefined
-    if (!('keys' in input)) return answer(request, reply, given, input, budget.headers)
     return then(ask(input, given, request.log), own => {
       if (own.status !== 'allowed' || shared === null) {
         // What the request holds until it settles (not with the app's own store, which cannot settle).
@@ -283,8 +277,9 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   /** A request no route matched: refused only when its client is known to be banned here. */
   function refuseIfBanned (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
     return then(prepare(request, keyOf(request)), ({ given, input }) => {
-      const ban = input !== null && 'keys' in input ? limiter.knownBan(input) : undefined
-      return ban === undefined ? undefined : answer(request, reply, given, ban, budget.headers, input as Decidable)
+      if (input === null) return undefined
+      const ban = limiter.knownBan(input)
+      return ban === undefined ? undefined : answer(request, reply, given, ban, budget.headers, input)
     })
   }
 
@@ -357,29 +352,6 @@ function checkTheirs (route: ResolvedRoute): ResolvedRoute {
 export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[] | null {
   if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return null
   return Object.freeze(limits.map(({ max, windowMs, burst }) => ({ max: max as number, windowMs: windowMs as number, burst: burst ?? max as number })))
-}
-
-/**
- * The limits of one request, when `max` or `timeWindow` is a function of it; null when one of those
- * functions failed (threw, rejected, missed the deadline or gave no valid value: see lib/callbacks.ts).
- */
-async function limitsOf (limits: readonly ResolvedLimit[], algorithm: Algorithm, request: FastifyRequest, given: Given, callbacks: Callbacks): Promise<Limit[] | null> {
-  const computed = async <T>(kind: string, call: () => unknown, check: (value: unknown) => T): Promise<T | null> =>
-    await callbacks.run<T | null>(kind, () => then(call(), check), () => null, request.log)
-  const out: Limit[] = []
-  const key = given as string
-  for (const { max, windowMs, burst } of limits) {
-    const m = typeof max === 'function' ? await computed('max', () => max(request, key), value => checkMax(asTheirs(value), 'max', 0)) : max
-    const w = typeof windowMs === 'function' ? await computed('timeWindow', () => windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')) : windowMs
-    if (m === null || w === null) return null
-    out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
-  }
-  return out
-}
-
-/** A request's cost, from the route's function; null when it failed (threw, rejected, missed the deadline or gave no positive integer). */
-function costOf (cost: CostFunction, request: FastifyRequest, given: Given, callbacks: Callbacks): number | null | PromiseLike<number | null> {
-  return callbacks.run<number | null>('cost', () => then(cost(request, given as string), value => checkMax(value, 'cost')), () => null, request.log)
 }
 
 /** The app's key generator, checked, with the default hierarchy in its place when it fails. */

@@ -57,8 +57,6 @@ export function createLimiters (timeout: number, hooksFor: (options: unknown, ca
       return async function check (request, { increment = true } = {}) {
         const { given, input } = await prepare(request)
         if (input === null) return { isAllowed: true, key: given as string }
-        // A limit the app computes per request failed: failMode's verdict, with no limit known.
-        if (!('keys' in input)) return result(given, input, { burst: 0, windowMs: 0 }, timeout)
         if (increment) return result(given, await ask(input, given, request.log), input.limits[0]!, timeout)
         // A read counts nothing: it has exceeded when the next counted request would be refused, nothing being
         // left (or a ban). Theirs says so once the count is over the limit (`current > max`), which a refused

@@ -12,10 +12,15 @@ import type { FastifyRateLimitStoreCtor } from './stores/theirs.js'
 export type Awaitable<T> = T | Promise<T>
 /** The client's key: a number is taken as its decimal string, as `@fastify/rate-limit` does. */
 export type KeyGenerator = (request: FastifyRequest) => Awaitable<string | number>
+/**
+ * A limit computed per request. One that throws, rejects, misses `callbackTimeout` or gives no valid value is
+ * replaced by a static one (the plugin's, or 1000 per minute), whatever the `failMode`, and logged.
+ */
 export type MaxFunction = (request: FastifyRequest, key: string) => Awaitable<number>
+/** A window computed per request; one that fails is replaced as a failing `MaxFunction` is (the plugin's window, or a minute). */
 export type TimeWindowFunction = (request: FastifyRequest, key: string) => Awaitable<number | string>
 export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
-/** A request's units: a positive integer. */
+/** A request's units: a positive integer. One that fails (or gives no positive integer) counts the request at 1, whatever the `failMode`. */
 export type CostFunction = (request: FastifyRequest, key: string) => Awaitable<number>
 /** After the response: whether the request counts (`countWhen`), or what it finally costs (`settle`, units). */
 export type CountWhenFunction = (request: FastifyRequest, reply: FastifyReply) => Awaitable<boolean>

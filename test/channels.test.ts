@@ -10,7 +10,7 @@ import rateGuard, { CHANNELS } from '../lib/index.js'
 import type { BreakerMessage, DecisionMessage, RateGuardOptions, RedisCallContext, TroubleMessage } from '../lib/index.js'
 import { hashIdentity } from '../lib/keys.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
-import { startRedisServer } from './helpers/redis-server.js'
+import { freePort, startRedisServer } from './helpers/redis-server.js'
 
 /** Sends requests, one after another, until `done()` (what they cause is what is awaited); at most 10 s. */
 async function trafficUntil (app: FastifyInstance, done: () => boolean): Promise<void> {
@@ -75,8 +75,8 @@ t.test('a decision message for each outcome, with the budget, algorithm, limit, 
   ], 'costs, and a request above the capacity')
 
   t.equal(await call('/open', 'k1'), 200)
-  t.equal(await call('/closed', 'k1'), 503)
-  t.strictSame(seen.splice(0).map(m => [m.outcome, m.limit, m.keyHash, m.redisMs, m.batchSize]), [['unenforced', undefined, undefined, undefined, undefined], ['unavailable', undefined, undefined, undefined, undefined]], 'failMode deciding: no store decided, no key made, no call')
+  t.equal(await call('/closed', 'k1'), 200)
+  t.strictSame(seen.splice(0).map(m => [m.outcome, m.budget, m.cost, m.keyHash]), [['allowed', 'GET /open', 1, hash], ['allowed', 'GET /closed', 1, hash]], 'a cost function that fails: decided by the store at a cost of 1, whatever the failMode')
 
   await call('/banning', 'k2')
   await call('/banning', 'k2')
@@ -91,6 +91,16 @@ t.test('a decision message for each outcome, with the budget, algorithm, limit, 
   await call('/shared', 'k5')
   t.strictSame(seen.splice(0).map(m => [m.outcome, m.limit, m.keyHash]), [['allowed', 'default', hashIdentity('apikey:k4')], ['limited', 'default-shared', undefined]],
     'a shared budget\'s refusal names no client')
+
+  // failMode deciding: Redis unreachable.
+  const down = await makeApp(t, { redis: `redis://127.0.0.1:${await freePort()}`, nameSpace, breaker: false }, app => {
+    app.get('/open', { config: { rateLimit: { failMode: 'open' } } }, async () => 'ok')
+    app.get('/closed', async () => 'ok')
+  })
+  const failed = async (url: string): Promise<number> => (await down.inject({ url, headers: { 'x-api-key': 'k1' } })).statusCode
+  seen.splice(0)
+  t.strictSame([await failed('/open'), await failed('/closed')], [200, 503])
+  t.strictSame(seen.splice(0).map(m => [m.outcome, m.limit, m.keyHash, m.redisMs, m.batchSize]), [['unenforced', undefined, hash, undefined, undefined], ['unavailable', undefined, hash, undefined, undefined]], 'failMode deciding: no store decided, no call')
 })
 
 t.test('a TracingChannel around each script call: the batch, its mode and algorithm', async t => {

@@ -79,6 +79,15 @@ t.test('a Redis that does not answer: within the deadline, failMode answers the 
   }
 })
 
+t.test('the breaker open and failMode closed: the check throws the 503 at once, with no error of Redis\'s to give', async t => {
+  const server = await startRedisServer(t)
+  const app = await checking(t, { redis: await ready(client(t, server.url, { enableOfflineQueue: false })), failMode: 'closed', timeout: 200, breaker: { threshold: 1, coolDown: 60_000 } }, { max: 5, timeWindow: '1 minute' })
+  server.freeze()
+  t.teardown(() => server.stop())
+  t.match((await app.inject('/check')).json(), { threw: { code: 'FST_RATE_GUARD_DEADLINE' } }, 'the deadline, which opens the breaker')
+  t.match((await app.inject('/check')).json(), { threw: { code: 'FST_RATE_GUARD_UNAVAILABLE', statusCode: 503, message: 'Rate limiter unavailable, retry in 1 second' } }, 'then the breaker: unavailable')
+})
+
 t.test('a limiter with a groupId counts on the group\'s budget, with the routes of the group', async t => {
   const app = Fastify()
   t.teardown(() => app.close())

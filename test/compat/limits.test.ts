@@ -6,7 +6,7 @@ import { createRequire } from 'node:module'
 import t from 'tap'
 import type { FastifyRequest } from 'fastify'
 import { formatDuration, toMilliseconds } from '../../lib/duration.js'
-import { appWith } from './helpers.js'
+import { appWith, statuses, times } from './helpers.js'
 import type { Plugin } from './helpers.js'
 
 interface Seen {
@@ -79,19 +79,24 @@ t.test('max and timeWindow functions are given the request and the key', async t
   }
 })
 
-t.test('a max or timeWindow function that answers nonsense: theirs counts on, here failMode decides (closed by default: 503; open: let through, unenforced)', async t => {
-  const cases: Array<Record<string, unknown>> = [
-    { max: () => -1, failMode: 'open' }, { timeWindow: () => 'soon', failMode: 'open' },
-    { max: () => -1 }, { timeWindow: () => 'soon' }, { max: () => -1, failMode: 'closed' }
+t.test('a max or timeWindow function that answers nonsense: theirs counts on as it can (recorded); here a static limit decides, whatever the failMode', async t => {
+  // Theirs: max -1 refuses every request, NaN lets every request through, a throw answers 500, a window of
+  // 'soon' counts with a reset of NaN. Here: the plugin's static part, else theirs default (1000 a minute).
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ max: () => -1, failMode: 'open' }, '1000'], [{ timeWindow: () => 'soon', failMode: 'open' }, '1000'],
+    [{ max: () => Number.NaN }, '1000'], [{ timeWindow: () => 'soon' }, '1000'], [{ max: () => -1, failMode: 'closed' }, '1000'],
+    [{ max: 3, timeWindow: () => -1, failMode: 'local' }, '3']
   ]
-  for (const options of cases) {
+  for (const [options, limit] of cases) {
     const app = await appWith(t, 'ours', options)
-    const res = await app.inject('/')
     const name = Object.keys(options).join(', ')
-    if (options.failMode === 'open') t.strictSame([res.statusCode, res.headers['x-ratelimit-enforced']], [200, 'false'], `${name}: let through, marked unenforced`)
-    else t.equal(res.statusCode, 503, `${name}: closed (${options.failMode === undefined ? 'the default' : 'as set'}), refused with 503`)
+    const res = await app.inject('/')
+    t.strictSame([res.statusCode, res.headers['x-ratelimit-limit'], res.headers['x-ratelimit-reset'], res.headers['x-ratelimit-enforced']], [200, limit, '60', undefined], `${name}: limited at ${limit} a minute`)
+    t.equal((await app.inject('/')).headers['x-ratelimit-remaining'], String(Number(limit) - 2), `${name}: counted`)
     t.notMatch(res.body, /expected/, 'the client is told nothing of it')
   }
+  const theirs = await appWith(t, 'theirs', { max: () => Number.NaN })
+  t.strictSame(await statuses(theirs, times(3, '/')), [200, 200, 200], 'theirs: a max of NaN limits nothing (recorded)')
 })
 
 t.test('max: 0 refuses every request, as theirs: one window to wait, nothing counted', async t => {

@@ -2,12 +2,14 @@
 // limit function that errors) to get requests through uncounted, hang them, or read internals from the error
 // message. Defence: every callback that decides who a client is or what it may do runs under the decision's
 // deadline; a throw, a rejection, a miss or a value of the wrong kind is replaced by its fallback (a key tier
-// by the next tier, a key generator by the default key, an allow list by "not allowed", a limit by
-// failMode), the request is still counted, the client is told nothing of it, and the app's log says so once
-// a minute per kind. Against a real Redis.
+// by the next tier, a key generator by the default key, an allow list by "not allowed", a cost by 1, a limit
+// by a static one: never failMode, which is Redis's), the request is still counted, the client is told
+// nothing of it, and the app's log says what was used once a minute per kind. Against a real Redis, and in
+// process.
+import type { AddressInfo } from 'node:net'
 import { performance } from 'node:perf_hooks'
 import Fastify from 'fastify'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
@@ -19,13 +21,14 @@ const SECRET = 'db down: select * from api_keys where key = $1'
 
 interface Made { app: FastifyInstance, errors: () => Array<{ msg: string, err?: { message: string } }> }
 
-async function make (t: Test, options: RateGuardOptions): Promise<Made> {
+async function make (t: Test, options: RateGuardOptions, routes?: (app: FastifyInstance) => void): Promise<Made> {
   const { url } = await getRedis(t)
   const lines: Array<{ level: number, msg: string, err?: { message: string } }> = []
   const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line) as typeof lines[number]) } } } })
   t.teardown(() => app.close())
   await app.register(rateGuard, { redis: url, nameSpace: uniquePrefix(), callbackTimeout: TIMEOUT, max: 2, timeWindow: '1 minute', ...options })
   app.get('/', async () => 'ok')
+  routes?.(app)
   await app.ready()
   return { app, errors: () => lines.filter(line => line.level === 50 && /rate-guard/.test(line.msg)) }
 }
@@ -82,40 +85,41 @@ t.test('an allowList function that fails lets nobody through unlimited', async t
   }
 })
 
-t.test('a limit function that fails: failMode decides, open lets through unenforced, closed (the default) refuses', async t => {
+t.test('a limit function that fails: a static limit decides, whatever the failMode; the client sees nothing of it', async t => {
   for (const [how, max] of Object.entries(fails)) {
-    const open = await make(t, { max, failMode: 'open' })
-    const answers = await open.app.inject('/')
-    t.strictSame([answers.statusCode, answers.headers['x-ratelimit-enforced']], [200, 'false'], `${how}: open`)
-    const closed = await make(t, { max, failMode: 'closed' })
-    const refused = await closed.app.inject('/')
-    t.equal(refused.statusCode, 503, `${how}: closed`)
-    t.notMatch(refused.body, /db down/)
-    t.equal(closed.errors().length, 1)
-    const byDefault = await make(t, { max })
-    t.equal((await byDefault.app.inject('/')).statusCode, 503, `${how}: refused by default`)
+    for (const failMode of ['open', 'closed', undefined] as const) {
+      // The plugin's own max is the function: @fastify/rate-limit's default, 1000 a minute.
+      const { app, errors } = await make(t, { max, ...(failMode === undefined ? {} : { failMode }) })
+      const res = await app.inject('/')
+      t.strictSame([res.statusCode, res.headers['x-ratelimit-limit'], res.headers['x-ratelimit-enforced']], [200, '1000', undefined], `${how}, failMode ${failMode ?? 'by default'}: limited at 1000`)
+      t.notMatch(res.body, /db down/)
+      t.equal(errors().length, 1)
+    }
   }
+  // The plugin has several limits, so no one max of its own: @fastify/rate-limit's default.
+  const several = await make(t, { max: undefined, timeWindow: undefined, limits: [{ max: 3, timeWindow: '1 minute' }, { max: 10, timeWindow: '1 hour' }] }, app => {
+    app.get('/computed', { config: { rateLimit: { max: fails.throws, timeWindow: '1 second' } } }, async () => 'ok')
+  })
+  const computed = await several.app.inject('/computed')
+  t.strictSame([computed.statusCode, computed.headers['x-ratelimit-limit'], computed.headers['x-ratelimit-reset']], [200, '1000', '1'], 'with several plugin limits: 1000, in the route\'s own window')
+  t.match(several.errors(), [{ msg: /max function failed; limited at 1000 per 1 s/ }])
   const late = await make(t, { timeWindow: fails.hangs, failMode: 'open' })
   const started = performance.now()
-  t.equal((await late.app.inject('/')).headers['x-ratelimit-enforced'], 'false', 'a timeWindow that hangs: the same')
-  t.ok(performance.now() - started < TIMEOUT + 500, 'within the deadline')
+  const statuses = [(await late.app.inject('/')).statusCode, (await late.app.inject('/')).statusCode, (await late.app.inject('/')).statusCode]
+  t.strictSame(statuses, [200, 200, 429], 'a timeWindow that hangs: the plugin\'s max in a minute')
+  t.ok(performance.now() - started < 3 * (TIMEOUT + 500), 'each within the deadline')
 })
 
-t.test('createRateLimit with a limit function that fails: failMode\'s answer, with no limit known; closed throws', async t => {
+t.test('createRateLimit with a limit function that fails: decided at the static limit, with every failMode', async t => {
   const { app, errors } = await make(t, { global: false })
-  const open = app.createRateLimit({ max: fails.throws, failMode: 'open' })
-  const closed = app.createRateLimit({ max: fails.rejects, failMode: 'closed' })
-  const byDefault = app.createRateLimit({ max: fails.throws })
   const request = { ip: '127.0.0.1', headers: {}, log: app.log } as never
-  t.match(await open(request), { isAllowed: false, max: 0, isExceeded: false }, 'open: not exceeded')
-  const unavailable = { code: 'FST_RATE_GUARD_UNAVAILABLE', statusCode: 503, message: 'Rate limiter unavailable, retry in 1 second' }
-  await t.rejects(closed(request), unavailable, 'closed: the check throws, for the app to answer')
-  await t.rejects(byDefault(request), unavailable, 'closed is the default')
-  for (const check of [closed, byDefault]) {
-    const err = await check(request).then(() => undefined, (err: Error) => err)
-    t.notMatch(err?.message, /db down/, 'the error says nothing of the callback\'s')
+  for (const [name, failMode] of [['open', 'open'], ['closed', 'closed'], ['by default', undefined]] as const) {
+    const check = app.createRateLimit({ max: failMode === 'closed' ? fails.rejects : fails.throws, ...(failMode === undefined ? {} : { failMode }) })
+    t.match(await check(request), { isAllowed: false, max: 2, remaining: 1, isExceeded: false }, `${name}: the plugin's max 2, counted`)
+    t.match(await check(request), { isAllowed: false, max: 2, remaining: 0, isExceeded: false })
+    t.match(await check(request), { isAllowed: false, max: 2, isExceeded: true }, `${name}: exceeded at the third`)
   }
-  t.equal(errors().length, 1, 'logged once for the kind')
+  t.equal(errors().length, 1, 'logged once for the kind and its fallback')
 })
 
 t.test('a key generator returning a number: every callback, and createRateLimit, get the number itself', async t => {
@@ -153,3 +157,109 @@ t.test('a callback that answers the request (onExceeded) and throws: the error g
   t.equal((await local.inject('/')).statusCode, 200)
   t.match((await local.inject('/')).json(), { statusCode: 500, message: 'app bug' }, 'in process too')
 })
+
+// A limit or a cost the app computes that fails is replaced, never skipped: the attacker controls the body a
+// cost function reads (the README's `/bulk` with `{}`, or any body before it is parsed), so a failing cost that
+// let `failMode` decide let every request through with `'open'` (and `'local'`). `failMode` is for Redis, not
+// for the app's own code: with each of them, and on both stores, the request is decided by the store with the
+// fallback (a cost of 1; a static limit). Over real HTTP.
+const STORES = ['redis', 'memory'] as const
+const FAIL_MODES = ['open', 'closed', 'local'] as const
+
+interface Served { post: (path: string, body?: unknown) => Promise<Response>, errors: () => string[] }
+
+async function serve (t: Test, where: typeof STORES[number], options: RateGuardOptions, routes: (app: FastifyInstance) => void): Promise<Served> {
+  const lines: Array<{ level: number, msg: string }> = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line) as typeof lines[number]) } } } })
+  t.teardown(() => app.close())
+  // Correctness, not latency: a deadline no loaded machine misses (a miss with 'open' would show as one too many).
+  const store = where === 'redis' ? { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), timeout: 3000 } : {}
+  await app.register(rateGuard, { ...store, callbackTimeout: TIMEOUT, timeWindow: '1 minute', ...options })
+  routes(app)
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as AddressInfo
+  const post = async (path: string, body: unknown = {}): Promise<Response> =>
+    await fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  return { post, errors: () => lines.filter(line => line.level === 50 && /rate-guard/.test(line.msg)).map(line => line.msg) }
+}
+
+/** `n` requests at once, as a client racing its own limit would send them: their statuses, sorted. */
+async function flood (t: Test, n: number, send: () => Promise<Response>): Promise<number[]> {
+  const answers = await Promise.all(Array.from({ length: n }, async () => { const res = await send(); await res.arrayBuffer(); return res }))
+  t.ok(answers.every(res => res.headers.get('x-ratelimit-enforced') === null), 'every answer enforced')
+  return answers.map(res => res.status).sort()
+}
+
+const costFails = { ...fails, 'gives 0': () => 0, 'gives NaN': () => Number.NaN }
+
+for (const where of STORES) {
+  t.test(`${where}: a cost function that fails counts the request at 1, whatever the failMode`, async t => {
+    for (const failMode of FAIL_MODES) {
+      for (const [how, cost] of Object.entries(costFails)) {
+        const { post, errors } = await serve(t, where, { failMode, max: 3 }, app => {
+          app.post('/', { config: { rateLimit: { cost } } }, async () => 'ok')
+        })
+        t.strictSame(await flood(t, 5, async () => await post('/')), [200, 200, 200, 429, 429], `${failMode}, ${how}: 3 admitted at max 3`)
+        t.match(errors(), [/cost function failed; counted at 1/], `${failMode}, ${how}: the log says what was used, once`)
+      }
+    }
+  })
+
+  t.test(`${where}: the README's /bulk: a body without items (or not parsed yet) costs 1, not everything`, async t => {
+    for (const failMode of FAIL_MODES) {
+      const { post } = await serve(t, where, { failMode }, app => {
+        const bulk = { max: 5, timeWindow: '1 minute', cost: (request: FastifyRequest) => (request.body as { items: unknown[] }).items.length }
+        app.post('/as-written', { config: { rateLimit: bulk } }, async () => 'ok')
+        app.post('/bulk', { config: { rateLimit: { ...bulk, hook: 'preHandler' } } }, async () => 'ok')
+        app.post('/items', { config: { rateLimit: { ...bulk, hook: 'preHandler' } } }, async () => 'ok')
+      })
+      t.strictSame(await flood(t, 8, async () => await post('/as-written', { items: [1] })), [200, 200, 200, 200, 200, 429, 429, 429], `${failMode}, onRequest (no body yet): 5 of 8`)
+      t.strictSame(await flood(t, 8, async () => await post('/bulk', {})), [200, 200, 200, 200, 200, 429, 429, 429], `${failMode}, preHandler, {}: 5 of 8`)
+      t.strictSame([(await post('/items', { items: [1, 2, 3] })).status, (await post('/items', { items: [1, 2, 3] })).status], [200, 429], `${failMode}, preHandler, 3 items: costs 3`)
+    }
+  })
+
+  t.test(`${where}: a max or timeWindow function that fails limits at a static limit, whatever the failMode`, async t => {
+    for (const failMode of FAIL_MODES) {
+      for (const [how, fail] of Object.entries(fails)) {
+        // The route's limit computed, the plugin's static: the plugin's.
+        const own = await serve(t, where, { failMode, max: 3 }, app => {
+          app.post('/max', { config: { rateLimit: { max: fail } } }, async () => 'ok')
+          app.post('/window', { config: { rateLimit: { timeWindow: fail } } }, async () => 'ok')
+        })
+        t.strictSame(await flood(t, 5, async () => await own.post('/max')), [200, 200, 200, 429, 429], `${failMode}, max ${how}: the plugin's max 3`)
+        t.strictSame(await flood(t, 5, async () => await own.post('/window')), [200, 200, 200, 429, 429], `${failMode}, timeWindow ${how}: the plugin's window`)
+        const window = await own.post('/window')
+        t.equal(window.headers.get('retry-after'), '60', `${failMode}, timeWindow ${how}: the plugin's minute`)
+        t.match(own.errors(), [/max function failed; limited at 3 per 60 s/, /timeWindow function failed; limited at 3 per 60 s/])
+        // The plugin's computed too: @fastify/rate-limit's default, 1000 a minute.
+        const none = await serve(t, where, { failMode, max: fail, timeWindow: fail }, app => { app.post('/', async () => 'ok') })
+        const first = await none.post('/')
+        t.strictSame([first.status, first.headers.get('x-ratelimit-limit'), first.headers.get('x-ratelimit-remaining'), first.headers.get('x-ratelimit-reset'), first.headers.get('x-ratelimit-enforced')], [200, '1000', '999', '60', null], `${failMode}, max and timeWindow ${how}: 1000 a minute`)
+        t.equal((await none.post('/')).headers.get('x-ratelimit-remaining'), '998', 'counted')
+        t.match(none.errors(), [
+          /max function failed; limited at 1000 per the timeWindow function's window \(60 s when it fails\)/,
+          /timeWindow function failed; limited at the max function's max \(1000 when it fails\) per 60 s/
+        ])
+      }
+    }
+  })
+}
+
+for (const where of STORES) {
+  t.test(`${where}: a countWhen or settle that fails after the response gives nothing back`, async t => {
+    for (const failMode of FAIL_MODES) {
+      for (const [how, fail] of Object.entries(fails)) {
+        const { post } = await serve(t, where, { failMode, max: 3 }, app => {
+          app.post('/count', { config: { rateLimit: { countWhen: fail } } }, async () => 'ok')
+          app.post('/settle', { config: { rateLimit: { settle: fail } } }, async () => 'ok')
+        })
+        for (const path of ['/count', '/settle']) {
+          const statuses: number[] = []
+          for (let i = 0; i < 5; i++) statuses.push((await post(path)).status)
+          t.strictSame(statuses, [200, 200, 200, 429, 429], `${failMode}, ${path.slice(1)} ${how}: each request keeps its charge`)
+        }
+      }
+    }
+  })
+}
