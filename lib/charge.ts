@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { then } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
-import { AlreadySettledError, InvalidSettleError } from './errors.js'
+import { AbandonedError, AlreadySettledError, InvalidSettleError } from './errors.js'
 import type { Decidable, Limiter } from './limiter.js'
 import type { Decision, SettleInput } from './stores/store.js'
 import type { ResolvedRoute } from './types.js'
@@ -40,12 +40,20 @@ interface Counted {
   readonly decision: Decision
 }
 
+/**
+ * Where the request is, as `refundAborted` sees it: `waiting` for its handler; `working`, its handler started
+ * (the charge stands whatever the client does then); `abandoned`, its client left before the handler started
+ * (the charge was given back, so the handler must not run). Moved only by `begin` and `abandon`.
+ */
+type Phase = 'waiting' | 'working' | 'abandoned'
+
 export class Charge implements RequestCharge {
   readonly #limiter: Limiter
   readonly #counted: readonly Counted[]
   readonly #log: FastifyBaseLogger
   #charged: number
   #settled = false
+  #phase: Phase = 'waiting'
 
   constructor (limiter: Limiter, counted: readonly Counted[], log: FastifyBaseLogger) {
     this.#limiter = limiter
@@ -60,6 +68,20 @@ export class Charge implements RequestCharge {
 
   get settled (): boolean {
     return this.#settled
+  }
+
+  /** The handler starts now: false when the client left before, and its charge was given back. */
+  begin (): boolean {
+    if (this.#phase === 'abandoned') return false
+    this.#phase = 'working'
+    return true
+  }
+
+  /** The client left: the charge is given back when the handler has not started (nor the request settled). */
+  async abandon (): Promise<void> {
+    if (this.#phase !== 'waiting' || this.#settled) return
+    this.#phase = 'abandoned'
+    await this.settle(0)
   }
 
   async settle (amount: number): Promise<void> {
@@ -127,9 +149,21 @@ export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (
   }
 }
 
-/** The route's `onRequestAbort` hook under `refundAborted`: a request the client gave up on counts nothing. */
+/**
+ * `refundAborted`, on routes that ask for it: a refund only for work not done. The route's `onRequestAbort`
+ * hook gives the charge back when the client left before the handler started; once it started, the charge
+ * stands (the work is done, or being done) and the handler may still settle it. The route's last `preHandler`
+ * says the handler starts; a request given back before it does not reach its handler (Fastify would run it
+ * all the same after a slow preHandler: work for nothing counted).
+ */
 export async function refundAborted (request: FastifyRequest): Promise<void> {
-  await unsettled(request)?.settle(0)
+  await slot(request)[CHARGE]?.abandon()
+}
+
+/** The `preHandler` appended last under `refundAborted` (see above): callback style, no promise per request. */
+export function handlerStarts (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void {
+  if (slot(request)[CHARGE]?.begin() === false) done(new AbandonedError())
+  else done()
 }
 
 function checkCounts (value: unknown): boolean {
