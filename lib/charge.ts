@@ -89,15 +89,33 @@ export class Charge implements RequestCharge {
     if (this.#settled) throw new AlreadySettledError()
     this.#settled = true
     const cost = this.#charged
-    this.#charged = amount
-    if (amount === cost) return
-    await Promise.all(this.#counted.map(async ({ input, decision }) => {
-      const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final: amount }
+    // Past what the largest limit of a budget holds, a request is charged that (see `capacity`).
+    const finals = this.#counted.map(({ decision }) => Math.min(amount, capacity(decision)))
+    this.#charged = finals[0]!
+    if (finals.some(final => final < amount)) {
+      this.#log.warn({ amount, charged: this.#charged }, 'rate-guard: a request settled at more than its limits hold: charged what the largest holds')
+    }
+    await Promise.all(this.#counted.map(async ({ input, decision }, i) => {
+      const final = finals[i]!
+      if (final === cost) return
+      const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final }
       await this.#limiter.settle(settling, this.#log)
       // Units given back on a budget whose denials are held until they end: no instance may hold them now.
-      if (amount < cost && input.holdDenials) await this.#limiter.forget([input.keys.log])
+      if (final < cost && input.holdDenials) await this.#limiter.forget([input.keys.log])
     }))
   }
+}
+
+/**
+ * The most a request is charged on a budget: what the largest of the limits it was decided under holds (an
+ * override's when one was set). A client charged that has nothing left on any limit; more would only push
+ * counts toward 2^53, where the arithmetic stops being exact (the scripts bound what they keep all the same:
+ * see lua/numbers.lua).
+ */
+function capacity (decision: Decision): number {
+  let most = 0
+  for (const limit of decision.limits) most = Math.max(most, limit.limit)
+  return most
 }
 
 /** The charge of a request nothing counted (let through by the allow list, by failMode, on a route off): settling it changes nothing. */
