@@ -99,9 +99,9 @@ export class Charge implements RequestCharge {
       const final = finals[i]!
       if (final === cost) return
       const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final }
-      await this.#limiter.settle(settling, this.#log)
+      const settled = this.#limiter.settle(settling, this.#log)
       // Units given back on a budget whose denials are held until they end: no instance may hold them now.
-      if (final < cost && input.holdDenials) await this.#limiter.forget([input.keys.log])
+      await (final < cost && input.holdDenials ? this.#limiter.givenBack(input.keys.log, settled, this.#log) : settled)
     }))
   }
 }
