@@ -14,7 +14,8 @@ import type { ResolvedRoute } from './types.js'
  * `settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests` or `refundAborted`.
  *
  * Until a request settles, it counts at its cost: requests in flight count, whatever their outcome will be.
- * That reservation lasts as long as the request (its response, or its abort), and is never more than its cost.
+ * That reservation lasts as long as the request (its response, or its abort before its handler started), and
+ * is never more than its cost.
  */
 
 /** `request.rateGuard`: the request's charge, when a budget of this plugin counted it. */
@@ -25,8 +26,9 @@ export interface RequestCharge {
   readonly settled: boolean
   /**
    * Makes `amount` (a whole number of units, 0 or more) the request's final charge, on every budget that
-   * counted it, atomically on each. Once per request: a second call rejects. Redis trouble is logged, never
-   * thrown: the request keeps its first charge then.
+   * counted it, atomically on each: at most what the largest limit of each holds (more is charged as that,
+   * with a warning). Once per request: a second call rejects. Redis trouble is logged, never thrown: the
+   * request keeps its first charge then.
    */
   settle: (amount: number) => Promise<void>
 }
