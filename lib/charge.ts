@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { then } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
-import { AlreadySettledError, InvalidSettleError } from './errors.js'
+import { AbandonedError, AlreadySettledError, InvalidSettleError } from './errors.js'
 import type { Decidable, Limiter } from './limiter.js'
 import type { Decision, SettleInput } from './stores/store.js'
 import type { ResolvedRoute } from './types.js'
@@ -14,7 +14,8 @@ import type { ResolvedRoute } from './types.js'
  * `settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests` or `refundAborted`.
  *
  * Until a request settles, it counts at its cost: requests in flight count, whatever their outcome will be.
- * That reservation lasts as long as the request (its response, or its abort), and is never more than its cost.
+ * That reservation lasts as long as the request (its response, or its abort before its handler started), and
+ * is never more than its cost.
  */
 
 /** `request.rateGuard`: the request's charge, when a budget of this plugin counted it. */
@@ -25,8 +26,9 @@ export interface RequestCharge {
   readonly settled: boolean
   /**
    * Makes `amount` (a whole number of units, 0 or more) the request's final charge, on every budget that
-   * counted it, atomically on each. Once per request: a second call rejects. Redis trouble is logged, never
-   * thrown: the request keeps its first charge then.
+   * counted it, atomically on each: at most what the largest limit of each holds (more is charged as that,
+   * with a warning). Once per request: a second call rejects. Redis trouble is logged, never thrown: the
+   * request keeps its first charge then.
    */
   settle: (amount: number) => Promise<void>
 }
@@ -40,12 +42,20 @@ interface Counted {
   readonly decision: Decision
 }
 
+/**
+ * Where the request is, as `refundAborted` sees it: `waiting` for its handler; `working`, its handler started
+ * (the charge stands whatever the client does then); `abandoned`, its client left before the handler started
+ * (the charge was given back, so the handler must not run). Moved only by `begin` and `abandon`.
+ */
+type Phase = 'waiting' | 'working' | 'abandoned'
+
 export class Charge implements RequestCharge {
   readonly #limiter: Limiter
   readonly #counted: readonly Counted[]
   readonly #log: FastifyBaseLogger
   #charged: number
   #settled = false
+  #phase: Phase = 'waiting'
 
   constructor (limiter: Limiter, counted: readonly Counted[], log: FastifyBaseLogger) {
     this.#limiter = limiter
@@ -62,20 +72,52 @@ export class Charge implements RequestCharge {
     return this.#settled
   }
 
+  /** The handler starts now: false when the client left before, and its charge was given back. */
+  begin (): boolean {
+    if (this.#phase === 'abandoned') return false
+    this.#phase = 'working'
+    return true
+  }
+
+  /** The client left: the charge is given back when the handler has not started (nor the request settled). */
+  async abandon (): Promise<void> {
+    if (this.#phase !== 'waiting' || this.#settled) return
+    this.#phase = 'abandoned'
+    await this.settle(0)
+  }
+
   async settle (amount: number): Promise<void> {
     checkAmount(amount)
     if (this.#settled) throw new AlreadySettledError()
     this.#settled = true
     const cost = this.#charged
-    this.#charged = amount
-    if (amount === cost) return
-    await Promise.all(this.#counted.map(async ({ input, decision }) => {
-      const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final: amount }
-      await this.#limiter.settle(settling, this.#log)
+    // Past what the largest limit of a budget holds, a request is charged that (see `capacity`).
+    const finals = this.#counted.map(({ decision }) => Math.min(amount, capacity(decision)))
+    this.#charged = finals[0]!
+    if (finals.some(final => final < amount)) {
+      this.#log.warn({ amount, charged: this.#charged }, 'rate-guard: a request settled at more than its limits hold: charged what the largest holds')
+    }
+    await Promise.all(this.#counted.map(async ({ input, decision }, i) => {
+      const final = finals[i]!
+      if (final === cost) return
+      const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final }
+      const settled = this.#limiter.settle(settling, this.#log)
       // Units given back on a budget whose denials are held until they end: no instance may hold them now.
-      if (amount < cost && input.holdDenials) await this.#limiter.forget([input.keys.log])
+      await (final < cost && input.holdDenials ? this.#limiter.givenBack(input.keys.log, settled, this.#log) : settled)
     }))
   }
+}
+
+/**
+ * The most a request is charged on a budget: what the largest of the limits it was decided under holds (an
+ * override's when one was set). A client charged that has nothing left on any limit; more would only push
+ * counts toward 2^53, where the arithmetic stops being exact (the scripts bound what they keep all the same:
+ * see lua/numbers.lua).
+ */
+function capacity (decision: Decision): number {
+  let most = 0
+  for (const limit of decision.limits) most = Math.max(most, limit.limit)
+  return most
 }
 
 /** The charge of a request nothing counted (let through by the allow list, by failMode, on a route off): settling it changes nothing. */
@@ -127,9 +169,21 @@ export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (
   }
 }
 
-/** The route's `onRequestAbort` hook under `refundAborted`: a request the client gave up on counts nothing. */
+/**
+ * `refundAborted`, on routes that ask for it: a refund only for work not done. The route's `onRequestAbort`
+ * hook gives the charge back when the client left before the handler started; once it started, the charge
+ * stands (the work is done, or being done) and the handler may still settle it. The route's last `preHandler`
+ * says the handler starts; a request given back before it does not reach its handler (Fastify would run it
+ * all the same after a slow preHandler: work for nothing counted).
+ */
 export async function refundAborted (request: FastifyRequest): Promise<void> {
-  await unsettled(request)?.settle(0)
+  await slot(request)[CHARGE]?.abandon()
+}
+
+/** The `preHandler` appended last under `refundAborted` (see above): callback style, no promise per request. */
+export function handlerStarts (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void {
+  if (slot(request)[CHARGE]?.begin() === false) done(new AbandonedError())
+  else done()
 }
 
 function checkCounts (value: unknown): boolean {

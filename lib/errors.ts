@@ -87,6 +87,18 @@ export const AlreadySettledError = createError<'FST_RATE_GUARD_ALREADY_SETTLED',
   'This request has already settled: a request settles once'
 )
 
+/**
+ * A request its client left before its handler started, under `refundAborted`: its charge was given back, so
+ * it is not handled. 499, nginx's "client closed request": nobody reads it.
+ */
+export const AbandonedError = createError<'FST_RATE_GUARD_ABANDONED', []>(
+  'FST_RATE_GUARD_ABANDONED',
+  'The client closed the request before its handler started: it was given back, and is not handled',
+  499,
+  Error,
+  false
+)
+
 export const BannedError = createError<'FST_RATE_GUARD_BANNED', [string]>(
   'FST_RATE_GUARD_BANNED',
   'Rate limit exceeded, retry in %s',

@@ -163,6 +163,46 @@ export function announceChanges (client: RedisLike, nameSpace: string, held: Hel
 }
 
 /**
+ * Units given back on budgets whose denials are held (a handler settling a request below its cost): every
+ * instance must forget the denials it holds for them, but one message a turn tells them all. The keys of the
+ * settlements begun in one turn of the event loop are announced together, once every one of them has landed
+ * in Redis (sooner, an instance could ask again, and hold again, the denial being lifted). A request needs
+ * no answer from it; a failure is reported with the log of the turn's first request.
+ */
+export class GivenBack {
+  readonly #announce: (keys: readonly string[]) => Promise<unknown>
+  readonly #report: (err: Error, log: FastifyBaseLogger) => void
+  #keys = new Set<string>()
+  #landing: Array<Promise<unknown>> = []
+  #log: FastifyBaseLogger | undefined
+
+  constructor (announce: (keys: readonly string[]) => Promise<unknown>, report: (err: Error, log: FastifyBaseLogger) => void) {
+    this.#announce = announce
+    this.#report = report
+  }
+
+  /** Units were given back at `key`, by a settlement that has landed when `landed` resolves. */
+  add (key: string, landed: Promise<unknown>, log: FastifyBaseLogger): void {
+    if (this.#log === undefined) {
+      this.#log = log
+      setImmediate(this.#send)
+    }
+    this.#keys.add(key)
+    this.#landing.push(landed)
+  }
+
+  readonly #send = (): void => {
+    const keys = [...this.#keys]
+    const landing = this.#landing
+    const log = this.#log!
+    this.#keys = new Set()
+    this.#landing = []
+    this.#log = undefined
+    Promise.all(landing).then(async () => await this.#announce(keys)).catch((err: unknown) => this.#report(err as Error, log))
+  }
+}
+
+/**
  * Subscribes a connection of its own (a duplicate of `client`) to the changes channel and keeps `held` told
  * whether it is listening. Returns the function that closes the subscription.
  */

@@ -7,7 +7,7 @@ import { createAdmin } from './admin.js'
 import { Budgets } from './budgets.js'
 import { createRegistrations } from './registrations.js'
 import type { RateGuardDecorator, Registrations } from './registrations.js'
-import { CHARGE, chargeOf, refundAborted, settleOnResponse, settlesItself } from './charge.js'
+import { CHARGE, chargeOf, handlerStarts, refundAborted, settleOnResponse, settlesItself } from './charge.js'
 import type { RequestCharge } from './charge.js'
 import { REFUSAL, createHooks, stripCode } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
@@ -133,7 +133,11 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const settling = (routeOptions: RouteOptions, route: ResolvedRoute): void => {
     if (!settlesItself(route)) return
     if (route.countWhen !== undefined || route.settle !== undefined) appendHook(routeOptions, 'onResponse', settleOnResponse(route, opts.callbacks))
-    if (route.refundAborted) appendHook(routeOptions, 'onRequestAbort', refundAborted)
+    if (route.refundAborted) {
+      // After every other preHandler, the rate limiter's own included: the handler starts when it runs.
+      appendHook(routeOptions, 'preHandler', handlerStarts)
+      appendHook(routeOptions, 'onRequestAbort', refundAborted)
+    }
   }
 
   // Unmatched URLs: a client known to be banned is refused there too, at no Redis call (a banned scanner

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { LateRedisError, SilentConnectionError } from './errors.js'
 import type { Breaker } from './breaker.js'
+import { GivenBack } from './held.js'
 import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
 import type { BatchWatch } from './batcher.js'
@@ -91,6 +92,7 @@ export class Limiter {
   readonly #breaker: Breaker | undefined
   readonly #held: HeldAnswers | undefined
   readonly #announce: ((keys: readonly string[]) => Promise<unknown>) | undefined
+  readonly #givenBack: GivenBack | undefined
   readonly #batcher: Batcher | undefined
   readonly #nameSpace: string
   #lastLogged = -Infinity
@@ -105,6 +107,7 @@ export class Limiter {
     this.#breaker = breaker
     this.#held = held
     this.#announce = announce
+    this.#givenBack = announce === undefined ? undefined : new GivenBack(announce, (err, log) => this.report(err, log))
     this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log)) : undefined
   }
 
@@ -138,6 +141,17 @@ export class Limiter {
   readonly forget = async (keys: readonly string[]): Promise<void> => {
     this.#held?.forget(keys)
     await this.#announce?.(keys)
+  }
+
+  /**
+   * Units given back at `key` (a budget whose denials are held) by a settlement that lands with `settled`:
+   * forgotten here once it has landed, and announced to every instance with the others of this turn (see
+   * `GivenBack`). Resolves once forgotten here.
+   */
+  async givenBack (key: string, settled: Promise<void>, log: FastifyBaseLogger): Promise<void> {
+    const landed = settled.then(() => this.#held?.forget([key]))
+    this.#givenBack?.add(key, landed, log)
+    await landed
   }
 
   /** The verdict on one request: at once when it is known here (in process, an answer held, the breaker open), else from Redis. */

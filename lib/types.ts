@@ -157,7 +157,11 @@ export interface RouteRateLimitOptions {
   skipFailedRequests?: boolean
   /** After the response: the request's final charge in units (tokens used), up or down from its cost. */
   settle?: SettleFunction
-  /** A request the client aborts before its response counts nothing. Default false. */
+  /**
+   * A request whose client leaves before its handler starts (during the body's read, a slow preHandler)
+   * counts nothing, and its handler does not run. Once the handler started, the charge stands (its work is
+   * done) and the handler may still settle it. Default false.
+   */
   refundAborted?: boolean
   /**
    * `'enforce'` (default); `'shadow'`: decide and count exactly as enforce would, but never refuse (the request

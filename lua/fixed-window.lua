@@ -57,13 +57,16 @@ local function count (counters, limits, now, member, peek, entries, cost)
 end
 
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in;
--- once that window is over, nothing changes.
+-- once that window is over, nothing changes. A counter ends it at most at its max plus the largest
+-- (lua/numbers.lua), and below 2^52 (a max above that stays its own ceiling).
 local function settle (counters, limits, member, at, now, cost, final)
+  local most = largest(limits)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', counters, field('s', i), field('c', i))
     local n = tonumber(stored[2])
     if tonumber(stored[1]) == at - at % limit.window and n > 0 then
-      redis.call('HINCRBY', counters, field('c', i), text(math.max(final - cost, -n)))
+      local ceiling = math.min(limit.max + most, math.max(limit.max, 2 ^ 52))
+      redis.call('HINCRBY', counters, field('c', i), text(moved(n, final - cost, ceiling)))
     end
   end
 end

@@ -33,3 +33,18 @@ local function field (prefix, i)
   end
   return name
 end
+
+-- Settling: a request may be settled at any whole number of units, but a limit ends a settlement at most at
+-- `ceiling` (full, and owing at most the largest capacity of its budget once more, below where the
+-- arithmetic is exact), or where it already was. `largest` is that capacity (burst: max but for the token
+-- bucket); `moved` is what a settlement moves a count `n` by, for `delta` asked: never below 0 either.
+local function largest (limits)
+  local most = 0
+  for i = 1, #limits do
+    most = math.max(most, limits[i].burst)
+  end
+  return most
+end
+local function moved (n, delta, ceiling)
+  return math.max(-n, math.min(delta, math.max(ceiling - n, 0)))
+end

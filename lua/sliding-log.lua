@@ -162,8 +162,10 @@ local function count (log, limits, now, member, peek, entries, cost)
 end
 
 -- The entry a request of `cost` counted at `at` becomes one of `final` units (0: removed), at the same time.
--- An entry that has left the log stays gone: what it counted is over.
+-- An entry that has left the log stays gone: what it counted is over. It weighs at most the largest capacity
+-- (lua/numbers.lua): every limit is as full as it can be until it leaves, so more would change nothing.
 local function settle (log, limits, member, at, now, cost, final)
+  final = math.min(final, math.max(largest(limits), cost))
   local old = cost > 1 and member .. '*' .. text(cost) or member
   if final == 0 then
     if redis.call('ZREM', log, old) == 0 then

@@ -72,16 +72,20 @@ local function count (counters, limits, now, member, peek, entries, cost)
 end
 
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
--- (now the current or the previous one); after that, nothing changes.
+-- (now the current or the previous one); after that, nothing changes. A counter ends it at most at its max
+-- plus the largest (lua/numbers.lua), and at 2^51 / window: a count times its window stays below 2^51
+-- (at least twice max, which the options bound by 2^50 / window), so the weighing above stays exact.
 local function settle (counters, limits, member, at, now, cost, final)
+  local most = largest(limits)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i))
     local start = at - at % limit.window
     local prev, curr = tonumber(stored[2]), tonumber(stored[3])
+    local ceiling = math.min(limit.max + most, math.floor(2 ^ 51 / limit.window))
     if tonumber(stored[1]) == start and curr > 0 then
-      redis.call('HINCRBY', counters, field('c', i), text(math.max(final - cost, -curr)))
+      redis.call('HINCRBY', counters, field('c', i), text(moved(curr, final - cost, ceiling)))
     elseif tonumber(stored[1]) == start + limit.window and prev > 0 then
-      redis.call('HINCRBY', counters, field('p', i), text(math.max(final - cost, -prev)))
+      redis.call('HINCRBY', counters, field('p', i), text(moved(prev, final - cost, ceiling)))
     end
   end
 end

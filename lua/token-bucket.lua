@@ -65,9 +65,11 @@ local function count (bucket, limits, now, member, peek, entries, cost)
 end
 
 -- A request of `cost` counts `final` instead (0: given back): the difference is taken from the bucket, or put
--- back, now. A bucket that has refilled takes only what is more.
+-- back, now. A bucket that has refilled takes only what is more. A TAT ends it at most at the bucket's burst
+-- plus the largest (lua/numbers.lua) in ticks, and at 2^51 ticks (at least twice burst x window, which the
+-- options bound by 2^50): the bucket is empty and owes at most one largest capacity, exactly.
 local function settle (bucket, limits, member, at, now, cost, final)
-  local delta, ttl = final - cost, 0
+  local delta, ttl, most = final - cost, 0, largest(limits)
   for i, limit in ipairs(limits) do
     local stored = redis.call('HMGET', bucket, field('t', i), field('f', i))
     if stored[1] or delta > 0 then
@@ -75,7 +77,7 @@ local function settle (bucket, limits, member, at, now, cost, final)
       if stored[1] then
         tat = math.max(0, (tonumber(stored[1]) - now) * limit.max + tonumber(stored[2]))
       end
-      tat = math.max(0, tat + delta * limit.window)
+      tat = tat + moved(tat, delta * limit.window, math.min((limit.burst + most) * limit.window, 2 ^ 51))
       store(bucket, i, now, tat, limit.max)
       ttl = math.max(ttl, ceildiv(tat, limit.max))
     end

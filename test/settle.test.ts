@@ -1,7 +1,7 @@
 // Reserve, then settle (lib/charge.ts), through real requests on Redis and in process: a request allowed holds
 // its cost until it settles once at its final amount, from the handler (`request.rateGuard.settle`) or after the
 // response (`settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests`), or when the client aborts
-// (`refundAborted`); on its own budget and the route's shared one. The stores' arithmetic of settling is in
+// before the handler starts (`refundAborted`; test/security/refund-aborted.test.ts); on its own budget and the route's shared one. The stores' arithmetic of settling is in
 // conformance-algorithms.test.ts.
 import { once } from 'node:events'
 import { request as httpRequest } from 'node:http'
@@ -164,25 +164,36 @@ for (const where of STORES) {
     t.equal((await app.rateGuard.peek('apikey:g', { route: 'GET /s' })).count, 4, 'the client\'s own budget counts 4')
   })
 
-  t.test(`${where}: refundAborted: a request the client gives up on counts nothing`, async t => {
+  t.test(`${where}: refundAborted: a request its client gives up on before its handler starts counts nothing; one whose handler ran counts`, async t => {
     let entered = (): void => {}
-    const inHandler = new Promise<void>(resolve => { entered = resolve })
+    let inStep = new Promise<void>(resolve => { entered = resolve })
+    let release = (): void => {}
+    const gate = new Promise<void>(resolve => { release = resolve })
     const app = await makeApp(t, where, {}, app => {
       app.get('/long', { config: { rateLimit: { refundAborted: true } } }, async (request) => {
         entered()
-        await once(request.raw, 'close')
+        await new Promise(resolve => request.raw.on('close', resolve))
         return 'too late'
       })
+      app.get('/queued', { config: { rateLimit: { refundAborted: true } }, preHandler: async () => { entered(); await gate } }, async () => 'never')
     })
     await app.listen({ port: 0, host: '127.0.0.1' })
     const { port } = app.server.address() as AddressInfo
-    const req = httpRequest({ port, host: '127.0.0.1', path: '/long', headers: { 'x-api-key': 'k' } })
-    req.on('error', () => {})
-    req.end()
-    await inHandler
-    t.equal((await app.rateGuard.peek('apikey:k', { route: 'GET /long' })).count, 1, 'counted while it runs')
-    req.destroy()
-    t.equal(await countAfterResponse(app, 'k', 'GET /long', 0), 0, 'given back when the client aborted')
+    const abort = async (path: string, apiKey: string): Promise<void> => {
+      const req = httpRequest({ port, host: '127.0.0.1', path, headers: { 'x-api-key': apiKey } })
+      req.on('error', () => {})
+      req.end()
+      await inStep
+      inStep = new Promise<void>(resolve => { entered = resolve })
+      t.equal((await app.rateGuard.peek(`apikey:${apiKey}`, { route: `GET ${path}` })).count, 1, `${path}: counted while it waits`)
+      req.destroy()
+    }
+    await abort('/queued', 'k')
+    t.equal(await countAfterResponse(app, 'k', 'GET /queued', 0), 0, 'given back: the client left before the handler started')
+    release()
+    await abort('/long', 'k2')
+    await new Promise(resolve => setTimeout(resolve, 20))
+    t.equal(await countAfterResponse(app, 'k2', 'GET /long', 1), 1, 'the handler ran: the charge stands')
   })
 }
 

@@ -1,4 +1,4 @@
-import { fieldsOf } from './step.js'
+import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Step } from './step.js'
 
 /** The twin of `lua/fixed-window.lua`: per limit, a counter of the window (aligned to the epoch) it counts in. */
@@ -37,10 +37,12 @@ export const fixedWindow: Step = {
   settle (state, limits, at, _now, cost, final) {
     if (state === undefined) return undefined
     const { fields } = fieldsOf(state)
+    const most = largest(limits)
     limits.forEach((limit, index) => {
       const i = index + 1
       const n = fields.get(`c${i}`)!
-      if (fields.get(`s${i}`) === at - at % limit.windowMs && n > 0) fields.set(`c${i}`, n + Math.max(final - cost, -n))
+      const ceiling = Math.min(limit.max + most, Math.max(limit.max, 2 ** 52))
+      if (fields.get(`s${i}`) === at - at % limit.windowMs && n > 0) fields.set(`c${i}`, n + moved(n, final - cost, ceiling))
     })
     return undefined
   }

@@ -1,3 +1,4 @@
+import { largest } from './step.js'
 import type { Entry, State, Step } from './step.js'
 
 /**
@@ -67,8 +68,9 @@ export const slidingLog: Step = {
     return { allowed, entries }
   },
 
-  settle (state, _limits, at, _now, cost, final) {
-    // As the script: an entry that has left the log stays gone.
+  settle (state, limits, at, _now, cost, asked) {
+    // As the script: an entry that has left the log stays gone, and weighs at most the largest capacity.
+    const final = Math.min(asked, Math.max(largest(limits), cost))
     const log = state as Log | undefined
     if (log === undefined) return undefined
     const { times } = log

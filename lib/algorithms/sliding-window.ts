@@ -1,4 +1,4 @@
-import { fieldsOf } from './step.js'
+import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Step } from './step.js'
 
 /**
@@ -62,13 +62,15 @@ export const slidingWindow: Step = {
   settle (state, limits, at, _now, cost, final) {
     if (state === undefined) return undefined
     const { fields } = fieldsOf(state)
-    limits.forEach(({ windowMs: window }, index) => {
+    const most = largest(limits)
+    limits.forEach(({ max, windowMs: window }, index) => {
       const i = index + 1
       const start = at - at % window
       const curr = fields.get(`c${i}`)!
       const prev = fields.get(`p${i}`)!
-      if (fields.get(`w${i}`) === start && curr > 0) fields.set(`c${i}`, curr + Math.max(final - cost, -curr))
-      else if (fields.get(`w${i}`) === start + window && prev > 0) fields.set(`p${i}`, prev + Math.max(final - cost, -prev))
+      const ceiling = Math.min(max + most, Math.floor(2 ** 51 / window))
+      if (fields.get(`w${i}`) === start && curr > 0) fields.set(`c${i}`, curr + moved(curr, final - cost, ceiling))
+      else if (fields.get(`w${i}`) === start + window && prev > 0) fields.set(`p${i}`, prev + moved(prev, final - cost, ceiling))
     })
     return undefined
   }

@@ -43,6 +43,22 @@ export interface Step {
   settle (state: State | undefined, limits: readonly Limit[], at: number, now: number, cost: number, final: number): State | undefined
 }
 
+/**
+ * Settling, as in `lua/numbers.lua`: a limit ends a settlement at most at a ceiling (full, and owing at most the
+ * largest capacity of its budget once more, below where the arithmetic is exact), or where it already was.
+ * The largest capacity (burst: max but for the token bucket) of `limits`.
+ */
+export function largest (limits: readonly Limit[]): number {
+  let most = 0
+  for (const limit of limits) most = Math.max(most, limit.burst)
+  return most
+}
+
+/** What a settlement moves a count `n` by, for `delta` asked: to at most `ceiling` (or not up, above it), never below 0. */
+export function moved (n: number, delta: number, ceiling: number): number {
+  return Math.max(-n, Math.min(delta, Math.max(ceiling - n, 0)))
+}
+
 /** A HASH as the counting scripts keep it: `<field><limit index, from 1>` → integer. */
 export interface Fields extends State {
   readonly fields: Map<string, number>

@@ -1,4 +1,4 @@
-import { fieldsOf } from './step.js'
+import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Fields, Step } from './step.js'
 
 /**
@@ -53,12 +53,14 @@ export const tokenBucket: Step = {
   settle (state, limits, _at, now, cost, final) {
     const hash = fieldsOf(state)
     const delta = final - cost
+    const most = largest(limits)
     let ttl = 0
-    limits.forEach(({ max, windowMs }, index) => {
+    limits.forEach(({ max, windowMs, burst }, index) => {
       const i = index + 1
       const t = hash.fields.get(`t${i}`)
       if (t === undefined && delta <= 0) return
-      const tat = Math.max(0, (t === undefined ? 0 : Math.max(0, (t - now) * max + hash.fields.get(`f${i}`)!)) + delta * windowMs)
+      const before = t === undefined ? 0 : Math.max(0, (t - now) * max + hash.fields.get(`f${i}`)!)
+      const tat = before + moved(before, delta * windowMs, Math.min((burst + most) * windowMs, 2 ** 51))
       store(hash, i, now, tat, max)
       ttl = Math.max(ttl, ceildiv(tat, max))
     })
