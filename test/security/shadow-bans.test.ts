@@ -63,6 +63,9 @@ for (const where of STORES) {
     t.match(shadowed, { status: 'banned', shadow: true }, 'the shadow budget: what it would answer, marked shadow')
     t.equal(shadowed.shadowBanMs, shadowed.retryMs)
     t.strictSame((await app.rateGuard.bans()).map(({ keyHash, shadow }) => ({ keyHash, shadow })), [{ keyHash: hashIdentity(CLIENT), shadow: true }], 'bans() lists it, as shadow')
+    await app.rateGuard.unban({ keyHash: hashIdentity(CLIENT) })
+    t.strictSame(await app.rateGuard.bans(), [], 'unban by its hash (the operator page\'s button) lifts it')
+    t.match(await app.rateGuard.peek(CLIENT, { route: 'GET /search' }), { status: 'limited', shadowBanMs: 0 })
   })
 
   t.test(`${where}: a shadow route in an enforced route's group counts apart from it`, async t => {
