@@ -6,7 +6,8 @@ import type { Budgets } from './budgets.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
 import { remainingOf } from './headers.js'
-import { hashedKeys, identityKeys, isKeyHash, keyHashOf } from './keys.js'
+import { hashedKeys, identityKeys, isKeyHash, isShadowBan, keyHashOf } from './keys.js'
+import type { Family, IdentityKeys } from './keys.js'
 import { deadline } from './deadline.js'
 import { refusedOutright } from './limiter.js'
 import { checkDuration, checkMax } from './check.js'
@@ -66,6 +67,20 @@ export interface PeekResult {
   retryMs: number
   /** Every limit (an override's, when one is set). */
   limits: PeekLimit[]
+  /**
+   * Whether the budget is in shadow mode: the above is what it would answer, from the counts and bans shadow
+   * mode keeps apart (never the enforcing ones), and it refuses nothing.
+   */
+  shadow: boolean
+  /** Milliseconds left of a ban shadow mode recorded on this client (`shadow: { ban: true }`), never enforced; 0 when none. */
+  shadowBanMs: number
+}
+
+/** One ban `bans()` lists: the client's hash (never its key), the ms left, and whether shadow mode recorded it (never enforced). */
+export interface BanEntry {
+  keyHash: string
+  retryMs: number
+  shadow: boolean
 }
 
 /** One registration's operator calls (`fastify.rateGuard` reaches every registration's: see `lib/registrations.ts`). */
@@ -75,17 +90,20 @@ export interface RateGuardAdmin {
   /** Bans `key` on every route of this registration for `duration` (ms or `'10 minutes'`). */
   ban (key: string, duration: number | string): Promise<void>
   /**
-   * Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation).
-   * `{ keyHash }`: the client `bans()` listed, by its hash.
+   * Lifts a ban, and forgets the denials counted toward the next one and the bans before it (escalation);
+   * shadow mode's too. `{ keyHash }`: the client `bans()` listed, by its hash.
    */
   unban (key: string | { keyHash: string }): Promise<void>
   /**
    * Up to `limit` (default 100, at most 10,000) of the bans active now, the longest first: each client's hash
-   * (never its key) and the ms left. On Redis it SCANs the key space (each master of a Cluster): an operator's
-   * call, not one for every request.
+   * (never its key), the ms left, and `shadow: true` for a ban shadow mode recorded (never enforced). On Redis
+   * it SCANs the key space (each master of a Cluster): an operator's call, not one for every request.
    */
-  bans (options?: { limit?: number }): Promise<Array<{ keyHash: string, retryMs: number }>>
-  /** Forgets every request counted for `key` on every budget (by any algorithm), its denials and its over-limit waits; a ban stays (see `unban`). */
+  bans (options?: { limit?: number }): Promise<BanEntry[]>
+  /**
+   * Forgets every request counted for `key` on every budget (by any algorithm, in shadow mode too), its
+   * denials and its over-limit waits; a ban stays (see `unban`).
+   */
   reset (key: string): Promise<void>
   /** What the limiter knows about `key`, without counting a request. */
   peek (key: string, options?: PeekOptions): Promise<PeekResult>
@@ -105,6 +123,9 @@ function checkKeyHash (hash: unknown): string {
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
 export const ADMIN_MIN_DEADLINE = 1000
 
+/** The key families of one client: the enforcing one and shadow mode's (see `Family`). */
+const FAMILIES: readonly Family[] = ['enforce', 'shadow']
+
 /** Options of setOverride that are not the limits. */
 const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
 
@@ -119,9 +140,9 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms),
     forget: async (keys: readonly string[]) => await deadline(forget(keys), ms)
   }
-  const keysOf = (key: string, scope = '', algorithm?: Algorithm): ReturnType<typeof identityKeys> => {
+  const keysOf = (key: string, scope = '', algorithm?: Algorithm, family?: Family): ReturnType<typeof identityKeys> => {
     if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
-    return identityKeys(nameSpace, scope, canonicalKey(key), algorithm)
+    return identityKeys(nameSpace, scope, canonicalKey(key), algorithm, family)
   }
   const budgetOf = (options: BudgetOptions, call: string): RouteBudget & { name: string } => {
     const name = budgetName(options)
@@ -131,11 +152,14 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
   }
   /**
    * Every algorithm's state of `key` on every budget (a budget whose algorithm changed in a deploy too), and
-   * the wait `continueExceeding` / `exponentialBackoff` set on it.
+   * the wait `continueExceeding` / `exponentialBackoff` set on it: the enforcing ones and shadow mode's.
    */
   const statesOf = (key: string): string[] => {
-    return [...budgets.scopes()].flatMap(scope => [...ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm).log), keysOf(key, scope).backoff])
+    return [...budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family =>
+      [...ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm, family).log), keysOf(key, scope, undefined, family).backoff]))
   }
+  /** The budget's state of `key`, enforcing and shadow mode's: where an override changes what is held. */
+  const logsOf = (key: string, { scope, route }: RouteBudget): string[] => FAMILIES.map(family => keysOf(key, scope, route.algorithm, family).log)
   return Object.freeze({
     has: (budget: string) => budgets.get(budget) !== undefined,
     stats: () => stats.snapshot(),
@@ -143,7 +167,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
       const found = await deadline(inner.bans(nameSpace, limit), ms)
       // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
-      return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs })).sort((a, b) => b.retryMs - a.retryMs)
+      return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs, shadow: isShadowBan(key) })).sort((a, b) => b.retryMs - a.retryMs)
     },
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
@@ -153,13 +177,15 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       await store.forget([banned, ...statesOf(key)])
     },
     async unban (key: string | { keyHash: string }) {
-      const keys = typeof key === 'object' && key !== null ? hashedKeys(nameSpace, checkKeyHash(key.keyHash)) : keysOf(key)
-      await store.delete([keys.banned, keys.strikes, keys.offences])
-      await store.forget([keys.banned])
+      const [keys, shadow] = FAMILIES.map(family => typeof key === 'object' && key !== null
+        ? hashedKeys(nameSpace, checkKeyHash(key.keyHash), undefined, undefined, family)
+        : keysOf(key, undefined, undefined, family)) as [IdentityKeys, IdentityKeys]
+      await store.delete([keys.banned, keys.strikes, keys.offences, shadow.banned, shadow.strikes, shadow.offences])
+      await store.forget([keys.banned, shadow.banned])
     },
     async reset (key: string) {
       const states = statesOf(key)
-      await store.delete([...states, keysOf(key).strikes])
+      await store.delete([...states, ...FAMILIES.map(family => keysOf(key, undefined, undefined, family).strikes)])
       await store.forget(states)
     },
     async peek (key: string, options: PeekOptions = {}) {
@@ -179,8 +205,13 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       if (limits === null) {
         throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
       }
-      const input = { keys: keysOf(key, budget.scope, algorithm), limits, ban: null, peek: true, algorithm }
-      const decision = refusedOutright(input) ?? await store.decide(input)
+      const family: Family = route.mode === 'shadow' ? 'shadow' : 'enforce'
+      const input = { keys: keysOf(key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
+      const refused = refusedOutright(input)
+      // The ban shadow mode recorded: read with the budget's own decision when it is shadow's and the store is asked.
+      const shadowPeek = family === 'shadow' && refused === undefined ? undefined : { ...input, keys: keysOf(key, budget.scope, algorithm, 'shadow') }
+      const [decision, shadowed] = await Promise.all([refused ?? store.decide(input), shadowPeek === undefined ? undefined : store.decide(shadowPeek)])
+      const shadowBan = shadowed ?? decision
       const banned = decision.status === 'banned'
       return {
         key,
@@ -190,7 +221,9 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
         remaining: remainingOf(decision.limit, decision.count, banned),
         resetMs: decision.resetMs,
         retryMs: decision.retryMs,
-        limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs }))
+        limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs })),
+        shadow: family === 'shadow',
+        shadowBanMs: shadowBan.status === 'banned' ? shadowBan.retryMs : 0
       }
     },
     async setOverride (key: string, options: OverrideOptions) {
@@ -211,13 +244,12 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       const ttl = options.permanent === true ? null : checkDuration(options.ttl, 'setOverride.ttl')
       const keys = keysOf(key, budget.scope, budget.route.algorithm)
       await store.setValue(keys.override, encodeLimits(limits), ttl)
-      await store.forget([keys.log])
+      await store.forget(logsOf(key, budget))
     },
     async clearOverride (key: string, options: BudgetOptions = {}) {
       const budget = budgetOf(options, 'clearOverride')
-      const keys = keysOf(key, budget.scope, budget.route.algorithm)
-      await store.delete([keys.override])
-      await store.forget([keys.log])
+      await store.delete([keysOf(key, budget.scope, budget.route.algorithm).override])
+      await store.forget(logsOf(key, budget))
     }
   })
 }

@@ -3,7 +3,7 @@ import type { BudgetOptions } from './admin.js'
 import { BudgetConflictError } from './errors.js'
 import { headerStyle } from './headers.js'
 import type { RouteBudget } from './hook.js'
-import { GLOBAL_SCOPE, scopeOf } from './keys.js'
+import { GLOBAL_SCOPE, scopeOf, watchedScope } from './keys.js'
 import type { ResolvedLimit, ResolvedRoute } from './types.js'
 
 // Budgets, named in one place. A budget is what a client's requests are counted under, one state per client
@@ -68,9 +68,9 @@ export class Budgets {
     return this.#named.get(name)?.first
   }
 
-  /** The scope of every budget: where a client's state may be kept. */
+  /** The scope of every budget, and of the limits each watches: where a client's state may be kept. */
   scopes (): Set<string> {
-    return new Set([...this.#named.values()].map(({ first }) => first.scope))
+    return new Set([...this.#named.values()].flatMap(({ first }) => first.route.watched === null ? [first.scope] : [first.scope, watchedScope(first.scope)]))
   }
 
   #group (route: ResolvedRoute, declared: string): RouteBudget {

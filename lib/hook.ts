@@ -6,7 +6,7 @@ import { formatDuration } from './duration.js'
 import { BannedError, InvalidOptionError, TooCostlyError, TooManyRequestsError, UnavailableError } from './errors.js'
 import { retryAfterSeconds, writeHeaders } from './headers.js'
 import type { HeaderStyle } from './headers.js'
-import { identityKeys, keyHashOf, sharedKeys } from './keys.js'
+import { identityKeys, keyHashOf, sharedKeys, watchedScope } from './keys.js'
 import type { Decidable, Limiter, Verdict } from './limiter.js'
 import { TheirBudget } from './stores/theirs.js'
 import type { TheirStore } from './stores/theirs.js'
@@ -94,6 +94,9 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   const { allowList, algorithm, failMode, overLimit, cost, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
   const strikes = mode !== 'shadow' || route.shadow.ban
+  // A shadow decision counts, strikes and bans on keys of its own, which no enforcing decision reads: a shadow
+  // route in an enforced route's group (or an instance in shadow beside enforcing ones) takes nothing from it.
+  const family = mode === 'shadow' ? 'shadow' : 'enforce'
   const ban = strikes ? route.ban : null
   // `ban: N` over a window the app computes per request: a ban of that request's window (see banPerWindow).
   const banEach = strikes && route.ban === null ? route.banDenials : null
@@ -113,11 +116,12 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   // budget's denials, too: nothing is ever given back to it. (A handler that settles lower says so: lib/charge.ts.)
   const holdable = ban === null && fixedLimits !== null && overLimit === undefined && typeof cost === 'number' && !settlesItself(route)
   // Limits watched, not enforced: a budget of their own beside the route's, decided after the route's allowed.
+  // They write only their state, under a scope no enforcing budget has (`~`), and never a strike, a ban or an
+  // over-limit wait: nothing an enforcing decision reads. They read the identity's bans as enforcing routes do.
   const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
-  const watchedScope = `${scope}~shadow`
   const shared: Decidable | null = route.shared === null
     ? null
-    : { keys: sharedKeys(nameSpace, scope, algorithm), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
+    : { keys: sharedKeys(nameSpace, scope, algorithm, family), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
   // 503 answers say when to try again: one deadline from now, in whole seconds. They are sent, not thrown:
   // Fastify logs every thrown 5xx as an error, which during an outage would be one log line per request.
   const unavailableAfter = retryAfterSeconds(timeout)
@@ -148,7 +152,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   function prepared (key: string, given: Given, limits: readonly Limit[], units: number): Prepared {
     const holdDenials = holdable && !undoneScopes.has(scope)
     const banFor = banEach === null ? ban : banPerWindow(banEach, limits.map(limit => limit.windowMs))
-    let input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm), limits, ban: banFor, peek: false, algorithm, holdDenials, failMode }
+    let input: Decidable = { keys: identityKeys(nameSpace, scope, key, algorithm, family), limits, ban: banFor, peek: false, algorithm, holdDenials, failMode }
     if (overLimit !== undefined) input = { ...input, overLimit }
     // A request of one unit says nothing: the common path sends what it always did.
     if (units !== 1) input = { ...input, cost: units }
@@ -202,7 +206,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
    * waited for (the request goes on at once), and what they would have refused reported as shadow mode does.
    */
   function watch (request: FastifyRequest, key: Given, input: Decidable): void {
-    const decidable = costing<Decidable>({ ...watched!, keys: identityKeys(nameSpace, watchedScope, String(key), algorithm) }, input.cost)
+    const decidable = costing<Decidable>({ ...watched!, keys: identityKeys(nameSpace, watchedScope(scope), String(key), algorithm) }, input.cost)
     const seen = (verdict: Verdict): void => {
       if (verdict.status !== 'limited') return
       note('shadow-limited', key, verdict, decidable, budget.watchedHeaders)

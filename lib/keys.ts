@@ -232,6 +232,13 @@ function digestIdentity (key: string): string {
   return digest('sha256', key, 'base64url').slice(0, 22)
 }
 
+/**
+ * Whose decisions a key family holds: enforcing ones (`enforce` and `report` modes, the operator's calls), or
+ * shadow mode's, kept apart under `…{<hash>}:shadow:` so nothing a shadow decision writes (counts, strikes,
+ * bans, offences, over-limit waits) is read by a decision that enforces.
+ */
+export type Family = 'enforce' | 'shadow'
+
 /** The names of every key one identity has under one budget (`scope`): one hash tag, so one Redis Cluster slot. */
 export interface IdentityKeys {
   /** The budget's state: the sliding log, or the algorithm's counters (see `STATE_SEGMENT`). */
@@ -249,15 +256,26 @@ export interface IdentityKeys {
 /**
  * `<nameSpace>{<hash>}:log:<scope>` holds the sliding log of one budget (`fw:` / `sw:` / `tb:` the state of
  * the other algorithms) and `…:override:<scope>` its override; `…:strikes`, `…:banned` and `…:offences` are
- * per identity, so a ban holds on every route of the registration.
+ * per identity, so a ban holds on every route of the registration. Shadow mode's (`family: 'shadow'`) are
+ * the same under `…:shadow:` (`…{<hash>}:shadow:banned`), but the override, which an operator sets for both.
  */
-export function identityKeys (nameSpace: string, scope: string, key: string, algorithm: Algorithm = DEFAULT_ALGORITHM): IdentityKeys {
-  return keysUnder(`${nameSpace}{${hashIdentity(key)}}:`, scope, algorithm)
+export function identityKeys (nameSpace: string, scope: string, key: string, algorithm: Algorithm = DEFAULT_ALGORITHM, family: Family = 'enforce'): IdentityKeys {
+  return keysUnder(`${nameSpace}{${hashIdentity(key)}}:`, scope, algorithm, family)
 }
 
 /** The keys of the identity whose hash is `hash` (what `bans()` lists): as `identityKeys` makes them from its key. */
-export function hashedKeys (nameSpace: string, hash: string, scope = GLOBAL_SCOPE, algorithm: Algorithm = DEFAULT_ALGORITHM): IdentityKeys {
-  return keysUnder(`${nameSpace}{${hash}}:`, scope, algorithm)
+export function hashedKeys (nameSpace: string, hash: string, scope = GLOBAL_SCOPE, algorithm: Algorithm = DEFAULT_ALGORITHM, family: Family = 'enforce'): IdentityKeys {
+  return keysUnder(`${nameSpace}{${hash}}:`, scope, algorithm, family)
+}
+
+/** Whether a ban's key (as `bans()` finds it) is one shadow mode recorded, never enforced. */
+export function isShadowBan (bannedKey: string): boolean {
+  return bannedKey.endsWith(`}:${SHADOW}banned`)
+}
+
+/** Whether `key` is an identity's ban (its `banned` key, of either family). */
+export function isBanKey (key: string): boolean {
+  return key.endsWith('}:banned') || isShadowBan(key)
 }
 
 /**
@@ -279,19 +297,31 @@ export function isKeyHash (hash: unknown): hash is string {
  * The keys of a budget shared by every client of a route: `<nameSpace>{s:<hash of the scope>}:…`, a slot of
  * its own (no identity's hash has a colon), with no strikes, bans or overrides ever written.
  */
-export function sharedKeys (nameSpace: string, scope: string, algorithm: Algorithm): IdentityKeys {
-  return keysUnder(`${nameSpace}{s:${hashIdentity(scope)}}:`, scope, algorithm)
+export function sharedKeys (nameSpace: string, scope: string, algorithm: Algorithm, family: Family = 'enforce'): IdentityKeys {
+  return keysUnder(`${nameSpace}{s:${hashIdentity(scope)}}:`, scope, algorithm, family)
 }
 
-function keysUnder (prefix: string, scope: string, algorithm: Algorithm): IdentityKeys {
+/** What follows the hash tag in the keys of shadow mode's family. */
+const SHADOW = 'shadow:'
+
+function keysUnder (prefix: string, scope: string, algorithm: Algorithm, family: Family = 'enforce'): IdentityKeys {
+  const own = family === 'shadow' ? `${prefix}${SHADOW}` : prefix
   return {
-    log: `${prefix}${STATE_SEGMENT[algorithm]}:${scope}`,
-    strikes: `${prefix}strikes`,
-    banned: `${prefix}banned`,
-    offences: `${prefix}offences`,
+    log: `${own}${STATE_SEGMENT[algorithm]}:${scope}`,
+    strikes: `${own}strikes`,
+    banned: `${own}banned`,
+    offences: `${own}offences`,
     override: `${prefix}override:${scope}`,
-    backoff: `${prefix}backoff:${scope}`
+    backoff: `${own}backoff:${scope}`
   }
+}
+
+/**
+ * The scope of the limits a budget watches (`limits: [..., { mode: 'shadow' }]`): its own, beside the budget's
+ * (`~` is in no scope `scopeOf` makes, nor in `GLOBAL_SCOPE`).
+ */
+export function watchedScope (scope: string): string {
+  return `${scope}~shadow`
 }
 
 /** A short, fixed-length scope for a route's own budget or a group's, from names the developer chose. */

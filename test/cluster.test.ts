@@ -367,13 +367,20 @@ t.test('shadow mode on the cluster: every request goes on, counted and banned as
     onExceeded: (_request, _key, { shadow }) => { shadowed.push(shadow) }
   })
   app.get('/', async () => 'ok')
+  app.get('/items', { config: { rateLimit: { max: 1000, mode: 'enforce' } } }, async () => 'ok')
   await app.ready()
   const identity = await identityOn(cluster, masters[masters.length - 1]!, nameSpace, 'shadowed')
   const codes = []
   for (let i = 0; i < 5; i++) codes.push((await send(app, identity, 0)).res.statusCode)
   t.strictSame(codes, [200, 200, 200, 200, 200])
   t.strictSame(shadowed, [true, true, true])
-  t.equal((await app.rateGuard.peek(identity)).status, 'banned', 'the ban enforce would have started, recorded on the identity\'s shard')
+  t.match(await app.rateGuard.peek(identity), { status: 'banned', shadow: true }, 'the ban enforce would have started, recorded on the identity\'s shard')
+  const shadowKeys = identityKeys(nameSpace, GLOBAL_SCOPE, identity, undefined, 'shadow')
+  t.equal(await cluster.keySlot(shadowKeys.banned), await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log), 'shadow mode\'s keys in the identity\'s slot')
+  const items = []
+  for (let i = 0; i < 3; i++) items.push((await send(app, identity, 0, '/items')).res.statusCode)
+  t.strictSame(items, [200, 200, 200], 'an enforced route never sees the shadow ban')
+  t.strictSame((await app.rateGuard.bans()).map(({ keyHash, shadow }) => ({ keyHash, shadow })), [{ keyHash: hashIdentity(identity), shadow: true }], 'bans() lists it as shadow')
 })
 
 t.test('bans() on the cluster: every master scanned, each ban listed once by its hash', async t => {

@@ -7,7 +7,8 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
-import { getRedis, uniquePrefix, until } from './helpers/redis.js'
+import { identityKeys, scopeOf, watchedScope } from '../lib/keys.js'
+import { client, getRedis, uniquePrefix, until } from './helpers/redis.js'
 
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
 const STORES = ['redis', 'memory'] as const
@@ -155,4 +156,52 @@ t.test('memory: a watched limit is charged the request\'s cost too', async t => 
   })
   for (let i = 0; i < 2; i++) await app.inject({ url: '/bulk', headers: { 'x-api-key': 'y' } })
   t.strictSame(exceeded, [['apikey:y', true]], '2 units fit the watched 3, 4 would not')
+})
+
+for (const where of STORES) {
+  t.test(`${where}: shadow mode's bans and counts are its own, told as shadow, and lifted by unban and reset`, async t => {
+    const { app, bans } = await makeApp(t, where, {}, app => {
+      app.get('/trial', { config: { rateLimit: { max: 1, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: '1 hour' } } } }, async () => 'ok')
+      app.get('/closed', { config: { rateLimit: { max: 0, mode: 'shadow' } } }, async () => 'ok')
+    })
+    const diagnostics = await import('node:diagnostics_channel')
+    const outcomes: string[] = []
+    const onMessage = (message: unknown): void => { outcomes.push((message as { outcome: string }).outcome) }
+    diagnostics.subscribe('rate-guard:decision', onMessage)
+    t.teardown(() => { diagnostics.unsubscribe('rate-guard:decision', onMessage) })
+    const trial = async (): Promise<number> => (await app.inject({ url: '/trial', headers: { 'x-api-key': 'e' } })).statusCode
+    t.strictSame([await trial(), await trial(), await trial()], [200, 200, 200])
+    t.strictSame(outcomes, ['allowed', 'shadow-ban-started', 'shadow-banned'], 'the channel tells the ban as shadow')
+    t.strictSame(bans, [['apikey:e', true]])
+    t.strictSame([(await get(app, 'e')).statusCode, (await get(app, 'e')).statusCode], [200, 200], 'the plugin\'s enforced budget: its own count, no ban')
+
+    const onTrial = { route: 'GET /trial' }
+    t.match(await app.rateGuard.peek('apikey:e', onTrial), { status: 'banned', shadow: true, count: 0 })
+    t.match(await app.rateGuard.peek('apikey:e'), { status: 'limited', count: 2, shadow: false }, 'the enforced budget: full, not banned')
+    const closed = await app.rateGuard.peek('apikey:e', { route: 'GET /closed' })
+    t.match(closed, { status: 'limited', shadow: true }, 'a shadow budget that lets nothing through: refused outright, as its route answers')
+    t.ok(closed.shadowBanMs > 0, 'and the shadow ban beside it all the same')
+    t.match(await app.rateGuard.bans(), [{ shadow: true }])
+
+    await app.rateGuard.unban('apikey:e')
+    t.strictSame(await app.rateGuard.bans(), [], 'unban lifts the shadow ban')
+    t.match(await app.rateGuard.peek('apikey:e', onTrial), { status: 'limited', count: 1, shadowBanMs: 0 }, 'its count stays, as an unban leaves counts')
+    await app.rateGuard.reset('apikey:e')
+    t.match(await app.rateGuard.peek('apikey:e', onTrial), { status: 'allowed', count: 0 }, 'reset forgets shadow mode\'s counts')
+    t.match(await app.rateGuard.peek('apikey:e'), { status: 'allowed', count: 0 }, 'and the enforced ones')
+  })
+}
+
+t.test('redis: reset forgets what watched limits counted', async t => {
+  const { url } = await getRedis(t)
+  const nameSpace = uniquePrefix()
+  const { app } = await makeApp(t, 'redis', { nameSpace }, app => {
+    app.get('/tiered', { config: { rateLimit: { limits: [{ max: 5, timeWindow: '1 minute' }, { max: 1, timeWindow: '1 minute', mode: 'shadow' }] } } }, async () => 'ok')
+  })
+  const redis = client(t, url)
+  const watchedLog = identityKeys(nameSpace, watchedScope(scopeOf('route', 'GET /tiered')), 'apikey:z').log
+  await app.inject({ url: '/tiered', headers: { 'x-api-key': 'z' } })
+  await until(async () => await redis.exists(watchedLog) === 1, 'the watched limit\'s count')
+  await app.rateGuard.reset('apikey:z')
+  t.equal(await redis.exists(watchedLog), 0)
 })

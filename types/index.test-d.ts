@@ -13,7 +13,7 @@ import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
   AllowListFunction, KeyCallback, HookName, FailMode, Addressless, RedisLike, LimitOptions, SharedOptions, BanCallback, BanInfo,
-  OverrideOptions
+  OverrideOptions, BanEntry
 } from 'fastify-rate-guard'
 
 /** True only when A and B are the same type (not merely assignable either way). */
@@ -446,7 +446,14 @@ app.get('/watched', { config: { rateLimit: { limits: [{ max: 10, timeWindow: '1s
 // @ts-expect-error a mode is enforce, shadow or report
 app.get('/mode-bad', { config: { rateLimit: { mode: 'dry-run' } } }, async () => 'ok')
 // The operator's calls.
-expectType<Promise<Array<{ keyHash: string, retryMs: number }>>>(app.rateGuard.bans({ limit: 10 }))
+assertEqual<Awaited<ReturnType<typeof app.rateGuard.bans>>, BanEntry[]>(true)
+assertEqual<BanEntry, { keyHash: string, retryMs: number, shadow: boolean }>(true)
+// A ban shadow mode recorded, told apart: never enforced.
+const [listed] = await app.rateGuard.bans({ limit: 10 })
+if (listed?.shadow === true) expectType<number>(listed.retryMs)
+const trialPeek = await app.rateGuard.peek('user:42', { route: 'GET /trial' })
+expectType<boolean>(trialPeek.shadow)
+expectType<number>(trialPeek.shadowBanMs)
 expectType<Promise<void>>(app.rateGuard.unban({ keyHash: 'x'.repeat(22) }))
 expectType<number>(app.rateGuard.stats().decisions['shadow-limited'])
 

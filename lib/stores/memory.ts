@@ -3,6 +3,7 @@ import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, parseLimits, toDecision } from './store.js'
 import { LONGEST } from '../duration.js'
 import { Oldest } from '../oldest.js'
+import { isBanKey } from '../keys.js'
 import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
 
 /**
@@ -211,7 +212,7 @@ export class MemoryStore implements Store {
     const found: Array<{ key: string, retryMs: number }> = []
     for (const [key, mark] of this.#marks) {
       if (found.length === limit) break
-      if (key.startsWith(nameSpace) && key.endsWith('}:banned') && mark.expiresAt > now) found.push({ key, retryMs: mark.expiresAt - now })
+      if (key.startsWith(nameSpace) && isBanKey(key) && mark.expiresAt > now) found.push({ key, retryMs: mark.expiresAt - now })
     }
     return found
   }

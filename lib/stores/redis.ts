@@ -6,6 +6,7 @@ import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { CommandConflictError, DeadlineError } from '../errors.js'
 import { traced } from '../channels.js'
+import { isBanKey } from '../keys.js'
 import { toDecisions } from './store.js'
 import type { BanPolicy, DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 
@@ -175,19 +176,20 @@ export class RedisStore implements RemoteStore {
   }
 
   /**
-   * SCAN of every master (one, or each of a Cluster's) for `<nameSpace>{…}:banned`, then each one's PTTL:
+   * SCAN of every master (one, or each of a Cluster's) for `<nameSpace>{…}:banned` and shadow mode's
+   * `<nameSpace>{…}:shadow:banned`, then each one's PTTL:
    * it reads the whole key space (COUNT 1000 a step) until `limit` are found, so it is an operator's call,
    * not one for every request.
    */
   async bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>> {
     const nodes = this.#cluster ? (this.client as Cluster).nodes('master') : [this.client as Redis]
-    const pattern = `${nameSpace.replace(/[*?[\]\\]/g, '\\$&')}{*}:banned`
+    const pattern = `${nameSpace.replace(/[*?[\]\\]/g, '\\$&')}{*}:*banned`
     const keys: string[] = []
     for (const node of nodes) {
       let cursor = '0'
       do {
         const [next, found] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
-        keys.push(...found)
+        keys.push(...found.filter(isBanKey))
         cursor = next
       } while (cursor !== '0' && keys.length < limit)
       if (keys.length >= limit) break
