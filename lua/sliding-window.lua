@@ -68,7 +68,11 @@ local function count (counters, limits, now, member, peek, entries, cost)
     -- One more unit than fits now: when a request of that many more units than are left (one, when none
     -- are) fits.
     if entry.count > 0 then
-      entry.reset = fits(entry, max, window, max - math.min(entry.count, max) + 1, now)
+      local left = max - entry.count
+      if left < 0 then
+        left = 0
+      end
+      entry.reset = fits(entry, max, window, left + 1, now)
     end
   end
   if ttl > 0 then

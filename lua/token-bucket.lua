@@ -49,7 +49,7 @@ local function count (bucket, limits, now, member, peek, entries, cost)
     if t then
       tat = math.max(0, (t - now) * max + fields[field('f', i)])
     end
-    entry.count, entry.reset, entry.retry, entry.tat = ceildiv(tat, window), nextUnit(tat, max, window, limit.burst), 0, tat
+    entry.count, entry.retry, entry.tat = ceildiv(tat, window), 0, tat
     local over = tat + cost * window - limit.burst * window
     if over > 0 then
       entry.retry = ceildiv(over, max)
@@ -57,6 +57,10 @@ local function count (bucket, limits, now, member, peek, entries, cost)
     end
   end
   if not allowed or peek then
+    for i = 1, #limits do
+      local entry, limit = entries[i], limits[i]
+      entry.reset = nextUnit(entry.tat, limit.max, limit.window, limit.burst)
+    end
     return allowed
   end
 
@@ -65,8 +69,10 @@ local function count (bucket, limits, now, member, peek, entries, cost)
   for i = 1, #limits do
     local entry, max, window = entries[i], limits[i].max, limits[i].window
     local tat = entry.tat + cost * window
+    -- Allowed: no more than the bucket's size is in use, and some; one more unit is free once what is above
+    -- count - 1 has dripped out.
     entry.count = ceildiv(tat, window)
-    entry.reset = nextUnit(tat, max, window, limits[i].burst)
+    entry.reset = ceildiv(tat - (entry.count - 1) * window, max)
     ttl = math.max(ttl, ceildiv(tat, max))
     store(bucket, i, now, tat, max)
   end
