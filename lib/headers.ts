@@ -6,7 +6,10 @@ import type { Decision } from './stores/store.js'
 /**
  * Every rate-limit header, written in one place: `X-RateLimit-*` (legacy, default) for the limit that binds
  * first, the IETF draft-10 `RateLimit` / `RateLimit-Policy` fields for every limit, and `Retry-After` on a
- * refusal: the wait until every limit allows. Whole seconds, rounded up.
+ * refusal: the wait until every limit allows. Whole seconds, rounded up. A reset (`X-RateLimit-Reset`, a
+ * policy's `t`) is one value by design: the time until one more unit is free than now (the draft's "additional
+ * quota", §4.1.2), so a refused request of one unit waits exactly its binding policy's `t`, and one of more
+ * units no less (§6: `Retry-After` never points earlier than the reset).
  */
 
 /** The names of the three fields of the binding limit: `X-RateLimit-*`, or the draft's `RateLimit-*` (`enableDraftSpec`). */
@@ -108,7 +111,7 @@ export function retryAfterSeconds (ms: number): number {
 
 export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision: Decision): void {
   const banned = decision.status === 'banned'
-  // A ban resets when it ends; otherwise when the binding limit's count starts falling.
+  // A ban resets when it ends; otherwise when one more unit is free (see LimitState.resetMs).
   const resetOf = (resetMs: number): number => seconds(banned ? decision.retryMs : resetMs)
   const fields = decision.status === 'allowed' ? style.allowed : style.refused
   if (fields.limit !== null) reply.header(fields.limit, decision.limit)

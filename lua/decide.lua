@@ -40,8 +40,9 @@
 --   offence  the ban this request started: 1 for the first in a row, 2 for the next...; 0 when it started none
 --   at       Redis's time of the decision (ms); 0 for a client found banned, who is answered before the clock is read
 --   n        how many limits follow, each: its capacity (burst, requests), window (ms), the count after this
---            decision and the ms until that count starts falling to zero (reset; 0: nothing counted). A client
---            found banned gets n = 0: the budget's own limits, nothing counted.
+--            decision and the ms until one more unit is free than now (reset: the count falls by one, or, past
+--            the capacity, below it; 0: nothing counted). A client found banned gets n = 0: the budget's own
+--            limits, nothing counted.
 -- Counts are in units: a request costs its cost on every limit (1 unless said). Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike
 -- (and under overLimit, the over-limit key); every key written carries a TTL, but an override set as permanent.
 --

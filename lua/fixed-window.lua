@@ -6,7 +6,8 @@
 -- KEYS[1]  counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = units counted in it.
 --                    It lives until the last of those windows ends.
 -- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
--- Reply    per limit: count = units counted in the current window; reset = ms until it ends (0: none counted).
+-- Reply    per limit: count = units counted in the current window; reset = ms until it ends, when one more unit
+--          is free (0: none counted).
 -- A request of cost c is allowed when every limit's count + c is at most its max, and counts c on each.
 --
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:

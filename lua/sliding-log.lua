@@ -10,7 +10,9 @@
 --               lives until its newest entry leaves, and at most one longest window more: its TTL is set
 --               to two windows when less than one is left, not on every request.
 -- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
--- Reply    per limit: count = units in its window; reset = ms until the oldest of them leaves.
+-- Reply    per limit: count = units in its window; reset = ms until one more unit is free than now: until
+--          the oldest of them leaves (0: none counted), or, past the limit (a settle charged more than the
+--          cost), until enough have left for the count to be one below it.
 --
 -- A log of requests that cost 1 (no UNITS) is counted in O(1) commands whatever its length: ZCARD, ranks.
 -- One with costlier entries reads the entries it needs: those leaving it, and a window's when its units are
@@ -68,6 +70,23 @@ local function head (log)
   return -tonumber(first[2]), score(log, 0)
 end
 
+-- Ms until `need` units (at most its count) have left the window of a limit: its entries are the newest `n`
+-- of the log's `total`; a costlier log's are listed (`listed`, WITHSCORES, read here when not yet), and the list
+-- is handed back.
+local function untilLeft (log, need, total, n, extra, listed, window, now)
+  if extra == 0 then
+    return score(log, total - n + need - 1) + window - now, listed
+  end
+  listed = listed or redis.call('ZRANGEBYSCORE', log, '(' .. text(now - window), '+inf', 'WITHSCORES')
+  for j = 1, #listed, 2 do
+    need = need - weight(listed[j])
+    if need <= 0 then
+      return tonumber(listed[j + 1]) + window - now, listed
+    end
+  end
+  return 0, listed
+end
+
 local function count (log, limits, now, member, peek, entries, cost)
   local longest = 0
   for i = 1, #limits do
@@ -106,25 +125,20 @@ local function count (log, limits, now, member, peek, entries, cost)
       end
     end
     entry.count, entry.reset, entry.retry = units, 0, 0
+    -- One more unit is free once the oldest leaves.
     if n > 0 then
       entry.reset = first + window - now
     end
     -- The wait is until enough units leave this window for the request's to fit.
     local need = units + cost - limit.max
     if need > 0 then
-      if extra == 0 then
-        entry.retry = score(log, total - n + need - 1) + window - now
-      else
-        listed = listed or redis.call('ZRANGEBYSCORE', log, '(' .. text(now - window), '+inf', 'WITHSCORES')
-        for j = 1, #listed, 2 do
-          need = need - weight(listed[j])
-          if need <= 0 then
-            entry.retry = tonumber(listed[j + 1]) + window - now
-            break
-          end
-        end
-      end
+      entry.retry, listed = untilLeft(log, need, total, n, extra, listed, window, now)
       allowed = false
+      -- Past the limit (a settle charged more than the cost), one more unit is free once the count is one
+      -- below it: the wait of a request of one unit.
+      if units > limit.max then
+        entry.reset = cost == 1 and entry.retry or untilLeft(log, units + 1 - limit.max, total, n, extra, listed, window, now)
+      end
     end
   end
 

@@ -9,11 +9,23 @@
 --                    c<i> = current window's count. It lives until the current windows' requests stop
 --                    counting, at the end of the next window.
 -- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
--- Reply    per limit: count = the estimate, rounded up; reset = ms until every counted request stops counting.
+-- Reply    per limit: count = the estimate, rounded up; reset = ms until it falls far enough for one more unit
+--          to fit than fits now (0: none counted): as the previous window's weight fades, or once this
+--          window's requests are the previous ones, so up to two windows away.
 -- A request of cost c counts c units; it is allowed when every limit's estimate with them is at most its max.
 --
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- counters keep no members.
+
+-- Ms until a request of `cost` fits, for one that does not fit now: later in this window, as the previous
+-- window's weight fades, or (when this window alone has no room for it) once this window's requests are the
+-- previous ones.
+local function fits (entry, max, window, cost, now)
+  if entry.curr + cost <= max then
+    return entry.start + window - math.floor((max - entry.curr - cost) * window / entry.prev) - now
+  end
+  return entry.start + 2 * window - math.floor((max - cost) * window / entry.curr) - now
+end
 
 local function count (counters, limits, now, member, peek, entries, cost)
   local stored = redis.call('HGETALL', counters)
@@ -38,20 +50,14 @@ local function count (counters, limits, now, member, peek, entries, cost)
     entry.start, entry.prev, entry.curr, entry.weighted = start, prev, curr, weighted
     entry.count, entry.reset, entry.retry = 0, 0, 0
     if weighted + (curr + cost) * window > max * window then
-      -- The request fits later in this window, as the previous window's weight fades, or (when this window
-      -- alone has no room for it) once this window's requests are the previous ones.
-      if curr + cost <= max then
-        entry.retry = start + window - math.floor((max - curr - cost) * window / prev) - now
-      else
-        entry.retry = start + 2 * window - math.floor((max - cost) * window / curr) - now
-      end
+      entry.retry = fits(entry, max, window, cost, now)
       allowed = false
     end
   end
 
   local ttl = 0
   for i = 1, #limits do
-    local window, entry = limits[i].window, entries[i]
+    local max, window, entry = limits[i].max, limits[i].window, entries[i]
     if allowed and not peek then
       entry.curr = entry.curr + cost
       redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
@@ -59,10 +65,14 @@ local function count (counters, limits, now, member, peek, entries, cost)
       ttl = math.max(ttl, entry.start + 2 * window - now)
     end
     entry.count = entry.curr + math.floor((entry.weighted + window - 1) / window)
-    if entry.curr > 0 then
-      entry.reset = entry.start + 2 * window - now
-    elseif entry.prev > 0 then
-      entry.reset = entry.start + window - now
+    -- One more unit than fits now: when a request of that many more units than are left (one, when none
+    -- are) fits.
+    if entry.count > 0 then
+      local left = max - entry.count
+      if left < 0 then
+        left = 0
+      end
+      entry.reset = fits(entry, max, window, left + 1, now)
     end
   end
   if ttl > 0 then

@@ -7,8 +7,9 @@
 -- KEYS[1]  bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
 --                  The bucket is full again at the TAT; the key lives until the last limit's TAT.
 -- ARGV     per limit: max (units per window), window (ms), burst (units at once, the capacity).
--- Reply    per limit: capacity = burst; count = tokens in use, rounded up; reset = ms until the bucket is
---          full again. Retry is exact: the first millisecond at which the request's tokens are back.
+-- Reply    per limit: capacity = burst; count = tokens in use, rounded up; reset = ms until one more unit is
+--          free than now: one token back (0: the bucket is full). Retry is exact: the first millisecond at
+--          which the request's tokens are back.
 --
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- a TAT keeps no members.
@@ -17,6 +18,14 @@
 -- integer, so floor and ceil of a / b are exact.
 local function ceildiv (a, b)
   return math.ceil(a / b)
+end
+-- Ms until one more unit is free than with `tat` ticks in use: the next token back, or (more in use than the
+-- bucket holds, after a settle charged more) the first one back in the bucket.
+local function nextUnit (tat, max, window, burst)
+  if tat == 0 then
+    return 0
+  end
+  return ceildiv(tat - (math.min(ceildiv(tat, window), burst) - 1) * window, max)
 end
 local function store (bucket, i, now, tat, max)
   local ms = math.floor(tat / max)
@@ -40,7 +49,7 @@ local function count (bucket, limits, now, member, peek, entries, cost)
     if t then
       tat = math.max(0, (t - now) * max + fields[field('f', i)])
     end
-    entry.count, entry.reset, entry.retry, entry.tat = ceildiv(tat, window), ceildiv(tat, max), 0, tat
+    entry.count, entry.retry, entry.tat = ceildiv(tat, window), 0, tat
     local over = tat + cost * window - limit.burst * window
     if over > 0 then
       entry.retry = ceildiv(over, max)
@@ -48,16 +57,23 @@ local function count (bucket, limits, now, member, peek, entries, cost)
     end
   end
   if not allowed or peek then
+    for i = 1, #limits do
+      local entry, limit = entries[i], limits[i]
+      entry.reset = nextUnit(entry.tat, limit.max, limit.window, limit.burst)
+    end
     return allowed
   end
 
+  -- The key lives until the last limit's bucket is full again.
   local ttl = 0
   for i = 1, #limits do
     local entry, max, window = entries[i], limits[i].max, limits[i].window
     local tat = entry.tat + cost * window
+    -- Allowed: no more than the bucket's size is in use, and some; one more unit is free once what is above
+    -- count - 1 has dripped out.
     entry.count = ceildiv(tat, window)
-    entry.reset = ceildiv(tat, max)
-    ttl = math.max(ttl, entry.reset)
+    entry.reset = ceildiv(tat - (entry.count - 1) * window, max)
+    ttl = math.max(ttl, ceildiv(tat, max))
     store(bucket, i, now, tat, max)
   end
   redis.call('PEXPIRE', bucket, text(ttl))

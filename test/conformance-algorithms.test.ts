@@ -125,7 +125,8 @@ function escalation (algorithm: Algorithm): Case {
 }
 
 const TABLES: Record<Algorithm, Case[]> = {
-  // count = entries in the limit's window; reset = until the oldest of them leaves; one log for all limits.
+  // count = entries in the limit's window; reset = until the oldest of them leaves (one more unit free), or,
+  // with more counted than max (an override lowered it), until the count is one below max; one log for all limits.
   'sliding-log': [
     {
       name: 'two limits: the strikes count within the window of the limit that waits longest; banned requests are not logged',
@@ -166,7 +167,7 @@ const TABLES: Record<Algorithm, Case[]> = {
         // Both have 0 left: the binding one frees later.
         { at: 1100, expect: allowed(5, 3900), each: [[3, 1000, 3, 100], [5, 5000, 5, 3900]], binding: 1 },
         // The first lowered to 2 holds 3 (-1 left: binding) and waits 850; the second waits 3850: retry 3850.
-        { at: 1150, limits: [lim(2, 1000), lim(5, 5000)], expect: limited(3, 50, 3850), each: [[2, 1000, 3, 50], [5, 5000, 5, 3850]] },
+        { at: 1150, limits: [lim(2, 1000), lim(5, 5000)], expect: limited(3, 850, 3850), each: [[2, 1000, 3, 850], [5, 5000, 5, 3850]] },
         // Denied by the second: the first stays at 2...
         { at: 1300, expect: limited(5, 3700, 3700), each: [[3, 1000, 2, 700], [5, 5000, 5, 3700]], binding: 1 },
         // ...as it shows 100 ms later (the denial of 1300 would be in its window).
@@ -193,7 +194,7 @@ const TABLES: Record<Algorithm, Case[]> = {
         { at: 600, expect: limited(5, 400), each: [[3, 1000, 5, 400]] },
         { at: 700, override: '1 1000 1', ttl: null },
         // 0 ×3 left at 1000; 20 and 30 are 2 for a max of 1: 30 must leave.
-        { at: 1000, expect: limited(2, 20, 30), each: [[1, 1000, 2, 20]] },
+        { at: 1000, expect: limited(2, 30), each: [[1, 1000, 2, 30]] },
         { at: 1030, expect: allowed(1, 1000), each: [[1, 1000, 1, 1000]] },
         { at: 1040, expect: limited(1, 990), each: [[1, 1000, 1, 990]] },
         { at: 1050, override: '2 1000 2;3 5000 3', ttl: 10_000 },
@@ -237,7 +238,7 @@ const TABLES: Record<Algorithm, Case[]> = {
     escalation('sliding-log')
   ],
 
-  // A counter per window aligned to the epoch; reset = until the window ends.
+  // A counter per window aligned to the epoch; reset = until the window ends (when more units are free).
   'fixed-window': [
     {
       name: 'window edges on the epoch (3000 ms windows start at offsets 1000, 4000): 2 × max pass within 4 ms across one',
@@ -345,31 +346,34 @@ const TABLES: Record<Algorithm, Case[]> = {
     escalation('fixed-window')
   ],
 
-  // prev × (window - elapsed) / window + curr, windows aligned to the epoch; count = that, rounded up.
+  // prev × (window - elapsed) / window + curr, windows aligned to the epoch; count = that, rounded up; reset =
+  // until the count is one lower (below max when past it): the first millisecond a request of the units left + 1
+  // fits, later in this window or in the next (a window's requests weigh on the next one until it ends).
   'sliding-window': [
     {
       name: 'the weighted estimate at a few points, and retry the first millisecond that fits',
       limits: [lim(10, 1000)],
       steps: [
-        ...times(10, (i): Step => ({ at: 0, expect: allowed(i + 1, 2000) })),
+        // One unit fewer once (i + 1) × (1000 - e)/1000 <= i in the next window: at e = 1000 / (i + 1).
+        ...times(10, (i): Step => ({ at: 0, expect: allowed(i + 1, 2000 - Math.floor(i * 1000 / (i + 1))) })),
         // This window alone is full: the next fits once 10 × (1000 - elapsed) / 1000 + 1 <= 10, at 1100.
-        { at: 0, expect: limited(10, 2000, 1100) },
+        { at: 0, expect: limited(10, 1100) },
         // 10 × 1000/1000 = 10.
-        { at: 1000, peek: true, expect: limited(10, 1000, 100) },
+        { at: 1000, peek: true, expect: limited(10, 100) },
         // 10 × 750/1000 = 7.5: counts as 8, and one fits.
-        { at: 1250, peek: true, expect: allowed(8, 750) },
-        { at: 1250, expect: allowed(9, 1750) },
-        { at: 1250, expect: allowed(10, 1750) },
+        { at: 1250, peek: true, expect: allowed(8, 50) },
+        { at: 1250, expect: allowed(9, 50) },
+        { at: 1250, expect: allowed(10, 50) },
         // 7.5 + 3 > 10; 10 × (1000 - e)/1000 + 3 <= 10 at e = 300.
-        { at: 1250, expect: limited(10, 1750, 50) },
-        { at: 1300, expect: allowed(10, 1700) },
+        { at: 1250, expect: limited(10, 50) },
+        { at: 1300, expect: allowed(10, 100) },
         // 10 × 667/1000 = 6.67 (7) + 3; 6.0 + 4 fits at 1400.
-        { at: 1333, expect: limited(10, 1667, 67) },
+        { at: 1333, expect: limited(10, 67) },
         // 10 × 1/1000 = 0.01, rounded up to 1.
-        { at: 1999, peek: true, expect: allowed(4, 1001) },
+        { at: 1999, peek: true, expect: allowed(4, 1) },
         // The 3 of [1000, 2000) are now the previous window's: 3, 1.5 (2), then nothing.
-        { at: 2000, peek: true, expect: allowed(3, 1000) },
-        { at: 2500, peek: true, expect: allowed(2, 500) },
+        { at: 2000, peek: true, expect: allowed(3, 334) },
+        { at: 2500, peek: true, expect: allowed(2, 167) },
         { at: 3000, peek: true, expect: EMPTY }
       ]
     },
@@ -380,14 +384,14 @@ const TABLES: Record<Algorithm, Case[]> = {
       ladder: [300],
       steps: [
         { at: 0, expect: allowed(1, 2000) },
-        { at: 10, expect: allowed(2, 1990) },
-        { at: 20, expect: limited(2, 1980, 1480) },
-        { at: 30, expect: banStarts(2, 1970, 300), offence: 1 },
+        { at: 10, expect: allowed(2, 1490) },
+        { at: 20, expect: limited(2, 1480) },
+        { at: 30, expect: banStarts(2, 1470, 300), offence: 1 },
         { at: 100, expect: banned(230) },
         { at: 329, expect: banned(1) },
-        { at: 330, expect: limited(2, 1670, 1170) },
+        { at: 330, expect: limited(2, 1170) },
         // 2 × 500/1000 + 1 <= 2: fits. Had the banned requests counted, the previous window would hold 4.
-        { at: 1500, expect: allowed(2, 1500) }
+        { at: 1500, expect: allowed(2, 500) }
       ]
     },
     {
@@ -395,17 +399,17 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(2, 1000), lim(3, 5000)],
       steps: [
         { at: 0, expect: allowed(1, 2000), each: [[2, 1000, 1, 2000], [3, 5000, 1, 10_000]] },
-        { at: 100, expect: allowed(2, 1900), each: [[2, 1000, 2, 1900], [3, 5000, 2, 9900]] },
+        { at: 100, expect: allowed(2, 1400), each: [[2, 1000, 2, 1400], [3, 5000, 2, 7400]] },
         // Denied by the first (it fits again at 1500): the second stays at 2.
-        { at: 200, expect: limited(2, 1800, 1300), each: [[2, 1000, 2, 1800], [3, 5000, 2, 9800]] },
-        { at: 1500, expect: allowed(3, 8500), each: [[2, 1000, 2, 1500], [3, 5000, 3, 8500]], binding: 1 },
+        { at: 200, expect: limited(2, 1300), each: [[2, 1000, 2, 1300], [3, 5000, 2, 7300]] },
+        { at: 1500, expect: allowed(3, 5167), each: [[2, 1000, 2, 500], [3, 5000, 3, 5167]], binding: 1 },
         // Both deny: the first until 2000 (400), the second until 3 × (5000 - e)/5000 + 1 <= 3, at 6667 (5067).
-        { at: 1600, expect: limited(3, 8400, 5067), each: [[2, 1000, 2, 1400], [3, 5000, 3, 8400]], binding: 1 },
+        { at: 1600, expect: limited(3, 5067), each: [[2, 1000, 2, 400], [3, 5000, 3, 5067]], binding: 1 },
         // Denied by the second: the first shows 1 (the previous window's 1 weighs 1000/1000), then 900/1000.
-        { at: 2000, expect: limited(3, 8000, 4667), each: [[2, 1000, 1, 1000], [3, 5000, 3, 8000]], binding: 1 },
-        { at: 2100, expect: limited(3, 7900, 4567), each: [[2, 1000, 1, 900], [3, 5000, 3, 7900]], binding: 1 },
+        { at: 2000, expect: limited(3, 4667), each: [[2, 1000, 1, 1000], [3, 5000, 3, 4667]], binding: 1 },
+        { at: 2100, expect: limited(3, 4567), each: [[2, 1000, 1, 900], [3, 5000, 3, 4567]], binding: 1 },
         // 3 × 3333/5000 = 1.9998 (2) + 1 <= 3.
-        { at: 6667, expect: allowed(3, 8333), each: [[2, 1000, 1, 1333], [3, 5000, 3, 8333]], binding: 1 }
+        { at: 6667, expect: allowed(3, 1667), each: [[2, 1000, 1, 1333], [3, 5000, 3, 1667]], binding: 1 }
       ]
     },
     {
@@ -413,22 +417,22 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(2, 1000)],
       steps: [
         { at: 0, expect: allowed(1, 2000) },
-        { at: 10, expect: allowed(2, 1990) },
-        { at: 20, expect: limited(2, 1980, 1480) },
+        { at: 10, expect: allowed(2, 1490) },
+        { at: 20, expect: limited(2, 1480) },
         { at: 30, override: '4 1000 4', ttl: 500 },
-        { at: 40, expect: allowed(3, 1960), each: [[4, 1000, 3, 1960]] },
-        { at: 50, expect: allowed(4, 1950), each: [[4, 1000, 4, 1950]] },
-        { at: 60, expect: limited(4, 1940, 1190), each: [[4, 1000, 4, 1940]] },
+        { at: 40, expect: allowed(3, 1294), each: [[4, 1000, 3, 1294]] },
+        { at: 50, expect: allowed(4, 1200), each: [[4, 1000, 4, 1200]] },
+        { at: 60, expect: limited(4, 1190), each: [[4, 1000, 4, 1190]] },
         // Back to max 2 with 4 counted: fits when 4 × (1000 - e)/1000 + 1 <= 2, at 1750.
-        { at: 600, expect: limited(4, 1400, 1150), each: [[2, 1000, 4, 1400]] },
+        { at: 600, expect: limited(4, 1150), each: [[2, 1000, 4, 1150]] },
         { at: 700, override: '1 1000 1', ttl: null },
         { at: 1000, expect: limited(4, 1000, 1000), each: [[1, 1000, 4, 1000]] },
         { at: 2000, expect: allowed(1, 2000), each: [[1, 1000, 1, 2000]] },
         { at: 2010, override: '2 1000 2;10 5000 10', ttl: 5000 },
-        { at: 2020, expect: allowed(2, 1980), each: [[2, 1000, 2, 1980], [10, 5000, 1, 7980]] },
-        { at: 2030, expect: limited(2, 1970, 1470), each: [[2, 1000, 2, 1970], [10, 5000, 1, 7970]] },
+        { at: 2020, expect: allowed(2, 1480), each: [[2, 1000, 2, 1480], [10, 5000, 1, 7980]] },
+        { at: 2030, expect: limited(2, 1470), each: [[2, 1000, 2, 1470], [10, 5000, 1, 7970]] },
         { at: 2040, clearOverride: true },
-        { at: 2050, expect: limited(2, 1950, 1450), each: [[2, 1000, 2, 1950]] }
+        { at: 2050, expect: limited(2, 1450), each: [[2, 1000, 2, 1450]] }
       ]
     },
     {
@@ -436,21 +440,21 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(3, 1000)],
       steps: [
         { at: 0, expect: allowed(1, 2000), save: 'a' },
-        { at: 100, expect: allowed(2, 1900), save: 'b' },
-        { at: 200, expect: allowed(3, 1800) },
-        { at: 300, expect: limited(3, 1700, 1034) },
+        { at: 100, expect: allowed(2, 1400), save: 'b' },
+        { at: 200, expect: allowed(3, 1134) },
+        { at: 300, expect: limited(3, 1034) },
         { at: 300, undo: 'b' },
-        { at: 300, peek: true, expect: allowed(2, 1700) },
-        { at: 310, expect: allowed(3, 1690) },
-        { at: 320, expect: limited(3, 1680, 1014) },
+        { at: 300, peek: true, expect: allowed(2, 1200) },
+        { at: 310, expect: allowed(3, 1024) },
+        { at: 320, expect: limited(3, 1014) },
         // 3 × 500/1000 = 1.5 (2) + 1.
-        { at: 1500, expect: allowed(3, 1500), save: 'd' },
-        { at: 1500, expect: limited(3, 1500, 167) },
+        { at: 1500, expect: allowed(3, 167), save: 'd' },
+        { at: 1500, expect: limited(3, 167) },
         // a is in the previous window now: it weighs 2 × 500/1000 = 1 instead of 1.5.
         { at: 1500, undo: 'a' },
-        { at: 1500, peek: true, expect: allowed(2, 1500) },
-        { at: 1500, expect: allowed(3, 1500) },
-        { at: 1500, expect: limited(3, 1500, 500) },
+        { at: 1500, peek: true, expect: allowed(2, 500) },
+        { at: 1500, expect: allowed(3, 500) },
+        { at: 1500, expect: limited(3, 500) },
         // d's window no longer counts at 3000: undoing it changes nothing.
         { at: 3500, undo: 'd' },
         { at: 3500, peek: true, expect: EMPTY }
@@ -459,7 +463,8 @@ const TABLES: Record<Algorithm, Case[]> = {
     escalation('sliding-window')
   ],
 
-  // GCRA: count = tokens in use (rounded up), reset = until the bucket is full; capacity = burst.
+  // GCRA: count = tokens in use (rounded up), reset = until one more token is back (one window / max after the
+  // last one counted at most); capacity = burst.
   'token-bucket': [
     {
       name: 'a full bucket lets burst through at once, then one every window/max ms; idle, it is full again',
@@ -467,22 +472,22 @@ const TABLES: Record<Algorithm, Case[]> = {
       steps: [
         { at: 0, peek: true, expect: EMPTY },
         { at: 0, expect: allowed(1, 250), each: [[4, 1000, 1, 250]] },
-        { at: 0, expect: allowed(2, 500) },
-        { at: 0, expect: allowed(3, 750) },
-        { at: 0, expect: allowed(4, 1000) },
-        { at: 0, expect: limited(4, 1000, 250) },
-        { at: 249, expect: limited(4, 751, 1) },
-        { at: 250, expect: allowed(4, 1000) },
-        { at: 251, expect: limited(4, 999, 249) },
-        { at: 500, expect: allowed(4, 1000) },
+        { at: 0, expect: allowed(2, 250) },
+        { at: 0, expect: allowed(3, 250) },
+        { at: 0, expect: allowed(4, 250) },
+        { at: 0, expect: limited(4, 250) },
+        { at: 249, expect: limited(4, 1) },
+        { at: 250, expect: allowed(4, 250) },
+        { at: 251, expect: limited(4, 249) },
+        { at: 500, expect: allowed(4, 250) },
         { at: 1500, peek: true, expect: EMPTY },
-        ...times(4, (i): Step => ({ at: 1500, expect: allowed(i + 1, 250 * (i + 1)) })),
-        { at: 1500, expect: limited(4, 1000, 250) },
+        ...times(4, (i): Step => ({ at: 1500, expect: allowed(i + 1, 250) })),
+        { at: 1500, expect: limited(4, 250) },
         // Half refilled.
-        { at: 2000, peek: true, expect: allowed(2, 500) },
-        { at: 2000, expect: allowed(3, 750) },
-        { at: 2000, expect: allowed(4, 1000) },
-        { at: 2000, expect: limited(4, 1000, 250) }
+        { at: 2000, peek: true, expect: allowed(2, 250) },
+        { at: 2000, expect: allowed(3, 250) },
+        { at: 2000, expect: allowed(4, 250) },
+        { at: 2000, expect: limited(4, 250) }
       ]
     },
     {
@@ -490,17 +495,17 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(3, 1000)],
       steps: [
         { at: 0, expect: allowed(1, 334) },
-        { at: 0, expect: allowed(2, 667) },
-        { at: 0, expect: allowed(3, 1000) },
-        { at: 0, expect: limited(3, 1000, 334) },
-        { at: 333, expect: limited(3, 667, 1) },
-        { at: 334, expect: allowed(3, 1000) },
-        { at: 334, expect: limited(3, 1000, 333) },
-        { at: 666, expect: limited(3, 668, 1) },
-        { at: 667, expect: allowed(3, 1000) },
-        { at: 667, expect: limited(3, 1000, 333) },
-        { at: 1000, expect: allowed(3, 1000) },
-        { at: 1000, expect: limited(3, 1000, 334) }
+        { at: 0, expect: allowed(2, 334) },
+        { at: 0, expect: allowed(3, 334) },
+        { at: 0, expect: limited(3, 334) },
+        { at: 333, expect: limited(3, 1) },
+        { at: 334, expect: allowed(3, 333) },
+        { at: 334, expect: limited(3, 333) },
+        { at: 666, expect: limited(3, 1) },
+        { at: 667, expect: allowed(3, 333) },
+        { at: 667, expect: limited(3, 333) },
+        { at: 1000, expect: allowed(3, 334) },
+        { at: 1000, expect: limited(3, 334) }
       ]
     },
     {
@@ -508,11 +513,11 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(10, 1000, 2)],
       steps: [
         { at: 0, expect: allowed(1, 100), each: [[2, 1000, 1, 100]] },
-        { at: 0, expect: allowed(2, 200) },
-        { at: 0, expect: limited(2, 200, 100) },
-        { at: 100, expect: allowed(2, 200) },
-        { at: 150, expect: limited(2, 150, 50) },
-        { at: 200, expect: allowed(2, 200) },
+        { at: 0, expect: allowed(2, 100) },
+        { at: 0, expect: limited(2, 100) },
+        { at: 100, expect: allowed(2, 100) },
+        { at: 150, expect: limited(2, 50) },
+        { at: 200, expect: allowed(2, 100) },
         { at: 400, expect: allowed(1, 100) }
       ]
     },
@@ -520,15 +525,15 @@ const TABLES: Record<Algorithm, Case[]> = {
       name: 'burst > max: 2 per 1000 ms, 5 at once; a token every 500 ms',
       limits: [lim(2, 1000, 5)],
       steps: [
-        ...times(5, (i): Step => ({ at: 0, expect: allowed(i + 1, 500 * (i + 1)), each: [[5, 1000, i + 1, 500 * (i + 1)]] })),
-        { at: 0, expect: limited(5, 2500, 500) },
-        { at: 499, expect: limited(5, 2001, 1) },
-        { at: 500, expect: allowed(5, 2500) },
-        { at: 1000, expect: allowed(5, 2500) },
+        ...times(5, (i): Step => ({ at: 0, expect: allowed(i + 1, 500), each: [[5, 1000, i + 1, 500]] })),
+        { at: 0, expect: limited(5, 500) },
+        { at: 499, expect: limited(5, 1) },
+        { at: 500, expect: allowed(5, 500) },
+        { at: 1000, expect: allowed(5, 500) },
         { at: 3000, peek: true, expect: allowed(1, 500) },
         { at: 3500, peek: true, expect: EMPTY },
-        ...times(5, (i): Step => ({ at: 3500, expect: allowed(i + 1, 500 * (i + 1)) })),
-        { at: 3500, expect: limited(5, 2500, 500) }
+        ...times(5, (i): Step => ({ at: 3500, expect: allowed(i + 1, 500) })),
+        { at: 3500, expect: limited(5, 500) }
       ]
     },
     {
@@ -548,20 +553,23 @@ const TABLES: Record<Algorithm, Case[]> = {
       ]
     },
     {
-      name: 'two limits: allowed when both allow; a denial takes from neither; binding = fewest remaining, then latest full',
+      name: 'two limits: allowed when both allow; a denial takes from neither; binding = fewest remaining, then the later reset',
       limits: [lim(2, 1000), lim(5, 10_000)],
       steps: [
         { at: 0, expect: allowed(1, 500), each: [[2, 1000, 1, 500], [5, 10_000, 1, 2000]] },
-        { at: 0, expect: allowed(2, 1000), each: [[2, 1000, 2, 1000], [5, 10_000, 2, 4000]] },
-        { at: 0, expect: limited(2, 1000, 500), each: [[2, 1000, 2, 1000], [5, 10_000, 2, 4000]] },
-        { at: 500, expect: allowed(2, 1000), each: [[2, 1000, 2, 1000], [5, 10_000, 3, 5500]] },
-        { at: 1500, expect: allowed(4, 6500), each: [[2, 1000, 1, 500], [5, 10_000, 4, 6500]], binding: 1 },
-        { at: 1500, expect: allowed(5, 8500), each: [[2, 1000, 2, 1000], [5, 10_000, 5, 8500]], binding: 1 },
-        { at: 2500, expect: allowed(5, 9500), each: [[2, 1000, 1, 500], [5, 10_000, 5, 9500]], binding: 1 },
+        { at: 0, expect: allowed(2, 500), each: [[2, 1000, 2, 500], [5, 10_000, 2, 2000]] },
+        { at: 0, expect: limited(2, 500), each: [[2, 1000, 2, 500], [5, 10_000, 2, 2000]] },
+        { at: 500, expect: allowed(2, 500), each: [[2, 1000, 2, 500], [5, 10_000, 3, 1500]] },
+        // One left on each, and one more unit on each 500 ms from now: the first binds.
+        { at: 1500, expect: allowed(1, 500), each: [[2, 1000, 1, 500], [5, 10_000, 4, 500]] },
+        { at: 1500, expect: allowed(2, 500), each: [[2, 1000, 2, 500], [5, 10_000, 5, 500]] },
+        // One left on each again; the second's next unit is later (2000 ms, against 500): it binds.
+        { at: 2000, peek: true, expect: allowed(4, 2000), each: [[2, 1000, 1, 500], [5, 10_000, 4, 2000]], binding: 1 },
+        { at: 2500, expect: allowed(5, 1500), each: [[2, 1000, 1, 500], [5, 10_000, 5, 1500]], binding: 1 },
         // Denied by the second: the first keeps 1 in use...
-        { at: 2500, expect: limited(5, 9500, 1500), each: [[2, 1000, 1, 500], [5, 10_000, 5, 9500]], binding: 1 },
+        { at: 2500, expect: limited(5, 1500), each: [[2, 1000, 1, 500], [5, 10_000, 5, 1500]], binding: 1 },
         // ...(0.8 at 2600, not 1.8).
-        { at: 2600, expect: limited(5, 9400, 1400), each: [[2, 1000, 1, 400], [5, 10_000, 5, 9400]], binding: 1 },
+        { at: 2600, expect: limited(5, 1400), each: [[2, 1000, 1, 400], [5, 10_000, 5, 1400]], binding: 1 },
         { at: 12_000, peek: true, expect: EMPTY, each: [[2, 1000, 0, 0], [5, 10_000, 0, 0]] },
         { at: 12_000, expect: allowed(1, 500), each: [[2, 1000, 1, 500], [5, 10_000, 1, 2000]] }
       ]
@@ -571,25 +579,25 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(2, 1000)],
       steps: [
         { at: 0, expect: allowed(1, 500) },
-        { at: 0, expect: allowed(2, 1000) },
-        { at: 0, expect: limited(2, 1000, 500) },
+        { at: 0, expect: allowed(2, 500) },
+        { at: 0, expect: limited(2, 500) },
         // The bucket is full at 1000: with 5 per second, 4.9 tokens in use at 20, of 8.
         { at: 10, override: '5 1000 8', ttl: 500 },
-        { at: 20, expect: allowed(6, 1180), each: [[8, 1000, 6, 1180]] },
-        { at: 20, expect: allowed(7, 1380) },
-        { at: 20, expect: allowed(8, 1580) },
-        { at: 20, expect: limited(8, 1580, 180) },
-        { at: 300, expect: allowed(8, 1500), each: [[8, 1000, 8, 1500]] },
+        { at: 20, expect: allowed(6, 180), each: [[8, 1000, 6, 180]] },
+        { at: 20, expect: allowed(7, 180) },
+        { at: 20, expect: allowed(8, 180) },
+        { at: 20, expect: limited(8, 180) },
+        { at: 300, expect: allowed(8, 100), each: [[8, 1000, 8, 100]] },
         // Back to 2 per second, full at 1800: 2.4 tokens in use of 2.
-        { at: 600, expect: limited(3, 1200, 700), each: [[2, 1000, 3, 1200]] },
+        { at: 600, expect: limited(3, 700), each: [[2, 1000, 3, 700]] },
         { at: 700, override: '1 1000 1', ttl: null },
         { at: 2000, expect: allowed(1, 1000), each: [[1, 1000, 1, 1000]] },
         { at: 2500, expect: limited(1, 500, 500) },
         { at: 2600, override: '2 1000 2;3 6000 3', ttl: 10_000 },
-        { at: 2700, expect: allowed(2, 800), each: [[2, 1000, 2, 800], [3, 6000, 1, 2000]] },
-        { at: 3500, expect: allowed(2, 3200), each: [[2, 1000, 1, 500], [3, 6000, 2, 3200]], binding: 1 },
-        { at: 4000, expect: allowed(3, 4700), each: [[2, 1000, 1, 500], [3, 6000, 3, 4700]], binding: 1 },
-        { at: 4500, expect: limited(3, 4200, 200), each: [[2, 1000, 0, 0], [3, 6000, 3, 4200]], binding: 1 },
+        { at: 2700, expect: allowed(2, 300), each: [[2, 1000, 2, 300], [3, 6000, 1, 2000]] },
+        { at: 3500, expect: allowed(2, 1200), each: [[2, 1000, 1, 500], [3, 6000, 2, 1200]], binding: 1 },
+        { at: 4000, expect: allowed(3, 700), each: [[2, 1000, 1, 500], [3, 6000, 3, 700]], binding: 1 },
+        { at: 4500, expect: limited(3, 200), each: [[2, 1000, 0, 0], [3, 6000, 3, 200]], binding: 1 },
         { at: 4600, clearOverride: true },
         { at: 4700, expect: allowed(1, 500), each: [[2, 1000, 1, 500]] }
       ]
@@ -599,19 +607,19 @@ const TABLES: Record<Algorithm, Case[]> = {
       limits: [lim(2, 1000), lim(3, 3000)],
       steps: [
         { at: 0, expect: allowed(1, 500), each: [[2, 1000, 1, 500], [3, 3000, 1, 1000]], save: 'a' },
-        { at: 0, expect: allowed(2, 1000), each: [[2, 1000, 2, 1000], [3, 3000, 2, 2000]], save: 'b' },
-        { at: 0, expect: limited(2, 1000, 500) },
+        { at: 0, expect: allowed(2, 500), each: [[2, 1000, 2, 500], [3, 3000, 2, 1000]], save: 'b' },
+        { at: 0, expect: limited(2, 500) },
         { at: 100, undo: 'b' },
         { at: 100, peek: true, expect: allowed(1, 400), each: [[2, 1000, 1, 400], [3, 3000, 1, 900]] },
-        { at: 100, expect: allowed(2, 900), each: [[2, 1000, 2, 900], [3, 3000, 2, 1900]] },
-        { at: 100, expect: limited(2, 900, 400) },
+        { at: 100, expect: allowed(2, 400), each: [[2, 1000, 2, 400], [3, 3000, 2, 900]] },
+        { at: 100, expect: limited(2, 400) },
         // The first bucket is full again, the second is not.
         { at: 1500, peek: true, expect: allowed(1, 500), each: [[2, 1000, 0, 0], [3, 3000, 1, 500]], binding: 1 },
         { at: 1500, undo: 'a' },
         { at: 1500, peek: true, expect: EMPTY, each: [[2, 1000, 0, 0], [3, 3000, 0, 0]] },
         { at: 1500, expect: allowed(1, 500), each: [[2, 1000, 1, 500], [3, 3000, 1, 1000]] },
-        { at: 1500, expect: allowed(2, 1000), each: [[2, 1000, 2, 1000], [3, 3000, 2, 2000]] },
-        { at: 1500, expect: limited(2, 1000, 500) }
+        { at: 1500, expect: allowed(2, 500), each: [[2, 1000, 2, 500], [3, 3000, 2, 1000]] },
+        { at: 1500, expect: limited(2, 500) }
       ]
     },
     escalation('token-bucket')
@@ -635,15 +643,18 @@ function overLimit (algorithm: Algorithm, over: Over): Case {
   const backoff = over === 'backoff'
   // The wait set by the kth denial in a row.
   const wait = (k: number): number => backoff ? 1000 * 2 ** (k - 1) : 1000
-  // The reset of the two requests of 0 and 10, seen at `at` (< 1000); the sliding window counts them to 2000.
-  const held = (at: number): number => (sw ? 2000 : 1000) - at
+  // The reset of the two requests of 0 and 10, seen at `at` (< 1000): the log's first leaves at 1000, the window
+  // ends at 1000, the sliding window's estimate is one lower at 1500 (2 x 500/1000), a token is back at 500.
+  const held = (at: number): number => (sw ? 1500 : tb ? 500 : 1000) - at
   // The algorithm's peek at 1060: the requests of 0 and 10 have left, but for the sliding window's estimate
-  // (2 x 940 / 1000 of the previous window: it fits at 1500).
-  const quiet = sw ? limited(2, 940, 440) : EMPTY
+  // (2 x 940 / 1000 of the previous window: it fits, and is one lower, at 1500).
+  const quiet = sw ? limited(2, 440) : EMPTY
   const tail: Step[] = backoff
     ? (() => {
-        // Counted at 8060 and 8061 (fixed window [8000, 9000), sliding window until 10000, bucket 500 ms a token).
-        const again = (at: number): number => fw ? 9000 - at : sw ? 10_000 - at : tb && at === 8060 ? 500 : 9060 - at
+        // Counted at 8060 and 8061: the fixed window [8000, 9000) ends; the sliding window's estimate is one
+        // lower at 10000 (one counted), 9500 (two: 2 x 500/1000); a token is back at 8560 (500 ms after the
+        // first); the log's first leaves at 9060.
+        const again = (at: number): number => (fw ? 9000 : sw ? (at === 8060 ? 10_000 : 9500) : tb ? 8560 : 9060) - at
         return [
           // Held until 8060: long past the window, the algorithm's peek.
           { at: 8059, peek: true, expect: EMPTY },
@@ -651,7 +662,7 @@ function overLimit (algorithm: Algorithm, over: Over): Case {
           { at: 8060, expect: allowed(1, again(8060)) },
           { at: 8061, expect: allowed(2, again(8061)) },
           // A peek over the limit is the algorithm's answer, and holds nothing.
-          { at: 8061, peek: true, expect: limited(2, again(8061), fw ? 939 : sw ? 1439 : tb ? 499 : 999) },
+          { at: 8061, peek: true, expect: limited(2, again(8061)) },
           { at: 8061, inspect: 'backoff', holds: { type: 'none' } },
           { at: 8062, expect: limited(2, 1000, 1000) },
           { at: 8062, inspect: 'backoff', holds: { type: 'string', value: '1', ttl: 1000 } },
@@ -978,7 +989,7 @@ t.test('an override, the offences count and a log live through their expiry mill
         { at: 499, expect: allowed(3, 601), each: [[3, 1000, 3, 601]] },
         { at: 500, expect: limited(3, 600, 600), each: [[3, 1000, 3, 600]] },
         // The budget's max 1 with 3 logged: 100 and 200 must leave, retry 499 + 1000 - 501.
-        { at: 501, expect: limited(3, 599, 998), each: [[1, 1000, 3, 599]] },
+        { at: 501, expect: limited(3, 998), each: [[1, 1000, 3, 998]] },
         // A ban set for 500 ms at 1000 is over at 1500.
         { at: 1000, setBan: 500 },
         { at: 1499, expect: banned(1) },
@@ -1105,16 +1116,16 @@ const COSTS: Record<Algorithm, Case[]> = {
       name: 'costs: both counters count units; the wait is when the request\'s units fit the estimate',
       limits: [lim(10, 1000)],
       steps: [
-        { at: 0, cost: 4, expect: allowed(4, 2000) },
-        { at: 500, cost: 6, expect: allowed(10, 1500) },
+        { at: 0, cost: 4, expect: allowed(4, 1250) },
+        { at: 500, cost: 6, expect: allowed(10, 600) },
         // This window has no room: it fits once 10 x (1000 - elapsed) + 1000 <= 10000 in the next, at 1100.
-        { at: 600, expect: limited(10, 1400, 500) },
-        { at: 700, cost: 11, expect: limited(10, 1300, 0) },
-        { at: 1500, cost: 5, expect: allowed(10, 1500), save: 'a' },
+        { at: 600, expect: limited(10, 500) },
+        { at: 700, cost: 11, expect: limited(10, 400, 0) },
+        { at: 1500, cost: 5, expect: allowed(10, 100), save: 'a' },
         // 10 x (1000 - elapsed) + 7000 <= 10000 from 1700.
-        { at: 1600, cost: 2, expect: limited(9, 1400, 100) },
+        { at: 1600, cost: 2, expect: limited(9, 100) },
         { at: 1600, undo: 'a' },
-        { at: 1600, cost: 2, expect: allowed(6, 1400) }
+        { at: 1600, cost: 2, expect: allowed(6, 100) }
       ]
     }
   ],
@@ -1123,14 +1134,14 @@ const COSTS: Record<Algorithm, Case[]> = {
       name: 'costs: a unit is one emission interval; a cost above the burst is refused with no wait',
       limits: [lim(10, 1000)],
       steps: [
-        { at: 0, cost: 4, expect: allowed(4, 400) },
-        { at: 0, cost: 6, expect: allowed(10, 1000) },
+        { at: 0, cost: 4, expect: allowed(4, 100) },
+        { at: 0, cost: 6, expect: allowed(10, 100) },
         // 9 units in use at 100; 3 more fit once 2 have dripped out, at 300.
-        { at: 100, cost: 3, expect: limited(9, 900, 200) },
-        { at: 100, cost: 11, expect: limited(9, 900, 0) },
-        { at: 300, cost: 3, expect: allowed(10, 1000), save: 'a' },
+        { at: 100, cost: 3, expect: limited(9, 100, 200) },
+        { at: 100, cost: 11, expect: limited(9, 100, 0) },
+        { at: 300, cost: 3, expect: allowed(10, 100), save: 'a' },
         { at: 300, undo: 'a' },
-        { at: 300, cost: 3, expect: allowed(10, 1000) }
+        { at: 300, cost: 3, expect: allowed(10, 100) }
       ]
     },
     {
@@ -1138,7 +1149,7 @@ const COSTS: Record<Algorithm, Case[]> = {
       limits: [lim(10, 1000, 5)],
       steps: [
         { at: 0, cost: 6, expect: limited(0, 0, 0) },
-        { at: 0, cost: 5, expect: allowed(5, 500) }
+        { at: 0, cost: 5, expect: allowed(5, 100) }
       ]
     }
   ]
@@ -1192,33 +1203,37 @@ const SETTLES: Record<Algorithm, Case> = {
     name: 'settle: the current window\'s counter, or the previous one\'s once the request\'s window has passed',
     limits: [lim(10, 1000)],
     steps: [
-      { at: 0, cost: 2, expect: allowed(2, 2000), save: 'a' },
+      // One unit fewer once 2 x (1000 - e) / 1000 <= 1 in the next window: at 1500.
+      { at: 0, cost: 2, expect: allowed(2, 1500), save: 'a' },
       { at: 100, undo: 'a', final: 5 },
-      { at: 100, cost: 5, expect: allowed(10, 1900), save: 'b' },
-      { at: 200, expect: limited(10, 1800, 900) },
-      // b's 5 leave its window's count, the previous window's now: its other 5 weigh 5 x (1000 - 500) / 1000, 3 rounded up.
+      // 10 x (1000 - e) / 1000 <= 9 at e = 100: 1100.
+      { at: 100, cost: 5, expect: allowed(10, 1000), save: 'b' },
+      { at: 200, expect: limited(10, 900) },
+      // b's 5 leave its window's count, the previous window's now: its other 5 weigh 5 x (1000 - 500) / 1000, 3 rounded up;
+      // 2 at 1600.
       { at: 1500, undo: 'b', final: 0 },
-      { at: 1500, cost: 7, expect: allowed(10, 1500) }
+      { at: 1500, cost: 7, expect: allowed(10, 100) }
     ]
   },
   'token-bucket': {
     name: 'settle: the difference is taken from the bucket or put back when settled, even once it has refilled',
     limits: [lim(10, 1000)],
     steps: [
-      { at: 0, cost: 2, expect: allowed(2, 200), save: 'a' },
+      { at: 0, cost: 2, expect: allowed(2, 100), save: 'a' },
       { at: 100, undo: 'a', final: 8 },
-      { at: 100, cost: 4, expect: limited(7, 700, 100) },
-      { at: 100, cost: 3, expect: allowed(10, 1000), save: 'b' },
+      { at: 100, cost: 4, expect: limited(7, 100) },
+      { at: 100, cost: 3, expect: allowed(10, 100), save: 'b' },
       { at: 5000, undo: 'b', final: 5 },
-      { at: 5000, cost: 9, expect: limited(2, 200, 100) }
+      { at: 5000, cost: 9, expect: limited(2, 100) }
     ]
   }
 }
 
 /** A refused costly request counts no strike; a denial that does counts as any other. Max 2 per second. */
 function costsAndBans (algorithm: Algorithm): Case {
-  // The sliding window counts its requests for two windows; the token bucket's single unit drips out in 500 ms.
-  const reset = (at: number): number => (algorithm === 'sliding-window' ? 2000 : 1000) - at
+  // One unit is free again when the log's first entry leaves or the window ends (1000), when the sliding window's
+  // estimate of 2 x (1000 - e) / 1000 is 1 (1500), when the bucket's first token is back (500).
+  const reset = (at: number): number => ({ 'sliding-window': 1500, 'token-bucket': 500 }[algorithm as string] ?? 1000) - at
   const retry = { 'sliding-log': 970, 'fixed-window': 970, 'sliding-window': 1470, 'token-bucket': 470 }[algorithm]
   return {
     name: 'costs: a request above the capacity strikes nothing; an ordinary denial strikes',

@@ -125,10 +125,11 @@ const CASES: Case[] = [
       { at: 100, expect: allowed(2, 900) },
       { at: 200, expect: allowed(3, 800) },
       { at: 300, expect: allowed(4, 700) },
-      // 4 entries, max 2: three must leave (0, 100, 200) before one fits: entry[2] leaves at 1200.
-      { at: 400, max: 2, expect: limited(4, 600, 800) },
+      // 4 entries, max 2: three must leave (0, 100, 200) before one fits: entry[2] leaves at 1200. No unit
+      // is free before (the count is 2 at max 2 until then): the reset is the same wait.
+      { at: 400, max: 2, expect: limited(4, 800) },
       // max 1: all four must leave: entry[3] leaves at 1300.
-      { at: 500, max: 1, expect: limited(4, 500, 800) },
+      { at: 500, max: 1, expect: limited(4, 800) },
       { at: 1199, max: 2, expect: limited(2, 1) },
       { at: 1200, max: 2, expect: allowed(2, 100) }
     ]
@@ -388,23 +389,27 @@ const CASES: Case[] = [
     algorithm: 'sliding-window',
     settings: { max: 4, windowMs: 1000 },
     steps: [
-      // Counted requests stop counting at the end of the next window (2000).
+      // One counted request stops counting at the end of the next window (2000); n of them are one fewer once
+      // n × (1000 - elapsed) / 1000 <= n - 1 there, at 1000 + 1000 / n (the reset: one more unit free).
       { at: 100, expect: allowed(1, 1900) },
-      { at: 200, expect: allowed(2, 1800) },
-      { at: 300, expect: allowed(3, 1700) },
-      { at: 400, expect: allowed(4, 1600) },
+      { at: 200, expect: allowed(2, 1300) },
+      { at: 300, expect: allowed(3, 1034) },
+      { at: 400, expect: allowed(4, 850) },
       // This window alone is full: the request fits once 4 × (1000 - elapsed) / 1000 + 1 <= 4, at 1250.
-      { at: 500, expect: limited(4, 1500, 750) },
-      // max lowered to 2: 4 × (1000 - elapsed) / 1000 + 1 <= 2 at 1750.
-      { at: 600, max: 2, expect: limited(4, 1400, 1150) },
+      { at: 500, expect: limited(4, 750) },
+      // max lowered to 2: 4 × (1000 - elapsed) / 1000 + 1 <= 2 at 1750; no unit is free before.
+      { at: 600, max: 2, expect: limited(4, 1150) },
       // Not a fixed window: the new window starts with the previous one's 4 at full weight.
-      { at: 1000, expect: limited(4, 1000, 250) },
-      { at: 1249, expect: limited(4, 751, 1) },
-      { at: 1250, expect: allowed(4, 1750) },
+      { at: 1000, expect: limited(4, 250) },
+      { at: 1249, expect: limited(4, 1) },
+      // Weight 3 + 1: one fewer when the weight is 2, at 1500.
+      { at: 1250, expect: allowed(4, 250) },
       // Weight 2.996 + 2: the next fits when prev's weight is 2, at 1500.
-      { at: 1251, expect: limited(4, 1749, 249) },
-      { at: 1500, expect: allowed(4, 1500) },
-      { at: 2000, peek: true, expect: allowed(2, 1000) },
+      { at: 1251, expect: limited(4, 249) },
+      // Weight 2 + 2: one fewer at 1750.
+      { at: 1500, expect: allowed(4, 250) },
+      // The 2 of [1000, 2000) weigh 2 × (1000 - elapsed) / 1000: 1 at 2500.
+      { at: 2000, peek: true, expect: allowed(2, 500) },
       { at: 2500, peek: true, expect: allowed(1, 500) },
       { at: 2999, peek: true, expect: allowed(1, 1) },
       { at: 3000, peek: true, expect: EMPTY }

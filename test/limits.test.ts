@@ -100,18 +100,21 @@ function expected (algorithm: Algorithm, sec: number, late = false) {
   const inDay = sec % 86_400
   return {
     // LIMITS: the burst limit's reset, the minute limit's after one and after two requests, the 429's wait;
-    // BOTH: the minute's reset and the hour's (which is also the wait); later(): the day's reset and wait.
+    // BOTH: the minute's reset and the hour's (which is also the wait); later(): the day's reset and wait. A
+    // reset is when one more unit is free.
     'sliding-log': { burst: 1, minute: [60, 60], retry: 1, oneMinute: 60, both: 3600, dayReset: 86_400, dayRetry: 86_400 },
     // The window ends with the second (burst), the minute, the hour, the day.
     'fixed-window': { burst: 1, minute: [60 - inMinute, 60 - inMinute], retry: 1, oneMinute: 60 - inMinute, both: 3600 - inHour, dayReset: 86_400 - inDay, dayRetry: 86_400 - inDay },
-    // A request counts until the end of the window after its own; a full window with max 2 lets one more in
-    // halfway through the next (1.5 s after the second's start: 2 s away in the second's first half, 1 s in
-    // its second half); with max 1, only once that window ends; with max 3 a day, two thirds of the way
-    // through the next day (4/3 days after this one's start).
-    'sliding-window': { burst: 2, minute: [120 - inMinute, 120 - inMinute], retry: late ? 1 : 2, oneMinute: 120 - inMinute, both: 7200 - inHour, dayReset: 172_800 - inDay, dayRetry: 115_200 - inDay },
-    // One token back every window / max: 0.5 s for the burst, 12 s of the minute per request counted, an
-    // hour for BOTH's hour, 8 hours of the day's 3 (the bucket is full again one day after three requests).
-    'token-bucket': { burst: 1, minute: [12, 24], retry: 1, oneMinute: 60, both: 3600, dayReset: 86_400, dayRetry: 28_800 }
+    // A request counts until the end of the window after its own: the estimate of one request falls only
+    // then; of n, once n x (window - elapsed) / window <= n - 1 in the next window, at window / n. A full
+    // window with max 2 lets one more in halfway through the next (1.5 s after the second's start: 2 s away
+    // in the second's first half, 1 s in its second half); with max 1, only once that window ends; with max
+    // 3 a day, two thirds of the way through the next day (4/3 days after this one's start). The minute with
+    // two counted is one lower 30 s into the next minute.
+    'sliding-window': { burst: 2, minute: [120 - inMinute, 90 - inMinute], retry: late ? 1 : 2, oneMinute: 120 - inMinute, both: 7200 - inHour, dayReset: 115_200 - inDay, dayRetry: 115_200 - inDay },
+    // One token back every window / max: 0.5 s for the burst, 12 s of the minute, an hour for BOTH's hour,
+    // 8 hours of the day's 3.
+    'token-bucket': { burst: 1, minute: [12, 12], retry: 1, oneMinute: 60, both: 3600, dayReset: 28_800, dayRetry: 28_800 }
   }[algorithm]
 }
 
@@ -251,13 +254,14 @@ t.test('token bucket: burst is the capacity (X-RateLimit-Limit), max per timeWin
       app.get('/limits', { config: { rateLimit: { limits: [{ max: 10, timeWindow: '1 minute', burst: 4 }, { max: 100, timeWindow: '1 hour' }] } } }, async () => 'ok')
       app.get('/wide', { config: { rateLimit: { max: 1, timeWindow: '1 hour', burst: 3 } } }, async () => 'ok')
     })
-    // One token back every 6 s: each request takes 6 s of the bucket.
+    // One token back every 6 s: each request takes 6 s of the bucket, and one more is free 6 s later (the
+    // reset, not the 6 × i until the bucket is full).
     for (let i = 1; i <= 3; i++) {
-      t.strictSame(seen(await app.inject('/')), { status: 200, limit: '3', remaining: String(3 - i), reset: String(6 * i), policy: '"default";q=3;qu="requests";w=60', ratelimit: `"default";r=${3 - i};t=${6 * i}` },
+      t.strictSame(seen(await app.inject('/')), { status: 200, limit: '3', remaining: String(3 - i), reset: '6', policy: '"default";q=3;qu="requests";w=60', ratelimit: `"default";r=${3 - i};t=6` },
         `${where}: request ${i} of a bucket of 3`)
     }
-    t.strictSame(seen(await app.inject('/')), { status: 429, limit: '3', remaining: '0', reset: '18', policy: '"default";q=3;qu="requests";w=60', ratelimit: '"default";r=0;t=18', retryAfter: '6' },
-      `${where}: the fourth waits for one token (6 s), not for a window`)
+    t.strictSame(seen(await app.inject('/')), { status: 429, limit: '3', remaining: '0', reset: '6', policy: '"default";q=3;qu="requests";w=60', ratelimit: '"default";r=0;t=6', retryAfter: '6' },
+      `${where}: the fourth waits for one token (6 s), not for a window; t is that wait`)
 
     const limits = await app.inject('/limits')
     t.strictSame([limits.headers['x-ratelimit-limit'], limits.headers['x-ratelimit-remaining'], limits.headers['ratelimit-policy']], ['4', '3', '"default";q=4;qu="requests";w=60, "default-2";q=100;qu="requests";w=3600'],

@@ -42,7 +42,7 @@ interface Model {
   allows (now: number): boolean
   /** Counts a request at `now` (one that was allowed). */
   take (now: number): void
-  /** Every limit's count and reset (ms until the count starts falling) at `now`. */
+  /** Every limit's count and reset (ms until one more unit is free: until the count falls by one) at `now`. */
   view (now: number): LimitView[]
 }
 
@@ -109,8 +109,11 @@ function tokenBucketModel (limits: readonly Limit[]): Model {
     take: now => { tokens = at(now).map(held => held.minus(ONE)); last = now },
     view: now => at(now).map((held, i) => {
       const { max, windowMs, burst } = limits[i]!
+      // Tokens in use, and the time until one whole token fewer is: until the part of a token above count - 1 has dripped out.
       const used = new Fraction(BigInt(burst)).minus(held)
-      return { count: used.ceil(), reset: used.times(new Fraction(BigInt(windowMs), BigInt(max))).ceil() }
+      const count = used.ceil()
+      const above = count === 0 ? new Fraction(0n) : used.minus(new Fraction(BigInt(count - 1)))
+      return { count, reset: above.times(new Fraction(BigInt(windowMs), BigInt(max))).ceil() }
     })
   }
 }

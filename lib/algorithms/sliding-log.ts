@@ -37,14 +37,20 @@ export const slidingLog: Step = {
       while (n > 0 && times[total - n]! <= now - window) n--
       let units = n
       if (weights !== undefined) for (let rank = total - n; rank < total; rank++) units += weights[rank]! - 1
-      const entry = { count: units, reset: n > 0 ? leaves(total - n, window) : 0, retry: 0 }
-      // The wait is until enough units leave this window for the request's to fit.
-      let need = units + cost - max
-      if (need > 0) {
+      // Ms until `need` units have left this window.
+      const left = (need: number): number => {
         let rank = total - n
         if (weights === undefined) rank += need - 1
         else while ((need -= weights[rank]!) > 0) rank++
-        entry.retry = leaves(rank, window)
+        return leaves(rank, window)
+      }
+      // One more unit is free once the oldest leaves; past the limit (a settle charged more than the cost),
+      // once enough have left for the count to be one below it.
+      const entry = { count: units, reset: n === 0 ? 0 : left(Math.max(1, units + 1 - max)), retry: 0 }
+      // The wait is until enough units leave this window for the request's to fit.
+      const need = units + cost - max
+      if (need > 0) {
+        entry.retry = left(need)
         allowed = false
       }
       return entry

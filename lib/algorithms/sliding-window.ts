@@ -5,10 +5,23 @@ import type { Entry, Step } from './step.js'
  * The twin of `lua/sliding-window.lua`: per limit, two counters, the current window's and the previous one's
  * (windows aligned to the epoch). The previous window's requests weigh as much of it as the sliding window
  * still covers, `(window - elapsed) / window`: an estimate that assumes they were spread evenly. Integer
- * arithmetic in the same order as the script, so both give the same answer to the millisecond.
+ * arithmetic in the same order as the script, so both give the same answer to the millisecond. A limit's reset
+ * is the ms until the estimate (rounded up) falls far enough for one more unit to fit than fits now: as the
+ * previous window's weight fades, or once this window's requests are the previous ones, so it may be more
+ * than a window away (a window's requests weigh on the next window until it ends).
  */
 
 interface Counters { start: number, prev: number, curr: number, weighted: number }
+
+/**
+ * Ms from `now` until a request of `cost` units fits, for one that does not fit now: later in this window as
+ * the previous one's weight fades, or once this window's requests are the previous ones.
+ */
+function fits ({ start, prev, curr }: Counters, max: number, window: number, cost: number, now: number): number {
+  return curr + cost <= max
+    ? start + window - Math.floor((max - curr - cost) * window / prev) - now
+    : start + 2 * window - Math.floor((max - cost) * window / curr) - now
+}
 
 export const slidingWindow: Step = {
   count (state, limits, now, peek, cost) {
@@ -27,15 +40,11 @@ export const slidingWindow: Step = {
       } else if (fields.get(`w${i}`) === start - window) {
         prev = fields.get(`c${i}`)!
       }
-      const weighted = prev * (window - now + start)
-      counters.push({ start, prev, curr, weighted })
+      const c = { start, prev, curr, weighted: prev * (window - now + start) }
+      counters.push(c)
       const entry = { count: 0, reset: 0, retry: 0 }
-      if (weighted + (curr + cost) * window > max * window) {
-        // The first millisecond the request fits: later in this window as the previous one's weight fades,
-        // or once this window's requests are the previous ones.
-        entry.retry = curr + cost <= max
-          ? start + window - Math.floor((max - curr - cost) * window / prev) - now
-          : start + 2 * window - Math.floor((max - cost) * window / curr) - now
+      if (c.weighted + (curr + cost) * window > max * window) {
+        entry.retry = fits(c, max, window, cost, now)
         allowed = false
       }
       return entry
@@ -44,7 +53,7 @@ export const slidingWindow: Step = {
     let ttl = 0
     for (const [index, entry] of entries.entries()) {
       const i = index + 1
-      const window = limits[index]!.windowMs
+      const { max, windowMs: window } = limits[index]!
       const c = counters[index]!
       if (allowed && !peek) {
         c.curr += cost
@@ -52,7 +61,8 @@ export const slidingWindow: Step = {
         ttl = Math.max(ttl, c.start + 2 * window - now)
       }
       entry.count = c.curr + Math.floor((c.weighted + window - 1) / window)
-      entry.reset = c.curr > 0 ? c.start + 2 * window - now : c.prev > 0 ? c.start + window - now : 0
+      // One more unit than fits now: a request of that many more units than are left (one, when none are).
+      entry.reset = entry.count === 0 ? 0 : fits(c, max, window, max - Math.min(entry.count, max) + 1, now)
     }
     if (ttl === 0) return { allowed, entries }
     hash.expiresAt = now + ttl

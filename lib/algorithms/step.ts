@@ -10,7 +10,11 @@ export interface Limit {
   readonly burst: number
 }
 
-/** One limit's answer: the count (units) after the decision, ms until it starts falling to zero, ms until a retry passes (0: allows). */
+/**
+ * One limit's answer: the count (units) after the decision; `reset`, the ms until one more unit is free than
+ * now (the count falls by one, or below the limit when it is past it; 0: nothing counted); `retry`, the ms
+ * until the request would pass (0: allows).
+ */
 export interface Entry {
   count: number
   reset: number

@@ -1,14 +1,24 @@
 import { fieldsOf, largest, moved } from './step.js'
-import type { Entry, Fields, Step } from './step.js'
+import type { Entry, Fields, Limit, Step } from './step.js'
 
 /**
  * The twin of `lua/token-bucket.lua`: GCRA, one theoretical arrival time (TAT) per limit, in ticks of
  * 1/max ms so every step is an integer. A unit costs `windowMs` ticks; the bucket holds `burst × windowMs`.
+ * A limit's reset is the ms until one more unit is free than now: one token back, or (tokens in use past the
+ * bucket's size, after a settle charged more) the first of them back in the bucket.
  */
 
 // Below 2^53 (options.ts bounds max × window by 2^50), a float quotient is never rounded across an integer,
 // so floor and ceil of a / b are exact, in Lua as here.
 const ceildiv = (a: number, b: number): number => Math.ceil(a / b)
+
+/**
+ * Ms until one more unit is free than with `tat` ticks in use: the next token back, or (more in use than the
+ * bucket holds, after a settle charged more) the first one back in the bucket; 0 when the bucket is full.
+ */
+function nextUnit (tat: number, { max, windowMs: window, burst }: Limit): number {
+  return tat === 0 ? 0 : ceildiv(tat - (Math.min(ceildiv(tat, window), burst) - 1) * window, max)
+}
 
 function store ({ fields }: Fields, i: number, now: number, tat: number, max: number): void {
   const ms = Math.floor(tat / max)
@@ -26,7 +36,7 @@ export const tokenBucket: Step = {
       // Ticks from now until the bucket is full again (0: full).
       const at = fields.get(`t${i}`)
       const tat = at === undefined ? 0 : Math.max(0, (at - now) * max + fields.get(`f${i}`)!)
-      const entry = { count: ceildiv(tat, window), reset: ceildiv(tat, max), retry: 0 }
+      const entry = { count: ceildiv(tat, window), reset: 0, retry: 0 }
       const over = tat + cost * window - burst * window
       if (over > 0) {
         entry.retry = ceildiv(over, max)
@@ -35,15 +45,21 @@ export const tokenBucket: Step = {
       ahead.push(tat)
       return entry
     })
-    if (!allowed || peek) return { allowed, entries }
+    if (!allowed || peek) {
+      entries.forEach((entry, index) => { entry.reset = nextUnit(ahead[index]!, limits[index]!) })
+      return { allowed, entries }
+    }
 
     let ttl = 0
     for (const [index, entry] of entries.entries()) {
       const { max, windowMs } = limits[index]!
       const tat = ahead[index]! + cost * windowMs
+      // Allowed: no more than the bucket's size is in use, and some; one more unit is free once what is above
+      // count - 1 has dripped out.
       entry.count = ceildiv(tat, windowMs)
-      entry.reset = ceildiv(tat, max)
-      ttl = Math.max(ttl, entry.reset)
+      entry.reset = ceildiv(tat - (entry.count - 1) * windowMs, max)
+      // The key lives until the bucket is full again.
+      ttl = Math.max(ttl, ceildiv(tat, max))
       store(hash, index + 1, now, tat, max)
     }
     hash.expiresAt = now + ttl

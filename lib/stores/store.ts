@@ -63,7 +63,11 @@ export interface LimitState {
   readonly windowMs: number
   /** Requests counted after this decision (tokens in use for the token bucket). */
   readonly count: number
-  /** Milliseconds until the count starts falling to zero: the oldest request leaves, the window ends, the bucket refills (0: none counted). */
+  /**
+   * Milliseconds until one more unit is free than now (the IETF draft's `t`): the oldest request leaves, the
+   * window ends, a token is back, the estimate falls by one (0: none counted). Past the limit (a settle charged
+   * more than the cost), until the count is one below it: the wait of a request of one unit.
+   */
   readonly resetMs: number
 }
 
