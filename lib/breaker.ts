@@ -42,6 +42,14 @@ export class Breaker {
     this.#probing = false
   }
 
+  /**
+   * The connection to Redis is (re)established: while open, the next decision probes at once instead of
+   * waiting out the cool-down (which the fast failures of a connection being made kept starting over).
+   */
+  connected (): void {
+    this.#openUntil = 0
+  }
+
   /** Redis failed or missed the deadline. */
   failure (): void {
     this.#failures++

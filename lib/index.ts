@@ -214,6 +214,12 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
     }
+    const breaker = opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace)
+    if (breaker !== undefined) {
+      const connected = (): void => breaker.connected()
+      client.on('ready', connected)
+      fastify.addHook('onClose', async () => { client.off('ready', connected) })
+    }
     const limiter = new Limiter({
       held,
       announce: announceChanges(client, opts.nameSpace, held),
@@ -221,7 +227,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       remote: true,
       timeout,
       local,
-      breaker: opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace),
+      breaker,
       nameSpace: opts.nameSpace,
       silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL),
       log: fastify.log
