@@ -1,0 +1,151 @@
+// The model test/combination.test.ts holds the plugin to: what each client may have had from each enforcing
+// route in the run (every window is an hour, longer than a run, so nothing leaves a window), and the rules
+// every answer must keep:
+//
+//   admissions    an enforcing route runs a request only while the units it admitted to that client, plus
+//                 the request's cost, stay within its max; and never for a client an enforced ban holds.
+//   refusals      a shadow route never refuses; an enforcing route answers 429 only when the client's own
+//                 count there leaves no room for the request's cost, 403 only under a ban an enforcing route
+//                 started (/ban's policy).
+//   enforcement   no request to an enforcing route goes through unenforced (`X-RateLimit-Enforced: false`)
+//                 while Redis is up: nothing the client sends (a failing cost, a huge settlement, an abort)
+//                 turns a limit off.
+//   unavailable   a 503 only under `failMode: 'closed'` while Redis is failing.
+//
+// A request's units: its cost (a failing cost function counts 1), until it settles: to the amount the handler
+// settled at when the plugin took it, to 0 when the route's own policy gives it back (a failed response under
+// skipFailedRequests, countWhen false, an abort before the handler under refundAborted). An abort after the
+// handler started gives nothing back. The model keeps two sums per client and route: what the client had
+// (`lower`: work the app did) and what the plugin may count (`upper`: also requests counted whose handler
+// never ran); admissions are held to the first, refusals justified by the second.
+import type { FailMode } from '../../lib/index.js'
+import { BAN_THRESHOLD, ROUTES } from './combination-app.js'
+import type { Path, SettleOutcome } from './combination-app.js'
+
+export const INVARIANTS = {
+  admissions: 'an enforcing route admits no more units per client than its max, and nothing under an enforced ban',
+  refusals: 'a shadow route never refuses; an enforcing route refuses only for its own count (429) or an enforced ban (403)',
+  enforcement: 'no request to an enforcing route goes unenforced while Redis is up',
+  unavailable: 'a 503 only under failMode closed while Redis fails',
+  answers: 'every answer is one the app or the limiter gives (200, 500 asked for, 403, 429, 503)'
+} as const
+export type Invariant = keyof typeof INVARIANTS
+
+/** A request the test sends, and what the model makes of it. */
+export interface Step {
+  readonly client: string
+  readonly path: Path
+  /** Its units: the cost it names (a failing cost function's: 1). */
+  readonly cost: number
+  /** How it ends: answered, hung up once its handler started, or hung up before (its body never sent). */
+  readonly ends: 'answered' | 'after-handler' | 'before-handler'
+  /** The route's policy gives it back once answered (a failed response under skipFailedRequests, countWhen false). */
+  readonly givenBack: boolean
+  /** The amount the handler settles at (`x-settle`), if any. */
+  readonly settle: number | undefined
+  readonly text: string
+}
+
+/** What the test saw of a step. */
+export interface Seen {
+  /** The answer's status; null when it was hung up unanswered. */
+  readonly status: number | null
+  /** The handler started. */
+  readonly ran: boolean
+  /** The plugin's decision let it on (for a request hung up before its handler, whose decision was made). */
+  readonly passed: boolean
+  readonly unenforced: boolean
+  /** What came of the handler's settle. */
+  readonly settled: SettleOutcome | undefined
+  /** The body of an answer that is an error of the server's (5xx), for the report. */
+  readonly note?: string
+}
+
+interface Entry {
+  readonly lower: number
+  readonly upper: number
+}
+
+export class Model {
+  readonly #failMode: FailMode
+  readonly #ledgers = new Map<string, Entry[]>()
+  readonly #denials = new Map<string, number>()
+  readonly #banned = new Set<string>()
+  readonly violations = new Map<Invariant, string[]>()
+  /** What the traffic reached, so a fixed seed can be held to reaching each. */
+  readonly reached = new Set<string>()
+  /** Whether Redis is failing now (the test stops it on some steps). */
+  redisDown = false
+
+  constructor (failMode: FailMode) {
+    this.#failMode = failMode
+  }
+
+  get banned (): ReadonlySet<string> {
+    return this.#banned
+  }
+
+  /** Checks one answer against the invariants, then records what it changed. */
+  observe (step: Step, seen: Seen, where: string): void {
+    const fail = (invariant: Invariant, why: string): void => {
+      const list = this.violations.get(invariant) ?? []
+      list.push(`${where}: ${step.text} -> ${seen.status ?? 'hung up'}: ${why}${seen.note === undefined ? '' : ` (${seen.note})`}`)
+      this.violations.set(invariant, list)
+    }
+    const { path, client, cost } = step
+    const route = ROUTES[path]
+    const { status } = seen
+    const failing = this.redisDown
+    if (status === 503 && !(this.#failMode === 'closed' && failing)) fail('unavailable', failing ? `failMode ${this.#failMode}` : 'Redis is up')
+    if (status !== null && ![200, 403, 429, 503].includes(status) && !(status === 500 && seen.ran)) fail('answers', `status ${status}`)
+    if (route.shadow) {
+      if (status === 403 || status === 429) fail('refusals', 'a shadow route refused')
+      return
+    }
+    if (seen.unenforced && !(this.#failMode === 'open' && failing)) fail('enforcement', 'X-RateLimit-Enforced: false')
+
+    const key = `${path} ${client}`
+    const ledger = this.#ledgers.get(key) ?? []
+    this.#ledgers.set(key, ledger)
+    const lower = ledger.reduce((sum, e) => sum + e.lower, 0)
+    const upper = ledger.reduce((sum, e) => sum + e.upper, 0)
+    const banned = this.#banned.has(client)
+    // A refusal of /ban for its count is a denial, a strike toward the ban.
+    const over = upper + cost > route.max
+    const banStarts = path === '/ban' && over && !banned && (this.#denials.get(client) ?? 0) + 1 >= BAN_THRESHOLD
+    const admitted = seen.ran || seen.passed
+    if (admitted) {
+      this.reached.add(`admitted ${path}`)
+      if (banned) fail('admissions', 'admitted under an enforced ban')
+      else if (lower + cost > route.max) fail('admissions', `admitted ${cost} unit(s) over ${lower} already admitted, max ${route.max}`)
+      ledger.push(this.#charge(step, seen))
+    } else if (status === 429) {
+      if (!(banned || over)) fail('refusals', `429 with ${upper} of ${route.max} counted and a cost of ${cost}`)
+      else this.reached.add('refused for its count')
+    } else if (status === 403) {
+      if (!(banned || banStarts)) fail('refusals', `403 with no enforced ban (${this.#denials.get(client) ?? 0} denials on /ban)`)
+      else this.reached.add('refused under an enforced ban')
+    }
+    if (path === '/ban' && over && !banned) {
+      this.#denials.set(client, (this.#denials.get(client) ?? 0) + 1)
+      if (banStarts) this.#banned.add(client)
+    }
+  }
+
+  /** What an admitted request is charged, once everything it started has finished. */
+  #charge (step: Step, seen: Seen): Entry {
+    if (!seen.ran) {
+      // Counted, then hung up before its handler: refundAborted gives it back (no work was done); else it stands.
+      this.reached.add('hung up before the handler')
+      return { lower: 0, upper: step.path === '/abort' ? 0 : step.cost }
+    }
+    if (step.ends === 'after-handler') this.reached.add('hung up after the handler started')
+    if (seen.settled === 'ok') {
+      this.reached.add('settled')
+      return { lower: step.settle!, upper: step.settle! }
+    }
+    if (seen.settled !== undefined) this.reached.add('settle refused')
+    if (step.givenBack && step.ends === 'answered') return { lower: 0, upper: 0 }
+    return { lower: step.cost, upper: step.cost }
+  }
+}
