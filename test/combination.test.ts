@@ -11,9 +11,10 @@
 // response and abort hooks, told by the app: test/helpers/combination-app.ts), never for time.
 //
 // Seeds: a few fixed ones (which must reach every kind of step and answer) and one fresh one per run;
-// COMBO_SEED=<n> replays one seed alone (every store and failMode).
+// COMBO_SEED=<n> replays one seed alone (every store and failMode); COMBO_HISTORY=1 prints every step.
 import t from 'tap'
 import type { Test } from 'tap'
+import { changesChannel } from '../lib/held.js'
 import type { FailMode } from '../lib/index.js'
 import { comboApp, hangUp, ROUTES, waitFor } from './helpers/combination-app.js'
 import type { ComboApp, Events, Path } from './helpers/combination-app.js'
@@ -21,7 +22,7 @@ import { INVARIANTS, Model } from './helpers/combination-model.js'
 import type { Invariant, Seen, Step } from './helpers/combination-model.js'
 import { draws } from './helpers/random.js'
 import type { Draws } from './helpers/random.js'
-import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { client, ready, scanKeys, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 
 const FIXED_SEEDS = [1, 2, 3]
 const replay = process.env.COMBO_SEED
@@ -84,10 +85,11 @@ const KINDS: Record<string, Kind> = {
     return plan(client, '/cost', 'GET', { 'x-cost': cost, ...(free === undefined ? {} : { 'x-free': free }) }, { cost: costOf(cost), givenBack: free === '1' })
   },
   settle: ({ pick }, client) => {
-    const amount = pick(['0', '1', '3', '7', HUGE, HUGE, '-1', '9007199254740993'])
+    const amount = pick(['0', '1', '3', '7', HUGE, HUGE, '-1', '1.5', '9007199254740993'])
     return plan(client, '/settle', 'GET', { 'x-settle': amount }, { settle: Number(amount) })
   },
-  ban: (_draw, client) => plan(client, '/ban', 'GET', {}),
+  // Mostly one client: a ban ends a client's run on every enforcing route, and the others' should go on.
+  ban: ({ pick }) => plan(pick(['c3', 'c3', 'c3', 'c2']), '/ban', 'GET', {}),
   abortAfter: ({ pick, random }, client) => {
     const amount = pick([undefined, undefined, '0', '3', HUGE])
     // The issue's case: a GET announcing a body it never sends (Fastify runs the handler at once).
@@ -102,15 +104,25 @@ const KINDS: Record<string, Kind> = {
     return plan(client, '/search', 'GET', { 'x-cost': cost }, { cost: costOf(cost) })
   }
 }
-// Shadow mode twice as often: its bans need a client's second request there.
+// Shadow mode and /ban twice as often: their bans need a client's second and third request there.
 KINDS.searchAgain = KINDS.search!
+KINDS.banAgain = KINDS.ban!
+
+const KINDS_PER_BLOCK = Object.keys(KINDS).length
+
+/** Redis fails from here (stopped), or is back (started again, with its data); the in-process store goes on. */
+type Outage = 'redis down' | 'redis up'
 
 /** The seed's sequence: the same for every store and failMode. */
-function sequence (seed: number): Planned[] {
+function sequence (seed: number): Array<Planned | Outage> {
   const draw = draws(seed, 0)
-  const steps: Planned[] = []
+  const steps: Array<Planned | Outage> = []
   const names = Object.keys(KINDS)
+  // One outage of 8 to 13 requests, late in the run (what comes before has Redis to itself).
+  const outage = draw.int(BLOCKS - 3, BLOCKS - 2)
   for (let block = 0; block < BLOCKS; block++) {
+    if (block === outage) steps.push('redis down')
+    if (block === outage + 1) steps.splice(steps.length - draw.int(0, KINDS_PER_BLOCK - 8), 0, 'redis up')
     const order = [...names]
     for (let i = order.length - 1; i > 0; i--) {
       const j = draw.int(0, i)
@@ -152,23 +164,50 @@ function handled (events: Events): string | undefined {
 }
 
 async function run (t: Test, seed: number, where: typeof STORES[number], failMode: FailMode): Promise<Model> {
-  const store = where === 'redis' ? { redis: (await getRedis(t)).url, nameSpace: uniquePrefix() } : null
-  const combo = await comboApp(t, store, failMode)
+  // Its own server, which the run stops and starts again: with an append-only file, so it keeps its data (a
+  // stop writes it out) and a limit holds across the outage; a lent client, so the run knows when it is back.
+  const server = where === 'redis' ? await startRedisServer(t, ['--appendonly', 'yes']) : null
+  const lent = server === null ? null : await ready(client(t, server.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 }))
+  const nameSpace = uniquePrefix()
+  const combo = await comboApp(t, lent === null ? null : { redis: lent, nameSpace }, failMode)
   const model = new Model(failMode)
-  const history: string[] = []
+  const history: Array<[number, string]> = []
+  let keys: string[] = []
   for (const [id, step] of sequence(seed).entries()) {
+    if (typeof step === 'string') {
+      if (server === null || lent === null) continue
+      history.push([id, `#${id} ${step}`])
+      if (step === 'redis down') {
+        keys = await scanKeys(lent, nameSpace)
+        // Not events.once: the client's 'error' (ECONNRESET) may come first, and would reject it.
+        const closed = new Promise(resolve => lent.once('close', resolve))
+        await server.stop()
+        await waitFor(closed, 'the client seeing Redis gone')
+      } else {
+        await server.restart()
+        await waitFor(ready(lent), 'the client reconnecting')
+        // And the plugin's own connection, subscribed to operators' changes again (its reconnection has its own
+        // backoff): closing the app while its SUBSCRIBE is pending makes ioredis's resubscription an unhandled rejection.
+        await until(async () => ((await lent.pubsub('NUMSUB', changesChannel(nameSpace))) as [string, number])[1] === 1, 'the changes subscription again', 10_000)
+        t.equal(keys.length === 0 ? 0 : await lent.exists(...keys), keys.length, `${step}: Redis came back with the ${keys.length} keys it had`)
+      }
+      model.redisFails(step === 'redis down')
+      continue
+    }
     const seen = await perform(combo, step, id)
-    history.push(`#${id} ${step.text} -> ${seen.status ?? 'hung up'}${seen.ran ? ' (ran)' : ''}${seen.settled === undefined ? '' : ` settle: ${seen.settled}`}`)
+    history.push([id, `#${id} ${step.text} -> ${seen.status ?? 'hung up'}${seen.ran ? ' (ran)' : ''}${seen.settled === undefined ? '' : ` settle: ${seen.settled}`}`])
     model.observe(step, seen, `#${id}`)
   }
+  if (process.env.COMBO_HISTORY !== undefined) t.comment(history.map(([, line]) => line).join('\n'))
   const lines = (name: Invariant): string[] => model.violations.get(name) ?? []
   for (const name of Object.keys(INVARIANTS) as Invariant[]) {
     const found = lines(name)
-    const first = found[0]
-    const at = first === undefined ? 0 : Number(/^#(\d+)/.exec(first)![1])
+    // The steps up to the first violation.
+    const first = found.length === 0 ? -1 : Number(/^#(\d+)/.exec(found[0]!)![1])
+    const at = history.findIndex(([id]) => id === first)
     t.equal(found.length, 0, `${INVARIANTS[name]} (seed ${seed}; replay with COMBO_SEED=${seed})`, found.length === 0
       ? {}
-      : { violations: found.slice(0, 5), before: history.slice(Math.max(0, at - 12), at + 1).join('\n') })
+      : { violations: found.slice(0, 5), before: history.slice(Math.max(0, at - 12), at + 1).map(([, line]) => line).join('\n') })
   }
   return model
 }
@@ -181,8 +220,9 @@ for (const seed of seeds) {
         const model = await run(t, seed, where, failMode)
         // A fixed seed's traffic reaches every kind of step and answer, so the invariants held mean something.
         if (!FIXED_SEEDS.includes(seed) && seeds.length > 1) return
+        const outage = where === 'memory' ? [] : [{ open: 'unenforced while Redis fails', closed: '503 while Redis fails', local: 'admitted in process while Redis fails' }[failMode]]
         for (const kind of [...Object.keys(ROUTES).filter(path => !ROUTES[path as Path].shadow).map(path => `admitted ${path}`),
-          'refused for its count', 'refused under an enforced ban', 'hung up before the handler', 'hung up after the handler started', 'settled', 'settle refused']) {
+          'refused for its count', 'refused under an enforced ban', 'hung up before the handler', 'hung up after the handler started', 'settled', 'settle refused', ...outage]) {
           t.ok(model.reached.has(kind), `the traffic reached: ${kind}`)
         }
       })

@@ -11,9 +11,16 @@
 //                 while Redis is up: nothing the client sends (a failing cost, a huge settlement, an abort)
 //                 turns a limit off.
 //   unavailable   a 503 only under `failMode: 'closed'` while Redis is failing.
+//   answers       no other error: a 500 only when the handler was asked for one.
+//
+// Redis fails on some steps (the test stops it, then starts it again with its data): while it does,
+// `failMode` decides (`'open'`: nothing is counted; `'local'`: the in-process twin counts, apart); then Redis
+// counts on from where it was. Bans and denials held in process are answered whoever counts: a 403 or 429
+// is also justified by one the client earned in the other scope.
 //
 // A request's units: its cost (a failing cost function counts 1), until it settles: to the amount the handler
-// settled at when the plugin took it, to 0 when the route's own policy gives it back (a failed response under
+// settled at when the plugin took it (one past the limit may be capped at it: the same for what comes after,
+// nothing more fits either way; one refused leaves the cost), to 0 when the route's own policy gives it back (a failed response under
 // skipFailedRequests, countWhen false, an abort before the handler under refundAborted). An abort after the
 // handler started gives nothing back. The model keeps two sums per client and route: what the client had
 // (`lower`: work the app did) and what the plugin may count (`upper`: also requests counted whose handler
@@ -68,21 +75,31 @@ interface Entry {
 
 export class Model {
   readonly #failMode: FailMode
+  /** Per scope (what counts now: Redis, or the in-process twin while it fails), per route and client. */
   readonly #ledgers = new Map<string, Entry[]>()
   readonly #denials = new Map<string, number>()
   readonly #banned = new Set<string>()
+  /** Clients ever banned, and routes a client was ever refused on for its count, in any scope: held in process, such answers may be given from another. */
+  readonly #everBanned = new Set<string>()
+  readonly #everOver = new Set<string>()
   readonly violations = new Map<Invariant, string[]>()
   /** What the traffic reached, so a fixed seed can be held to reaching each. */
   readonly reached = new Set<string>()
-  /** Whether Redis is failing now (the test stops it on some steps). */
-  redisDown = false
+  #redisDown = false
 
   constructor (failMode: FailMode) {
     this.#failMode = failMode
   }
 
-  get banned (): ReadonlySet<string> {
-    return this.#banned
+  /** Redis fails from now on (the test stopped it), or is back (started again, with its data). */
+  redisFails (down: boolean): void {
+    this.#redisDown = down
+  }
+
+  /** What counts now: Redis, or (`failMode: 'local'` while Redis fails) the in-process twin; or nothing. */
+  get #scope (): string {
+    if (!this.#redisDown) return 'redis'
+    return this.#failMode === 'local' ? 'local' : 'nothing'
   }
 
   /** Checks one answer against the invariants, then records what it changed. */
@@ -95,40 +112,56 @@ export class Model {
     const { path, client, cost } = step
     const route = ROUTES[path]
     const { status } = seen
-    const failing = this.redisDown
-    if (status === 503 && !(this.#failMode === 'closed' && failing)) fail('unavailable', failing ? `failMode ${this.#failMode}` : 'Redis is up')
+    const failing = this.#redisDown
+    if (status === 503) {
+      if (!(this.#failMode === 'closed' && failing)) fail('unavailable', failing ? `failMode ${this.#failMode}` : 'Redis is up')
+      else this.reached.add('503 while Redis fails')
+    }
     if (status !== null && ![200, 403, 429, 503].includes(status) && !(status === 500 && seen.ran)) fail('answers', `status ${status}`)
     if (route.shadow) {
       if (status === 403 || status === 429) fail('refusals', 'a shadow route refused')
       return
     }
-    if (seen.unenforced && !(this.#failMode === 'open' && failing)) fail('enforcement', 'X-RateLimit-Enforced: false')
+    if (seen.unenforced) {
+      if (!(this.#failMode === 'open' && failing)) fail('enforcement', 'X-RateLimit-Enforced: false')
+      else this.reached.add('unenforced while Redis fails')
+    }
+    // failMode 'open' while Redis fails: whatever went through was counted nowhere, by design.
+    const scope = this.#scope
+    if (scope === 'nothing' && this.#failMode === 'open' && (seen.ran || seen.passed)) return
 
     const key = `${path} ${client}`
-    const ledger = this.#ledgers.get(key) ?? []
-    this.#ledgers.set(key, ledger)
+    const ledger = this.#ledgers.get(`${scope} ${key}`) ?? []
+    this.#ledgers.set(`${scope} ${key}`, ledger)
     const lower = ledger.reduce((sum, e) => sum + e.lower, 0)
     const upper = ledger.reduce((sum, e) => sum + e.upper, 0)
-    const banned = this.#banned.has(client)
-    // A refusal of /ban for its count is a denial, a strike toward the ban.
+    const banned = this.#banned.has(`${scope} ${client}`)
+    const denials = this.#denials.get(`${scope} ${client}`) ?? 0
+    // A refusal of /ban for its count is a denial, a strike toward the ban (when a store decided it).
     const over = upper + cost > route.max
-    const banStarts = path === '/ban' && over && !banned && (this.#denials.get(client) ?? 0) + 1 >= BAN_THRESHOLD
+    const decided = scope !== 'nothing'
+    const banStarts = decided && path === '/ban' && over && !banned && denials + 1 >= BAN_THRESHOLD
     const admitted = seen.ran || seen.passed
     if (admitted) {
       this.reached.add(`admitted ${path}`)
+      if (scope === 'local') this.reached.add('admitted in process while Redis fails')
       if (banned) fail('admissions', 'admitted under an enforced ban')
       else if (lower + cost > route.max) fail('admissions', `admitted ${cost} unit(s) over ${lower} already admitted, max ${route.max}`)
       ledger.push(this.#charge(step, seen))
     } else if (status === 429) {
-      if (!(banned || over)) fail('refusals', `429 with ${upper} of ${route.max} counted and a cost of ${cost}`)
+      if (!(banned || over || this.#everBanned.has(client) || this.#everOver.has(key))) fail('refusals', `429 with ${upper} of ${route.max} counted and a cost of ${cost}`)
       else this.reached.add('refused for its count')
+      if (over) this.#everOver.add(key)
     } else if (status === 403) {
-      if (!(banned || banStarts)) fail('refusals', `403 with no enforced ban (${this.#denials.get(client) ?? 0} denials on /ban)`)
+      if (!(banned || banStarts || this.#everBanned.has(client))) fail('refusals', `403 with no enforced ban (${denials} denials on /ban)`)
       else this.reached.add('refused under an enforced ban')
     }
-    if (path === '/ban' && over && !banned) {
-      this.#denials.set(client, (this.#denials.get(client) ?? 0) + 1)
-      if (banStarts) this.#banned.add(client)
+    if (decided && path === '/ban' && over && !banned) {
+      this.#denials.set(`${scope} ${client}`, denials + 1)
+      if (banStarts) {
+        this.#banned.add(`${scope} ${client}`)
+        this.#everBanned.add(client)
+      }
     }
   }
 
