@@ -85,7 +85,7 @@ const KINDS: Record<string, Kind> = {
     return plan(client, '/cost', 'GET', { 'x-cost': cost, ...(free === undefined ? {} : { 'x-free': free }) }, { cost: costOf(cost), givenBack: free === '1' })
   },
   settle: ({ pick }, client) => {
-    const amount = pick(['0', '1', '3', '7', HUGE, HUGE, '-1', '1.5', '9007199254740993'])
+    const amount = pick(['0', '1', '3', '7', HUGE, '-1', '1.5', '9007199254740993'])
     return plan(client, '/settle', 'GET', { 'x-settle': amount }, { settle: Number(amount) })
   },
   // Mostly one client: a ban ends a client's run on every enforcing route, and the others' should go on.
@@ -104,9 +104,11 @@ const KINDS: Record<string, Kind> = {
     return plan(client, '/search', 'GET', { 'x-cost': cost }, { cost: costOf(cost) })
   }
 }
-// Shadow mode and /ban twice as often: their bans need a client's second and third request there.
+// Shadow mode and /ban twice as often: their bans need a client's second and third request there; and
+// settlements, the most varied.
 KINDS.searchAgain = KINDS.search!
 KINDS.banAgain = KINDS.ban!
+KINDS.settleAgain = KINDS.settle!
 
 const KINDS_PER_BLOCK = Object.keys(KINDS).length
 

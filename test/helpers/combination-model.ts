@@ -9,7 +9,7 @@
 //                 started (/ban's policy).
 //   enforcement   no request to an enforcing route goes through unenforced (`X-RateLimit-Enforced: false`)
 //                 while Redis is up: nothing the client sends (a failing cost, a huge settlement, an abort)
-//                 turns a limit off.
+//                 turns a limit off; under `failMode: 'closed'`, none while it fails either.
 //   unavailable   a 503 only under `failMode: 'closed'` while Redis is failing.
 //   answers       no other error: a 500 only when the handler was asked for one.
 //
@@ -32,7 +32,7 @@ import type { Path, SettleOutcome } from './combination-app.js'
 export const INVARIANTS = {
   admissions: 'an enforcing route admits no more units per client than its max, and nothing under an enforced ban',
   refusals: 'a shadow route never refuses; an enforcing route refuses only for its own count (429) or an enforced ban (403)',
-  enforcement: 'no request to an enforcing route goes unenforced while Redis is up',
+  enforcement: 'no request to an enforcing route goes unenforced while Redis is up (nor at all under failMode closed)',
   unavailable: 'a 503 only under failMode closed while Redis fails',
   answers: 'every answer is one the app or the limiter gives (200, 500 asked for, 403, 429, 503)'
 } as const
@@ -126,9 +126,12 @@ export class Model {
       if (!(this.#failMode === 'open' && failing)) fail('enforcement', 'X-RateLimit-Enforced: false')
       else this.reached.add('unenforced while Redis fails')
     }
-    // failMode 'open' while Redis fails: whatever went through was counted nowhere, by design.
+    // While Redis fails, failMode 'open' lets requests through counted nowhere, by design; 'closed' lets none.
     const scope = this.#scope
-    if (scope === 'nothing' && this.#failMode === 'open' && (seen.ran || seen.passed)) return
+    if (scope === 'nothing' && (seen.ran || seen.passed)) {
+      if (this.#failMode === 'closed') fail('enforcement', 'let through while Redis fails, under failMode closed')
+      return
+    }
 
     const key = `${path} ${client}`
     const ledger = this.#ledgers.get(`${scope} ${key}`) ?? []
