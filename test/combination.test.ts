@@ -2,7 +2,8 @@
 // enforcing and shadow routes, bans, costs (static, a function of the body, of a header: including ones that
 // throw, reject or give no valid cost), settlements from the handler (0 to Number.MAX_SAFE_INTEGER, and
 // amounts that are no amount), countWhen and skipFailedRequests, refundAborted, and aborts over real sockets
-// before and after the handler started; run on the in-process store and on Redis, under each failMode. After
+// before and after the handler started; run on the in-process store and on Redis (a server of the run's own,
+// stopped for a few requests late in the run and started again), under each failMode. After
 // every request the answer is checked against the model of test/helpers/combination-model.ts: nothing a client
 // controls, and no feature that only watches traffic, may loosen a limit that is enforced.
 //
@@ -11,7 +12,8 @@
 // response and abort hooks, told by the app: test/helpers/combination-app.ts), never for time.
 //
 // Seeds: a few fixed ones (which must reach every kind of step and answer) and one fresh one per run;
-// COMBO_SEED=<n> replays one seed alone (every store and failMode); COMBO_HISTORY=1 prints every step.
+// COMBO_SEED=<n> replays one seed alone (every store and failMode); COMBO_HISTORY=1 prints every step. The
+// whole file takes about 20 s (30 runs of 140 requests), within .taprc's 60 s.
 import t from 'tap'
 import type { Test } from 'tap'
 import { changesChannel } from '../lib/held.js'
@@ -24,7 +26,9 @@ import { draws } from './helpers/random.js'
 import type { Draws } from './helpers/random.js'
 import { client, ready, scanKeys, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 
-const FIXED_SEEDS = [1, 2, 3]
+// Seed 7 also settles one client's requests at Number.MAX_SAFE_INTEGER, then asks again (the in-process store's
+// count past 2^53).
+const FIXED_SEEDS = [1, 2, 3, 7]
 const replay = process.env.COMBO_SEED
 const seeds = replay !== undefined && replay !== '' ? [Number(replay)] : [...FIXED_SEEDS, Math.floor(Math.random() * 2 ** 31)]
 const STORES = ['memory', 'redis'] as const
