@@ -1,0 +1,186 @@
+// The app of test/combination.test.ts: one route per feature under test, every window an hour long, and the
+// events of each request (its handler entered, its settle's outcome, its response's and its abort's hooks done)
+// told to the test by the request's `x-step` header, so each step waits for what it started and no more.
+//
+// The test's own hooks are appended to each route after the plugin's (an `onRoute` hook added after the plugin's
+// runs after it, and each appends to the route's list): when ours has run, the plugin's `onResponse` settlement
+// or `onRequestAbort` refund has finished.
+import { connect } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
+import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify'
+import type { Redis } from 'ioredis'
+import rateGuard from '../../lib/index.js'
+import type { FailMode } from '../../lib/index.js'
+import type { Teardownable } from './redis-server.js'
+
+const HOUR = '1 hour'
+
+/** Each route's enforced limit (units per client per hour), its static cost, and whether it only watches. */
+export const ROUTES = {
+  '/plain': { max: 2, cost: 1, shadow: false },
+  '/bulk': { max: 6, cost: null, shadow: false },
+  '/cost': { max: 4, cost: null, shadow: false },
+  '/settle': { max: 6, cost: 2, shadow: false },
+  '/ban': { max: 1, cost: 1, shadow: false },
+  '/abort': { max: 2, cost: 1, shadow: false },
+  '/watched': { max: 3, cost: 1, shadow: false },
+  '/search': { max: 1, cost: null, shadow: true }
+} as const
+export type Path = keyof typeof ROUTES
+/** `/ban`'s policy: denials within the hour that start a ban of an hour. */
+export const BAN_THRESHOLD = 2
+
+/** What the handler did with `x-settle`: `ok`, or the rejection's code. */
+export type SettleOutcome = 'ok' | string
+
+/** An event that happens once: whether it has, with what, and a promise of it. */
+class Deferred<T = void> {
+  done = false
+  value: T | undefined
+  readonly promise: Promise<T>
+  #resolve!: (value: T) => void
+
+  constructor () {
+    this.promise = new Promise<T>(resolve => { this.#resolve = resolve })
+  }
+
+  resolve (value: T): void {
+    if (this.done) return
+    this.done = true
+    this.value = value
+    this.#resolve(value)
+  }
+}
+
+/** The events of one request, by its `x-step`. */
+export class Events {
+  readonly entered = new Deferred()
+  /** The route's `onRequest` hooks are done (the plugin's decision there allowed it). */
+  readonly passed = new Deferred()
+  readonly handled = new Deferred<SettleOutcome | undefined>()
+  readonly responded = new Deferred()
+  /** The server saw the request close; whether it was aborted. */
+  readonly closed = new Deferred<boolean>()
+  readonly aborted = new Deferred()
+}
+
+/** How long a step waits for an event it caused before it says which never came (a deadline, not a pause). */
+const EVENT_DEADLINE_MS = 10_000
+
+export async function waitFor<T> (event: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_resolve, reject) => { timer = setTimeout(() => { reject(new Error(`${what} never happened`)) }, EVENT_DEADLINE_MS) })
+  try {
+    return await Promise.race([event, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+export interface ComboApp {
+  readonly app: FastifyInstance
+  readonly port: number
+  /** The events of the request the test is about to send as step `step`. */
+  events (step: number): Events
+}
+
+/** A cost the client names in `x-cost`: a number, or a function that throws, rejects, or gives no valid cost. */
+function costFromHeader (request: FastifyRequest): number | Promise<number> {
+  const given = request.headers['x-cost']
+  if (given === 'throw') throw new Error('the cost lookup failed')
+  if (given === 'reject') return Promise.reject(new Error('the cost lookup failed'))
+  return Promise.resolve(given === 'huge' ? Number.MAX_SAFE_INTEGER : Number(given))
+}
+
+/** `store`: Redis (a client the test lends, to know when it is back), or null for the in-process store. */
+export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpace: string } | null, failMode: FailMode): Promise<ComboApp> {
+  const steps = new Map<string, Events>()
+  const of = (request: FastifyRequest): Events | undefined => steps.get(String(request.headers['x-step']))
+  const app = Fastify()
+  t.teardown(() => app.close())
+  // A deadline no loaded machine misses: a 503 here is Redis failing, never a slow test. No breaker: Redis
+  // decides again from the first request after it is back.
+  await app.register(rateGuard, { ...store, timeout: 10_000, breaker: false, failMode, verifyApiKey: () => true, max: 1000, timeWindow: HOUR })
+  app.addHook('onRequest', async (request) => {
+    const events = of(request)
+    request.raw.once('close', () => events?.closed.resolve(request.raw.aborted))
+  })
+  app.addHook('onRoute', (route: RouteOptions) => {
+    const append = (name: 'onRequest' | 'onResponse' | 'onRequestAbort', fn: (request: FastifyRequest) => Promise<void>): void => {
+      const existing = route[name] as unknown
+      route[name] = [existing ?? [], fn].flat() as never
+    }
+    append('onRequest', async (request) => { of(request)?.passed.resolve() })
+    append('onResponse', async (request) => { of(request)?.responded.resolve() })
+    append('onRequestAbort', async (request) => { of(request)?.aborted.resolve() })
+  })
+
+  const handler = async (request: FastifyRequest, reply: { code: (n: number) => unknown, header: (k: string, v: string) => unknown }): Promise<object> => {
+    const events = of(request)
+    events?.entered.resolve()
+    if (request.headers['x-hang'] === '1') await new Promise(resolve => request.raw.once('close', resolve))
+    const amount = request.headers['x-settle']
+    const settled = amount === undefined
+      ? undefined
+      : await request.rateGuard.settle(Number(amount)).then(() => 'ok', (err: { code?: string }) => err.code ?? String(err))
+    events?.handled.resolve(settled)
+    if (request.headers['x-status'] !== undefined) reply.code(Number(request.headers['x-status']))
+    if (request.headers['x-free'] !== undefined) reply.header('x-free', String(request.headers['x-free']))
+    return { settled }
+  }
+  const limit = (path: Path): { max: number, timeWindow: string } => ({ max: ROUTES[path].max, timeWindow: HOUR })
+
+  app.route({ method: ['GET', 'POST'], url: '/plain', config: { rateLimit: { ...limit('/plain'), skipFailedRequests: true } }, handler })
+  // The README's example: the cost is the body's item count (a body without items makes it throw).
+  app.post('/bulk', { config: { rateLimit: { ...limit('/bulk'), hook: 'preValidation', cost: (request) => (request.body as { items: unknown[] }).items.length } } }, handler)
+  app.get('/cost', {
+    config: {
+      rateLimit: {
+        ...limit('/cost'),
+        cost: costFromHeader,
+        countWhen: (_request, reply) => {
+          const free = reply.getHeader('x-free')
+          if (free === 'throw') throw new Error('countWhen failed')
+          return free !== '1'
+        }
+      }
+    }
+  }, handler)
+  app.get('/settle', { config: { rateLimit: { ...limit('/settle'), cost: ROUTES['/settle'].cost } } }, handler)
+  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
+  app.route({ method: ['GET', 'POST'], url: '/abort', config: { rateLimit: { ...limit('/abort'), refundAborted: true } }, handler })
+  app.get('/watched', { config: { rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
+  app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return {
+    app,
+    port: (app.server.address() as AddressInfo).port,
+    events (step) {
+      const events = new Events()
+      steps.set(String(step), events)
+      return events
+    }
+  }
+}
+
+/**
+ * A request over a real socket (head only: a body it announces never comes), destroyed once `until` resolves
+ * or an answer arrives first: the answer's status, or null when it was destroyed unanswered.
+ */
+export async function hangUp (port: number, head: string, until: Promise<unknown>): Promise<number | null> {
+  const socket = connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  socket.write(head)
+  let received = ''
+  const answered = new Promise<number>(resolve => {
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.toString('latin1')
+      const status = /^HTTP\/1\.1 (\d{3})/.exec(received)
+      if (status !== null) resolve(Number(status[1]))
+    })
+  })
+  const status = await Promise.race([answered, until.then(() => null)])
+  socket.destroy()
+  return status
+}
