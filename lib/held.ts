@@ -213,7 +213,9 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
   const connectionName = 'rate-guard-changes'
   const subscriber = isCluster(client)
     ? client.duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...client.options.redisOptions, connectionName } })
-    : client.duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName })
+    // autoResubscribe off: `subscribe` below does it on every 'ready', and handles its answer (ioredis's own
+    // re-subscription leaves its promise unhandled: a close while it is pending is an unhandled rejection).
+    : client.duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName, autoResubscribe: false })
   const channel = changesChannel(nameSpace)
   // Subscribed to the one channel, so every message is a change.
   subscriber.on('message', (_channel: string, message: string) => {
