@@ -68,6 +68,16 @@ export interface PeekResult {
   limits: PeekLimit[]
 }
 
+/** A ban as `bans()` lists it. */
+export interface BanEntry {
+  /** The client's hash: what `unban({ keyHash })` takes. */
+  keyHash: string
+  /** Milliseconds until the ban ends. */
+  retryMs: number
+  /** A shadow ban: recorded by a route in shadow mode, reported but never enforced. */
+  shadow: boolean
+}
+
 /** One registration's operator calls (`fastify.rateGuard` reaches every registration's: see `lib/registrations.ts`). */
 export interface RateGuardAdmin {
   /** Whether a budget of this name exists (`default`, `GET /search`, `group:<id>`). */
@@ -81,10 +91,11 @@ export interface RateGuardAdmin {
   unban (key: string | { keyHash: string }): Promise<void>
   /**
    * Up to `limit` (default 100, at most 10,000) of the bans active now, the longest first: each client's hash
-   * (never its key) and the ms left. On Redis it SCANs the key space (each master of a Cluster): an operator's
-   * call, not one for every request.
+   * (never its key), the ms left, and whether it is a shadow ban (recorded by a route in shadow mode, never
+   * enforced). On Redis it reads the ban index (one sorted set; on a Cluster one per slot, pipelined by
+   * master), never the key space; it stops at the operator calls' deadline.
    */
-  bans (options?: { limit?: number }): Promise<Array<{ keyHash: string, retryMs: number }>>
+  bans (options?: { limit?: number }): Promise<BanEntry[]>
   /** Forgets every request counted for `key` on every budget (by any algorithm), its denials and its over-limit waits; a ban stays (see `unban`). */
   reset (key: string): Promise<void>
   /** What the limiter knows about `key`, without counting a request. */
@@ -102,6 +113,9 @@ function checkKeyHash (hash: unknown): string {
   return hash
 }
 
+/** How a shadow ban's key ends (a ban's: `:banned`). */
+const SHADOW_BAN = ':shadow:banned'
+
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
 export const ADMIN_MIN_DEADLINE = 1000
 
@@ -117,6 +131,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
     setValue: async (key: string, value: string, ttl: number | null) => await deadline(inner.setValue(key, value, ttl), ms),
     delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms),
+    unban: async (keys: readonly string[]) => await deadline(inner.unban(keys), ms),
     forget: async (keys: readonly string[]) => await deadline(forget(keys), ms)
   }
   const keysOf = (key: string, scope = '', algorithm?: Algorithm): ReturnType<typeof identityKeys> => {
@@ -141,9 +156,15 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     stats: () => stats.snapshot(),
     async bans ({ limit = 100 }: { limit?: number } = {}) {
       if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
-      const found = await deadline(inner.bans(nameSpace, limit), ms)
-      // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
-      return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs })).sort((a, b) => b.retryMs - a.retryMs)
+      // The deadline (or an answer) stops the store's work: on a Cluster, no more slots are read.
+      const stop = new AbortController()
+      try {
+        const found = await deadline(inner.bans(nameSpace, limit, stop.signal), ms)
+        // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
+        return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs, shadow: key.endsWith(SHADOW_BAN) }))
+      } finally {
+        stop.abort()
+      }
     },
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
@@ -154,7 +175,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     },
     async unban (key: string | { keyHash: string }) {
       const keys = typeof key === 'object' && key !== null ? hashedKeys(nameSpace, checkKeyHash(key.keyHash)) : keysOf(key)
-      await store.delete([keys.banned, keys.strikes, keys.offences])
+      await store.unban([keys.banned, keys.strikes, keys.offences])
       await store.forget([keys.banned])
     },
     async reset (key: string) {

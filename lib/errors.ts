@@ -47,6 +47,12 @@ export const DeadlineError = createError<'FST_RATE_GUARD_DEADLINE', [number]>(
   'Redis did not answer the rate limit decision within %d ms'
 )
 
+/** An operator call made, or still under way, when its registration closed (its Redis client with it). */
+export const ClosedError = createError<'FST_RATE_GUARD_CLOSED', [string]>(
+  'FST_RATE_GUARD_CLOSED',
+  'rate-guard was closed: %s did not finish'
+)
+
 // Answers to clients. No stack trace: these are outcomes, not bugs, and they are made on the hot path.
 export const TooManyRequestsError = createError<'FST_RATE_GUARD_TOO_MANY_REQUESTS', [string]>(
   'FST_RATE_GUARD_TOO_MANY_REQUESTS',

@@ -303,7 +303,7 @@ export { errors }
 Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors })
 export { rateGuard as 'module.exports' }
 export type { RateGuardDecorator, Registration } from './registrations.js'
-export type { RateGuardAdmin, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
+export type { RateGuardAdmin, BanEntry, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions } from './admin.js'
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
