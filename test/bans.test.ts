@@ -12,7 +12,7 @@ import type { RateGuardOptions } from '../lib/index.js'
 import { hashIdentity, identityKeys } from '../lib/keys.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { client, getRedis, scanKeys, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, commandCalls, getRedis, scanKeys, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { lend, watchEscapes } from './helpers/faults.js'
 import { decideInput } from './helpers/stores.js'
 
@@ -28,12 +28,6 @@ async function makeApp (t: Test, opts: RateGuardOptions): Promise<FastifyInstanc
   app.get('/banning', { config: { rateLimit: { max: 1, ban: { threshold: 1, duration: '1 minute' } } } }, async () => 'ok')
   await app.ready()
   return app
-}
-
-/** Calls of `command` Redis has counted since it started (INFO commandstats). */
-async function calls (redis: Redis, command: string): Promise<number> {
-  const stats = String(await redis.info('commandstats'))
-  return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(stats)?.[1] ?? 0)
 }
 
 /** Every command Redis has counted since it started. */
@@ -85,12 +79,12 @@ t.test('redis: bans() reads the index, never the key space: no SCAN, a few comma
   await app.rateGuard.ban('apikey:b', 120_000)
   for (let i = 0; i < 2; i++) await app.inject({ url: '/banning', headers: { 'x-api-key': 'earned' } })
 
-  const scans = await calls(redis, 'scan')
+  const scans = await commandCalls(redis, 'scan')
   const before = await allCalls(redis)
   const listed = await app.rateGuard.bans({ limit: 50 })
   const after = await allCalls(redis)
   t.strictSame(listed.map(b => b.keyHash), ['apikey:b', 'apikey:earned', 'apikey:a'].map(hashIdentity), 'b (2 min), earned (1 min), a (30 s)')
-  t.equal(await calls(redis, 'scan'), scans, 'no SCAN')
+  t.equal(await commandCalls(redis, 'scan'), scans, 'no SCAN')
   // The INFO that counted `before` is itself counted once: two commands for bans() (TIME, ZREVRANGE).
   t.ok(after - before - 1 <= 2, `${after - before - 1} commands`)
 
