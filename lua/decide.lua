@@ -10,7 +10,8 @@
 --   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
 --   strikes   SET of the members of the requests denied in the current strike window (per identity)
 --   offences  STRING integer: bans started since the identity was last forgiven (per identity)
---   index     ZSET the ban index (lua/ban-index.lua): a ban started here is entered in it
+--   index     ZSET the ban index (per nameSpace; on a Cluster per hash slot, this identity's): a ban started
+--             here is entered in it (lua/ban-index.lua)
 --   over      STRING integer k: the over-limit key, denials in a row on this budget (per identity), alive
 --             while the client waits
 --          strikes, offences and index are sent when a request is decided (not peeked) under a ban policy; over,
