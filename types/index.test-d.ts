@@ -13,7 +13,7 @@ import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
   AllowListFunction, KeyCallback, HookName, FailMode, RedisLike, LimitOptions, SharedOptions, BanCallback, BanInfo,
-  OverrideOptions
+  OverrideOptions, BanEntry
 } from 'fastify-rate-guard'
 
 /** True only when A and B are the same type (not merely assignable either way). */
@@ -41,6 +41,7 @@ const tooMany = new errors.TooManyRequestsError('7 seconds')
 assertEqual<typeof tooMany.code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS'>(true)
 assertEqual<InstanceType<typeof errors.BannedError>['code'], 'FST_RATE_GUARD_BANNED'>(true)
 assertEqual<InstanceType<typeof errors.UnavailableError>['code'], 'FST_RATE_GUARD_UNAVAILABLE'>(true)
+assertEqual<InstanceType<typeof errors.ClosedError>['code'], 'FST_RATE_GUARD_CLOSED'>(true)
 assertEqual<InstanceType<typeof errors.InvalidOptionError>['code'], 'FST_RATE_GUARD_INVALID_OPTION'>(true)
 assertEqual<InstanceType<typeof errors.InvalidRouteConfigError>['code'], 'FST_RATE_GUARD_INVALID_ROUTE_CONFIG'>(true)
 assertEqual<InstanceType<typeof errors.CommandConflictError>['code'], 'FST_RATE_GUARD_COMMAND_CONFLICT'>(true)
@@ -437,7 +438,8 @@ app.get('/watched', { config: { rateLimit: { limits: [{ max: 10, timeWindow: '1s
 // @ts-expect-error a mode is enforce, shadow or report
 app.get('/mode-bad', { config: { rateLimit: { mode: 'dry-run' } } }, async () => 'ok')
 // The operator's calls.
-expectType<Promise<Array<{ keyHash: string, retryMs: number }>>>(app.rateGuard.bans({ limit: 10 }))
+expectType<Promise<BanEntry[]>>(app.rateGuard.bans({ limit: 10 }))
+assertEqual<BanEntry, { keyHash: string, retryMs: number, shadow: boolean }>(true)
 expectType<Promise<void>>(app.rateGuard.unban({ keyHash: 'x'.repeat(22) }))
 expectType<number>(app.rateGuard.stats().decisions['shadow-limited'])
 
