@@ -50,7 +50,7 @@ export const DeadlineError = createError<'FST_RATE_GUARD_DEADLINE', [number]>(
 /** An operator call made, or still under way, when its registration closed (its Redis client with it). */
 export const ClosedError = createError<'FST_RATE_GUARD_CLOSED', [string]>(
   'FST_RATE_GUARD_CLOSED',
-  'rate-guard was closed: %s did not finish'
+  'rate-guard was closed before %s() finished'
 )
 
 // Answers to clients. No stack trace: these are outcomes, not bugs, and they are made on the hot path.

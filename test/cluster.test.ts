@@ -215,8 +215,9 @@ t.test('1,000 identities of any bytes: every decision in one slot, no CROSSSLOT,
   // What landed in Redis: every identity's log and ban, nothing that is not one of their keys.
   const masters = await cluster.masters()
   const found = (await Promise.all(masters.map(async m => await scanKeys(m.redis, nameSpace)))).flat()
-  const expected = new Set(keysOf.flatMap(keys => [keys.log, keys.strikes, keys.banned]))
-  t.same(found.filter(key => !expected.has(key)), [], 'every key written is one of an identity\'s three')
+  const expected = new Set(keysOf.flatMap(keys => [keys.log, keys.strikes, keys.banned, indexOf(keys.banned, true)]))
+  t.same(found.filter(key => !expected.has(key)), [], 'every key written is one of an identity\'s three, or the ban index of its slot')
+  t.equal(found.filter(key => key.endsWith('}:bans')).length, new Set(slots).size, 'one ban index per slot an identity was banned in')
   const present = new Set(found)
   t.equal(keysOf.filter(keys => present.has(keys.log) && present.has(keys.banned)).length, identities.length, 'every identity has its log and its ban in the cluster')
 })
