@@ -68,8 +68,8 @@ function ourPaths (prefix, algorithm, scriptArgs) {
     const [log, banned, override, strikes, offences] = ['state', 'banned', 'override', 'strikes', 'offences'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
     return { log, banned, override, strikes, offences, backoff: `${prefix}${algorithm}:{${tag}}:backoff` }
   }
-  // A ban policy is set on the allowed and banned paths, so each request's five keys are sent (strikes and
-  // offences too); the denied path has none, so three.
+  // A ban policy is set on the allowed and banned paths, so each request's six keys are sent (strikes,
+  // offences and the ban index too); the denied path has none, so three.
   // One limits array per budget, as a route has: a call's requests then share one policy in the arguments.
   const policy = { threshold: 5, ladder: [600_000], forgetMs: 0 }
   const hour = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]

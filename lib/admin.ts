@@ -76,10 +76,13 @@ export interface PeekResult {
   shadowBanMs: number
 }
 
-/** One ban `bans()` lists: the client's hash (never its key), the ms left, and whether shadow mode recorded it (never enforced). */
+/** A ban as `bans()` lists it. */
 export interface BanEntry {
+  /** The client's hash: what `unban({ keyHash })` takes. */
   keyHash: string
+  /** Milliseconds until the ban ends. */
   retryMs: number
+  /** A shadow ban: recorded by a route in shadow mode, reported but never enforced. */
   shadow: boolean
 }
 
@@ -97,7 +100,8 @@ export interface RateGuardAdmin {
   /**
    * Up to `limit` (default 100, at most 10,000) of the bans active now, the longest first: each client's hash
    * (never its key), the ms left, and `shadow: true` for a ban shadow mode recorded (never enforced). On Redis
-   * it SCANs the key space (each master of a Cluster): an operator's call, not one for every request.
+   * it reads the ban index (one sorted set; on a Cluster one per slot, pipelined by master), never the key
+   * space; it stops at the operator calls' deadline.
    */
   bans (options?: { limit?: number }): Promise<BanEntry[]>
   /**
@@ -138,6 +142,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
     setValue: async (key: string, value: string, ttl: number | null) => await deadline(inner.setValue(key, value, ttl), ms),
     delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms),
+    unban: async (keys: readonly string[]) => await deadline(inner.unban(keys), ms),
     forget: async (keys: readonly string[]) => await deadline(forget(keys), ms)
   }
   const keysOf = (key: string, scope = '', algorithm?: Algorithm, family?: Family): ReturnType<typeof identityKeys> => {
@@ -165,9 +170,15 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     stats: () => stats.snapshot(),
     async bans ({ limit = 100 }: { limit?: number } = {}) {
       if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
-      const found = await deadline(inner.bans(nameSpace, limit), ms)
-      // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
-      return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs, shadow: isShadowBan(key) })).sort((a, b) => b.retryMs - a.retryMs)
+      // The deadline (or an answer) stops the store's work: on a Cluster, no more slots are read.
+      const stop = new AbortController()
+      try {
+        const found = await deadline(inner.bans(nameSpace, limit, stop.signal), ms)
+        // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
+        return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs, shadow: isShadowBan(key) }))
+      } finally {
+        stop.abort()
+      }
     },
     async ban (key: string, duration: number | string) {
       const { banned } = keysOf(key)
@@ -180,7 +191,7 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
       const [keys, shadow] = FAMILIES.map(family => typeof key === 'object' && key !== null
         ? hashedKeys(nameSpace, checkKeyHash(key.keyHash), undefined, undefined, family)
         : keysOf(key, undefined, undefined, family)) as [IdentityKeys, IdentityKeys]
-      await store.delete([keys.banned, keys.strikes, keys.offences, shadow.banned, shadow.strikes, shadow.offences])
+      await store.unban([keys.banned, keys.strikes, keys.offences, shadow.banned, shadow.strikes, shadow.offences])
       await store.forget([keys.banned, shadow.banned])
     },
     async reset (key: string) {

@@ -57,6 +57,12 @@ export const LateRedisError = createError<'FST_RATE_GUARD_LATE_REPLIES', [number
   'Redis answered %d times after the deadline: replies take %d ms at p99 against a timeout of %d ms; timeout: %d would cover them'
 )
 
+/** An operator call made, or still under way, when its registration closed (its Redis client with it). */
+export const ClosedError = createError<'FST_RATE_GUARD_CLOSED', [string]>(
+  'FST_RATE_GUARD_CLOSED',
+  'rate-guard was closed before %s() finished'
+)
+
 // Answers to clients. No stack trace: these are outcomes, not bugs, and they are made on the hot path.
 export const TooManyRequestsError = createError<'FST_RATE_GUARD_TOO_MANY_REQUESTS', [string]>(
   'FST_RATE_GUARD_TOO_MANY_REQUESTS',

@@ -1,18 +1,20 @@
 -- The decision around every algorithm: loaded after one algorithm's file (lua/<algorithm>.lua), which
 -- defines count(state, limits, now, member, peek, entries, cost) and settle(state, limits, member, at, now, cost,
--- final). One
+-- final), and lua/ban-index.lua (indexBan). One
 -- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
 -- Redis's clock.
 --
--- KEYS     each request's in turn: three, two more when decided under a ban policy, one more under overLimit:
+-- KEYS     each request's in turn: three, three more when decided under a ban policy, one more under overLimit:
 --   state     the budget's state for all its limits (see the algorithm's file)
 --   banned    STRING present while the identity is banned (per identity)
 --   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
 --   strikes   SET of the members of the requests denied in the current strike window (per identity)
 --   offences  STRING integer: bans started since the identity was last forgiven (per identity)
+--   index     ZSET the ban index (per nameSpace; on a Cluster per hash slot, this identity's): a ban started
+--             here is entered in it (lua/ban-index.lua)
 --   over      STRING integer k: the over-limit key, denials in a row on this budget (per identity), alive
 --             while the client waits
---          strikes and offences are sent when a request is decided (not peeked) under a ban policy; over,
+--          strikes, offences and index are sent when a request is decided (not peeked) under a ban policy; over,
 --          after them, when it is decided or peeked under a policy whose over is not 'none'.
 -- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'settle' (each request counted counts its final
 --                    cost instead: 0 gives it all back)
@@ -131,7 +133,7 @@ local function reply (status, retry, offence, limits)
 end
 
 -- The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
-local function ban (s, banned, offences)
+local function ban (s, banned, offences, index)
   local ladder = {}
   for ms in string.gmatch(ARGV[s + 1], '%d+') do
     ladder[#ladder + 1] = tonumber(ms)
@@ -145,6 +147,7 @@ local function ban (s, banned, offences)
     redis.call('PEXPIRE', offences, duration + tonumber(ARGV[s + 2]))
   end
   redis.call('SET', banned, '1', 'PX', duration)
+  indexBan(index, banned, clock(), duration)
   return duration, offence
 end
 
@@ -249,7 +252,7 @@ local function decide (k, p, member, bans, over, cost)
   if redis.call('SCARD', strikes) < tonumber(ARGV[starts[p]]) then
     return reply(1, retry, 0, limits)
   end
-  local duration, offence = ban(starts[p], KEYS[k + 2], KEYS[k + 5])
+  local duration, offence = ban(starts[p], KEYS[k + 2], KEYS[k + 5], KEYS[k + 6])
   redis.call('DEL', strikes)
   return reply(2, duration, offence, limits)
 end
@@ -267,10 +270,10 @@ for i = 1, tonumber(ARGV[3]) do
       tonumber(ARGV[r + 3]))
     k, r = k + 3, r + 4
   else
-    -- Under a ban policy a denial counts a strike (a peek counts nothing): two keys more. Under overLimit,
-    -- the over-limit key: one more, after them.
+    -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing): three keys
+    -- more. Under overLimit, the over-limit key: one more, after them.
     local bans = not peek and ARGV[starts[p]] ~= '0'
-    local n = bans and 5 or 3
+    local n = bans and 6 or 3
     local over = ARGV[starts[p] + 3] ~= 'none'
     if over then
       n = n + 1

@@ -15,17 +15,18 @@ const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 const ME = '127.0.0.1'
 const DAY = 24 * 3600_000
 
-t.test('each script is lua/numbers.lua, its algorithm file, then lua/decide.lua, named by its hash, with the one clock line', async t => {
+t.test('each script is lua/numbers.lua, its algorithm file, lua/ban-index.lua, then lua/decide.lua, named by its hash, with the one clock line', async t => {
   const names = new Set<string>()
   const numbers = readFileSync(new URL('../lua/numbers.lua', import.meta.url), 'utf8')
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
-  t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences/m, 'the frame names the keys')
+  const banIndex = readFileSync(new URL('../lua/ban-index.lua', import.meta.url), 'utf8')
+  t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences.*\n--\s+index/m, 'the frame names the keys')
   t.match(decide, /^-- ARGV\[1\]\s+mode.*\n(--\s{4,}.*\n)*-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
     const { command, lua } = SCRIPTS[algorithm]
-    t.equal(lua, `${numbers}\n${file}\n${decide}`, `${algorithm}: the script is the numbers, the file, then the frame`)
+    t.equal(lua, `${numbers}\n${file}\n${banIndex}\n${decide}`, `${algorithm}: the script is the numbers, the file, the ban index, then the frame`)
     t.ok(command.endsWith('_' + createHash('sha1').update(lua).digest('hex').slice(0, 8)), `${algorithm}: ${command} holds its hash`)
     t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
     t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: read in one place`)

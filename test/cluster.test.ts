@@ -15,9 +15,11 @@ import type { RateGuardOptions } from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { DEFAULTS } from '../lib/options.js'
 import { GLOBAL_SCOPE, hashIdentity, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
+import { slotTags } from '../lib/slots.js'
+import { indexOf } from '../lib/stores/ban-index.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
-import { scanKeys, uniquePrefix } from './helpers/redis.js'
+import { commandCalls, scanKeys, uniquePrefix } from './helpers/redis.js'
 import { NOISE_MS, bound, watchEscapes } from './helpers/faults.js'
 import { prng } from './helpers/random.js'
 
@@ -213,8 +215,9 @@ t.test('1,000 identities of any bytes: every decision in one slot, no CROSSSLOT,
   // What landed in Redis: every identity's log and ban, nothing that is not one of their keys.
   const masters = await cluster.masters()
   const found = (await Promise.all(masters.map(async m => await scanKeys(m.redis, nameSpace)))).flat()
-  const expected = new Set(keysOf.flatMap(keys => [keys.log, keys.strikes, keys.banned]))
-  t.same(found.filter(key => !expected.has(key)), [], 'every key written is one of an identity\'s three')
+  const expected = new Set(keysOf.flatMap(keys => [keys.log, keys.strikes, keys.banned, indexOf(keys.banned, true)]))
+  t.same(found.filter(key => !expected.has(key)), [], 'every key written is one of an identity\'s three, or the ban index of its slot')
+  t.equal(found.filter(key => key.endsWith('}:bans')).length, new Set(slots).size, 'one ban index per slot an identity was banned in')
   const present = new Set(found)
   t.equal(keysOf.filter(keys => present.has(keys.log) && present.has(keys.banned)).length, identities.length, 'every identity has its log and its ban in the cluster')
 })
@@ -383,18 +386,85 @@ t.test('shadow mode on the cluster: every request goes on, counted and banned as
   t.strictSame((await app.rateGuard.bans()).map(({ keyHash, shadow }) => ({ keyHash, shadow })), [{ keyHash: hashIdentity(identity), shadow: true }], 'bans() lists it as shadow')
 })
 
-t.test('bans() on the cluster: every master scanned, each ban listed once by its hash', async t => {
+t.test('bans() on the cluster: one index per slot, beside its identities\' keys, read master by master, never a SCAN', async t => {
   const masters = await cluster.masters()
+  const observer = cluster.client()
+  await clusterReady(observer)
   const app = Fastify()
   t.teardown(async () => { await app.close() })
   const nameSpace = uniquePrefix()
-  await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator })
+  await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator, max: 1, ban: { threshold: 1, duration: '30 seconds' } })
+  app.get('/', async () => 'ok')
   await app.ready()
   const banned = await Promise.all(masters.map(async (master, i) => await identityOn(cluster, master, nameSpace, `banned-${i}`)))
   for (const [i, identity] of banned.entries()) await app.rateGuard.ban(identity, (i + 1) * 60_000)
+  // A ban a decision starts: the script writes the index of the identity's slot (a CROSSSLOT error otherwise).
+  const earned = await identityOn(cluster, masters[0]!, nameSpace, 'earned')
+  t.strictSame([(await send(app, earned, 0)).status, (await send(app, earned, 0)).status], [200, 403], 'banned by its traffic')
+
+  await Promise.all(masters.map(async master => await master.redis.config('RESETSTAT')))
   const listed = await app.rateGuard.bans()
-  t.strictSame(listed.map(b => b.keyHash), [...banned].reverse().map(identity => hashIdentity(identity)), `${masters.length} bans on ${masters.length} masters, the longest first`)
-  t.equal((await app.rateGuard.bans({ limit: 1 })).length, 1, 'bounded: the scan stops once it has found enough')
+  const spent = await Promise.all(masters.map(async master => Number(/^cmdstat_zrevrange:.*usec=(\d+)/m.exec(String(await master.redis.info('commandstats')))?.[1])))
+  t.comment(`one bans() on ${masters.length} masters: ${spent.reduce((sum, usec) => sum + usec, 0)} µs of Redis CPU in ZREVRANGE`)
+  t.strictSame(listed.map(b => b.keyHash), [...banned].reverse().concat(earned).map(identity => hashIdentity(identity)), `${masters.length} bans on ${masters.length} masters and the earned one, the longest first`)
+  t.strictSame(await Promise.all(masters.map(async master => await commandCalls(master.redis, 'scan'))), masters.map(() => 0), 'no SCAN on any master')
+  t.equal((await app.rateGuard.bans({ limit: 1 })).length, 1, 'bounded by limit')
+  for (const identity of [...banned, earned]) {
+    const keys = identityKeys(nameSpace, GLOBAL_SCOPE, identity)
+    const index = indexOf(keys.banned, true)
+    t.equal(await cluster.keySlot(index), await cluster.keySlot(keys.banned), `${identity}: its ban's index is in its slot`)
+    t.ok(Number(await observer.zscore(index, keys.banned)) > Date.now(), `${identity}: entered, until the ban ends`)
+  }
+  await app.rateGuard.unban(earned)
+  t.equal(await observer.zscore(indexOf(identityKeys(nameSpace, GLOBAL_SCOPE, earned).banned, true), identityKeys(nameSpace, GLOBAL_SCOPE, earned).banned), null, 'unban takes it out')
+})
+
+t.test('the slot tags: each of the 16,384 hashes to its own slot, as the cluster computes it', async t => {
+  const [master] = await cluster.masters()
+  const tags = slotTags()
+  const pipeline = master!.redis.pipeline()
+  for (const tag of tags) pipeline.call('CLUSTER', 'KEYSLOT', `x{${tag}}:bans`)
+  const slots = (await pipeline.exec())!.map(([err, slot]) => err ?? Number(slot))
+  t.ok(slots.every((slot, i) => slot === i), 'tag i is in slot i')
+  t.ok(tags.every(tag => tag.length <= 3 && /^[0-9a-zA-Z]+$/.test(tag)), 'each of one to three letters and digits: never an identity\'s hash (22) nor a shared budget\'s (s:…)')
+})
+
+t.test('bans() on the cluster stops at its deadline: a frozen master is sent nothing after the slots it was already sent', async t => {
+  // A lent client with no commandTimeout of its own: the deadline is the operator call's.
+  const lent = cluster.client({ redisOptions: { commandTimeout: undefined } })
+  await clusterReady(lent)
+  const app = Fastify()
+  t.teardown(async () => { await app.close() })
+  await app.register(rateGuard, { redis: lent, nameSpace: uniquePrefix(), timeout: 100, keyGenerator })
+  await app.ready()
+  const masters = await cluster.masters()
+  const frozen = masters[masters.length - 1]!
+  const owned = lent.slots.filter(nodes => nodes[0] === `${frozen.host}:${frozen.port}`).length
+  await frozen.redis.config('RESETSTAT')
+  frozen.freeze()
+  t.teardown(() => { frozen.thaw() })
+  const started = performance.now()
+  await t.rejects(app.rateGuard.bans(), { code: 'FST_RATE_GUARD_DEADLINE' })
+  const took = performance.now() - started
+  t.ok(took >= 1000 && took < 1000 + NOISE_MS * 5, `rejected after ${took.toFixed(0)} ms: the operator calls' deadline (1 s)`)
+  frozen.thaw()
+  await cluster.waitHealthy()
+  // What the master had been sent before the deadline is all it reads: not one pipeline more.
+  await sleep(200)
+  const read = await commandCalls(frozen.redis, 'zrevrange')
+  t.ok(read > 0 && read <= 1024 && read < owned, `${read} of its ${owned} slots read`)
+})
+
+t.test('bans() on the cluster, the app closed while it reads: a coded error or what was read, nothing escapes', async t => {
+  const app = Fastify()
+  await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace: uniquePrefix(), keyGenerator })
+  await app.ready()
+  await app.rateGuard.ban('closing', 60_000)
+  const listing = app.rateGuard.bans().then(bans => bans.length, (err: { code?: string }) => err.code)
+  await app.close()
+  const outcome = await listing
+  t.ok(outcome === 1 || outcome === 'FST_RATE_GUARD_CLOSED', `outcome: ${String(outcome)}`)
+  t.equal(await app.rateGuard.bans().catch((err: { code?: string }) => err.code), 'FST_RATE_GUARD_CLOSED', 'after the close: the coded error')
 })
 
 t.test('a slot migrated by hand while its identity is under traffic', async t => {

@@ -117,7 +117,12 @@ t.test('a flood from many identities: every log holds at most max entries and ev
 
   const shape = new RegExp(`^${nameSpace}\\{[A-Za-z0-9_-]{22}\\}:(log:(.+)|strikes|banned)$`)
   const kinds = new Set<string>()
-  for (const key of [...new Set(keys)]) {
+  // The ban index (lib/stores/ban-index.ts): every ban it names is one of the flood's, and it too has a TTL.
+  const index = `${nameSpace}bans`
+  const named = await observer.zrange(index, '0', '-1')
+  t.ok(named.length > 0 && named.every(key => shape.exec(key)?.[1] === 'banned' && keys.includes(key)), `the ban index names the ${named.length} bans`)
+  t.ok(await observer.pttl(index) > 0, 'the ban index has a TTL')
+  for (const key of [...new Set(keys)].filter(key => key !== index)) {
     const match = shape.exec(key)
     if (match === null) {
       t.fail(`unexpected key ${key}`)

@@ -682,7 +682,7 @@ t.test('MemoryStore bounds', async t => {
   })
 })
 
-t.test('the real script (RedisStore) leaves a TTL on every key it writes, never longer than two windows (a log), a window (strikes), the ban or the last wait over the limit', async t => {
+t.test('the real script (RedisStore) leaves a TTL on every key it writes, never longer than two windows (a log), a window (strikes), the ban (the ban and its index) or the last wait over the limit', async t => {
   const { url } = await getRedis(t)
   const redis = client(t, url)
   const store = new RedisStore(redis, false)
@@ -695,7 +695,8 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
     const found = await redis.keys(`${under}*`)
     for (const key of found) {
       const ttl = await redis.pttl(key)
-      const kind = key.slice(key.lastIndexOf('}:') + 2)
+      // The ban index (`<nameSpace>bans`) is the one key outside an identity's hash tag.
+      const kind = key === `${under}bans` ? 'banned' : key.slice(key.lastIndexOf('}:') + 2)
       const window = windows[kind.slice(kind.indexOf(':') + 1) as keyof typeof windows]
       // A budget's state (log:, fw:, sw:, tb:) lives two windows at most; an over-limit key its last wait,
       // here at most the third of a backoff (4 windows).
@@ -721,10 +722,10 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
   t.equal(await check('on a second budget'), 3, 'two logs and the strikes')
   const ban = await decide('rX')
   t.match(ban, { status: 'banned', count: 2, retryMs: banMs, banStarted: true }, 'the third strike bans')
-  t.equal(await check('after the ban started'), 3, 'two logs and the ban; the strikes are gone')
+  t.equal(await check('after the ban started'), 4, 'two logs, the ban and the ban index; the strikes are gone')
   t.equal((await decide('all')).status, 'banned')
   await store.setBan(keys('all').banned, 700)
-  t.equal(await check('after the admin ban'), 3)
+  t.equal(await check('after the admin ban'), 4)
   t.ok(await redis.pttl(keys('all').banned) <= 700, 'the admin ban replaced the longer one')
 
   // overLimit, on every algorithm: the over-limit key, and the state, which a denial does not count in.
@@ -743,7 +744,7 @@ t.test('the real script (RedisStore) leaves a TTL on every key it writes, never 
       t.match(await store.decide({ ...input, peek: true }), { status: 'limited', count: 3 }, `${algorithm}, ${overLimit}: a peek sees the client one over its limit...`)
       t.strictSame((await redis.keys(`${under}*`)).sort(), before, `${algorithm}, ${overLimit}: ...and writes nothing`)
       t.equal((await store.decide(input)).status, 'banned', `${algorithm}, ${overLimit}: the third denial bans`)
-      t.strictSame((await redis.keys(`${under}*`)).sort(), [k.banned, k.backoff, k.log].sort(), `${algorithm}, ${overLimit}: the state, the ban and the over-limit key; the strikes are gone`)
+      t.strictSame((await redis.keys(`${under}*`)).sort(), [k.banned, k.backoff, k.log, `${under}bans`].sort(), `${algorithm}, ${overLimit}: the state, the ban, its index and the over-limit key; the strikes are gone`)
       await check(`${algorithm}, ${overLimit}, banned`, under)
     }
   }

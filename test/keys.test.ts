@@ -331,7 +331,11 @@ t.test('API keys never appear in Redis key names', async t => {
   t.same(await codes(s.app, 1, withKey), [403], 'banned')
   keys = await scanKeys(s.redis, s.nameSpace)
   t.ok(keys.includes(identityKeys(s.nameSpace, 'all', `apikey:${secret}`).banned), 'a ban key')
-  for (const key of keys) {
+  // The ban index (lib/stores/ban-index.ts), the one key outside every identity's hash tag: it names the ban key.
+  const index = `${s.nameSpace}bans`
+  t.ok(keys.includes(index), 'and the ban index')
+  t.strictSame(await s.redis.zrange(index, '0', '-1'), [identityKeys(s.nameSpace, 'all', `apikey:${secret}`).banned], 'which holds the ban key\'s name, no API key')
+  for (const key of keys.filter(key => key !== index)) {
     t.notOk(key.includes(secret), `${key} holds no API key`)
     t.notOk(key.includes(secret.slice(0, 8)), 'not even part of it')
     t.notOk(key.toLowerCase().includes('apikey'), 'nor the tier')
@@ -360,7 +364,9 @@ t.test('hostile identities give constant-length keys with exactly one hash tag e
     const results = await codes(app, 2, { headers: { 'x-i': String(i) } })
     t.same(results, [200, 403], `identity ${i} is limited on its own`)
   }
-  const keys = await scanKeys(redis, nameSpace)
+  const index = `${nameSpace}bans`
+  t.equal(await redis.zcard(index), hostile.length, 'the ban index (the one key outside every hash tag) holds each ban')
+  const keys = (await scanKeys(redis, nameSpace)).filter(key => key !== index)
   t.equal(keys.length, hostile.length * 2, 'a log and a ban key per identity: no two identities collide')
   const lengths = new Set<string>()
   for (const key of keys) {

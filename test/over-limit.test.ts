@@ -34,15 +34,16 @@ for (const algorithm of ALGORITHMS) {
   }
 }
 
-t.test('the hot path: without overLimit a request sends its three keys (five under a ban policy); overLimit adds its over-limit key', async t => {
+t.test('the hot path: without overLimit a request sends its three keys (six under a ban policy: strikes, offences, the ban index); overLimit adds its over-limit key', async t => {
   const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.9')
   const count = (inputs: DecideInput[], mode: 'decide' | 'peek'): unknown => scriptArgs(inputs, mode, 'b.')[0]
   t.equal(count([decideInput({ keys })], 'decide'), 3)
-  t.equal(count([decideInput({ keys, banThreshold: 2 })], 'decide'), 5)
+  t.equal(count([decideInput({ keys, banThreshold: 2 })], 'decide'), 6)
+  t.equal(scriptArgs([decideInput({ keys, banThreshold: 2 })], 'decide', 'b.')[6], `${keys.banned.slice(0, keys.banned.indexOf('{'))}bans`, 'the ban index, last')
   t.equal(count([decideInput({ keys, peek: true })], 'peek'), 3)
   for (const overLimit of ['continue', 'backoff'] as const) {
     t.equal(count([decideInput({ keys, overLimit })], 'decide'), 4, overLimit)
-    t.equal(count([decideInput({ keys, overLimit, banThreshold: 2 })], 'decide'), 6, `${overLimit}, under a ban policy`)
+    t.equal(count([decideInput({ keys, overLimit, banThreshold: 2 })], 'decide'), 7, `${overLimit}, under a ban policy`)
     t.equal(count([decideInput({ keys, overLimit, banThreshold: 2, peek: true })], 'peek'), 4, `${overLimit}: a peek reads the over-limit key, and counts no strike`)
   }
   const args = scriptArgs([decideInput({ keys, max: 2, windowMs: 1000 })], 'decide', 'b.')
@@ -102,7 +103,7 @@ t.test('one batch of mixed policies (RedisStore.decideMany): each request finds 
       { keys: d!, limits, ban: null, peek: false, algorithm, overLimit: 'continue' },
       { keys: e!, limits, ban: null, peek: false, algorithm }
     ]
-    t.equal(scriptArgs(inputs, 'decide', 'x.')[0], 6 + 5 + 4 + 4 + 3, `${algorithm}: the keys of the five requests`)
+    t.equal(scriptArgs(inputs, 'decide', 'x.')[0], 7 + 6 + 4 + 4 + 3, `${algorithm}: the keys of the five requests`)
     const round = async (): Promise<Decision[]> => (await store.decideMany(inputs, algorithm)) as Decision[]
 
     t.ok((await round()).every(decision => decision.status === 'allowed'), `${algorithm}: all five allowed`)

@@ -5,6 +5,7 @@ import { LONGEST } from '../duration.js'
 import { Oldest } from '../oldest.js'
 import { isBanKey } from '../keys.js'
 import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
+import type { Ban } from './ban-index.js'
 
 /**
  * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
@@ -207,14 +208,18 @@ export class MemoryStore implements Store {
     this.#marks.set(key, { value, expiresAt: ms === null ? Infinity : this.#now() + ms })
   }
 
-  async bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>> {
+  /** Every ban's mark, read in one pass (the table holds at most `cache` keys and the bans beyond them). */
+  async bans (nameSpace: string, limit: number): Promise<Ban[]> {
     const now = this.#now()
-    const found: Array<{ key: string, retryMs: number }> = []
+    const found: Ban[] = []
     for (const [key, mark] of this.#marks) {
-      if (found.length === limit) break
       if (key.startsWith(nameSpace) && isBanKey(key) && mark.expiresAt > now) found.push({ key, retryMs: mark.expiresAt - now })
     }
-    return found
+    return found.sort((a, b) => b.retryMs - a.retryMs).slice(0, limit)
+  }
+
+  async unban (keys: readonly string[]): Promise<void> {
+    await this.delete(keys)
   }
 
   async delete (keys: readonly string[]): Promise<void> {

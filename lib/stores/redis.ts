@@ -4,9 +4,10 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
-import { CommandConflictError, DeadlineError } from '../errors.js'
+import { ClosedError, CommandConflictError, DeadlineError } from '../errors.js'
 import { traced } from '../channels.js'
-import { isBanKey } from '../keys.js'
+import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
+import type { Ban } from './ban-index.js'
 import { toDecisions } from './store.js'
 import type { BanPolicy, DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 
@@ -21,8 +22,8 @@ export function isCluster (client: RedisLike): client is Cluster {
 
 /**
  * One script per algorithm, read once: `lua/numbers.lua` (numbers as text for Redis), the algorithm's file
- * (its `count` and `settle`), then `lua/decide.lua` (the bans, strikes and overrides around them, the same for
- * all). Its command name holds its hash, so an edited script is a new command.
+ * (its `count` and `settle`), `lua/ban-index.lua`, then `lua/decide.lua` (the bans, strikes and overrides around
+ * them, the same for all). Its command name holds its hash, so an edited script is a new command.
  */
 export interface Script {
   readonly lua: string
@@ -31,17 +32,20 @@ export interface Script {
 
 const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
 const NUMBERS = read('numbers')
+const BAN_INDEX = read('ban-index')
 const DECIDE = read('decide')
 
-function script (algorithm: Algorithm): Script {
-  const lua = `${NUMBERS}\n${read(algorithm)}\n${DECIDE}`
-  const name = algorithm.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
-  return Object.freeze({ lua, command: `rateGuard${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
+/** `name` (`sliding-log`, `ban`) as a command: `rateGuardSlidingLog_<8 hex of the script's hash>`. */
+function script (name: string, lua: string): Script {
+  const camel = name.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
+  return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
 }
 
 export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(
-  Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, script(algorithm)])) as Record<Algorithm, Script>
+  Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, script(algorithm, `${NUMBERS}\n${read(algorithm)}\n${BAN_INDEX}\n${DECIDE}`)])) as Record<Algorithm, Script>
 )
+/** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
+export const BAN_SCRIPT = script('ban', `${NUMBERS}\n${BAN_INDEX}\n${read('ban')}`)
 export const SLIDING_LOG_SCRIPT = SCRIPTS['sliding-log'].lua
 export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 
@@ -53,12 +57,13 @@ type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown
 
 /**
  * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
- * request can touch (three; two more when a denial counts a strike; one more, its over-limit key, when it is
+ * request can touch (three; three more when a denial counts a strike and may start a ban: the strikes, the
+ * offences and the ban index `index` names for its banned key; one more, its over-limit key, when it is
  * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
  * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
  * its member, time and final cost, to settle). See the header of `lua/decide.lua`.
  */
-export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string): Array<string | number> {
+export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
   const keys: string[] = []
   const policies: Array<string | number> = []
   const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit]> = []
@@ -68,7 +73,7 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
     const ban = 'ban' in input ? input.ban : null
     const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
     keys.push(k.log, k.banned, k.override)
-    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences)
+    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
     if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
     let policy = seen.findIndex(([l, b, o]) => l === limits && b === ban && o === over)
     if (policy === -1) {
@@ -91,13 +96,13 @@ export function members (base: string, n: number): string[] {
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
 const defined = new WeakMap<object, Set<string>>()
 
-/** Defines `algorithm`'s script on `client` once; refuses a command of the same name that is not ours. */
-export function defineScript (client: RedisLike, algorithm: Algorithm): ScriptCommand {
-  const { command: name, lua } = SCRIPTS[algorithm]
+/** Defines `algorithm`'s script (or another `Script`) on `client` once; refuses a command of the same name that is not ours. */
+export function defineScript (client: RedisLike, algorithm: Algorithm | Script): ScriptCommand {
+  const { command: name, lua } = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
-    // No numberOfKeys: each call gives it first, as its requests' keys are three to six each.
+    // No numberOfKeys: each call gives it first, as its requests' keys are three to seven each.
     client.defineCommand(name, { lua })
     if (ours === undefined) defined.set(client, ours = new Set())
     ours.add(name)
@@ -115,6 +120,11 @@ export class RedisStore implements RemoteStore {
   readonly #owned: boolean
   readonly #cluster: boolean
   readonly #commands: Readonly<Record<Algorithm, ScriptCommand>>
+  readonly #ban: ScriptCommand
+  /** The ban index of a banned key: the nameSpace's one, or on a Cluster its slot's. */
+  readonly #index: (banned: string) => string
+  /** Set by close: an operator call still under way stops, with a coded error. */
+  #closed = false
   /** Log members are `<random per store><call counter>.<request>`: unique across instances, never client input. */
   readonly #memberPrefix = randomBytes(9).toString('base64url')
   #counter = 0
@@ -128,6 +138,9 @@ export class RedisStore implements RemoteStore {
     this.#nameSpace = nameSpace
     this.#cluster = isCluster(client)
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
+    this.#ban = defineScript(client, BAN_SCRIPT)
+    const cluster = this.#cluster
+    this.#index = (banned) => indexOf(banned, cluster)
   }
 
   /** Decides (or, with `peek`, reports) one request. */
@@ -154,7 +167,7 @@ export class RedisStore implements RemoteStore {
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
     const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
     const call = this.#commands[algorithm]
-    const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base)))
+    const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base, this.#index)))
     return toDecisions(reply, members(base, inputs.length), inputs)
   }
 
@@ -164,7 +177,7 @@ export class RedisStore implements RemoteStore {
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
-    await this.client.set(bannedKey, '1', 'PX', ms)
+    await this.#ban(2, bannedKey, this.#index(bannedKey), ms)
   }
 
   async setValue (key: string, value: string, ms: number | null): Promise<void> {
@@ -175,32 +188,34 @@ export class RedisStore implements RemoteStore {
     await this.client.del(...keys)
   }
 
+  async unban (keys: readonly string[]): Promise<void> {
+    const bans = keys.filter(key => key.endsWith(':banned'))
+    await this.client.multi().del(...keys).zrem(this.#index(bans[0]!), ...bans).exec()
+  }
+
   /**
-   * SCAN of every master (one, or each of a Cluster's) for `<nameSpace>{…}:banned` and shadow mode's
-   * `<nameSpace>{…}:shadow:banned`, then each one's PTTL:
-   * it reads the whole key space (COUNT 1000 a step) until `limit` are found, so it is an operator's call,
-   * not one for every request.
+   * Up to `limit` bans from the ban index (`lib/stores/ban-index.ts`): a few commands on a standalone Redis,
+   * one per slot (pipelined, by master) on a Cluster, never a scan of the key space. Stops sending once
+   * `signal` aborts (the operator call's deadline) or the store closes: a close rejects with a coded error.
    */
-  async bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>> {
-    const nodes = this.#cluster ? (this.client as Cluster).nodes('master') : [this.client as Redis]
-    const pattern = `${nameSpace.replace(/[*?[\]\\]/g, '\\$&')}{*}:*banned`
-    const keys: string[] = []
-    for (const node of nodes) {
-      let cursor = '0'
-      do {
-        const [next, found] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
-        keys.push(...found.filter(isBanKey))
-        cursor = next
-      } while (cursor !== '0' && keys.length < limit)
-      if (keys.length >= limit) break
+  async bans (nameSpace: string, limit: number, signal: AbortSignal): Promise<Ban[]> {
+    const go = (): void => {
+      if (this.#closed) throw new ClosedError('bans')
+      signal.throwIfAborted()
     }
-    const listed = keys.slice(0, limit)
-    const ttls = await Promise.all(listed.map(async key => await this.client.pttl(key)))
-    return listed.map((key, i) => ({ key, retryMs: ttls[i]! })).filter(ban => ban.retryMs > 0)
+    go()
+    try {
+      return this.#cluster ? await clusterBans(this.client as Cluster, nameSpace, limit, go) : await standaloneBans(this.client as Redis, nameSpace, limit)
+    } catch (err) {
+      // The client's own error ('Connection is closed') when the close came first.
+      go()
+      throw err
+    }
   }
 
   /** Closes the client only when the plugin created it: a lent client is the lender's to close. */
   async close (): Promise<void> {
+    this.#closed = true
     if (!this.#owned) return
     try {
       await this.client.quit()

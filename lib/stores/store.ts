@@ -1,6 +1,7 @@
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { InvalidReplyError } from '../errors.js'
 import type { IdentityKeys } from '../keys.js'
+import type { Ban } from './ban-index.js'
 
 /** What every store (Redis, in process) takes and answers, and the one place a raw reply becomes a result. */
 
@@ -106,8 +107,13 @@ export interface Store {
   setValue (key: string, value: string, ms: number | null): Promise<void>
   /** Deletes keys (all of one identity, so one Redis Cluster slot). */
   delete (keys: readonly string[]): Promise<void>
-  /** Up to `limit` of the bans under `nameSpace` now: each one's key and the ms it has left. */
-  bans (nameSpace: string, limit: number): Promise<Array<{ key: string, retryMs: number }>>
+  /** Deletes keys of one identity, its ban (`…:banned`) among them, and takes the ban out of the ban index. */
+  unban (keys: readonly string[]): Promise<void>
+  /**
+   * The `limit` longest bans under `nameSpace` now, longest first: each one's key (`…:banned`, or a shadow
+   * ban's `…:shadow:banned`) and the ms it has left. Stops once `signal` aborts.
+   */
+  bans (nameSpace: string, limit: number, signal: AbortSignal): Promise<Ban[]>
   close (): Promise<void>
 }
 

@@ -139,6 +139,12 @@ export async function scriptCalls (redis: Redis): Promise<number> {
   return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
 }
 
+/** Calls of `command` (lower case: `scan`, `zrevrange`) Redis has counted since it started or the last CONFIG RESETSTAT. */
+export async function commandCalls (redis: Redis, command: string): Promise<number> {
+  const stats = String(await redis.info('commandstats'))
+  return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(stats)?.[1] ?? 0)
+}
+
 /** Waits until `count` connections are subscribed to the operators' changes channel of `nameSpace`. */
 export async function subscribed (observer: Redis, nameSpace: string, count: number): Promise<void> {
   await until(async () => Number(((await observer.pubsub('NUMSUB', changesChannel(nameSpace))) as [string, number])[1]) === count, `${count} change subscriptions`)

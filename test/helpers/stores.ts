@@ -191,7 +191,8 @@ class TimedRedis implements TimedRedisStore {
     await this.#step(nowMs, [key], (multi) => { if (ms === null) multi.set(key, value); else multi.set(key, value, 'PX', ms) })
   }
 
-  // The same commands as RedisStore.setBan / RedisStore.delete, run inside the step.
+  // RedisStore.setBan's ban (it also enters the ban in the ban index, on Redis's own clock, which the tests
+  // of this adapter never read) and RedisStore.delete, run inside the step.
   async setBan (bannedKey: string, ms: number, nowMs: number): Promise<void> {
     await this.#step(nowMs, [bannedKey], (multi) => { multi.set(bannedKey, '1', 'PX', ms) })
   }
