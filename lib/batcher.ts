@@ -44,6 +44,8 @@ export interface BatchWatch {
    * whole batch); `late` when the deadline had answered its requests already.
    */
   replied: (ms: number, results: ReadonlyArray<Decision | Error> | null, late: boolean) => void
+  /** The client failed the batch itself (no connection, one lost): it knows the connection's state. */
+  failed: () => void
   missed: (now: number) => void
 }
 
@@ -121,8 +123,9 @@ export class Batcher {
       this.#watch?.replied(Date.now() - batch.sentAt, results, batch.state === 'settled')
       this.#settle(batch, results)
     }, (err: unknown) => {
-      // An error Redis replied with is heard from it; a lost connection's is not.
+      // An error Redis replied with is heard from it; a lost connection's is the client's own.
       if ((err as Error).name === 'ReplyError') this.#watch?.replied(Date.now() - batch.sentAt, null, batch.state === 'settled')
+      else this.#watch?.failed()
       this.#settle(batch, err as Error)
     })
   }

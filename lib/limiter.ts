@@ -133,6 +133,10 @@ export class Limiter {
         // Requests Redis counted that failMode answered.
         if (isLate && results !== null) for (const result of results) if (!(result instanceof Error) && result.status === 'allowed') this.stats.ghost()
       },
+      // No connection, or one lost: the client knows, and reconnects by itself. Silence is a connection
+      // that seems alive, so the watch starts over (after a Redis freeze that outlasted a cut, say, the new
+      // connection's fast failures must not count as silence once it is ready).
+      failed: () => silence?.heard(),
       missed: now => silence?.missed(now)
     }
   }

@@ -36,7 +36,7 @@ t.test('a lent client is never cut, and the advice is given once per interval', 
   const said: string[] = []
   const log = { warn: (_obj: unknown, msg: string) => { said.push(msg) } } as unknown as Parameters<typeof onSilence>[2]
   let cut = 0
-  const client = { disconnect: () => { cut++ } } as unknown as RedisLike
+  const client = { status: 'ready', disconnect: () => { cut++ } } as unknown as RedisLike
   const lent = onSilence(client, false, log, 60_000)
   lent(new Error('silent'))
   lent(new Error('silent'))
@@ -46,4 +46,7 @@ t.test('a lent client is never cut, and the advice is given once per interval', 
   const owned = onSilence(client, true, log, 60_000)
   owned(new Error('silent'))
   t.equal(cut, 1, 'a client the plugin made is cut (and reconnects)')
+  ;(client as { status: string }).status = 'connect'
+  owned(new Error('silent'))
+  t.equal(cut, 1, 'a connection still being made is the client\'s to finish: not cut')
 })

@@ -276,6 +276,8 @@ export const CLUSTER_OPTIONS = Object.freeze({
 export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLogger, quietMs: number): (err: Error) => void {
   let lastSaid = -Infinity
   return (err) => {
+    // Only a connection that says it is up can be silent: one being made is the client's to finish.
+    if (client.status !== 'ready') return
     if (owned) {
       log.warn({ err }, 'rate-guard: the connection to Redis stopped answering; reconnecting')
       client.disconnect(true)
