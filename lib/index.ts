@@ -25,7 +25,8 @@ import type { HookName, RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteR
 import { MemoryStore } from './stores/memory.js'
 import { theirParams } from './stores/theirs.js'
 import type { FastifyRateLimitStoreCtor, TheirStore } from './stores/theirs.js'
-import { RedisStore, createClient, evictionPolicy, onSilence, queueingOptions, whenReady } from './stores/redis.js'
+import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
+import { onSilence } from './stores/stalled.js'
 import type { RedisLike } from './stores/redis.js'
 import type { DecideInput } from './stores/store.js'
 

@@ -9,7 +9,7 @@ import { CHANNELS } from '../lib/index.js'
 import type { FailMode, TroubleMessage } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
 import { silenceAfter } from '../lib/silence.js'
-import { Stream, bound, lend, makeApp, ms, outcome, reliability, timed } from './helpers/faults.js'
+import { Stream, bound, lend, makeApp, ms, outcome, reliability, timed, withOwnedClient } from './helpers/faults.js'
 import type { App, LogLine, Timed } from './helpers/faults.js'
 import { client, startRedisServer, until } from './helpers/redis.js'
 import { startFaultProxy } from './helpers/fault-proxy.js'
@@ -122,4 +122,24 @@ t.test('a Redis that answers a little after the deadline is named: the measured 
   const counted = async (): Promise<number> => await observer.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, `apikey:${key}`).log)
   await until(async () => app.rateGuard.stats().ghosts === await counted(), 'the ghosts to match what Redis counted', 5000)
   t.ok(app.rateGuard.stats().ghosts > 0, `stats() counts ${app.rateGuard.stats().ghosts} ghosts, as many as Redis counted`)
+})
+
+t.test('a frozen Redis is not a stalled connection: a fresh connection gets no answer either, so the connection is kept', async t => {
+  const server = await startRedisServer(t)
+  const [{ app, logs }, owned] = await withOwnedClient(async () => await makeApp(t, { redis: server.url, failMode: 'closed', timeout: TIMEOUT, max: 1_000_000 }))
+  let reconnects = 0
+  owned.on('reconnecting', () => { reconnects++ })
+  const stream = new Stream(app, 'frozen')
+  await stream.until(samples => samples.length >= 10, 'traffic before the freeze')
+  server.freeze()
+  const kept = (): boolean => logs.some(line => /does not answer a fresh connection either/.test(line.msg))
+  await until(async () => kept(), 'the fresh connection\'s verdict', silenceAfter(TIMEOUT) + 5000)
+  server.thaw()
+  const thawedAt = performance.now()
+  await stream.until(samples => samples.some(s => s.at > thawedAt && outcome('closed', s.res) === 'redis'), 'Redis deciding again')
+  const samples = await stream.stop()
+  const back = samples.find(s => s.at > thawedAt && outcome('closed', s.res) === 'redis')!
+  t.equal(reconnects, 0, 'the connection was kept: cutting it would only add a reconnection to the freeze')
+  t.ok(kept(), 'the log says Redis itself is not answering')
+  reliability(t, 'Redis frozen (SIGSTOP), owned client: the connection kept', Math.max(...samples.map(s => s.ms)), back.at + back.ms - thawedAt)
 })

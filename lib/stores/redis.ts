@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import type { FastifyBaseLogger } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
@@ -231,7 +230,7 @@ export class RedisStore implements RemoteStore {
  * spend quota for a request already answered), and reconnection goes on forever with a capped backoff.
  * No `commandTimeout`: it is a plain timer, which under a busy event loop fires before the loop reads a reply
  * that arrived in time. The plugin's own deadline (lib/deadline.ts) bounds every call instead, and a
- * connection that stops answering altogether is cut by `onSilence`.
+ * connection that stops answering altogether is cut (lib/stores/stalled.ts).
  */
 export async function createClient (url: string | readonly string[], timeout: number): Promise<RedisLike> {
   const { Redis, Cluster } = await import('ioredis')
@@ -267,27 +266,6 @@ export const CLUSTER_OPTIONS = Object.freeze({
   retryDelayOnTryAgain: 50,
   slotsRefreshTimeout: 1000
 })
-
-/**
- * What is done when `client`'s connection takes commands and returns nothing (lib/silence.ts): one the plugin
- * made is cut and made anew (its pending commands fail, and the breaker's next probe goes over the new
- * connection); a lent one is the app's, so the app is told what to set, at most once per `quietMs`.
- */
-export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLogger, quietMs: number): (err: Error) => void {
-  let lastSaid = -Infinity
-  return (err) => {
-    // Only a connection that says it is up can be silent: one being made is the client's to finish.
-    if (client.status !== 'ready') return
-    if (owned) {
-      log.warn({ err }, 'rate-guard: the connection to Redis stopped answering; reconnecting')
-      client.disconnect(true)
-      return
-    }
-    if (Date.now() - lastSaid < quietMs) return
-    lastSaid = Date.now()
-    log.warn({ err }, 'rate-guard: the connection of the Redis client lent to rate-guard stopped answering and stays open; ioredis will not replace it by itself. Give the client socketTimeout (e.g. 5000) so a stalled connection is cut and made again')
-  }
-}
 
 /** Options of a lent client that make requests wait on a dead Redis; each is worth one warning. */
 export function queueingOptions (client: RedisLike): string[] {
