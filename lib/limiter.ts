@@ -74,9 +74,10 @@ export interface LimiterOptions {
   nameSpace?: string
   /**
    * Set when `store` is remote: called when its connection took commands and returned nothing for a while
-   * (see lib/silence.ts), with the error that says so (also published as trouble).
+   * (see lib/silence.ts), with the error that says so (also published as trouble), and whether Redis has
+   * still not been heard from since.
    */
-  silent?: (err: Error) => void
+  silent?: (err: Error, quiet: () => boolean) => void
   /** The registration's logger: what is said of the connection itself (Redis answering late). */
   log?: FastifyBaseLogger
 }
@@ -112,13 +113,13 @@ export class Limiter {
   }
 
   /** What watches the connection through its batches: silence (a dead connection) and late replies (a slow Redis, ghosts). */
-  #watch (timeout: number, silent: ((err: Error) => void) | undefined, log: FastifyBaseLogger | undefined): BatchWatch {
+  #watch (timeout: number, silent: LimiterOptions['silent'], log: FastifyBaseLogger | undefined): BatchWatch {
     const silence = silent === undefined
       ? undefined
-      : new Silence(silenceAfter(timeout), () => {
+      : new Silence(silenceAfter(timeout), quiet => {
         const error = new SilentConnectionError(silenceAfter(timeout))
         this.#trouble(error, undefined)
-        silent(error)
+        silent(error, quiet)
       })
     const late = new LateReplies(timeout, TROUBLE_LOG_INTERVAL, (news: LateNews) => {
       const error = new LateRedisError(news.late, news.p99Ms, news.timeoutMs, news.coverMs)

@@ -11,12 +11,17 @@
 
 export class Silence {
   readonly #afterMs: number
-  readonly #silent: () => void
+  readonly #silent: (quiet: () => boolean) => void
   /** When the first command sent since Redis was last heard from was sent; undefined when none is waiting. */
   #since: number | undefined
+  /** How many times Redis was heard from: what `quiet` compares. */
+  #heard = 0
 
-  /** `silent` is called when commands have waited `afterMs` with nothing heard; then the watch starts over. */
-  constructor (afterMs: number, silent: () => void) {
+  /**
+   * `silent` is called when commands have waited `afterMs` with nothing heard; then the watch starts over.
+   * Its `quiet()` says whether Redis has still not been heard from since (for what it does before acting).
+   */
+  constructor (afterMs: number, silent: (quiet: () => boolean) => void) {
     this.#afterMs = afterMs
     this.#silent = silent
   }
@@ -29,13 +34,15 @@ export class Silence {
   /** Redis answered something: the connection carries bytes. */
   heard (): void {
     this.#since = undefined
+    this.#heard++
   }
 
   /** A deadline passed with no answer, at `now` (ms): silent for `afterMs` since a command was sent → `silent()`, once. */
   missed (now: number): void {
     if (this.#since === undefined || now - this.#since < this.#afterMs) return
     this.#since = undefined
-    this.#silent()
+    const heard = this.#heard
+    this.#silent(() => this.#heard === heard)
   }
 }
 

@@ -7,7 +7,8 @@ import type { RedisLike } from '../lib/stores/redis.js'
 
 t.test('silent once commands waited afterMs with nothing heard; then the watch starts over', async t => {
   let silent = 0
-  const silence = new Silence(1000, () => { silent++ })
+  let quiet = (): boolean => true
+  const silence = new Silence(1000, isQuiet => { silent++; quiet = isQuiet })
   silence.missed(5000)
   t.equal(silent, 0, 'nothing sent: no silence')
   silence.sent(0)
@@ -16,10 +17,12 @@ t.test('silent once commands waited afterMs with nothing heard; then the watch s
   t.equal(silent, 0, 'not yet afterMs since the first unanswered command')
   silence.missed(1000)
   t.equal(silent, 1, 'afterMs since the first unanswered command: silent')
+  t.ok(quiet(), 'and still quiet: nothing heard since')
   silence.missed(3000)
   t.equal(silent, 1, 'said once; the watch starts over with the next command')
   silence.sent(3000)
   silence.heard()
+  t.notOk(quiet(), 'heard from after it was said: no longer quiet (what the fresh-connection check looks at)')
   silence.missed(9000)
   t.equal(silent, 1, 'Redis heard from (a late reply counts): no silence')
   silence.sent(9000)
@@ -38,17 +41,17 @@ t.test('a lent client is never cut, and the advice is given once per interval', 
   let cut = 0
   const client = { status: 'ready', disconnect: () => { cut++ } } as unknown as RedisLike
   const lent = onSilence(client, false, log, 60_000)
-  lent(new Error('silent'))
-  lent(new Error('silent'))
+  lent(new Error('silent'), () => true)
+  lent(new Error('silent'), () => true)
   t.equal(cut, 0, 'the app\'s client is left as it is')
   t.equal(said.length, 1, 'one line per interval')
   t.match(said[0], /socketTimeout/, 'it names what to set')
   // A Cluster the plugin made is cut without asking a fresh connection first (lib/stores/stalled.ts).
   ;(client as { isCluster?: boolean }).isCluster = true
   const owned = onSilence(client, true, log, 60_000)
-  owned(new Error('silent'))
+  owned(new Error('silent'), () => true)
   t.equal(cut, 1, 'a Cluster the plugin made is cut (and reconnects)')
   ;(client as { status: string }).status = 'connect'
-  owned(new Error('silent'))
+  owned(new Error('silent'), () => true)
   t.equal(cut, 1, 'a connection still being made is the client\'s to finish: not cut')
 })

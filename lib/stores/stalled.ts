@@ -9,18 +9,19 @@ import type { RedisLike } from './redis.js'
 // The connection may be stalled (a hung load balancer or NAT: the socket stays open, bytes stop), or Redis
 // itself may not answer (frozen, busy): from one connection the two look alike. A client the plugin made asks
 // Redis over a fresh connection first. When that answers, the old connection is the dead part: it is cut, and
-// ioredis makes it anew (its pending commands fail; the breaker's next probe goes over the new one). When it
-// does not, cutting would only add a reconnection to Redis's own outage, so the connection is kept. A Cluster
+// ioredis makes it anew (its pending commands fail; the breaker's next probe goes over the new one), unless the
+// old one was heard from meanwhile. When it does not, cutting would only add a reconnection to Redis's own
+// outage, so the connection is kept. A Cluster
 // is cut without asking (a fresh cluster connection is a slot table's worth of work). A lent client is the
 // app's: it is told what to set, at most once per `quietMs`.
 
 /** How long the fresh connection has to answer: a healthy Redis answers in a few ms. */
 const PROBE_MS = 1000
 
-export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLogger, quietMs: number): (err: Error) => void {
+export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLogger, quietMs: number): (err: Error, quiet: () => boolean) => void {
   let lastSaid = -Infinity
   let asking = false
-  return (err) => {
+  return (err, quiet) => {
     // Only a connection that says it is up can be silent: one being made is the client's to finish.
     if (client.status !== 'ready' || asking) return
     if (owned) {
@@ -28,6 +29,8 @@ export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLo
       asking = true
       freshAnswers(client, PROBE_MS).then(answers => {
         asking = false
+        // Heard from meanwhile (a frozen Redis thawed while the fresh connection waited): not dead after all.
+        if (!quiet()) return
         if (answers) cut(client, err, log)
         else log.warn({ err }, 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until Redis answers)')
       }, () => { asking = false })
