@@ -183,7 +183,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   }
 
   /** A decision on `input` (the budget's own or its shared one's): counted, and told to the diagnostics channel if anyone listens. */
-  function note (outcome: ChannelOutcome, key: Given, verdict: Verdict, input: Decidable | undefined, headers: HeaderStyle): void {
+  function note (outcome: ChannelOutcome, key: Given, verdict: Verdict, input: Decidable, headers: HeaderStyle): void {
     limiter.stats.count(outcome)
     if (!decisionChannel.hasSubscribers) return
     decisionChannel.publish({
@@ -192,7 +192,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       budget: budget.name,
       algorithm,
       limit: 'limits' in verdict ? bindingName(verdict, headers) : undefined,
-      cost: input?.cost ?? (typeof cost === 'number' ? cost : 1),
+      cost: input.cost ?? 1,
       redisMs: 'redisMs' in verdict ? verdict.redisMs : undefined,
       batchSize: 'batchSize' in verdict ? verdict.batchSize : undefined,
       keyHash: hashOf(input),
@@ -221,11 +221,11 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     }
   }
 
-  function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle, input?: Decidable): Outcome {
+  function answer (request: FastifyRequest, reply: FastifyReply, key: Given, verdict: Verdict, headers: HeaderStyle, input: Decidable): Outcome {
     switch (verdict.status) {
       case 'allowed':
         note('allowed', key, verdict, input, headers)
-        if (watched !== null && input !== undefined) watch(request, key, input)
+        if (watched !== null) watch(request, key, input)
         writeHeaders(reply, headers, verdict)
         route.onExceeding?.(request, key as string)
         return undefined
@@ -309,9 +309,9 @@ function costing<T extends object> (input: T, cost: number | undefined): T {
   return cost === undefined ? input : { ...input, cost }
 }
 
-/** The client's hash in a decision's keys; none when no keys were made (failMode decided first) or for a shared budget. */
-function hashOf (input: Decidable | undefined): string | undefined {
-  return input === undefined ? undefined : keyHashOf(input.keys.log)
+/** The client's hash in a decision's keys; none for a shared budget. */
+function hashOf (input: Decidable): string | undefined {
+  return keyHashOf(input.keys.log)
 }
 
 /** The name of a decision's binding limit, as the IETF fields name it. */

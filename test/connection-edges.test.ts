@@ -143,3 +143,20 @@ t.test('a frozen Redis is not a stalled connection: a fresh connection gets no a
   t.ok(kept(), 'the log says Redis itself is not answering')
   reliability(t, 'Redis frozen (SIGSTOP), owned client: the connection kept', Math.max(...samples.map(s => s.ms)), back.at + back.ms - thawedAt)
 })
+
+t.test('a stalled connection while Redis refuses new ones: the fresh connection fails, so the connection is kept', async t => {
+  const server = await startRedisServer(t)
+  const proxy = await startFaultProxy(t, server.port)
+  const [{ app, logs }, owned] = await withOwnedClient(async () => await makeApp(t, { redis: proxy.url, failMode: 'open', timeout: TIMEOUT, max: 1_000_000 }))
+  let closes = 0
+  owned.on('close', () => { closes++ })
+  const stream = new Stream(app, 'refused')
+  await stream.until(samples => samples.length >= 10, 'traffic before the stall')
+  proxy.refuse()
+  proxy.stall()
+  const kept = (): boolean => logs.some(line => /does not answer a fresh connection either/.test(line.msg))
+  await until(async () => kept(), 'the fresh connection\'s verdict', silenceAfter(TIMEOUT) + 5000)
+  const samples = await stream.stop()
+  t.equal(closes, 0, 'nothing better to be had: the connection is kept')
+  t.ok(samples.every(s => outcome('open', s.res) !== 'wrong'), 'every answer Redis\'s or failMode\'s meanwhile')
+})

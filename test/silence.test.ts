@@ -1,9 +1,13 @@
 // The rule that takes a connection for dead (lib/silence.ts), alone: silence is measured from the first
-// command sent since Redis was last heard from, and judged only when a deadline is missed.
+// command sent since Redis was last heard from, and judged only when a deadline is missed; what is done then
+// (lib/stores/stalled.ts), against a real Redis; and the reasons the trouble channel gives.
 import t from 'tap'
 import { Silence, silenceAfter } from '../lib/silence.js'
+import { DeadlineError, InvalidReplyError, LateRedisError, SilentConnectionError } from '../lib/errors.js'
+import { troubleReason } from '../lib/limiter.js'
 import { onSilence } from '../lib/stores/stalled.js'
 import type { RedisLike } from '../lib/stores/redis.js'
+import { client, ready, startRedisServer, until } from './helpers/redis.js'
 
 t.test('silent once commands waited afterMs with nothing heard; then the watch starts over', async t => {
   let silent = 0
@@ -54,4 +58,45 @@ t.test('a lent client is never cut, and the advice is given once per interval', 
   ;(client as { status: string }).status = 'connect'
   owned(new Error('silent'), () => true)
   t.equal(cut, 1, 'a connection still being made is the client\'s to finish: not cut')
+})
+
+t.test('a client the plugin made: cut only when a fresh connection answers and nothing was heard meanwhile', async t => {
+  const server = await startRedisServer(t)
+  const said: string[] = []
+  const log = { warn: (_obj: unknown, msg: string) => { said.push(msg) } } as unknown as Parameters<typeof onSilence>[2]
+  const redis = await ready(client(t, server.url))
+  let reconnects = 0
+  redis.on('close', () => { reconnects++ })
+  const silent = onSilence(redis, true, log, 60_000)
+  const asked = async (): Promise<void> => { await until(async () => said.length > 0 || reconnects > 0 || redis.status !== 'ready', 'the fresh connection\'s verdict') }
+
+  let heard = false
+  silent(new Error('silent'), () => !heard)
+  heard = true
+  // Asked again while the first check runs: one check at a time.
+  silent(new Error('silent'), () => true)
+  await new Promise(resolve => setTimeout(resolve, 300))
+  t.equal(reconnects, 0, 'heard from while the fresh connection was asked: kept')
+  t.equal(redis.status, 'ready', 'and still up')
+
+  silent(new Error('silent'), () => true)
+  await asked()
+  t.match(said, [/stopped answering; reconnecting/], 'a fresh connection answers and the old one stayed silent: cut')
+  await until(async () => reconnects > 0, 'the connection closed')
+  t.equal(reconnects, 1, 'the connection was cut once')
+})
+
+t.test('the trouble channel names each kind of trouble', async t => {
+  const reply = (message: string): Error => Object.assign(new Error(message), { name: 'ReplyError' })
+  const cases: Array<[Error, string]> = [
+    [new DeadlineError(100), 'deadline'],
+    [new SilentConnectionError(1000), 'silent'],
+    [new LateRedisError(3, 160, 100, 200), 'late'],
+    [reply("OOM command not allowed when used memory > 'maxmemory'."), 'oom'],
+    [reply('ERR Error running script: @user_script:1: -OOM command not allowed'), 'oom'],
+    [reply('BUSY Redis is busy running a script'), 'redis'],
+    [new InvalidReplyError('a foreign value'), 'redis'],
+    [new Error('Connection is closed.'), 'connection']
+  ]
+  for (const [err, reason] of cases) t.equal(troubleReason(err), reason, `${err.message.slice(0, 40)}: ${reason}`)
 })

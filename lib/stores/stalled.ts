@@ -27,13 +27,14 @@ export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLo
     if (owned) {
       if (isCluster(client)) return cut(client, err, log)
       asking = true
+      // freshAnswers never rejects: it says whether Redis answered.
       freshAnswers(client, PROBE_MS).then(answers => {
         asking = false
         // Heard from meanwhile (a frozen Redis thawed while the fresh connection waited): not dead after all.
         if (!quiet()) return
         if (answers) cut(client, err, log)
         else log.warn({ err }, 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until Redis answers)')
-      }, () => { asking = false })
+      })
       return
     }
     if (Date.now() - lastSaid < quietMs) return
@@ -49,7 +50,8 @@ function cut (client: RedisLike, err: Error, log: FastifyBaseLogger): void {
 
 /** Whether Redis answers a PING over a connection of its own within `ms` (the connection closed after). */
 async function freshAnswers (client: Redis, ms: number): Promise<boolean> {
-  const fresh = client.duplicate({ lazyConnect: false, enableOfflineQueue: true, retryStrategy: () => null, connectionName: 'rate-guard-probe' })
+  // Closed in `finally` whatever happened, which also ends its reconnecting.
+  const fresh = client.duplicate({ lazyConnect: false, enableOfflineQueue: true, connectionName: 'rate-guard-probe' })
   fresh.on('error', () => {})
   try {
     return await deadline(fresh.ping(), ms).then(() => true, () => false)

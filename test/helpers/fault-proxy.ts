@@ -1,5 +1,5 @@
 // A TCP proxy in front of a real redis-server that can slow Redis's replies down or make its open connections
-// go silent. `delay(ms)` holds each reply that long (in order), as a congested network or a busy shard would;
+// go silent, or refuse new connections. `delay(ms)` holds each reply that long (in order), as a congested network or a busy shard would;
 // `stall()`, what a hung load balancer or NAT does, keeps every connection open now, passes what the client
 // sends, and drops what Redis answers; a connection opened afterwards passes both ways. No error and no close
 // reach the client.
@@ -15,6 +15,8 @@ export interface FaultProxy {
   delay: (ms: number) => void
   /** Connections open now stop passing Redis's replies (and stay open); later ones pass. */
   stall: () => void
+  /** New connections are refused from now on (those open now stay as they are). */
+  refuse: () => void
   /** How many connections have been opened through it. */
   readonly connections: number
 }
@@ -43,13 +45,16 @@ export async function startFaultProxy (t: Teardownable, redisPort: number): Prom
   await once(server, 'listening')
   t.teardown(async () => {
     for (const pair of open) for (const socket of pair.sockets) socket.destroy()
-    server.close()
-    await once(server, 'close')
+    if (server.listening) {
+      server.close()
+      await once(server, 'close')
+    }
   })
   const { port } = server.address() as { port: number }
   return {
     url: `redis://${HOST}:${port}`,
     delay: (ms) => { delayMs = ms },
+    refuse: () => { server.close() },
     stall: () => { for (const pair of open) pair.stalled = true },
     get connections () { return connections }
   }
