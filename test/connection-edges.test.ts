@@ -21,6 +21,14 @@ const BACK_WITHIN = 5000
 /** How long the traffic after that point is watched. */
 const WATCH = 1000
 
+/** The log line a kept connection leaves: Redis does not answer a fresh connection either. */
+const KEPT = /does not answer a fresh connection either/
+
+/** Waits (bounded: the silence plus a busy machine's slack) until the app has logged a line matching `pattern`. */
+async function logged (logs: LogLine[], pattern: RegExp, what: string): Promise<void> {
+  await until(async () => logs.some(line => pattern.test(line.msg)), what, silenceAfter(TIMEOUT) + 5000)
+}
+
 t.test('a plugin-made client whose connection stalls and stays open is replaced: limits are enforced again within seconds', async t => {
   const server = await startRedisServer(t)
   const proxy = await startFaultProxy(t, server.port)
@@ -56,10 +64,8 @@ t.test('a lent client whose connection stalls: the app is told to set socketTime
   const stream = new Stream(app, 'lent')
   await stream.until(samples => samples.length >= 10, 'traffic before the stall')
   proxy.stall()
-  const said = (): boolean => logs.some(line => /lent to rate-guard stopped answering/.test(line.msg) && /socketTimeout/.test(line.msg))
-  await until(async () => said(), 'the socketTimeout advice', silenceAfter(TIMEOUT) + 5000)
+  await logged(logs, /lent to rate-guard stopped answering.*socketTimeout/, 'the socketTimeout advice, which names what to set')
   await stream.stop()
-  t.ok(said(), 'the log names socketTimeout')
   t.equal(redis.status, 'ready', 'a lent client is not cut: it is the app\'s')
 })
 
@@ -132,15 +138,13 @@ t.test('a frozen Redis is not a stalled connection: a fresh connection gets no a
   const stream = new Stream(app, 'frozen')
   await stream.until(samples => samples.length >= 10, 'traffic before the freeze')
   server.freeze()
-  const kept = (): boolean => logs.some(line => /does not answer a fresh connection either/.test(line.msg))
-  await until(async () => kept(), 'the fresh connection\'s verdict', silenceAfter(TIMEOUT) + 5000)
+  await logged(logs, KEPT, 'the fresh connection\'s verdict')
   server.thaw()
   const thawedAt = performance.now()
   await stream.until(samples => samples.some(s => s.at > thawedAt && outcome('closed', s.res) === 'redis'), 'Redis deciding again')
   const samples = await stream.stop()
   const back = samples.find(s => s.at > thawedAt && outcome('closed', s.res) === 'redis')!
   t.equal(reconnects, 0, 'the connection was kept: cutting it would only add a reconnection to the freeze')
-  t.ok(kept(), 'the log says Redis itself is not answering')
   reliability(t, 'Redis frozen (SIGSTOP), owned client: the connection kept', Math.max(...samples.map(s => s.ms)), back.at + back.ms - thawedAt)
 })
 
@@ -154,8 +158,7 @@ t.test('a stalled connection while Redis refuses new ones: the fresh connection 
   await stream.until(samples => samples.length >= 10, 'traffic before the stall')
   proxy.refuse()
   proxy.stall()
-  const kept = (): boolean => logs.some(line => /does not answer a fresh connection either/.test(line.msg))
-  await until(async () => kept(), 'the fresh connection\'s verdict', silenceAfter(TIMEOUT) + 5000)
+  await logged(logs, KEPT, 'the fresh connection\'s verdict')
   const samples = await stream.stop()
   t.equal(closes, 0, 'nothing better to be had: the connection is kept')
   t.ok(samples.every(s => outcome('open', s.res) !== 'wrong'), 'every answer Redis\'s or failMode\'s meanwhile')
