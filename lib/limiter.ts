@@ -6,8 +6,8 @@ import type { HeldAnswers } from './held.js'
 import { Batcher } from './batcher.js'
 import type { BatchWatch } from './batcher.js'
 import { decisionChannel, troubleChannel } from './channels.js'
-import type { TroubleReason } from './channels.js'
 import { DecisionStats } from './stats.js'
+import { isPermanent, troubleReason } from './trouble.js'
 import { deadline } from './deadline.js'
 import { Silence, silenceAfter } from './silence.js'
 import { LateReplies } from './late.js'
@@ -36,26 +36,6 @@ const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
 
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000
-
-// Faults in how Redis is set up (no permission, a wrong password, a foreign value at our key, a broken script): they will not
-// pass by themselves, so they are logged as errors and do not trip the breaker, since Redis did answer.
-// Everything else (connection lost, deadline, BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY, OOM, …) passes.
-const PERMANENT = /^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
-
-/** What kind of trouble `err` is, as the trouble channel names it. */
-export function troubleReason (err: Error): TroubleReason {
-  const code = (err as { code?: unknown }).code
-  if (code === 'FST_RATE_GUARD_DEADLINE') return 'deadline'
-  if (code === 'FST_RATE_GUARD_SILENT_CONNECTION') return 'silent'
-  if (code === 'FST_RATE_GUARD_LATE_REPLIES') return 'late'
-  if (/\bOOM\b/.test(err.message)) return 'oom'
-  return err.name === 'ReplyError' || isPermanent(err) ? 'redis' : 'connection'
-}
-
-/** Whether `err` is a fault in how Redis is set up rather than one that passes. */
-export function isPermanent (err: Error): boolean {
-  return PERMANENT.test((err as { code?: unknown }).code === undefined ? err.message : String((err as { code?: unknown }).code))
-}
 
 export interface LimiterOptions {
   store: Store

@@ -4,7 +4,7 @@
 import t from 'tap'
 import { Silence, silenceAfter } from '../lib/silence.js'
 import { DeadlineError, InvalidReplyError, LateRedisError, SilentConnectionError } from '../lib/errors.js'
-import { troubleReason } from '../lib/limiter.js'
+import { troubleReason } from '../lib/trouble.js'
 import { onSilence } from '../lib/stores/stalled.js'
 import type { RedisLike } from '../lib/stores/redis.js'
 import { client, ready, startRedisServer, until } from './helpers/redis.js'
