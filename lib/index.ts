@@ -19,6 +19,7 @@ import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './err
 import * as errors from './errors.js'
 import { identityKeys, normalizeIP, trustsEveryAddress } from './keys.js'
 import { deadline } from './deadline.js'
+import { CHANNELS } from './channels.js'
 import { Limiter, TROUBLE_LOG_INTERVAL } from './limiter.js'
 import { isPermanent } from './trouble.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
@@ -314,7 +315,7 @@ export { errors }
 
 // CommonJS: `require('fastify-rate-guard')` (Node >= 20.19 loads this module for it) returns the plugin itself,
 // as `require('@fastify/rate-limit')` does, carrying every named export too.
-Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors })
+Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors, CHANNELS })
 export { rateGuard as 'module.exports' }
 export type { RateGuardDecorator, Registration } from './registrations.js'
 export type { RateGuardAdmin, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin.js'
@@ -325,7 +326,7 @@ export type {
 } from './types.js'
 export type { RequestCharge } from './charge.js'
 export type { StatsSnapshot } from './stats.js'
-export { CHANNELS } from './channels.js'
+export { CHANNELS }
 export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, RedisCallContext, Outcome } from './channels.js'
 export type { RedisLike } from './stores/redis.js'
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */

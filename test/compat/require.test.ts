@@ -26,3 +26,14 @@ t.test('ESM: default, rateGuard, fastifyRateLimit are one plugin; normalizeIP is
   t.equal(fastifyRateLimit, rateGuard)
   t.equal(normalizeIP('::ffff:127.0.0.1'), '127.0.0.1')
 })
+
+t.test('every named export of the ES module is on what require() gives, the same value', async t => {
+  const esm = await import(new URL('../../dist/index.js', import.meta.url).href) as Record<string, unknown>
+  const file = fileURLToPath(new URL('./fixtures/exports.cjs', import.meta.url))
+  const { stdout } = await promisify(execFile)(process.execPath, [file], { timeout: 30_000 })
+  const cjs = new Set(JSON.parse(stdout) as string[])
+  const named = Object.keys(esm).filter(name => name !== 'module.exports')
+  t.same(named.filter(name => !cjs.has(name)), [], `all of ${named.join(', ')} are on require()'s`)
+  const required = esm['module.exports'] as Record<string, unknown>
+  t.ok(named.every(name => required[name] === esm[name]), 'each the same value as the named export')
+})
