@@ -7,6 +7,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
+import type { Redis } from 'ioredis'
 import { client, getRedis, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 /**
@@ -46,6 +47,13 @@ t.test('on Redis: a read counts nothing; the count is the budget\'s', async t =>
   ])
 })
 
+/** A client lent to the plugin, with the 'error' listener its owner attaches (the server is stopped while it is frozen). */
+async function lent (t: Test, url: string): Promise<Redis> {
+  const redis = client(t, url, { enableOfflineQueue: false })
+  redis.on('error', () => {})
+  return await ready(redis)
+}
+
 t.test('a Redis that does not answer: within the deadline, failMode answers the check', async t => {
   const server = await startRedisServer(t)
   // open: the check answers, knowing no count; closed: the check throws (as theirs throws the store's error),
@@ -57,10 +65,10 @@ t.test('a Redis that does not answer: within the deadline, failMode answers the 
     ['closed', unavailableError, unavailableError]
   ]
   const apps = []
-  for (const [failMode] of cases) apps.push(await checking(t, { redis: await ready(client(t, server.url, { enableOfflineQueue: false })), failMode, timeout: 200, breaker: false }, { max: 5, timeWindow: '1 minute' }))
+  for (const [failMode] of cases) apps.push(await checking(t, { redis: await lent(t, server.url), failMode, timeout: 200, breaker: false }, { max: 5, timeWindow: '1 minute' }))
   const hooked = Fastify()
   t.teardown(() => hooked.close())
-  await hooked.register(rateGuard, { global: false, redis: await ready(client(t, server.url, { enableOfflineQueue: false })), failMode: 'closed', timeout: 200, breaker: false })
+  await hooked.register(rateGuard, { global: false, redis: await lent(t, server.url), failMode: 'closed', timeout: 200, breaker: false })
   hooked.get('/', { onRequest: hooked.rateLimit({ max: 5, timeWindow: '1 minute' }) }, async () => 'ok')
   server.freeze()
   const unavailable = await hooked.inject('/')
@@ -81,7 +89,7 @@ t.test('a Redis that does not answer: within the deadline, failMode answers the 
 
 t.test('the breaker open and failMode closed: the check throws the 503 at once, with no error of Redis\'s to give', async t => {
   const server = await startRedisServer(t)
-  const app = await checking(t, { redis: await ready(client(t, server.url, { enableOfflineQueue: false })), failMode: 'closed', timeout: 200, breaker: { threshold: 1, coolDown: 60_000 } }, { max: 5, timeWindow: '1 minute' })
+  const app = await checking(t, { redis: await lent(t, server.url), failMode: 'closed', timeout: 200, breaker: { threshold: 1, coolDown: 60_000 } }, { max: 5, timeWindow: '1 minute' })
   server.freeze()
   t.teardown(() => server.stop())
   t.match((await app.inject('/check')).json(), { threw: { code: 'FST_RATE_GUARD_DEADLINE' } }, 'the deadline, which opens the breaker')
