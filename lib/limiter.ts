@@ -94,10 +94,11 @@ export class Limiter {
 
   /** What watches the connection through its batches: silence (a dead connection) and late replies (a slow Redis, ghosts). */
   #watch (timeout: number, silent: LimiterOptions['silent'], log: FastifyBaseLogger | undefined): BatchWatch {
+    const afterMs = silenceAfter(timeout)
     const silence = silent === undefined
       ? undefined
-      : new Silence(silenceAfter(timeout), quiet => {
-        const error = new SilentConnectionError(silenceAfter(timeout))
+      : new Silence(afterMs, quiet => {
+        const error = new SilentConnectionError(afterMs)
         this.#trouble(error, undefined)
         silent(error, quiet)
       })

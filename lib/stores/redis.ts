@@ -5,6 +5,7 @@ import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { ClosedError, CommandConflictError, DeadlineError } from '../errors.js'
 import { traced } from '../channels.js'
+import { isBanKey } from '../keys.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
 import { toDecisions } from './store.js'
@@ -188,7 +189,7 @@ export class RedisStore implements RemoteStore {
   }
 
   async unban (keys: readonly string[]): Promise<void> {
-    const bans = keys.filter(key => key.endsWith(':banned'))
+    const bans = keys.filter(isBanKey)
     await this.client.multi().del(...keys).zrem(this.#index(bans[0]!), ...bans).exec()
   }
 
