@@ -6,8 +6,9 @@ import { THEIR_DEFAULTS, banPerWindow, checkDenials, checkFailMode, checkOverLim
 import type { Warn } from './compat.js'
 import { InvalidGroupIdError, InvalidRouteConfigError } from './errors.js'
 import { ALL_HEADERS, DRAFT_NAMES, PLAIN_NAMES, checkHeaderSwitches } from './headers.js'
-import { canonicalKey, defaultKeyGenerator, keyTiers } from './keys.js'
-import type { KeyHierarchyOptions } from './keys.js'
+import { canonicalKey } from './ip.js'
+import { defaultKeyGenerator, keyTiers } from './identity.js'
+import type { KeyHierarchyOptions } from './identity.js'
 import { checkBan, checkCost, checkLimitList, checkOneLimit, checkShared, checkSizes } from './limit-options.js'
 import type { RedisLike } from './stores/redis.js'
 import type {

@@ -7,7 +7,7 @@ import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
-import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
+import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/stores/key-names.js'
 import { SCRIPTS } from '../lib/stores/redis.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 

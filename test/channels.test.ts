@@ -8,7 +8,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard, { CHANNELS } from '../lib/index.js'
 import type { BreakerMessage, DecisionMessage, RateGuardOptions, RedisCallContext, TroubleMessage } from '../lib/index.js'
-import { hashIdentity } from '../lib/keys.js'
+import { hashIdentity } from '../lib/stores/key-names.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 import { freePort, startRedisServer } from './helpers/redis-server.js'
 

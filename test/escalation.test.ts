@@ -11,7 +11,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { BanInfo, BanOptions, RateGuardOptions } from '../lib/index.js'
-import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
+import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 // The default key of a client known by its address: the bare address, as @fastify/rate-limit writes it.

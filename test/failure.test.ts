@@ -10,7 +10,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
-import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
+import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { bound, watchEscapes } from './helpers/faults.js'
 

@@ -11,7 +11,7 @@ import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
-import { hashIdentity, identityKeys } from '../lib/keys.js'
+import { hashIdentity, identityKeys } from '../lib/stores/key-names.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
 const LOCAL = '127.0.0.1'

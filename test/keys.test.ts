@@ -9,7 +9,7 @@ import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
 import rateGuard, { normalizeIP } from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
-import { hashIdentity, identityKeys, scopeOf } from '../lib/keys.js'
+import { hashIdentity, identityKeys, scopeOf } from '../lib/stores/key-names.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
 interface Setup {

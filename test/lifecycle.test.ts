@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
-import { identityKeys } from '../lib/keys.js'
+import { identityKeys } from '../lib/stores/key-names.js'
 import { SLIDING_LOG_COMMAND } from '../lib/stores/redis.js'
 import { client, freePort, getRedis, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import type { Test } from 'tap'
 import { DEFAULTS } from '../lib/options.js'
-import { identityKeys, scopeOf } from '../lib/keys.js'
+import { identityKeys, scopeOf } from '../lib/stores/key-names.js'
 import { client, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import type { RedisProcess } from './helpers/redis.js'
 

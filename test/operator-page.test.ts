@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { chromium } from 'playwright-core'
 import t from 'tap'
-import { hashIdentity } from '../lib/keys.js'
+import { hashIdentity } from '../lib/stores/key-names.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'

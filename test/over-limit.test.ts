@@ -6,7 +6,7 @@
 import t from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import type { Limit } from '../lib/algorithms/index.js'
-import { identityKeys } from '../lib/keys.js'
+import { identityKeys } from '../lib/stores/key-names.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { RedisStore, defineScript, scriptArgs } from '../lib/stores/redis.js'
 import { toDecision } from '../lib/stores/store.js'

@@ -9,7 +9,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { OverrideOptions, RateGuardOptions } from '../lib/index.js'
-import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
+import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/stores/key-names.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
 const LOCAL = '127.0.0.1'

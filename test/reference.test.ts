@@ -16,7 +16,7 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import type { Algorithm, Limit } from '../lib/algorithms/index.js'
-import { identityKeys } from '../lib/keys.js'
+import { identityKeys } from '../lib/stores/key-names.js'
 import type { Decision } from '../lib/stores/store.js'
 import { prng } from './helpers/random.js'
 import { uniquePrefix } from './helpers/redis.js'

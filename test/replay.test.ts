@@ -1,7 +1,7 @@
 // A command whose reply was lost can run twice (a client re-sending it after a reconnect). The script is
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
-import { identityKeys } from '../lib/keys.js'
+import { identityKeys } from '../lib/stores/key-names.js'
 import { defineSlidingLog, scriptArgs } from '../lib/stores/redis.js'
 import { toDecision } from '../lib/stores/store.js'
 import { decideInput } from './helpers/stores.js'

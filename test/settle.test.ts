@@ -12,7 +12,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { PeekResult, RateGuardOptions } from '../lib/index.js'
-import { sharedKeys, scopeOf } from '../lib/keys.js'
+import { sharedKeys, scopeOf } from '../lib/stores/key-names.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /** Correctness, not latency: a deadline no loaded machine misses, and a 503 (never a silent pass) if one did. */

@@ -7,7 +7,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
-import { identityKeys, scopeOf, watchedScope } from '../lib/keys.js'
+import { identityKeys, scopeOf, watchedScope } from '../lib/stores/key-names.js'
 import { client, getRedis, uniquePrefix, until } from './helpers/redis.js'
 
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const

@@ -11,7 +11,7 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { PeekResult, RateGuardOptions } from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
-import { GLOBAL_SCOPE, identityKeys, scopeOf, sharedKeys } from '../lib/keys.js'
+import { GLOBAL_SCOPE, identityKeys, scopeOf, sharedKeys } from '../lib/stores/key-names.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
 /** Correctness, not latency: a deadline no loaded machine misses, and a 503 (never a silent pass) if one did. */

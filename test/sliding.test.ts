@@ -8,7 +8,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
 import rateGuard from '../lib/index.js'
-import { identityKeys } from '../lib/keys.js'
+import { identityKeys } from '../lib/stores/key-names.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 interface Setup {

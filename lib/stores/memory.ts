@@ -3,7 +3,7 @@ import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, parseLimits, toDecision } from './store.js'
 import { LONGEST } from '../duration.js'
 import { Oldest } from '../oldest.js'
-import { isBanKey } from '../keys.js'
+import { isBanKey } from './key-names.js'
 import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
 import type { Ban } from './ban-index.js'
 

@@ -1,6 +1,6 @@
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { InvalidReplyError } from '../errors.js'
-import type { IdentityKeys } from '../keys.js'
+import type { IdentityKeys } from './key-names.js'
 import type { Ban } from './ban-index.js'
 
 /** What every store (Redis, in process) takes and answers, and the one place a raw reply becomes a result. */

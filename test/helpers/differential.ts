@@ -2,8 +2,8 @@
 // (time injected) and the in-process twin, on the same random traffic, must decide every step alike.
 import type { Test } from 'tap'
 import type { Algorithm } from '../../lib/algorithms/index.js'
-import { identityKeys } from '../../lib/keys.js'
-import type { IdentityKeys } from '../../lib/keys.js'
+import { identityKeys } from '../../lib/stores/key-names.js'
+import type { IdentityKeys } from '../../lib/stores/key-names.js'
 import type { DecideInput } from '../../lib/stores/store.js'
 import { uniquePrefix } from './redis.js'
 import { decideInput, memoryStore, redisStore } from './stores.js'

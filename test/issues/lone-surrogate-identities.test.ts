@@ -5,7 +5,7 @@
 // headers. Found by test/hostile.test.ts.
 import { createHash } from 'node:crypto'
 import t from 'tap'
-import { hashIdentity } from '../../lib/keys.js'
+import { hashIdentity } from '../../lib/stores/key-names.js'
 
 t.test('identities that differ only in lone surrogates get different hashes', async t => {
   const inputs = ['\uD800', '\uDFFF', '\uFFFD', 'a\uD83D', 'a\uDE00', 'a\uFFFD', '\uDE00\uD83D', '\uD83D\uDE00', '😀']

@@ -8,7 +8,7 @@
 import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard, { normalizeIP } from '../../lib/index.js'
-import { clientIP } from '../../lib/keys.js'
+import { clientIP } from '../../lib/ip.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
 t.test('clientIP: an IPv4-compatible or SIIT address is the IPv4 address it carries', async t => {

@@ -9,7 +9,7 @@ import vm from 'node:vm'
 import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard from '../../lib/index.js'
-import { identityKeys } from '../../lib/keys.js'
+import { identityKeys } from '../../lib/stores/key-names.js'
 import { MemoryStore, OVERFLOW_BUCKETS } from '../../lib/stores/memory.js'
 import type { DecideInput } from '../../lib/stores/store.js'
 

@@ -6,7 +6,7 @@
 import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard from '../../lib/index.js'
-import { clientIP } from '../../lib/keys.js'
+import { clientIP } from '../../lib/ip.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
 t.test('clientIP: a translated IPv4 client is that IPv4 address; other IPv6 addresses are masked', async t => {

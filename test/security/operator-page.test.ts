@@ -14,7 +14,7 @@ import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import t, { type Test } from 'tap'
 import rateGuard from '../../lib/index.js'
-import { hashIdentity } from '../../lib/keys.js'
+import { hashIdentity } from '../../lib/stores/key-names.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
 const PASSWORD = 'operator-test-password'

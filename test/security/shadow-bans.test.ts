@@ -11,7 +11,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 import type { RateGuardOptions } from '../../lib/index.js'
-import { hashIdentity } from '../../lib/keys.js'
+import { hashIdentity } from '../../lib/stores/key-names.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
 const STORES = ['redis', 'memory'] as const

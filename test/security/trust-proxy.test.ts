@@ -6,7 +6,7 @@ import Fastify from 'fastify'
 import type { FastifyServerOptions } from 'fastify'
 import t from 'tap'
 import rateGuard from '../../lib/index.js'
-import { trustsEveryAddress } from '../../lib/keys.js'
+import { trustsEveryAddress } from '../../lib/ip.js'
 
 const EVERYONE: Array<[string, unknown]> = [
   ['true', true],

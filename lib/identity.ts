@@ -1,0 +1,71 @@
+import { isIP } from 'node:net'
+import type { FastifyRequest } from 'fastify'
+import type { Awaitable, KeyGenerator } from './types.js'
+import { then } from './awaitable.js'
+import type { Callbacks } from './callbacks.js'
+import { clientIP } from './ip.js'
+
+// Who a request is: a verified API key, then the authenticated user, then the client's address.
+
+export interface KeyHierarchyOptions {
+  /** The API-key tier's header; false when the tier is off (always, unless the app verifies keys). */
+  apiKeyHeader: string | false
+  verifyApiKey: ((apiKey: string, request: FastifyRequest) => Awaitable<boolean>) | undefined
+  userId: ((request: FastifyRequest) => unknown) | undefined
+  ipv6Subnet: number
+  callbacks: Callbacks
+  /** The key of a request without an address (see lib/addressless.ts): made once per registration, so it warns once. */
+  addressless: (request: FastifyRequest) => string
+}
+
+/** Longest API key or user id considered; longer values are not identities anyone issues. */
+const MAX_ID_LENGTH = 4096
+
+function defaultUserId (request: FastifyRequest): unknown {
+  const user = (request as { user?: unknown }).user
+  return typeof user === 'object' && user !== null ? (user as { id?: unknown }).id : undefined
+}
+
+function asId (value: unknown): string | undefined {
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value)
+  if (typeof value === 'string' && value.length > 0 && value.length <= MAX_ID_LENGTH) return value
+  return undefined
+}
+
+/** The tiers the default key generator names clients by, for the log line at register. */
+export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHeader'>): string {
+  return `${apiKeyHeader === false ? '' : `verified API key (${apiKeyHeader}) → `}authenticated user → client IP`
+}
+
+/**
+ * The default key: `apikey:<key>` when the API key header is present and `verifyApiKey` says it is valid,
+ * else `user:<id>` for an authenticated user, else the client's address as `@fastify/rate-limit` writes it
+ * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`; none at all, the
+ * `addressless` option's key. So an API key, a user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
+ * a key nobody checked is free to mint, a fresh budget per request.
+ * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
+ */
+export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
+  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks, addressless } = opts
+  const byAddress = (request: FastifyRequest): string => {
+    if (request.ip !== undefined && request.ip !== '') {
+      // What is not an address (a forged X-Forwarded-For entry, under a trustProxy that trusts it) is kept
+      // apart from the other tiers: `user:victim` there must not spend that user's budget.
+      const address = clientIP(request.ip, ipv6Subnet)
+      return isIP(address) !== 0 ? address : `ip:${address}`
+    }
+    return addressless(request)
+  }
+  const byUserOrIp = (request: FastifyRequest): string => {
+    const user = asId(userId === undefined ? defaultUserId(request) : callbacks.run('userId', () => userId(request), () => undefined, request.log))
+    return user !== undefined ? `user:${user}` : byAddress(request)
+  }
+  if (apiKeyHeader === false || verifyApiKey === undefined) return byUserOrIp
+  return (request) => {
+    const apiKey = asId(request.headers[apiKeyHeader])
+    if (apiKey === undefined) return byUserOrIp(request)
+    const verified = callbacks.run('verifyApiKey', () => verifyApiKey(apiKey, request), () => false, request.log)
+    return then(verified, valid => valid === true ? `apikey:${apiKey}` : byUserOrIp(request)) as Awaitable<string>
+  }
+}
+
