@@ -68,4 +68,3 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
     return then(verified, valid => valid === true ? `apikey:${apiKey}` : byUserOrIp(request)) as Awaitable<string>
   }
 }
-

@@ -125,4 +125,3 @@ function expandIPv6 (address: string): number[] {
 export function canonicalKey (key: string, ipv6Subnet: number): string {
   return isIP(key) !== 0 ? clientIP(key, ipv6Subnet) : key
 }
-
