@@ -2,7 +2,7 @@ import { ALGORITHMS } from './algorithms/index.js'
 import type { Algorithm } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import { budgetName } from './budgets.js'
-import type { Budgets } from './budgets.js'
+import type { BudgetOptions, Budgets } from './budgets.js'
 import type { RouteBudget } from './hook.js'
 import { staticLimits } from './hook.js'
 import { remainingOf } from './headers.js'
@@ -22,12 +22,6 @@ import type { DecisionStats, StatsSnapshot } from './stats.js'
  * a reset or an override holds on every instance at once. Keys are the ones the key generator makes
  * (`ip:1.2.3.4`, `user:42`, `apikey:…`).
  */
-
-/** Which budget: a route as `'GET /search'`, or a group id. Default: the plugin-wide budget. */
-export interface BudgetOptions {
-  route?: string
-  groupId?: string
-}
 
 export interface PeekOptions extends BudgetOptions {
   /** Needed when that budget's `max` / `timeWindow` are functions of the request: they stand in for the functions. */

@@ -1,5 +1,4 @@
 import type { RouteOptions } from 'fastify'
-import type { BudgetOptions } from './admin.js'
 import { BudgetConflictError } from './errors.js'
 import { headerStyle } from './headers.js'
 import type { RouteBudget } from './hook.js'
@@ -22,6 +21,12 @@ import type { ResolvedLimit, ResolvedRoute } from './types.js'
 // is refused when it is declared, with a coded error naming both. A limit computed per request (a function)
 // is taken as the same as any other function: what it returns is checked per request, not here.
 // Each route keeps its own RouteBudget (its headers, callbacks, key generator), around the shared state.
+
+/** Which budget: a route as `'GET /search'`, or a group id. Default: the plugin-wide budget. */
+export interface BudgetOptions {
+  route?: string
+  groupId?: string
+}
 
 /** The name of the budget an operator's call means: a route's (`GET /search`, `GET /x {version=1.0.0}`), a group's (`group:<id>`), else the plugin's (`default`). */
 export function budgetName ({ route, groupId }: BudgetOptions = {}): string {

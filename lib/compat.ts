@@ -1,7 +1,6 @@
 import { checkBoolean, checkOneOf, fail, show } from './check.js'
 import { LONGEST, pastLongest } from './duration.js'
-import type { FailMode, ResolvedLimit } from './types.js'
-import type { BanPolicy } from './stores/store.js'
+import type { BanPolicy, FailMode, OverLimit, ResolvedLimit } from './types.js'
 
 /**
  * `@fastify/rate-limit`'s options that this plugin spells another way, mapped once at register: `ban` as a
@@ -25,9 +24,6 @@ export function checkDenials (value: unknown, name: string): number {
   if (!Number.isSafeInteger(value)) fail(name, value, 'false, { threshold, duration }, or a number of denials (an integer, 0 or more)')
   return value as number
 }
-
-/** What a budget does with the requests it denies: count nothing (absent), count them, or double the wait. */
-export type OverLimit = 'continue' | 'backoff' | undefined
 
 /**
  * `continueExceeding` (a denied request is counted, so a client that keeps sending stays limited) and

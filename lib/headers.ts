@@ -1,6 +1,6 @@
 import type { FastifyReply } from 'fastify'
 import { checkBoolean, checkKeys, fail } from './check.js'
-import type { ResolvedRoute } from './types.js'
+import type { FieldNames, HeaderSwitches, ResolvedRoute } from './types.js'
 import type { Decision } from './stores/store.js'
 
 /**
@@ -12,21 +12,8 @@ import type { Decision } from './stores/store.js'
  * units no less (§6: `Retry-After` never points earlier than the reset).
  */
 
-/** The names of the three fields of the binding limit: `X-RateLimit-*`, or the draft's `RateLimit-*` (`enableDraftSpec`). */
-export interface FieldNames {
-  readonly limit: string
-  readonly remaining: string
-  readonly reset: string
-}
-
 export const PLAIN_NAMES: FieldNames = Object.freeze({ limit: 'x-ratelimit-limit', remaining: 'x-ratelimit-remaining', reset: 'x-ratelimit-reset' })
 export const DRAFT_NAMES: FieldNames = Object.freeze({ limit: 'ratelimit-limit', remaining: 'ratelimit-remaining', reset: 'ratelimit-reset' })
-
-/** Which headers are sent: the three fields on an allowed request, and on a refusal with `Retry-After`. */
-export interface HeaderSwitches {
-  readonly allowed: Readonly<Record<keyof FieldNames, boolean>>
-  readonly refused: Readonly<Record<keyof FieldNames | 'retryAfter', boolean>>
-}
 
 export const ALL_HEADERS: HeaderSwitches = Object.freeze({
   allowed: Object.freeze({ limit: true, remaining: true, reset: true }),

@@ -3,7 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Limit } from './algorithms/index.js'
 import { Oldest } from './oldest.js'
 import { isCluster } from './stores/redis.js'
-import type { RedisLike } from './stores/redis.js'
+import type { RedisLike } from './types.js'
 import { bannedDecision } from './stores/store.js'
 import type { Decision } from './stores/store.js'
 

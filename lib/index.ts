@@ -24,13 +24,11 @@ import { CHANNELS } from './channels.js'
 import { Limiter, TROUBLE_LOG_INTERVAL } from './limiter.js'
 import { isPermanent } from './trouble.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
-import type { HookName, RateGuardOptions, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions } from './types.js'
+import type { FastifyRateLimitStoreCtor, HookName, RateGuardOptions, RedisLike, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, TheirStore } from './types.js'
 import { MemoryStore } from './stores/memory.js'
 import { theirParams } from './stores/theirs.js'
-import type { FastifyRateLimitStoreCtor, TheirStore } from './stores/theirs.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import { onSilence } from './stores/stalled.js'
-import type { RedisLike } from './stores/redis.js'
 import type { DecideInput } from './stores/store.js'
 
 declare module 'fastify' {
@@ -319,7 +317,8 @@ export { errors }
 Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors, CHANNELS })
 export { rateGuard as 'module.exports' }
 export type { RateGuardDecorator, Registration } from './registrations.js'
-export type { RateGuardAdmin, BudgetOptions, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin.js'
+export type { BudgetOptions } from './budgets.js'
+export type { RateGuardAdmin, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin.js'
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
@@ -329,10 +328,9 @@ export type { RequestCharge } from './charge.js'
 export type { StatsSnapshot } from './stats.js'
 export { CHANNELS }
 export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, RedisCallContext, Outcome } from './channels.js'
-export type { RedisLike } from './stores/redis.js'
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */
 export type CreateRateLimitOptions = RouteRateLimitOptions & { store?: FastifyRateLimitStoreCtor }
-export type { FastifyRateLimitOptions, FastifyRateLimitStore, FastifyRateLimitStoreCtor } from './stores/theirs.js'
+export type { FastifyRateLimitOptions, FastifyRateLimitStore, FastifyRateLimitStoreCtor, RedisLike } from './types.js'
 export type { RateLimitCheck, RateLimitResult } from './limiters.js'
 export type { Algorithm } from './algorithms/index.js'
 // @fastify/rate-limit's names for the same types, so an app's type imports only change the package.

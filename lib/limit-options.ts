@@ -1,7 +1,6 @@
 import type { Algorithm, Limit } from './algorithms/index.js'
 import { checkDuration, checkKeys, checkMax, fail } from './check.js'
-import type { CostFunction, MaxFunction, ResolvedLimit, TimeWindowFunction } from './types.js'
-import type { BanPolicy } from './stores/store.js'
+import type { BanPolicy, CostFunction, MaxFunction, ResolvedLimit, TimeWindowFunction } from './types.js'
 
 /** Limits and bans as options: a limit (or several), a shared budget, an override, a ban policy, a policy's name. */
 

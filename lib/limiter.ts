@@ -14,22 +14,12 @@ import { LateReplies } from './late.js'
 import type { LateNews } from './late.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
-import type { Algorithm } from './algorithms/index.js'
-import type { DecideInput, Decision, RemoteStore, SettleInput, Store } from './stores/store.js'
+import type { Decidable, DecideInput, Decision, RemoteStore, SettleInput, Store, Verdict } from './stores/store.js'
 
 // One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides —
 // `open` lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
 // breaker is open, `failMode` decides without asking Redis at all. The way to Redis, in order: answers held
 // in process → the breaker → a batch (`lib/batcher.ts`, which owns the deadline) → `failMode`.
-
-/**
- * A request of a budget, which always says its algorithm (batches are per algorithm), whether only time
- * can change its denials (see `HeldAnswers`), and what decides when Redis cannot.
- */
-export type Decidable = DecideInput & { readonly algorithm: Algorithm, readonly holdDenials: boolean, readonly failMode: FailMode }
-
-/** A decision, or what `failMode` said instead: `error` is what kept the store from deciding, when it said. */
-export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable', readonly error?: Error }
 
 const UNENFORCED: Verdict = Object.freeze({ status: 'unenforced' })
 const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { remainingOf, seconds } from './headers.js'
 import type { BudgetHooks, Given } from './hook.js'
 import { SENT, unavailableError } from './hook.js'
-import type { Verdict } from './limiter.js'
+import type { Verdict } from './stores/store.js'
 
 /**
  * `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:

@@ -10,10 +10,9 @@ import { canonicalKey } from './ip.js'
 import { defaultKeyGenerator, keyTiers } from './identity.js'
 import type { KeyHierarchyOptions } from './identity.js'
 import { checkBan, checkCost, checkLimitList, checkOneLimit, checkShared, checkSizes } from './limit-options.js'
-import type { RedisLike } from './stores/redis.js'
 import type {
   AllowListFunction, BanCallback, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, HookName, KeyCallback, KeyGenerator, Mode, ResolvedBreaker,
-  RateGuardOptions, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, SettleFunction
+  RateGuardOptions, RedisLike, ResolvedLimit, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, SettleFunction
 } from './types.js'
 
 // Every option checked once, at register, into one frozen object: the table of options (where each may be

@@ -1,4 +1,5 @@
-import type { BudgetOptions, OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin.js'
+import type { OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin.js'
+import type { BudgetOptions } from './budgets.js'
 import { budgetName } from './budgets.js'
 import { InvalidOptionError } from './errors.js'
 import { combined } from './stats.js'

@@ -1,13 +1,63 @@
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
+import type { Cluster, Redis } from 'ioredis'
 import type { Algorithm } from './algorithms/index.js'
 import type { Callbacks } from './callbacks.js'
-import type { OverLimit } from './compat.js'
-import type { FieldNames, HeaderSwitches } from './headers.js'
-import type { RedisLike } from './stores/redis.js'
-import type { BanPolicy } from './stores/store.js'
-import type { FastifyRateLimitStoreCtor } from './stores/theirs.js'
 
 /** The options as the app gives them, and as they are once checked (lib/options.ts makes the second of the first). */
+
+/** What a budget does with the requests it denies: count nothing (absent), count them, or double the wait. */
+export type OverLimit = 'continue' | 'backoff' | undefined
+
+/** The names of the three fields of the binding limit: `X-RateLimit-*`, or the draft's `RateLimit-*` (`enableDraftSpec`). */
+export interface FieldNames {
+  readonly limit: string
+  readonly remaining: string
+  readonly reset: string
+}
+
+/** Which headers are sent: the three fields on an allowed request, and on a refusal with `Retry-After`. */
+export interface HeaderSwitches {
+  readonly allowed: Readonly<Record<keyof FieldNames, boolean>>
+  readonly refused: Readonly<Record<keyof FieldNames | 'retryAfter', boolean>>
+}
+
+/** The `redis` option: an ioredis client or Cluster. */
+export type RedisLike = Redis | Cluster
+
+/** When denials start a ban, and how long each ban in a row lasts. */
+export interface BanPolicy {
+  /** Denials within one window of the limit hit that start a ban. */
+  readonly threshold: number
+  /** The nth ban in a row lasts `ladder[n - 1]` ms, the last step repeating; one step: every ban is as long. */
+  readonly ladder: readonly number[]
+  /** How long after a ban ends it still counts toward the next one's length (ms). */
+  readonly forgetMs: number
+}
+
+/** The callback of their store's `incr` and `read`. */
+export type StoreCallback = (err: Error | null, result?: { current: number, ttl: number }) => void
+
+// Their type names, so a store written against their types compiles unchanged.
+/** What a store is made with: the budget's options, by their names (see `theirParams`). */
+export interface FastifyRateLimitOptions { }
+
+export interface FastifyRateLimitStoreCtor {
+  new (options: FastifyRateLimitOptions): FastifyRateLimitStore
+}
+
+export interface FastifyRateLimitStore {
+  incr (key: string, callback: StoreCallback, timeWindow: number, max: number): void
+  child (routeOptions: RouteOptions & { path: string, prefix: string }): FastifyRateLimitStore
+  /** Reads without counting (`createRateLimit`'s `increment: false`). */
+  read? (key: string, callback: StoreCallback, timeWindow: number, max: number): void
+}
+
+/** An instance of the app's store class (keys are passed as the key generator gave them). */
+export interface TheirStore {
+  incr (key: unknown, callback: StoreCallback, timeWindow: number, max: number): void
+  child (routeOptions: object): TheirStore
+  read? (key: unknown, callback: StoreCallback, timeWindow: number, max: number): void
+}
 
 export type Awaitable<T> = T | Promise<T>
 /** The client's key: a number is taken as its decimal string, as `@fastify/rate-limit` does. */

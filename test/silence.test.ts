@@ -6,7 +6,7 @@ import { Silence, silenceAfter } from '../lib/silence.js'
 import { DeadlineError, InvalidReplyError, LateRedisError, SilentConnectionError } from '../lib/errors.js'
 import { troubleReason } from '../lib/trouble.js'
 import { onSilence } from '../lib/stores/stalled.js'
-import type { RedisLike } from '../lib/stores/redis.js'
+import type { RedisLike } from '../lib/types.js'
 import { client, ready, startRedisServer, until } from './helpers/redis.js'
 
 t.test('silent once commands waited afterMs with nothing heard; then the watch starts over', async t => {

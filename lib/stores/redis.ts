@@ -9,11 +9,10 @@ import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
 import { toDecisions } from './store.js'
-import type { BanPolicy, DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
+import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
+import type { BanPolicy, RedisLike } from '../types.js'
 
 /** The Redis store: one script call per batch of decisions, each script defined once per client under a name holding its hash. */
-
-export type RedisLike = Redis | Cluster
 
 /** Whether `client` is an ioredis Cluster (whose scripts may touch one slot, and whose options differ). */
 export function isCluster (client: RedisLike): client is Cluster {

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
 import { deadline } from '../deadline.js'
 import { isCluster } from './redis.js'
-import type { RedisLike } from './redis.js'
+import type { RedisLike } from '../types.js'
 
 // What is done with a connection that takes commands and returns nothing (lib/silence.ts tells when).
 //

@@ -2,18 +2,9 @@ import type { Algorithm, Limit } from '../algorithms/index.js'
 import { InvalidReplyError } from '../errors.js'
 import type { IdentityKeys } from './key-names.js'
 import type { Ban } from './ban-index.js'
+import type { BanPolicy, FailMode } from '../types.js'
 
 /** What every store (Redis, in process) takes and answers, and the one place a raw reply becomes a result. */
-
-/** When denials start a ban, and how long each ban in a row lasts. */
-export interface BanPolicy {
-  /** Denials within one window of the limit hit that start a ban. */
-  readonly threshold: number
-  /** The nth ban in a row lasts `ladder[n - 1]` ms, the last step repeating; one step: every ban is as long. */
-  readonly ladder: readonly number[]
-  /** How long after a ban ends it still counts toward the next one's length (ms). */
-  readonly forgetMs: number
-}
 
 export interface DecideInput {
   readonly keys: IdentityKeys
@@ -41,6 +32,15 @@ export interface DecideInput {
    */
   readonly cost?: number
 }
+
+/**
+ * A request of a budget, which always says its algorithm (batches are per algorithm), whether only time
+ * can change its denials (see `HeldAnswers`), and what decides when Redis cannot.
+ */
+export type Decidable = DecideInput & { readonly algorithm: Algorithm, readonly holdDenials: boolean, readonly failMode: FailMode }
+
+/** A decision, or what `failMode` said instead: `error` is what kept the store from deciding, when it said. */
+export type Verdict = Decision | { readonly status: 'unenforced' | 'unavailable', readonly error?: Error }
 
 /** Changes what a decision counted (`member` and `at` are the decision's): to `final` units, 0 giving it all back. */
 export interface SettleInput {

@@ -1,7 +1,7 @@
-import type { FastifyBaseLogger, RouteOptions } from 'fastify'
+import type { FastifyBaseLogger } from 'fastify'
 import { deadline } from '../deadline.js'
-import type { Decidable, Verdict } from '../limiter.js'
-import type { ResolvedRoute } from '../types.js'
+import type { Decidable, Verdict } from './store.js'
+import type { ResolvedRoute, TheirStore } from '../types.js'
 import type { Decision } from './store.js'
 
 /**
@@ -12,30 +12,6 @@ import type { Decision } from './store.js'
  * `ban: N` and held answers do not apply. Each call has the decision's deadline; when the store fails or
  * misses it, `failMode` decides, as when Redis cannot.
  */
-
-type Callback = (err: Error | null, result?: { current: number, ttl: number }) => void
-
-// Their type names, so a store written against their types compiles unchanged.
-/** What a store is made with: the budget's options, by their names (see `theirParams`). */
-export interface FastifyRateLimitOptions { }
-
-export interface FastifyRateLimitStoreCtor {
-  new (options: FastifyRateLimitOptions): FastifyRateLimitStore
-}
-
-export interface FastifyRateLimitStore {
-  incr (key: string, callback: Callback, timeWindow: number, max: number): void
-  child (routeOptions: RouteOptions & { path: string, prefix: string }): FastifyRateLimitStore
-  /** Reads without counting (`createRateLimit`'s `increment: false`). */
-  read? (key: string, callback: Callback, timeWindow: number, max: number): void
-}
-
-/** An instance of the app's store class (keys are passed as the key generator gave them). */
-export interface TheirStore {
-  incr (key: unknown, callback: Callback, timeWindow: number, max: number): void
-  child (routeOptions: object): TheirStore
-  read? (key: unknown, callback: Callback, timeWindow: number, max: number): void
-}
 
 /** What their stores are given (`new Store(options)`, `child(routeOptions)`): their names for a budget's options. */
 export function theirParams (route: ResolvedRoute): Record<string, unknown> {
