@@ -3,12 +3,12 @@ import { then } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
 import { AbandonedError, AlreadySettledError, InvalidSettleError } from './errors.js'
 import type { Decidable } from './stores/store.js'
-import type { Limiter } from './limiter.js'
+import type { Decider } from './decider.js'
 import type { Decision, SettleInput } from './stores/store.js'
 import type { ResolvedRoute } from './types.js'
 
 /**
- * What a request was charged, and how it settles: reserve, then settle. A request the limiter allowed holds
+ * What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
  * its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at
  * its final amount: more (an LLM answer's tokens), less, or 0 (a response that does not count, an aborted
  * request). From the handler (`request.rateGuard.settle(amount)`) or after the response, by the route's
@@ -51,15 +51,15 @@ interface Counted {
 type Phase = 'waiting' | 'working' | 'abandoned'
 
 export class Charge implements RequestCharge {
-  readonly #limiter: Limiter
+  readonly #decider: Decider
   readonly #counted: readonly Counted[]
   readonly #log: FastifyBaseLogger
   #charged: number
   #settled = false
   #phase: Phase = 'waiting'
 
-  constructor (limiter: Limiter, counted: readonly Counted[], log: FastifyBaseLogger) {
-    this.#limiter = limiter
+  constructor (decider: Decider, counted: readonly Counted[], log: FastifyBaseLogger) {
+    this.#decider = decider
     this.#counted = counted
     this.#log = log
     this.#charged = counted[0]!.input.cost ?? 1
@@ -102,9 +102,9 @@ export class Charge implements RequestCharge {
       const final = finals[i]!
       if (final === cost) return
       const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final }
-      const settled = this.#limiter.settle(settling, this.#log)
+      const settled = this.#decider.settle(settling, this.#log)
       // Units given back on a budget whose denials are held until they end: no instance may hold them now.
-      await (final < cost && input.holdDenials ? this.#limiter.givenBack(input.keys.log, settled, this.#log) : settled)
+      await (final < cost && input.holdDenials ? this.#decider.givenBack(input.keys.log, settled, this.#log) : settled)
     }))
   }
 }
@@ -132,8 +132,8 @@ export const UNCOUNTED: RequestCharge = Object.freeze({
 const slot = (request: FastifyRequest): Record<symbol, Charge | null> => request as unknown as Record<symbol, Charge | null>
 
 /** Records the charge of a request `counted` allowed (its own budget first), for the handler and the response hooks. */
-export function charge (request: FastifyRequest, limiter: Limiter, counted: readonly Counted[]): void {
-  slot(request)[CHARGE] = new Charge(limiter, counted, request.log)
+export function charge (request: FastifyRequest, decider: Decider, counted: readonly Counted[]): void {
+  slot(request)[CHARGE] = new Charge(decider, counted, request.log)
 }
 
 /** The request's charge, as `request.rateGuard` gives it. */

@@ -8,8 +8,8 @@ import { retryAfterSeconds, writeHeaders } from './headers.js'
 import type { HeaderStyle } from './headers.js'
 import { identityKeys, keyHashOf, sharedKeys, watchedScope } from './stores/key-names.js'
 import type { Decidable, Verdict } from './stores/store.js'
-import type { Limiter } from './limiter.js'
-import { TheirBudget } from './stores/theirs.js'
+import type { Decider } from './decider.js'
+import { TheirBudget } from './stores/app-store.js'
 import { costOf, fallbacksOf, limitsOf } from './computed.js'
 import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute, TheirStore } from './types.js'
 import type { Callbacks } from './callbacks.js'
@@ -33,7 +33,7 @@ export interface RouteBudget {
   readonly route: ResolvedRoute
   /** Which budget: the plugin-wide one, a route's own, or a group's. */
   readonly scope: string
-  /** Its name (`default`, `GET /search`, `group:<id>`, `limiter 1`), as fastify.rateGuard's calls take it. */
+  /** Its name (`default`, `GET /search`, `group:<id>`, `decider 1`), as fastify.rateGuard's calls take it. */
   readonly name: string
   readonly headers: HeaderStyle
   /** The headers of the budget shared by the route's clients, when it has one. */
@@ -88,7 +88,7 @@ export interface BudgetHooks {
  * `undoneScopes`: the scopes of budgets some route gives counts back to (it has a shared budget); complete
  * once the app is ready. `ran`: the request decoration saying one of the registration's hooks has limited it.
  */
-export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, their?: TheirStore): BudgetHooks {
+export function createHooks (decider: Decider, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, their?: TheirStore): BudgetHooks {
   const { nameSpace, timeout, callbackTimeout, callbacks } = opts
   const { route, scope } = budget
   const { allowList, algorithm, failMode, overLimit, cost, mode } = route
@@ -100,11 +100,11 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   const ban = strikes ? route.ban : null
   // `ban: N` over a window the app computes per request: a ban of that request's window (see banPerWindow).
   const banEach = strikes && route.ban === null ? route.banDenials : null
-  const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), callbackTimeout, limiter.failed)
+  const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), callbackTimeout, decider.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
     if (theirs !== undefined) return theirs.decide(input, route.groupId === undefined ? given : `${given}${route.groupId}`, log)
-    return input.peek ? limiter.peek(input, log) : limiter.decide(input, log)
+    return input.peek ? decider.peek(input, log) : decider.decide(input, log)
   }
   // The app's key generator falls back to the default hierarchy when it fails (see lib/callbacks.ts).
   const keyOf = route.defaultKey ? route.keyGenerator as Keyed : controlledKeyGenerator(route.keyGenerator, opts.keyGeneratorFor(route.ipv6Subnet), callbacks)
@@ -164,19 +164,19 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
     return then(ask(input, given, request.log), own => {
       if (own.status !== 'allowed' || shared === null) {
         // What the request holds until it settles (not with the app's own store, which cannot settle).
-        if (own.status === 'allowed' && theirs === undefined) charge(request, limiter, [{ input, decision: own }])
+        if (own.status === 'allowed' && theirs === undefined) charge(request, decider, [{ input, decision: own }])
         return answer(request, reply, given, own, budget.headers, input)
       }
       // The shared budget is asked only for a request the client's own allowed; when it refuses, the client's
       // count is given back, so a refused request costs neither budget.
       const wholeInput = costing(shared, input.cost)
-      return then(limiter.decide(wholeInput, request.log), whole => {
+      return then(decider.decide(wholeInput, request.log), whole => {
         if (whole.status !== 'limited' && whole.status !== 'unavailable') {
-          charge(request, limiter, whole.status === 'allowed' ? [{ input, decision: own }, { input: wholeInput, decision: whole }] : [{ input, decision: own }])
+          charge(request, decider, whole.status === 'allowed' ? [{ input, decision: own }, { input: wholeInput, decision: whole }] : [{ input, decision: own }])
           return answer(request, reply, given, own, budget.headers, input)
         }
         const undo = { keys: input.keys, limits: input.limits, algorithm, member: own.member, at: own.at, final: 0 }
-        limiter.settle(costing(undo, input.cost), request.log)
+        decider.settle(costing(undo, input.cost), request.log)
         return answer(request, reply, given, whole, budget.sharedHeaders, wholeInput)
       })
     })
@@ -184,7 +184,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
 
   /** A decision on `input` (the budget's own or its shared one's): counted, and told to the diagnostics channel if anyone listens. */
   function note (outcome: ChannelOutcome, key: Given, verdict: Verdict, input: Decidable, headers: HeaderStyle): void {
-    limiter.stats.count(outcome)
+    decider.stats.count(outcome)
     if (!decisionChannel.hasSubscribers) return
     decisionChannel.publish({
       outcome,
@@ -213,7 +213,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
       route.onExceeded?.(request, key as string, SHADOW)
     }
     try {
-      const verdict = limiter.decide(decidable, request.log)
+      const verdict = decider.decide(decidable, request.log)
       if (isPromise(verdict)) verdict.then(seen).catch((err: unknown) => { request.log.error({ err }, 'rate-guard: a watched limit could not be reported') })
       else seen(verdict)
     } catch (err) {
@@ -271,7 +271,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   }
 
   function run (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
-    // Limited once: a route's own hook and a limiter the app put on it too count the request once, the first.
+    // Limited once: a route's own hook and a decider the app put on it too count the request once, the first.
     const marked = request as unknown as Record<symbol, boolean>
     if (marked[ran]) return undefined
     marked[ran] = true
@@ -282,7 +282,7 @@ export function createHooks (limiter: Limiter, opts: ResolvedOptions, budget: Ro
   function refuseIfBanned (request: FastifyRequest, reply: FastifyReply): Outcome | PromiseLike<Outcome> {
     return then(prepare(request, keyOf(request)), ({ given, input }) => {
       if (input === null) return undefined
-      const ban = limiter.knownBan(input)
+      const ban = decider.knownBan(input)
       return ban === undefined ? undefined : answer(request, reply, given, ban, budget.headers, input)
     })
   }

@@ -13,7 +13,8 @@ import { REFUSAL, createHooks, stripCode } from './hook.js'
 import type { BudgetHooks, RequestHook, RouteBudget } from './hook.js'
 import { createLimiters } from './limiters.js'
 import type { RateLimitCheck } from './limiters.js'
-import { HeldAnswers, announceChanges, listenForChanges } from './held.js'
+import { HeldAnswers } from './held-answers.js'
+import { announceChanges, listenForChanges } from './changes.js'
 import { Breaker } from './breaker.js'
 import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './errors.js'
 import * as errors from './errors.js'
@@ -21,12 +22,12 @@ import { identityKeys } from './stores/key-names.js'
 import { normalizeIP, trustsEveryAddress } from './ip.js'
 import { deadline } from './deadline.js'
 import { CHANNELS } from './channels.js'
-import { Limiter, TROUBLE_LOG_INTERVAL } from './limiter.js'
+import { Decider, TROUBLE_LOG_INTERVAL } from './decider.js'
 import { isPermanent } from './trouble.js'
 import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
 import type { FastifyRateLimitStoreCtor, HookName, RateGuardOptions, RedisLike, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, TheirStore } from './types.js'
 import { MemoryStore } from './stores/memory.js'
-import { theirParams } from './stores/theirs.js'
+import { theirParams } from './stores/app-store.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
@@ -85,8 +86,8 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   if (trustsEveryProxy(fastify)) {
     fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
   }
-  const limiter = await openLimiter(fastify, opts)
-  fastify.addHook('onClose', async () => await limiter.close())
+  const decider = await openDecider(fastify, opts)
+  fastify.addHook('onClose', async () => await decider.close())
 
   const budgets = new Budgets()
   const undoneScopes = new Set<string>()
@@ -100,7 +101,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const hooks = (made: RouteBudget, routeInfo?: object, config?: object): BudgetHooks => {
     if (made.route.shared !== null) undoneScopes.add(made.scope)
     const store = routeInfo === undefined ? theirs : theirs?.child({ ...config, ...theirParams(made.route), routeInfo })
-    return createHooks(limiter, opts, made, undoneScopes, ran, store)
+    return createHooks(decider, opts, made, undoneScopes, ran, store)
   }
   const pluginHooks = hooks(budgets.plugin(opts.route))
 
@@ -121,7 +122,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   } else {
     fastify.log.warn({ nameSpace: opts.nameSpace }, 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)')
   }
-  registrations.add({ ...createAdmin(limiter.store, opts, budgets, limiter.forget, limiter.stats), ...decorators, nameSpace: opts.nameSpace, remote })
+  registrations.add({ ...createAdmin(decider.store, opts, budgets, decider.forget, decider.stats), ...decorators, nameSpace: opts.nameSpace, remote })
 
   // Refusals' bodies as @fastify/rate-limit's (see stripCode), and each request's charge; once per app,
   // whatever the registrations.
@@ -190,7 +191,7 @@ function appendHook (routeOptions: RouteOptions, hook: HookName | 'onResponse' |
   routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
 }
 
-async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Limiter> {
+async function openDecider (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Decider> {
   const { timeout, cache, redis: given } = opts
   const local = (): MemoryStore => new MemoryStore({
     cache,
@@ -202,7 +203,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
       fastify.log.warn(`rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
     }
-    return new Limiter({ store: local(), remote: false, timeout, local, breaker: undefined })
+    return new Decider({ store: local(), remote: false, timeout, local, breaker: undefined })
   }
 
   const owned = typeof given === 'string' || Array.isArray(given)
@@ -222,7 +223,7 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       client.on('ready', connected)
       fastify.addHook('onClose', async () => { client.off('ready', connected) })
     }
-    const limiter = new Limiter({
+    const decider = new Decider({
       held,
       announce: announceChanges(client, opts.nameSpace, held),
       store,
@@ -235,14 +236,14 @@ async function openLimiter (fastify: FastifyInstance, opts: ResolvedOptions): Pr
       log: fastify.log
     })
     if (owned) {
-      client.on('error', (err: Error) => limiter.report(err, fastify.log))
+      client.on('error', (err: Error) => decider.report(err, fastify.log))
     } else {
       for (const option of queueingOptions(client)) {
         fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
       }
     }
     await checkStartup(fastify, opts, store)
-    return limiter
+    return decider
   } catch (err) {
     stopListening()
     if (owned) client.disconnect()

@@ -331,7 +331,7 @@ export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, 
   return resolveRoute(rest, opts.route, `${call}.`, opts.keyGeneratorFor, warn)
 }
 
-/** `@fastify/rate-limit`'s store interface: a class whose instances have `incr` and `child` (see lib/stores/theirs.ts). */
+/** `@fastify/rate-limit`'s store interface: a class whose instances have `incr` and `child` (see lib/stores/app-store.ts). */
 function checkStoreClass (value: unknown): ResolvedOptions['store'] {
   const prototype = (value as { prototype?: Record<string, unknown> } | undefined)?.prototype
   if (typeof value !== 'function' || typeof prototype?.incr !== 'function' || typeof prototype.child !== 'function') {

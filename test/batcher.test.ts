@@ -13,7 +13,7 @@ import { deadline, onDeadline } from '../lib/deadline.js'
 import { DeadlineError } from '../lib/errors.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
 import type { Algorithm } from '../lib/algorithms/index.js'
-import { Limiter } from '../lib/limiter.js'
+import { Decider } from '../lib/decider.js'
 import type { Decidable } from '../lib/stores/store.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
@@ -243,7 +243,7 @@ t.test('deadline(): the same rule for a single call, and its timer never outlive
 
 t.test('the limiter answers a request even when what it does with the answer throws (a logger that throws)', async t => {
   const redis = await ready(client(t, (await getRedis(t)).url, { enableOfflineQueue: false }))
-  const limiter = new Limiter({ store: new RedisStore(redis, false), remote: true, timeout: 1000, local: () => new MemoryStore({ cache: 10 }), breaker: undefined })
+  const limiter = new Decider({ store: new RedisStore(redis, false), remote: true, timeout: 1000, local: () => new MemoryStore({ cache: 10 }), breaker: undefined })
   const keys = identityKeys(uniquePrefix(), GLOBAL_SCOPE, 'ip:10.0.0.1')
   await redis.set(keys.log, 'a foreign value')
   const log = { error () { throw new Error('the logger broke') } } as unknown as FastifyBaseLogger

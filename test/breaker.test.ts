@@ -14,7 +14,7 @@ import type { RateGuardOptions } from '../lib/index.js'
 import { Breaker } from '../lib/breaker.js'
 import { DeadlineError, InvalidReplyError } from '../lib/errors.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
-import { Limiter } from '../lib/limiter.js'
+import { Decider } from '../lib/decider.js'
 import { isPermanent } from '../lib/trouble.js'
 import type { Decidable } from '../lib/stores/store.js'
 import { MemoryStore } from '../lib/stores/memory.js'
@@ -134,7 +134,7 @@ t.test('the probe is answered exactly once and moves the breaker, even when the 
   redis.on('error', () => {})
   const coolDown = 500
   const breaker = new Breaker(1, coolDown)
-  const limiter = new Limiter({ store: new RedisStore(redis, false), remote: true, timeout: 50, local: () => new MemoryStore({ cache: 10 }), breaker })
+  const limiter = new Decider({ store: new RedisStore(redis, false), remote: true, timeout: 50, local: () => new MemoryStore({ cache: 10 }), breaker })
   const input: Decidable = { ...decideInput({ keys: identityKeys(uniquePrefix(), GLOBAL_SCOPE, 'ip:10.0.0.1'), max: 100 }), algorithm: 'sliding-log', holdDenials: false, failMode: 'open' }
   const log = { warn () {}, error () {} } as unknown as FastifyBaseLogger
   const busy = (ms: number): void => { for (const until = performance.now() + ms; performance.now() < until;); }

@@ -16,7 +16,7 @@
 // whole file takes about 20 s (30 runs of 140 requests), within .taprc's 60 s.
 import t from 'tap'
 import type { Test } from 'tap'
-import { changesChannel } from '../lib/held.js'
+import { changesChannel } from '../lib/changes.js'
 import type { FailMode } from '../lib/index.js'
 import { comboApp, hangUp, ROUTES, waitFor } from './helpers/combination-app.js'
 import type { ComboApp, Events, Path } from './helpers/combination-app.js'

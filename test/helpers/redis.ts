@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto'
 // module object, not the class (it works at runtime, but tsc rejects it).
 import { Redis, type RedisOptions } from 'ioredis'
 import tap from 'tap'
-import { changesChannel } from '../../lib/held.js'
+import { changesChannel } from '../../lib/changes.js'
 import { containerEngineAnswers, startContainerRedis } from './container.js'
 import { HOW_TO_GET_REDIS, startRedisServer, type Teardownable } from './redis-server.js'
 

@@ -8,7 +8,7 @@ import Fastify from 'fastify'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
-import { GivenBack, changesChannel } from '../../lib/held.js'
+import { GivenBack, changesChannel } from '../../lib/changes.js'
 import rateGuard from '../../lib/index.js'
 import { client, getRedis, ready, scriptCalls, subscribed, uniquePrefix, until } from '../helpers/redis.js'
 

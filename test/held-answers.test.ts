@@ -1,4 +1,4 @@
-// Answers held in process (lib/held.ts): a client Redis reported banned is answered 403 without a round trip
+// Answers held in process (lib/held-answers.ts): a client Redis reported banned is answered 403 without a round trip
 // until its ban ends, and a denial only time can change is answered 429 until it ends; an operator's change
 // on any instance reaches every instance through Redis pub/sub; an instance that cannot hear changes (no
 // subscription yet, a lost connection, an ACL without channels) asks Redis.
@@ -8,7 +8,8 @@ import type { FastifyInstance } from 'fastify'
 import type { Command } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
-import { HeldAnswers, MAX_HELD, changesChannel } from '../lib/held.js'
+import { HeldAnswers, MAX_HELD } from '../lib/held-answers.js'
+import { changesChannel } from '../lib/changes.js'
 import rateGuard from '../lib/index.js'
 import { client, getRedis, ready, scriptCalls, startRedisServer, subscribed, uniquePrefix, until } from './helpers/redis.js'
 

@@ -1,8 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { LateRedisError, SilentConnectionError } from './errors.js'
 import type { Breaker } from './breaker.js'
-import { GivenBack } from './held.js'
-import type { HeldAnswers } from './held.js'
+import { GivenBack } from './changes.js'
+import type { HeldAnswers } from './held-answers.js'
 import { Batcher } from './batcher.js'
 import type { BatchWatch } from './batcher.js'
 import { decisionChannel, troubleChannel } from './channels.js'
@@ -27,7 +27,7 @@ const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000
 
-export interface LimiterOptions {
+export interface DeciderOptions {
   store: Store
   /** Set when `store` is remote: the deadline and each request's `failMode` apply to it. */
   remote: boolean
@@ -52,7 +52,7 @@ export interface LimiterOptions {
   log?: FastifyBaseLogger
 }
 
-export class Limiter {
+export class Decider {
   readonly store: Store
   /** This registration's decisions by outcome (`fastify.rateGuard.stats()`). */
   readonly stats = new DecisionStats()
@@ -69,7 +69,7 @@ export class Limiter {
   #lastLogged = -Infinity
   #heldBack = 0
 
-  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '', silent, log }: LimiterOptions) {
+  constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '', silent, log }: DeciderOptions) {
     this.#nameSpace = nameSpace
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
@@ -83,7 +83,7 @@ export class Limiter {
   }
 
   /** What watches the connection through its batches: silence (a dead connection) and late replies (a slow Redis, ghosts). */
-  #watch (timeout: number, silent: LimiterOptions['silent'], log: FastifyBaseLogger | undefined): BatchWatch {
+  #watch (timeout: number, silent: DeciderOptions['silent'], log: FastifyBaseLogger | undefined): BatchWatch {
     const afterMs = silenceAfter(timeout)
     const silence = silent === undefined
       ? undefined
@@ -217,7 +217,7 @@ export class Limiter {
     await deadline(Promise.resolve(this.store.settle(input)), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
-  /** A store of the app's own could not decide `input` (see lib/stores/theirs.ts): reported, and `failMode` decides. */
+  /** A store of the app's own could not decide `input` (see lib/stores/app-store.ts): reported, and `failMode` decides. */
   readonly failed = (input: Decidable, err: Error, log: FastifyBaseLogger): Verdict => {
     this.report(err, log, input.failMode)
     return this.#failModeDecides(input, err)
