@@ -1,7 +1,7 @@
 import type { RouteOptions } from 'fastify'
 import { BudgetConflictError } from './errors.js'
 import { headerStyle } from './headers.js'
-import type { RouteBudget } from './hook.js'
+import type { HeaderStyle } from './headers.js'
 import { GLOBAL_SCOPE, scopeOf, watchedScope } from './stores/key-names.js'
 import type { ResolvedLimit, ResolvedRoute } from './types.js'
 
@@ -21,6 +21,20 @@ import type { ResolvedLimit, ResolvedRoute } from './types.js'
 // is refused when it is declared, with a coded error naming both. A limit computed per request (a function)
 // is taken as the same as any other function: what it returns is checked per request, not here.
 // Each route keeps its own RouteBudget (its headers, callbacks, key generator), around the shared state.
+
+/** One route's budget: the budget (its scope and name), with the route's own options and headers. */
+export interface RouteBudget {
+  readonly route: ResolvedRoute
+  /** Which budget: the plugin-wide one, a route's own, or a group's. */
+  readonly scope: string
+  /** Its name (`default`, `GET /search`, `group:<id>`, `decider 1`), as fastify.rateGuard's calls take it. */
+  readonly name: string
+  readonly headers: HeaderStyle
+  /** The headers of the budget shared by the route's clients, when it has one. */
+  readonly sharedHeaders: HeaderStyle
+  /** The names of the limits the route watches (`mode: 'shadow'` per limit), as the channel reports them. */
+  readonly watchedHeaders: HeaderStyle
+}
 
 /** Which budget: a route as `'GET /search'`, or a group id. Default: the plugin-wide budget. */
 export interface BudgetOptions {

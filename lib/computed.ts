@@ -72,3 +72,9 @@ export async function limitsOf (limits: readonly ResolvedLimit[], fallbacks: rea
 export function costOf (cost: CostFunction, request: FastifyRequest, key: string, callbacks: Callbacks): number | PromiseLike<number> {
   return callbacks.run('cost', () => then(cost(request, key), value => checkMax(value, 'cost')), () => FALLBACK_COST, request.log, `counted at ${FALLBACK_COST}`)
 }
+
+/** The limits once, at onRoute, when none is a function of the request (checked by checkSizes). */
+export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[] | null {
+  if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return null
+  return Object.freeze(limits.map(({ max, windowMs, burst }) => ({ max: max as number, windowMs: windowMs as number, burst: burst ?? max as number })))
+}

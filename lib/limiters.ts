@@ -1,7 +1,9 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { remainingOf, seconds } from './headers.js'
-import type { BudgetHooks, Given } from './hook.js'
-import { SENT, unavailableError } from './hook.js'
+import type { Given } from './request/identify.js'
+import type { BudgetHooks } from './request/pipeline.js'
+import { unavailableError } from './request/plan.js'
+import { SENT } from './request/respond.js'
 import type { Verdict } from './stores/store.js'
 
 /**

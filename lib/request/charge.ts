@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import { then } from './awaitable.js'
-import type { Callbacks } from './callbacks.js'
-import { AbandonedError, AlreadySettledError, InvalidSettleError } from './errors.js'
-import type { Decidable } from './stores/store.js'
-import type { Decider } from './decider.js'
-import type { Decision, SettleInput } from './stores/store.js'
-import type { ResolvedRoute } from './types.js'
+import { then } from '../awaitable.js'
+import type { Callbacks } from '../callbacks.js'
+import { AbandonedError, AlreadySettledError, InvalidSettleError } from '../errors.js'
+import type { Decidable } from '../stores/store.js'
+import type { Decider } from '../decider.js'
+import type { Decision, SettleInput } from '../stores/store.js'
+import type { ResolvedRoute } from '../types.js'
 
 /**
  * What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
@@ -38,7 +38,7 @@ export interface RequestCharge {
 export const CHARGE = Symbol('rate-guard.charge')
 
 /** A budget a request was counted on: what to settle and with which decision. */
-interface Counted {
+export interface Counted {
   readonly input: Decidable
   readonly decision: Decision
 }

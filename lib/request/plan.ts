@@ -1,0 +1,117 @@
+import type { Limit } from '../algorithms/index.js'
+import type { RouteBudget } from '../budgets.js'
+import type { Callbacks } from '../callbacks.js'
+import { fallbacksOf, staticLimits } from '../computed.js'
+import type { Fallback } from '../computed.js'
+import type { Decider } from '../decider.js'
+import { formatDuration } from '../duration.js'
+import { InvalidOptionError, UnavailableError } from '../errors.js'
+import { retryAfterSeconds } from '../headers.js'
+import { TheirBudget } from '../stores/app-store.js'
+import { sharedKeys } from '../stores/key-names.js'
+import type { Family } from '../stores/key-names.js'
+import type { Decidable } from '../stores/store.js'
+import type { BanPolicy, ResolvedOptions, ResolvedRoute, TheirStore } from '../types.js'
+import { settlesItself } from './charge.js'
+import { keyerOf } from './identify.js'
+import type { Keyed } from './identify.js'
+
+// What a budget's requests are decided with, worked out once when its route is added (onRoute): every stage
+// of lib/request/pipeline.ts reads it, and nothing in it changes afterwards. How the route's features meet
+// is decided here, in one place:
+// - shadow mode counts on keys of its own (`family`), and strikes toward bans only when the route says so;
+// - a denial is held in process only where nothing but time can change it (`holdable`);
+// - watched limits and the shared budget are budgets of their own beside the client's.
+
+export interface Plan {
+  readonly budget: RouteBudget
+  readonly route: ResolvedRoute
+  readonly decider: Decider
+  readonly nameSpace: string
+  readonly callbacks: Callbacks
+  /** The request's key, as the route names its clients. */
+  readonly keyOf: Keyed
+  /** Whose keys the decisions write: enforcing ones, or shadow mode's (which no enforcing decision reads). */
+  readonly family: Family
+  /** The ban policy, when denials strike toward bans; `banEach`: `ban: N` over a window computed per request. */
+  readonly ban: BanPolicy | null
+  readonly banEach: number | null
+  /** The limits, when none is a function of the request; else what a failing function gives instead. */
+  readonly fixedLimits: readonly Limit[] | null
+  readonly fallbacks: readonly Fallback[]
+  /** Whether only time can change a denial (see HeldAnswers); per request also: no route gives counts back to the scope. */
+  readonly holdable: boolean
+  /** The scopes some route gives counts back to (it has a shared budget): complete once the app is ready. */
+  readonly undoneScopes: ReadonlySet<string>
+  /** The limits the route watches (`mode: 'shadow'` per limit), as a budget of their own; its keys per request. */
+  readonly watched: Omit<Decidable, 'keys'> | null
+  /** The budget the route's clients share, asked after the client's own allowed. */
+  readonly shared: Decidable | null
+  /** The app's own store (`@fastify/rate-limit`'s `store`), when it counts this budget instead. */
+  readonly appStore: TheirBudget | undefined
+  /** The 503 of a budget that cannot decide (`failMode: 'closed'`): `Retry-After` one deadline from now, and its body. */
+  readonly unavailable: { readonly after: number, readonly body: string }
+}
+
+export function planBudget (decider: Decider, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
+  const { route, scope } = budget
+  const { algorithm, failMode, mode } = route
+  // In shadow mode denials strike toward bans only when the route says so.
+  const strikes = mode !== 'shadow' || route.shadow.ban
+  // A shadow decision counts, strikes and bans on keys of its own, which no enforcing decision reads: a shadow
+  // route in an enforced route's group (or an instance in shadow beside enforcing ones) takes nothing from it.
+  const family = mode === 'shadow' ? 'shadow' : 'enforce'
+  const ban = strikes ? route.ban : null
+  const fixedLimits = staticLimits(route.limits)
+  // Only time can change a denial when it counts no strike, no request's limits or cost differ, a denial sets
+  // no over-limit wait and the route gives nothing back after its responses (see HeldAnswers); a shared
+  // budget's denials, too: nothing is ever given back to it. (A handler that settles lower says so: ./charge.ts.)
+  const holdable = ban === null && fixedLimits !== null && route.overLimit === undefined && typeof route.cost === 'number' && !settlesItself(route)
+  // Watched limits write only their state, under a scope no enforcing budget has (`~`), and never a strike, a
+  // ban or an over-limit wait: nothing an enforcing decision reads.
+  const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  const shared = route.shared === null
+    ? null
+    : { keys: sharedKeys(opts.nameSpace, scope, algorithm, family), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  const unavailable = unavailableError(opts.timeout)
+  return Object.freeze({
+    budget,
+    route,
+    decider,
+    nameSpace: opts.nameSpace,
+    callbacks: opts.callbacks,
+    keyOf: keyerOf(route, opts),
+    family,
+    ban,
+    banEach: strikes && route.ban === null ? route.banDenials : null,
+    fixedLimits,
+    // A limit function that fails gives a static limit, never none (lib/computed.ts): failMode is Redis's.
+    fallbacks: fixedLimits === null ? fallbacksOf(route.limits, opts.route.limits) : [],
+    holdable,
+    undoneScopes,
+    watched,
+    shared,
+    appStore: appStore === undefined ? undefined : new TheirBudget(appStore, checkTheirs(route), opts.callbackTimeout, decider.failed),
+    // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
+    // be one log line per request.
+    unavailable: {
+      after: retryAfterSeconds(opts.timeout),
+      body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
+    }
+  })
+}
+
+/** What a store of the app's own can count (`@fastify/rate-limit`'s options): one limit, no shared budget, `ban: N`. */
+function checkTheirs (route: ResolvedRoute): ResolvedRoute {
+  if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
+  if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
+  if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
+  if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
+  if (settlesItself(route)) throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
+  return route
+}
+
+/** What a budget that cannot decide answers (`failMode: 'closed'`): try again one deadline from now, in whole seconds. */
+export function unavailableError (timeout: number): Error & { code: string } {
+  return new UnavailableError(formatDuration(retryAfterSeconds(timeout) * 1000))
+}

@@ -1,0 +1,57 @@
+import { STATUS_CODES } from 'node:http'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Outcome } from '../channels.js'
+import { formatDuration } from '../duration.js'
+import { BannedError, InvalidOptionError, TooCostlyError, TooManyRequestsError } from '../errors.js'
+import { retryAfterSeconds } from '../headers.js'
+import type { Decidable, Decision } from '../stores/store.js'
+import type { Plan } from './plan.js'
+import { hashOf } from './report.js'
+
+// The error a refused request is handed to Fastify with: this plugin's (429, 403, or 429 "never" for a request
+// costing more than a limit holds), or the app's `errorResponseBuilder`'s; and, after Fastify's default error
+// handler made its body, the body as `@fastify/rate-limit` writes it (`stripCode`). Refusals are passed to
+// `done`, never thrown: a throw inside an async function costs V8 several microseconds, more than the rest
+// of the refusal.
+
+export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, outcome: Outcome, input: Decidable): Error {
+  const { route, budget } = plan
+  if (route.mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: hashOf(input) } }, 'rate-guard: refused')
+  const banned = outcome === 'banned' || outcome === 'ban-started'
+  const never = outcome === 'too-costly'
+  const after = never ? 'never' : formatDuration(retryAfterSeconds(verdict.retryMs) * 1000)
+  if (route.errorResponseBuilder === undefined) return kept(request, banned ? new BannedError(after) : never ? new TooCostlyError() : new TooManyRequestsError(after))
+  const statusCode = banned ? 403 : 429
+  const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max: verdict.limit, ttl: verdict.retryMs, after })
+  if (typeof error !== 'object' || error === null) {
+    return new InvalidOptionError('errorResponseBuilder', `expected it to return an object, got ${error === null ? 'null' : typeof error}`)
+  }
+  (error as { statusCode?: number }).statusCode ??= statusCode
+  return error as Error
+}
+
+/**
+ * Where a refusal made here is kept on its request, for `stripCode`: Fastify's default error handler writes an
+ * error's `code` into the body, and `@fastify/rate-limit`'s bodies are `{ statusCode, error, message }`.
+ */
+export const REFUSAL = Symbol('rate-guard.refusal')
+
+function kept (request: FastifyRequest, error: Error): Error {
+  (request as unknown as Record<symbol, Error | null>)[REFUSAL] = error
+  return error
+}
+
+/**
+ * An `onSend` hook: the body Fastify's default error handler made of a refusal of this plugin, without its
+ * `code`, so it is byte for byte `@fastify/rate-limit`'s; the code stays on the error an app's error handler
+ * gets (`err.code`). Any other payload (an app's error handler's own) goes out untouched.
+ */
+export function stripCode (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
+  const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string }) | null>)[REFUSAL]
+  if (error == null || typeof payload !== 'string') return done(null, payload)
+  // Strings joined, not objects stringified: this runs on every refusal (a hot key's flood is nothing else).
+  const { statusCode, code, message } = error
+  const head = `{"statusCode":${statusCode}`
+  const tail = `,"error":${JSON.stringify(STATUS_CODES[statusCode])},"message":${JSON.stringify(message)}}`
+  done(null, payload === `${head},"code":${JSON.stringify(code)}${tail}` ? head + tail : payload)
+}

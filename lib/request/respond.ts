@@ -1,0 +1,60 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Outcome } from '../channels.js'
+import { writeHeaders } from '../headers.js'
+import type { Decided } from './decide.js'
+import type { Given } from './identify.js'
+import type { Plan } from './plan.js'
+import { refuse } from './refusal.js'
+import { report } from './report.js'
+
+// Stage 5, respond: a verdict made an answer. Allowed: the headers, and on its way. Not decided: through
+// (`failMode: 'open'`, marked) or a 503 sent here. Refused: the headers, the app's callbacks, and the error the
+// app's error handler shapes (./refusal.ts); in shadow mode, decided as enforce would and let through.
+
+/** What a request comes to: go on (`undefined`), an error to refuse it with, or an answer sent here (503). */
+export type HookResult = Error | undefined | typeof SENT
+export const SENT = Symbol('sent')
+
+/** The header that says a request went through because Redis could not decide (`failMode: 'open'`). */
+export const UNENFORCED_HEADER = 'x-ratelimit-enforced'
+
+/** What `onExceeded` is told: whether the request was let through all the same (shadow mode). */
+export const SHADOW = Object.freeze({ shadow: true })
+const ENFORCED = Object.freeze({ shadow: false })
+
+export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers }: Decided): HookResult {
+  const { route } = plan
+  switch (verdict.status) {
+    case 'allowed':
+      report(plan, 'allowed', key, verdict, input, headers)
+      writeHeaders(reply, headers, verdict)
+      route.onExceeding?.(request, key as string)
+      return undefined
+    case 'unenforced':
+      report(plan, 'unenforced', key, verdict, input, headers)
+      reply.header(UNENFORCED_HEADER, 'false')
+      return undefined
+    case 'unavailable':
+      report(plan, 'unavailable', key, verdict, input, headers)
+      reply.code(503).header('retry-after', plan.unavailable.after).type('application/json; charset=utf-8').send(plan.unavailable.body)
+      return SENT
+  }
+
+  const banned = verdict.status === 'banned'
+  // A limited request with no wait costs more than a limit holds: it never passes.
+  const never = !banned && verdict.retryMs === 0
+  if (route.mode === 'shadow') {
+    // Decided as enforce would, and let through: the client sees an allowed request's headers.
+    report(plan, banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', key, verdict, input, headers)
+    writeHeaders(reply, headers, { ...verdict, status: 'allowed' })
+    route.onExceeded?.(request, key as string, SHADOW)
+    if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
+    return undefined
+  }
+  const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : 'limited'
+  report(plan, outcome, key, verdict, input, headers)
+  writeHeaders(reply, headers, verdict)
+  route.onExceeded?.(request, key as string, ENFORCED)
+  if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: false })
+  return refuse(plan, request, verdict, outcome, input)
+}
