@@ -1,5 +1,5 @@
 import type {
-  ContextConfigDefault, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, FastifySchema, RouteGenericInterface, RouteOptions,
+  ContextConfigDefault, FastifyInstance, FastifyPluginAsync, FastifyRequest, FastifySchema, RouteGenericInterface,
   preHandlerAsyncHookHandler
 } from 'fastify'
 import fp from 'fastify-plugin'
@@ -8,31 +8,22 @@ import { Budgets } from './budgets.js'
 import { createRegistrations } from './registrations.js'
 import type { RateGuardDecorator, Registrations } from './registrations.js'
 import type { RouteBudget } from './budgets.js'
-import { CHARGE, chargeOf, handlerStarts, refundAborted, settleOnResponse, settlesItself } from './request/charge.js'
+import { CHARGE, chargeOf } from './request/charge.js'
 import type { RequestCharge } from './request/charge.js'
 import { createHooks } from './request/pipeline.js'
-import type { BudgetHooks, RequestHook } from './request/pipeline.js'
+import type { BudgetHooks } from './request/pipeline.js'
 import { REFUSAL, stripCode } from './request/refusal.js'
+import { openDecider } from './connect.js'
 import { createLimiters } from './limiters.js'
+import { limitRoutes } from './routes.js'
 import type { RateLimitCheck } from './limiters.js'
-import { HeldAnswers } from './held-answers.js'
-import { announceChanges, listenForChanges } from './changes.js'
-import { Breaker } from './breaker.js'
-import { InvalidOptionError, RedisNotReadyError, RedisRefusedError } from './errors.js'
+import { InvalidOptionError } from './errors.js'
 import * as errors from './errors.js'
-import { identityKeys } from './stores/key-names.js'
 import { normalizeIP, trustsEveryAddress } from './ip.js'
-import { deadline } from './deadline.js'
 import { CHANNELS } from './channels.js'
-import { Decider, TROUBLE_LOG_INTERVAL } from './decider.js'
-import { isPermanent } from './trouble.js'
-import { resolveLimiterOptions, resolveOptions, resolveRouteConfig } from './options.js'
-import type { FastifyRateLimitStoreCtor, HookName, RateGuardOptions, RedisLike, ResolvedOptions, ResolvedRoute, RouteRateLimitOptions, TheirStore } from './types.js'
-import { MemoryStore } from './stores/memory.js'
+import { resolveLimiterOptions, resolveOptions } from './options.js'
+import type { FastifyRateLimitStoreCtor, RateGuardOptions, RouteRateLimitOptions, TheirStore } from './types.js'
 import { theirParams } from './stores/app-store.js'
-import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
-import { onSilence } from './stores/stalled.js'
-import type { DecideInput } from './stores/store.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -63,9 +54,6 @@ const REGISTRATIONS = Symbol.for('fastify-rate-guard.registrations')
 
 /** Nothing but `@fastify/rate-limit`'s plugin name, registered where this plugin is. */
 const THEIR_NAME = fp(async () => {}, { fastify: '5.x', name: '@fastify/rate-limit' })
-
-/** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
-const READY_WAIT = 2000
 
 async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOptions): Promise<void> {
   // Each replaced value said once: a GET route's HEAD twin is declared with the same config.
@@ -134,38 +122,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     fastify.decorateRequest(CHARGE, null)
     fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return chargeOf(this) } })
   }
-  // A route that settles by itself (countWhen, settle, refundAborted) gets the hooks that do it; others none.
-  const settling = (routeOptions: RouteOptions, route: ResolvedRoute): void => {
-    if (!settlesItself(route)) return
-    if (route.countWhen !== undefined || route.settle !== undefined) appendHook(routeOptions, 'onResponse', settleOnResponse(route, opts.callbacks))
-    if (route.refundAborted) {
-      // After every other preHandler, the rate limiter's own included: the handler starts when it runs.
-      appendHook(routeOptions, 'preHandler', handlerStarts)
-      appendHook(routeOptions, 'onRequestAbort', refundAborted)
-    }
-  }
-
-  // Unmatched URLs: a client known to be banned is refused there too, at no Redis call (a banned scanner
-  // would otherwise probe them for free); to count them as well, the app puts fastify.rateLimit() on its
-  // not-found handler.
-  if (opts.global) fastify.addHook('onRequest', pluginHooks.notFound)
-
-  fastify.addHook('onRoute', (routeOptions) => {
-    const config = routeOptions.config?.rateLimit
-    // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.
-    if (config === undefined || config === null) {
-      if (opts.global) {
-        addHook(routeOptions, opts.route.hook, pluginHooks.hook)
-        settling(routeOptions, opts.route)
-      }
-      return
-    }
-    const route = resolveRouteConfig(config, opts, warn)
-    if (route === false) return
-    const made = budgets.route(routeOptions, route)
-    addHook(routeOptions, route.hook, hooks(made, routeOptions, config as object).hook)
-    settling(routeOptions, route)
-  })
+  limitRoutes(fastify, opts, pluginHooks, (made, routeOptions, config) => hooks(made, routeOptions, config), budgets, warn)
 }
 
 /** The registrations of an outer registration, which this one joins; undefined when it is the first here. */
@@ -176,119 +133,6 @@ function outerRegistrations (fastify: FastifyInstance): Registrations | undefine
   return registrations
 }
 
-/**
- * Appends to the route's own hook list, so routes that opt out pay nothing. A `preParsing` hook is given the
- * payload before its callback.
- */
-function addHook (routeOptions: RouteOptions, hook: HookName, rateGuard: RequestHook): void {
-  const fn = hook === 'preParsing'
-    ? (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: (err?: Error) => void): void => rateGuard(request, reply, done)
-    : rateGuard
-  appendHook(routeOptions, hook, fn)
-}
-
-/** `fn` after the route's own hooks of that name. */
-function appendHook (routeOptions: RouteOptions, hook: HookName | 'onResponse' | 'onRequestAbort', fn: unknown): void {
-  const existing = routeOptions[hook] as unknown
-  routeOptions[hook] = (existing === undefined ? [fn] : [existing, fn].flat()) as never
-}
-
-async function openDecider (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Decider> {
-  const { timeout, cache, redis: given } = opts
-  const local = (): MemoryStore => new MemoryStore({
-    cache,
-    onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic')
-  })
-  if (given === undefined) {
-    // With a store of the app's own, the in-process store decides only for failMode: 'local'.
-    if (opts.store === undefined) {
-      const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
-      fastify.log.warn(`rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
-    }
-    return new Decider({ store: local(), remote: false, timeout, local, breaker: undefined })
-  }
-
-  const owned = typeof given === 'string' || Array.isArray(given)
-  const client = owned ? await createClient(given as string | readonly string[], timeout) : given as RedisLike
-  const held = opts.banCache ? new HeldAnswers(cache) : undefined
-  let stopListening = (): void => {}
-  try {
-    // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
-    const store = new RedisStore(client, owned, opts.nameSpace)
-    if (held !== undefined) {
-      stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
-      fastify.addHook('onClose', async () => stopListening())
-    }
-    const breaker = opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace)
-    if (breaker !== undefined) {
-      const connected = (): void => breaker.connected()
-      client.on('ready', connected)
-      fastify.addHook('onClose', async () => { client.off('ready', connected) })
-    }
-    const decider = new Decider({
-      held,
-      announce: announceChanges(client, opts.nameSpace, held),
-      store,
-      remote: true,
-      timeout,
-      local,
-      breaker,
-      nameSpace: opts.nameSpace,
-      silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL),
-      log: fastify.log
-    })
-    if (owned) {
-      client.on('error', (err: Error) => decider.report(err, fastify.log))
-    } else {
-      for (const option of queueingOptions(client)) {
-        fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
-      }
-    }
-    await checkStartup(fastify, opts, store)
-    return decider
-  } catch (err) {
-    stopListening()
-    if (owned) client.disconnect()
-    throw err
-  }
-}
-
-/** What an identity no client can have looks like to the script: a read-only decision proves EVALSHA works. */
-const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst: 1 }], ban: null, peek: true }
-
-/**
- * Waits (boundedly) for Redis, then runs the script once read-only: a Redis that refuses it (an ACL user
- * without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
- * the plugin starts degraded, `failMode` deciding until Redis answers.
- */
-async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore): Promise<void> {
-  let outcome = await whenReady(store.client, READY_WAIT)
-  if (outcome === true) {
-    try {
-      await deadline(store.decide({ ...PROBE, keys: identityKeys(opts.nameSpace, 'probe', 'rate-guard:probe') }), READY_WAIT)
-    } catch (err) {
-      outcome = err as Error
-    }
-  }
-  if (outcome === true) return await checkEvictionPolicy(fastify, store.client)
-  if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
-  if (opts.strict) throw new RedisNotReadyError(outcome.message)
-  fastify.log.warn({ err: outcome, failMode: opts.route.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
-}
-
-async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
-  let policy: unknown
-  try {
-    policy = await deadline(evictionPolicy(client), READY_WAIT)
-  } catch (err) {
-    // Managed Redis often forbids CONFIG: nothing to warn about then.
-    fastify.log.debug({ err }, 'rate-guard: could not read maxmemory-policy')
-  }
-  if (typeof policy === 'string' && policy !== 'noeviction') {
-    fastify.log.warn({ policy }, 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters')
-  }
-}
-
 /** Whether the app was made with `trustProxy: true` (Fastify keeps its options under an unexported symbol). */
 function trustsEveryProxy (fastify: FastifyInstance): boolean {
   for (let o: object | null = fastify; o !== null; o = Object.getPrototypeOf(o) as object | null) {
@@ -296,13 +140,6 @@ function trustsEveryProxy (fastify: FastifyInstance): boolean {
     if (symbol !== undefined) return trustsEveryAddress((o as Record<symbol, { trustProxy?: unknown }>)[symbol]?.trustProxy)
   }
   return false
-}
-
-/** `fastify.redis` from `@fastify/redis`, when it is registered: named in the in-process warning, never taken unasked. */
-function fastifyRedisClient (fastify: FastifyInstance): RedisLike | undefined {
-  if (!fastify.hasDecorator('redis')) return undefined
-  const redis = (fastify as unknown as { redis?: Partial<RedisLike> }).redis
-  return typeof redis?.defineCommand === 'function' ? redis as RedisLike : undefined
 }
 
 export const rateGuard: FastifyPluginAsync<RateGuardOptions> = fp(rateGuardPlugin, {

@@ -1,0 +1,124 @@
+import type { FastifyInstance } from 'fastify'
+import { Breaker } from './breaker.js'
+import { announceChanges, listenForChanges } from './changes.js'
+import { Decider, TROUBLE_LOG_INTERVAL } from './decider.js'
+import { deadline } from './deadline.js'
+import { RedisNotReadyError, RedisRefusedError } from './errors.js'
+import { HeldAnswers } from './held-answers.js'
+import { isPermanent } from './trouble.js'
+import { identityKeys } from './stores/key-names.js'
+import { MemoryStore } from './stores/memory.js'
+import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
+import { onSilence } from './stores/stalled.js'
+import type { DecideInput } from './stores/store.js'
+import type { RedisLike, ResolvedOptions } from './types.js'
+
+// Where a registration's requests are decided: in process when no Redis is given (with the warning that
+// limits are per process), else a Redis store (a client made here or lent), with its breaker, its held
+// answers and their changes subscription, and the checks at start-up (EVALSHA allowed, eviction policy).
+
+/** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
+const READY_WAIT = 2000
+
+export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Decider> {
+  const { timeout, cache, redis: given } = opts
+  const local = (): MemoryStore => new MemoryStore({
+    cache,
+    onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic')
+  })
+  if (given === undefined) {
+    // With a store of the app's own, the in-process store decides only for failMode: 'local'.
+    if (opts.store === undefined) {
+      const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
+      fastify.log.warn(`rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
+    }
+    return new Decider({ store: local(), remote: false, timeout, local, breaker: undefined })
+  }
+
+  const owned = typeof given === 'string' || Array.isArray(given)
+  const client = owned ? await createClient(given as string | readonly string[], timeout) : given as RedisLike
+  const held = opts.banCache ? new HeldAnswers(cache) : undefined
+  let stopListening = (): void => {}
+  try {
+    // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
+    const store = new RedisStore(client, owned, opts.nameSpace)
+    if (held !== undefined) {
+      stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
+      fastify.addHook('onClose', async () => stopListening())
+    }
+    const breaker = opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace)
+    if (breaker !== undefined) {
+      const connected = (): void => breaker.connected()
+      client.on('ready', connected)
+      fastify.addHook('onClose', async () => { client.off('ready', connected) })
+    }
+    const decider = new Decider({
+      held,
+      announce: announceChanges(client, opts.nameSpace, held),
+      store,
+      remote: true,
+      timeout,
+      local,
+      breaker,
+      nameSpace: opts.nameSpace,
+      silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL),
+      log: fastify.log
+    })
+    if (owned) {
+      client.on('error', (err: Error) => decider.report(err, fastify.log))
+    } else {
+      for (const option of queueingOptions(client)) {
+        fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
+      }
+    }
+    await checkStartup(fastify, opts, store)
+    return decider
+  } catch (err) {
+    stopListening()
+    if (owned) client.disconnect()
+    throw err
+  }
+}
+
+/** What an identity no client can have looks like to the script: a read-only decision proves EVALSHA works. */
+const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst: 1 }], ban: null, peek: true }
+
+/**
+ * Waits (boundedly) for Redis, then runs the script once read-only: a Redis that refuses it (an ACL user
+ * without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
+ * the plugin starts degraded, `failMode` deciding until Redis answers.
+ */
+async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore): Promise<void> {
+  let outcome = await whenReady(store.client, READY_WAIT)
+  if (outcome === true) {
+    try {
+      await deadline(store.decide({ ...PROBE, keys: identityKeys(opts.nameSpace, 'probe', 'rate-guard:probe') }), READY_WAIT)
+    } catch (err) {
+      outcome = err as Error
+    }
+  }
+  if (outcome === true) return await checkEvictionPolicy(fastify, store.client)
+  if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
+  if (opts.strict) throw new RedisNotReadyError(outcome.message)
+  fastify.log.warn({ err: outcome, failMode: opts.route.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
+}
+
+async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
+  let policy: unknown
+  try {
+    policy = await deadline(evictionPolicy(client), READY_WAIT)
+  } catch (err) {
+    // Managed Redis often forbids CONFIG: nothing to warn about then.
+    fastify.log.debug({ err }, 'rate-guard: could not read maxmemory-policy')
+  }
+  if (typeof policy === 'string' && policy !== 'noeviction') {
+    fastify.log.warn({ policy }, 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters')
+  }
+}
+
+/** `fastify.redis` from `@fastify/redis`, when it is registered: named in the in-process warning, never taken unasked. */
+function fastifyRedisClient (fastify: FastifyInstance): RedisLike | undefined {
+  if (!fastify.hasDecorator('redis')) return undefined
+  const redis = (fastify as unknown as { redis?: Partial<RedisLike> }).redis
+  return typeof redis?.defineCommand === 'function' ? redis as RedisLike : undefined
+}
