@@ -16,11 +16,9 @@ import { encodeLimits } from './stores/store.js'
 import type { Store } from './stores/store.js'
 import type { DecisionStats, StatsSnapshot } from './stats.js'
 
-/**
- * `fastify.rateGuard`: what an operator does to one client. It acts on the shared store, so with Redis a ban,
- * a reset or an override holds on every instance at once. Keys are the ones the key generator makes
- * (`ip:1.2.3.4`, `user:42`, `apikey:…`).
- */
+// `fastify.rateGuard`: what an operator does to one client. It acts on the shared store, so with Redis a ban,
+// a reset or an override holds on every instance at once. Keys are the ones the key generator makes
+// (`ip:1.2.3.4`, `user:42`, `apikey:…`).
 
 export interface PeekOptions extends BudgetOptions {
   /** Needed when that budget's `max` / `timeWindow` are functions of the request: they stand in for the functions. */

@@ -3,13 +3,11 @@ import { isIP } from 'node:net'
 import type { Algorithm } from './algorithms/index.js'
 import type { FailMode } from './types.js'
 
-/**
- * What the plugin publishes on `node:diagnostics_channel`, Node's and Fastify's convention for metrics and
- * traces: nothing is built or sent while nobody subscribes (each publisher checks `hasSubscribers` first).
- * A client is never named: a decision carries its key's hash (the 22 characters of the Redis hash tag), or
- * nothing for a budget shared by all clients. Subscribe with `diagnostics_channel.subscribe(name, fn)`;
- * `examples/metrics-prometheus.js` turns them into Prometheus metrics.
- */
+// What the plugin publishes on `node:diagnostics_channel`, Node's and Fastify's convention for metrics and
+// traces: nothing is built or sent while nobody subscribes (each publisher checks `hasSubscribers` first).
+// A client is never named: a decision carries its key's hash (the 22 characters of the Redis hash tag), or
+// nothing for a budget shared by all clients. Subscribe with `diagnostics_channel.subscribe(name, fn)`;
+// `examples/metrics-prometheus.js` turns them into Prometheus metrics.
 
 export const CHANNELS = Object.freeze({
   /** One message per decision the hook answers: `DecisionMessage`. */

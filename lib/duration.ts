@@ -1,4 +1,4 @@
-/** Human durations: parsed once at register into integer milliseconds, formatted for messages. */
+// Human durations: parsed once at register into integer milliseconds, formatted for messages.
 
 const SECOND = 1000
 const MINUTE = 60 * SECOND

@@ -1,6 +1,6 @@
 import createError from '@fastify/error'
 
-/** Every error this plugin makes, created once. Codes are stable: match on `err.code`. */
+// Every error this plugin makes, created once. Codes are stable: match on `err.code`.
 
 export const InvalidOptionError = createError<'FST_RATE_GUARD_INVALID_OPTION', [string, string]>(
   'FST_RATE_GUARD_INVALID_OPTION',

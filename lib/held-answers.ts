@@ -4,25 +4,23 @@ import { Oldest } from './oldest.js'
 import { bannedDecision } from './stores/store.js'
 import type { Decision } from './stores/store.js'
 
-/**
- * Answers Redis gave that nothing but time can change, held in process until they end, so a client refused
- * again costs no Redis round trip:
- * - a ban ends when it expires (known from Redis's answer) or when an operator lifts it;
- * - a denial of a budget whose denials count no strike (no ban policy), whose counts are never given back (no
- *   shared budget) and whose limits are the same for every request: other requests cannot free the client's
- *   place before the time Redis named, since every one of them is denied too and denied requests write
- *   nothing. Only one limit's denials are held, and only when its count cannot fall before then, so the
- *   headers of a held answer are the ones Redis would give.
- * An operator's change (unban, ban, reset, override) is published on `<nameSpace>changed` with the keys it
- * touched, and every instance forgets what it held for them. While this instance is not subscribed
- * (starting, reconnecting) it could miss a change, so it holds nothing then and asks Redis. A reply may
- * reach the process after a change it predates (Redis answered before the operator's change, the change's
- * message came in first): so each question carries the count of changes heard when it was asked
- * (`changes`), and an answer is held only when no change was heard since.
- * Held times run from when the question was sent, so a held answer never outlives Redis's. Holding stops
- * after `MAX_HELD` at most, but what a held answer reports does not: its wait is the one Redis named,
- * counted down to the moment it is given.
- */
+// Answers Redis gave that nothing but time can change, held in process until they end, so a client refused
+// again costs no Redis round trip:
+// - a ban ends when it expires (known from Redis's answer) or when an operator lifts it;
+// - a denial of a budget whose denials count no strike (no ban policy), whose counts are never given back (no
+//   shared budget) and whose limits are the same for every request: other requests cannot free the client's
+//   place before the time Redis named, since every one of them is denied too and denied requests write
+//   nothing. Only one limit's denials are held, and only when its count cannot fall before then, so the
+//   headers of a held answer are the ones Redis would give.
+// An operator's change (unban, ban, reset, override) is published on `<nameSpace>changed` with the keys it
+// touched, and every instance forgets what it held for them. While this instance is not subscribed
+// (starting, reconnecting) it could miss a change, so it holds nothing then and asks Redis. A reply may
+// reach the process after a change it predates (Redis answered before the operator's change, the change's
+// message came in first): so each question carries the count of changes heard when it was asked
+// (`changes`), and an answer is held only when no change was heard since.
+// Held times run from when the question was sent, so a held answer never outlives Redis's. Holding stops
+// after `MAX_HELD` at most, but what a held answer reports does not: its wait is the one Redis named,
+// counted down to the moment it is given.
 
 /** Longest an answer is held in process: past it Redis is asked again (a bound on any missed change). */
 export const MAX_HELD = 60_000

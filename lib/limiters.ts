@@ -6,11 +6,9 @@ import { unavailableError } from './request/plan.js'
 import { SENT } from './request/respond.js'
 import type { Verdict } from './stores/store.js'
 
-/**
- * `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:
- * limiters an app applies where it chooses (a not-found handler, a check inside a handler). Without options
- * they count on the plugin-wide budget; each made with options counts on a budget of its own.
- */
+// `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:
+// limiters an app applies where it chooses (a not-found handler, a check inside a handler). Without options
+// they count on the plugin-wide budget; each made with options counts on a budget of its own.
 
 /**
  * What `createRateLimit`'s check answers (`@fastify/rate-limit`'s fields; `isAllowed` means allow-listed). `key`

@@ -1,7 +1,7 @@
 import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Step } from './step.js'
 
-/** The twin of `lua/fixed-window.lua`: per limit, a counter of the window (aligned to the epoch) it counts in. */
+// The twin of `lua/fixed-window.lua`: per limit, a counter of the window (aligned to the epoch) it counts in.
 
 export const fixedWindow: Step = {
   count (state, limits, now, peek, cost) {

@@ -4,10 +4,8 @@ import { slidingWindow } from './sliding-window.js'
 import { tokenBucket } from './token-bucket.js'
 import type { Step } from './step.js'
 
-/**
- * The algorithms a budget can count with. Each is one `lua/<name>.lua` script and one in-process twin
- * (a `Step` in this folder) with the same reply; the ban and strike rules around them are shared.
- */
+// The algorithms a budget can count with. Each is one `lua/<name>.lua` script and one in-process twin
+// (a `Step` in this folder) with the same reply; the ban and strike rules around them are shared.
 
 export type Algorithm = 'sliding-log' | 'fixed-window' | 'sliding-window' | 'token-bucket'
 

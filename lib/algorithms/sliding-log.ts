@@ -1,10 +1,8 @@
 import { largest } from './step.js'
 import type { Entry, State, Step } from './step.js'
 
-/**
- * The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first, one log for all limits;
- * and, once a request cost more than 1, each entry's cost (the script keeps it in the member's name).
- */
+// The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first, one log for all limits;
+// and, once a request cost more than 1, each entry's cost (the script keeps it in the member's name).
 
 interface Log extends State {
   times: number[]

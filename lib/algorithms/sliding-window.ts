@@ -1,15 +1,13 @@
 import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Step } from './step.js'
 
-/**
- * The twin of `lua/sliding-window.lua`: per limit, two counters, the current window's and the previous one's
- * (windows aligned to the epoch). The previous window's requests weigh as much of it as the sliding window
- * still covers, `(window - elapsed) / window`: an estimate that assumes they were spread evenly. Integer
- * arithmetic in the same order as the script, so both give the same answer to the millisecond. A limit's reset
- * is the ms until the estimate (rounded up) falls far enough for one more unit to fit than fits now: as the
- * previous window's weight fades, or once this window's requests are the previous ones, so it may be more
- * than a window away (a window's requests weigh on the next window until it ends).
- */
+// The twin of `lua/sliding-window.lua`: per limit, two counters, the current window's and the previous one's
+// (windows aligned to the epoch). The previous window's requests weigh as much of it as the sliding window
+// still covers, `(window - elapsed) / window`: an estimate that assumes they were spread evenly. Integer
+// arithmetic in the same order as the script, so both give the same answer to the millisecond. A limit's reset
+// is the ms until the estimate (rounded up) falls far enough for one more unit to fit than fits now: as the
+// previous window's weight fades, or once this window's requests are the previous ones, so it may be more
+// than a window away (a window's requests weigh on the next window until it ends).
 
 interface Counters { start: number, prev: number, curr: number, weighted: number }
 

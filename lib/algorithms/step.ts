@@ -1,7 +1,5 @@
-/**
- * What an in-process twin of one `lua/<algorithm>.lua` is: its `count` and `settle`, on the same state, with
- * the same arithmetic. The ban, strike and override rules around them are the store's (`lua/decide.lua`).
- */
+// What an in-process twin of one `lua/<algorithm>.lua` is: its `count` and `settle`, on the same state, with
+// the same arithmetic. The ban, strike and override rules around them are the store's (`lua/decide.lua`).
 
 /** One limit of a budget: `max` requests per `windowMs`; `burst` is the capacity (equal to `max` but for the token bucket). */
 export interface Limit {

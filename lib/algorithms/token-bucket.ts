@@ -1,12 +1,10 @@
 import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Fields, Limit, Step } from './step.js'
 
-/**
- * The twin of `lua/token-bucket.lua`: GCRA, one theoretical arrival time (TAT) per limit, in ticks of
- * 1/max ms so every step is an integer. A unit costs `windowMs` ticks; the bucket holds `burst × windowMs`.
- * A limit's reset is the ms until one more unit is free than now: one token back, or (tokens in use past the
- * bucket's size, after a settle charged more) the first of them back in the bucket.
- */
+// The twin of `lua/token-bucket.lua`: GCRA, one theoretical arrival time (TAT) per limit, in ticks of
+// 1/max ms so every step is an integer. A unit costs `windowMs` ticks; the bucket holds `burst × windowMs`.
+// A limit's reset is the ms until one more unit is free than now: one token back, or (tokens in use past the
+// bucket's size, after a settle charged more) the first of them back in the bucket.
 
 // Below 2^53 (options.ts bounds max × window by 2^50), a float quotient is never rounded across an integer,
 // so floor and ceil of a / b are exact, in Lua as here.

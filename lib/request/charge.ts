@@ -7,17 +7,15 @@ import type { Decider } from '../decider.js'
 import type { Decision, SettleInput } from '../stores/store.js'
 import type { ResolvedRoute } from '../types.js'
 
-/**
- * What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
- * its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at
- * its final amount: more (an LLM answer's tokens), less, or 0 (a response that does not count, an aborted
- * request). From the handler (`request.rateGuard.settle(amount)`) or after the response, by the route's
- * `settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests` or `refundAborted`.
- *
- * Until a request settles, it counts at its cost: requests in flight count, whatever their outcome will be.
- * That reservation lasts as long as the request (its response, or its abort before its handler started), and
- * is never more than its cost.
- */
+// What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
+// its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at
+// its final amount: more (an LLM answer's tokens), less, or 0 (a response that does not count, an aborted
+// request). From the handler (`request.rateGuard.settle(amount)`) or after the response, by the route's
+// `settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests` or `refundAborted`.
+//
+// Until a request settles, it counts at its cost: requests in flight count, whatever their outcome will be.
+// That reservation lasts as long as the request (its response, or its abort before its handler started), and
+// is never more than its cost.
 
 /** `request.rateGuard`: the request's charge, when a budget of this plugin counted it. */
 export interface RequestCharge {

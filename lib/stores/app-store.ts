@@ -4,14 +4,12 @@ import type { Decidable, Verdict } from './store.js'
 import type { ResolvedRoute, TheirStore } from '../types.js'
 import type { Decision } from './store.js'
 
-/**
- * A store of the app's own with `@fastify/rate-limit`'s interface (its `store` option): the app's store counts
- * and this plugin answers as theirs does over it. `incr(key, callback, timeWindow, max)` gives the count and
- * the ms left in its window; the request passes while the count is at most `max`, and `ban: N` answers 403
- * once the count is more than N over it. The store decides what a window is: the scripts, bans beyond
- * `ban: N` and held answers do not apply. Each call has the decision's deadline; when the store fails or
- * misses it, `failMode` decides, as when Redis cannot.
- */
+// A store of the app's own with `@fastify/rate-limit`'s interface (its `store` option): the app's store counts
+// and this plugin answers as theirs does over it. `incr(key, callback, timeWindow, max)` gives the count and
+// the ms left in its window; the request passes while the count is at most `max`, and `ban: N` answers 403
+// once the count is more than N over it. The store decides what a window is: the scripts, bans beyond
+// `ban: N` and held answers do not apply. Each call has the decision's deadline; when the store fails or
+// misses it, `failMode` decides, as when Redis cannot.
 
 /** What their stores are given (`new Store(options)`, `child(routeOptions)`): their names for a budget's options. */
 export function theirParams (route: ResolvedRoute): Record<string, unknown> {

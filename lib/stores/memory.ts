@@ -7,19 +7,17 @@ import { isBanKey } from './key-names.js'
 import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
 import type { Ban } from './ban-index.js'
 
-/**
- * The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
- * Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
- *
- * Bounded, and fair under a flood of new identities: logs (or counters), strikes, offences, over-limit keys,
- * bans and overrides all count toward `cache`; expired keys are swept. When the table is full, the least recently
- * used log is dropped to make room, unless its client is at its limit within its window (dropping it would
- * give an abuser a fresh budget): those are kept, and so are bans and overrides, which are never dropped.
- * Only when every log in reach is kept are newcomers counted in shared logs, spread over `OVERFLOW_BUCKETS`
- * per budget by their identity's hash (and `onFull` is told, once a minute at most): strangers then share a
- * budget with a few others, never with all. So the table holds at most `cache` keys, plus bans and overrides
- * beyond it and the shared logs (`OVERFLOW_BUCKETS` per budget).
- */
+// The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
+// Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
+//
+// Bounded, and fair under a flood of new identities: logs (or counters), strikes, offences, over-limit keys,
+// bans and overrides all count toward `cache`; expired keys are swept. When the table is full, the least recently
+// used log is dropped to make room, unless its client is at its limit within its window (dropping it would
+// give an abuser a fresh budget): those are kept, and so are bans and overrides, which are never dropped.
+// Only when every log in reach is kept are newcomers counted in shared logs, spread over `OVERFLOW_BUCKETS`
+// per budget by their identity's hash (and `onFull` is told, once a minute at most): strangers then share a
+// budget with a few others, never with all. So the table holds at most `cache` keys, plus bans and overrides
+// beyond it and the shared logs (`OVERFLOW_BUCKETS` per budget).
 
 interface Mark { value: number | string, expiresAt: number }
 

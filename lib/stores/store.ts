@@ -4,7 +4,7 @@ import type { IdentityKeys } from './key-names.js'
 import type { Ban } from './ban-index.js'
 import type { BanPolicy, FailMode } from '../types.js'
 
-/** What every store (Redis, in process) takes and answers, and the one place a raw reply becomes a result. */
+// What every store (Redis, in process) takes and answers, and the one place a raw reply becomes a result.
 
 export interface DecideInput {
   readonly keys: IdentityKeys
