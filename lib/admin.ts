@@ -1,5 +1,5 @@
 import { ALGORITHMS } from './algorithms/index.js'
-import type { Algorithm } from './algorithms/index.js'
+import type { Algorithm, Limit } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import { budgetName } from './budgets.js'
 import type { BudgetOptions, Budgets, RouteBudget } from './budgets.js'
@@ -13,7 +13,8 @@ import { checkDuration, checkMax } from './check.js'
 import { checkSizes, checkStaticLimits } from './limit-options.js'
 import type { ResolvedOptions } from './types.js'
 import { encodeLimits } from './stores/store.js'
-import type { Store } from './stores/store.js'
+import type { DecideInput, Decision, Store } from './stores/store.js'
+import type { Ban } from './stores/ban-index.js'
 import type { DecisionStats, StatsSnapshot } from './stats.js'
 
 // `fastify.rateGuard`: what an operator does to one client. It acts on the shared store, so with Redis a ban,
@@ -124,134 +125,182 @@ const FAMILIES: readonly Family[] = ['enforce', 'shadow']
 /** Options of setOverride that are not the limits. */
 const OVERRIDE_KEYS = ['route', 'groupId', 'ttl', 'permanent']
 
+/** What the operator calls work with: the store under the operators' deadline, and the names of a client's keys. */
+interface Context {
+  readonly nameSpace: string
+  readonly budgets: Budgets
+  /** The store's calls, each rejected past the operators' deadline; `forget` tells every instance what changed. */
+  readonly store: GuardedStore
+  readonly bans: (limit: number, signal: AbortSignal) => Promise<readonly Ban[]>
+  readonly canonicalKey: (key: string) => string
+}
+
+interface GuardedStore {
+  decide: (input: DecideInput) => Promise<Decision>
+  setBan: (key: string, banMs: number) => Promise<void>
+  setValue: (key: string, value: string, ttl: number | null) => Promise<void>
+  delete: (keys: readonly string[]) => Promise<void>
+  unban: (keys: readonly string[]) => Promise<void>
+  forget: (keys: readonly string[]) => Promise<void>
+}
+
 /** `forget`: tells every instance which keys were changed, so none goes on answering from what it held for them. */
 export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>, stats: DecisionStats): RateGuardAdmin {
-  const { nameSpace, canonicalKey } = opts
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
-  const store = {
-    decide: async (input: Parameters<Store['decide']>[0]) => await deadline(inner.decide(input), ms),
-    setBan: async (key: string, banMs: number) => await deadline(inner.setBan(key, banMs), ms),
-    setValue: async (key: string, value: string, ttl: number | null) => await deadline(inner.setValue(key, value, ttl), ms),
-    delete: async (keys: readonly string[]) => await deadline(inner.delete(keys), ms),
-    unban: async (keys: readonly string[]) => await deadline(inner.unban(keys), ms),
-    forget: async (keys: readonly string[]) => await deadline(forget(keys), ms)
+  const within = async <T>(work: T | Promise<T>): Promise<T> => await deadline(work, ms)
+  const ctx: Context = {
+    nameSpace: opts.nameSpace,
+    budgets,
+    canonicalKey: opts.canonicalKey,
+    // The deadline (or an answer) stops the store's work: on a Cluster, no more slots are read.
+    bans: async (limit, signal) => await within(inner.bans(opts.nameSpace, limit, signal)),
+    store: {
+      decide: async input => await within(inner.decide(input)),
+      setBan: async (key, banMs) => { await within(inner.setBan(key, banMs)) },
+      setValue: async (key, value, ttl) => { await within(inner.setValue(key, value, ttl)) },
+      delete: async keys => { await within(inner.delete(keys)) },
+      unban: async keys => { await within(inner.unban(keys)) },
+      forget: async keys => { await within(forget(keys)) }
+    }
   }
-  const keysOf = (key: string, scope = '', algorithm?: Algorithm, family?: Family): ReturnType<typeof identityKeys> => {
-    if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
-    return identityKeys(nameSpace, scope, canonicalKey(key), algorithm, family)
-  }
-  const budgetOf = (options: BudgetOptions, call: string): RouteBudget & { name: string } => {
-    const name = budgetName(options)
-    const budget = budgets.get(name)
-    if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
-    return { ...budget, name }
-  }
-  /**
-   * Every algorithm's state of `key` on every budget (a budget whose algorithm changed in a deploy too), and
-   * the wait `continueExceeding` / `exponentialBackoff` set on it: the enforcing ones and shadow mode's.
-   */
-  const statesOf = (key: string): string[] => {
-    return [...budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family =>
-      [...ALGORITHMS.map(algorithm => keysOf(key, scope, algorithm, family).log), keysOf(key, scope, undefined, family).backoff]))
-  }
-  /** The budget's state of `key`, enforcing and shadow mode's: where an override changes what is held. */
-  const logsOf = (key: string, { scope, route }: RouteBudget): string[] => FAMILIES.map(family => keysOf(key, scope, route.algorithm, family).log)
   return Object.freeze({
     has: (budget: string) => budgets.get(budget) !== undefined,
     stats: () => stats.snapshot(),
-    async bans ({ limit = 100 }: { limit?: number } = {}) {
-      if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
-      // The deadline (or an answer) stops the store's work: on a Cluster, no more slots are read.
-      const stop = new AbortController()
-      try {
-        const found = await deadline(inner.bans(nameSpace, limit, stop.signal), ms)
-        // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
-        return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs, shadow: isShadowBan(key) }))
-      } finally {
-        stop.abort()
-      }
-    },
-    async ban (key: string, duration: number | string) {
-      const { banned } = keysOf(key)
-      await store.setBan(banned, checkDuration(duration, 'duration'))
-      // A ban held anywhere would go on answering with the wait it had, and a denial held 429 until it ended:
-      // the new ban's 403, with its own wait, comes at once.
-      await store.forget([banned, ...statesOf(key)])
-    },
-    async unban (key: string | { keyHash: string }) {
-      const [keys, shadow] = FAMILIES.map(family => typeof key === 'object' && key !== null
-        ? hashedKeys(nameSpace, checkKeyHash(key.keyHash), undefined, undefined, family)
-        : keysOf(key, undefined, undefined, family)) as [IdentityKeys, IdentityKeys]
-      await store.unban([keys.banned, keys.strikes, keys.offences, shadow.banned, shadow.strikes, shadow.offences])
-      await store.forget([keys.banned, shadow.banned])
-    },
-    async reset (key: string) {
-      const states = statesOf(key)
-      await store.delete([...states, ...FAMILIES.map(family => keysOf(key, undefined, undefined, family).strikes)])
-      await store.forget(states)
-    },
-    async peek (key: string, options: PeekOptions = {}) {
-      const budget = budgetOf(options, 'peek')
-      const { route } = budget
-      // `max` / `timeWindow` stand in for the parts of the budget's limits that are functions of the request.
-      const max = options.max === undefined ? undefined : checkMax(options.max)
-      const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
-      const given = route.limits.map(limit => ({
-        ...limit,
-        max: typeof limit.max === 'function' ? max ?? limit.max : limit.max,
-        windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
-      }))
-      const { algorithm } = route
-      checkSizes(given, algorithm, '')
-      const limits = staticLimits(given)
-      if (limits === null) {
-        throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
-      }
-      const family: Family = route.mode === 'shadow' ? 'shadow' : 'enforce'
-      const input = { keys: keysOf(key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
-      const refused = refusedOutright(input)
-      // The ban shadow mode recorded: read with the budget's own decision when it is shadow's and the store is asked.
-      const shadowPeek = family === 'shadow' && refused === undefined ? undefined : { ...input, keys: keysOf(key, budget.scope, algorithm, 'shadow') }
-      const [decision, shadowed] = await Promise.all([refused ?? store.decide(input), shadowPeek === undefined ? undefined : store.decide(shadowPeek)])
-      const shadowBan = shadowed ?? decision
-      const banned = decision.status === 'banned'
-      return {
-        key,
-        status: decision.status,
-        max: decision.limit,
-        count: decision.count,
-        remaining: remainingOf(decision.limit, decision.count, banned),
-        resetMs: decision.resetMs,
-        retryMs: decision.retryMs,
-        limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs })),
-        shadow: family === 'shadow',
-        shadowBanMs: shadowBan.status === 'banned' ? shadowBan.retryMs : 0
-      }
-    },
-    async setOverride (key: string, options: OverrideOptions) {
-      if (typeof options !== 'object' || options === null) throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
-      const budget = budgetOf(options, 'setOverride')
-      const resolved = checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS)
-      if (budget.route.algorithm !== 'token-bucket' && resolved.some(limit => limit.burst !== null)) {
-        throw new InvalidOptionError('setOverride.burst', "expected no burst but on a budget with algorithm: 'token-bucket'")
-      }
-      if (resolved.some(limit => limit.name !== undefined)) {
-        throw new InvalidOptionError('setOverride.name', 'expected no names: an override keeps the budget\'s policy names')
-      }
-      checkSizes(resolved, budget.route.algorithm, 'setOverride.')
-      const limits = staticLimits(resolved)!
-      if ((options.ttl === undefined) === (options.permanent !== true)) {
-        throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')
-      }
-      const ttl = options.permanent === true ? null : checkDuration(options.ttl, 'setOverride.ttl')
-      const keys = keysOf(key, budget.scope, budget.route.algorithm)
-      await store.setValue(keys.override, encodeLimits(limits), ttl)
-      await store.forget(logsOf(key, budget))
-    },
-    async clearOverride (key: string, options: BudgetOptions = {}) {
-      const budget = budgetOf(options, 'clearOverride')
-      await store.delete([keysOf(key, budget.scope, budget.route.algorithm).override])
-      await store.forget(logsOf(key, budget))
-    }
+    bans: async (options?: { limit?: number }) => await listBans(ctx, options),
+    ban: async (key: string, duration: number | string) => { await ban(ctx, key, duration) },
+    unban: async (key: string | { keyHash: string }) => { await unban(ctx, key) },
+    reset: async (key: string) => { await reset(ctx, key) },
+    peek: async (key: string, options?: PeekOptions) => await peek(ctx, key, options),
+    setOverride: async (key: string, options: OverrideOptions) => { await setOverride(ctx, key, options) },
+    clearOverride: async (key: string, options?: BudgetOptions) => { await clearOverride(ctx, key, options) }
   })
+}
+
+async function listBans (ctx: Context, { limit = 100 }: { limit?: number } = {}): Promise<BanEntry[]> {
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
+  const stop = new AbortController()
+  try {
+    const found = await ctx.bans(limit, stop.signal)
+    // A ban's key is an identity's, never a shared budget's: it always has a client's hash.
+    return found.map(({ key, retryMs }) => ({ keyHash: keyHashOf(key)!, retryMs, shadow: isShadowBan(key) }))
+  } finally {
+    stop.abort()
+  }
+}
+
+async function ban (ctx: Context, key: string, duration: number | string): Promise<void> {
+  const { banned } = keysOf(ctx, key)
+  await ctx.store.setBan(banned, checkDuration(duration, 'duration'))
+  // A ban held anywhere would go on answering with the wait it had, and a denial held 429 until it ended:
+  // the new ban's 403, with its own wait, comes at once.
+  await ctx.store.forget([banned, ...statesOf(ctx, key)])
+}
+
+async function unban (ctx: Context, key: string | { keyHash: string }): Promise<void> {
+  const [keys, shadow] = FAMILIES.map(family => typeof key === 'object' && key !== null
+    ? hashedKeys(ctx.nameSpace, checkKeyHash(key.keyHash), undefined, undefined, family)
+    : keysOf(ctx, key, undefined, undefined, family)) as [IdentityKeys, IdentityKeys]
+  await ctx.store.unban([keys.banned, keys.strikes, keys.offences, shadow.banned, shadow.strikes, shadow.offences])
+  await ctx.store.forget([keys.banned, shadow.banned])
+}
+
+async function reset (ctx: Context, key: string): Promise<void> {
+  const states = statesOf(ctx, key)
+  await ctx.store.delete([...states, ...FAMILIES.map(family => keysOf(ctx, key, undefined, undefined, family).strikes)])
+  await ctx.store.forget(states)
+}
+
+async function peek (ctx: Context, key: string, options: PeekOptions = {}): Promise<PeekResult> {
+  const budget = budgetOf(ctx, options, 'peek')
+  const { algorithm, mode } = budget.route
+  const limits = peekedLimits(budget, options)
+  const family: Family = mode === 'shadow' ? 'shadow' : 'enforce'
+  const input = { keys: keysOf(ctx, key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
+  const refused = refusedOutright(input)
+  // The ban shadow mode recorded: read with the budget's own decision when it is shadow's and the store is asked.
+  const shadowPeek = family === 'shadow' && refused === undefined ? undefined : { ...input, keys: keysOf(ctx, key, budget.scope, algorithm, 'shadow') }
+  const [decision, shadowed] = await Promise.all([refused ?? ctx.store.decide(input), shadowPeek === undefined ? undefined : ctx.store.decide(shadowPeek)])
+  const shadowBan = shadowed ?? decision
+  const banned = decision.status === 'banned'
+  return {
+    key,
+    status: decision.status,
+    max: decision.limit,
+    count: decision.count,
+    remaining: remainingOf(decision.limit, decision.count, banned),
+    resetMs: decision.resetMs,
+    retryMs: decision.retryMs,
+    limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs })),
+    shadow: family === 'shadow',
+    shadowBanMs: shadowBan.status === 'banned' ? shadowBan.retryMs : 0
+  }
+}
+
+/** The budget's limits for `peek`: `max` / `timeWindow` stand in for the parts that are functions of the request. */
+function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOptions): readonly Limit[] {
+  const max = options.max === undefined ? undefined : checkMax(options.max)
+  const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
+  const given = budget.route.limits.map(limit => ({
+    ...limit,
+    max: typeof limit.max === 'function' ? max ?? limit.max : limit.max,
+    windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
+  }))
+  checkSizes(given, budget.route.algorithm, '')
+  const limits = staticLimits(given)
+  if (limits === null) throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
+  return limits
+}
+
+async function setOverride (ctx: Context, key: string, options: OverrideOptions): Promise<void> {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
+  const budget = budgetOf(ctx, options, 'setOverride')
+  const resolved = checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS)
+  if (budget.route.algorithm !== 'token-bucket' && resolved.some(limit => limit.burst !== null)) {
+    throw new InvalidOptionError('setOverride.burst', "expected no burst but on a budget with algorithm: 'token-bucket'")
+  }
+  if (resolved.some(limit => limit.name !== undefined)) {
+    throw new InvalidOptionError('setOverride.name', 'expected no names: an override keeps the budget\'s policy names')
+  }
+  checkSizes(resolved, budget.route.algorithm, 'setOverride.')
+  const limits = staticLimits(resolved)!
+  if ((options.ttl === undefined) === (options.permanent !== true)) {
+    throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')
+  }
+  const ttl = options.permanent === true ? null : checkDuration(options.ttl, 'setOverride.ttl')
+  const keys = keysOf(ctx, key, budget.scope, budget.route.algorithm)
+  await ctx.store.setValue(keys.override, encodeLimits(limits), ttl)
+  await ctx.store.forget(logsOf(ctx, key, budget))
+}
+
+async function clearOverride (ctx: Context, key: string, options: BudgetOptions = {}): Promise<void> {
+  const budget = budgetOf(ctx, options, 'clearOverride')
+  await ctx.store.delete([keysOf(ctx, key, budget.scope, budget.route.algorithm).override])
+  await ctx.store.forget(logsOf(ctx, key, budget))
+}
+
+/** A client's keys, the client named as the default key generator (or the app's) writes it. */
+function keysOf (ctx: Context, key: string, scope = '', algorithm?: Algorithm, family?: Family): IdentityKeys {
+  if (typeof key !== 'string') throw new InvalidOptionError('key', `expected a string, got ${typeof key}`)
+  return identityKeys(ctx.nameSpace, scope, ctx.canonicalKey(key), algorithm, family)
+}
+
+function budgetOf (ctx: Context, options: BudgetOptions, call: string): RouteBudget & { name: string } {
+  const name = budgetName(options)
+  const budget = ctx.budgets.get(name)
+  if (budget === undefined) throw new InvalidOptionError(call, `no budget named ${JSON.stringify(name)}`)
+  return { ...budget, name }
+}
+
+/**
+ * Every algorithm's state of `key` on every budget (a budget whose algorithm changed in a deploy too), and
+ * the wait `continueExceeding` / `exponentialBackoff` set on it: the enforcing ones and shadow mode's.
+ */
+function statesOf (ctx: Context, key: string): string[] {
+  return [...ctx.budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family =>
+    [...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log), keysOf(ctx, key, scope, undefined, family).backoff]))
+}
+
+/** The budget's state of `key`, enforcing and shadow mode's: where an override changes what is held. */
+function logsOf (ctx: Context, key: string, { scope, route }: RouteBudget): string[] {
+  return FAMILIES.map(family => keysOf(ctx, key, scope, route.algorithm, family).log)
 }
