@@ -6,6 +6,7 @@ import { Oldest } from '../oldest.js'
 import { isBanKey } from './key-names.js'
 import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
 import type { Ban } from './ban-index.js'
+import type { BanPolicy } from '../types.js'
 
 // The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
 // Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
@@ -158,10 +159,14 @@ export class MemoryStore implements Store {
     // An overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
     if (peek || ban === null || !own) return reply(1, retry, 0, entries)
 
-    const strikes = this.#count(keys.strikes, now, now + strikeWindow, false)
-    if ((strikes.value as number) < ban.threshold) return reply(1, retry, 0, entries)
+    const started = this.#strike(keys, ban, now, strikeWindow)
+    return started === undefined ? reply(1, retry, 0, entries) : reply(2, started.duration, started.offence, entries)
+  }
 
-    // The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
+  /** A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban the identity earns before the last is forgotten. */
+  #strike (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number): { duration: number, offence: number } | undefined {
+    const strikes = this.#count(keys.strikes, now, now + strikeWindow, false)
+    if ((strikes.value as number) < ban.threshold) return undefined
     const { ladder } = ban
     let offence = 1
     let duration = ladder[0]!
@@ -174,7 +179,7 @@ export class MemoryStore implements Store {
     this.#marks.delete(keys.strikes)
     this.#makeRoom(now)
     this.#marks.set(keys.banned, { value: 1, expiresAt: now + duration })
-    return reply(2, duration, offence, entries)
+    return { duration, offence }
   }
 
   settle ({ keys, limits, algorithm, at, cost = 1, final }: SettleInput): void {
