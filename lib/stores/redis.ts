@@ -21,7 +21,7 @@ export function isCluster (client: RedisLike): client is Cluster {
 }
 
 /**
- * One script per algorithm, read once: `lua/numbers.lua` (numbers as text for Redis), the algorithm's file
+ * One script per algorithm, read once: `lua/prelude.lua` (numbers as text for Redis), the algorithm's file
  * (its `count` and `settle`), `lua/ban-index.lua`, then `lua/decide.lua` (the bans, strikes and overrides around
  * them, the same for all). Its command name holds its hash, so an edited script is a new command.
  */
@@ -31,7 +31,7 @@ export interface Script {
 }
 
 const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
-const NUMBERS = read('numbers')
+const NUMBERS = read('prelude')
 const BAN_INDEX = read('ban-index')
 const DECIDE = read('decide')
 
