@@ -8,7 +8,7 @@ import t from 'tap'
 import rateGuard from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/keys.js'
-import { SCRIPTS } from '../lib/stores/redis.js'
+import { SCRIPTS } from '../lib/stores/scripts.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
