@@ -25,6 +25,7 @@ t.test('each script is lua/prelude.lua, its algorithm file, lua/ban-index.lua, t
   t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences.*\n--\s+index/m, 'the frame names the keys')
   t.match(decide, /^-- ARGV\[1\]\s+mode.*\n(--\s{4,}.*\n)*-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
+  t.notMatch(decide.replace(/^--.*$/gm, ''), /(KEYS|ARGV)\[\w+ \+ \d/, 'its body names each key\'s and argument\'s place: no bare offsets')
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
     const { command, lua } = SCRIPTS[algorithm]
