@@ -35,7 +35,9 @@
 -- Reply: each request's answer in turn (none to settle):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
 --   or, for a request Redis could not decide (a foreign value at one of its keys, an override that names no
---   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual.
+--   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual. The
+--   text ends with where it was raised, ' at user_script:<line>' (a line of the joined script, which
+--   lib/stores/scripts.ts names as its file's line), but for this file's own 'ERR rate-guard: ' errors.
 --   status   0 allowed, 1 rate limited, 2 banned
 --   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned);
 --            0 when limited: its cost is more than a limit's capacity, so it never passes (no strike counted)
@@ -185,7 +187,12 @@ local function exceeded (limits, reset, count)
   end
 end
 
-local function decide (k, p, member, bans, over, cost)
+-- The request being decided, set by the loop below before it calls decide(): xpcall passes no arguments.
+-- k: the last key before its keys; p: its policy; member: its id; bans: whether a denial strikes (its keys
+-- hold strikes, offences and index); over: its over-limit key, or false; cost: its units.
+local k, p, member, bans, over, cost
+
+local function decide ()
   -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
   -- more, its reply being a table). A banned client is answered first and at the least cost.
   local override = false
@@ -277,9 +284,32 @@ local function decide (k, p, member, bans, over, cost)
   return reply(2, duration, offence, limits)
 end
 
-local k, r = 0, first
+-- Where in `level` (counted up the stack from here) an error was raised, as Lua names it
+-- ('user_script:<line>: '), or '' for a function of Redis's (redis.call, error).
+local function where (level)
+  local _, at = pcall(error, '', level)
+  return at
+end
+local OURS = 'ERR rate-guard: '
+-- A request's error as its text, with where it was raised: xpcall calls this before the stack unwinds.
+-- 4 is the function that raised it (5, its caller, when that is redis.call or error). A Lua error names
+-- its line already; this file's own errors say what is wrong in their own words.
+local function located (err)
+  local message = type(err) == 'table' and err.err or tostring(err)
+  if string.find(message, 'user_script:', 1, true) or string.sub(message, 1, #OURS) == OURS then
+    return message
+  end
+  local at = where(4)
+  if at == '' then
+    at = where(5)
+  end
+  return message .. ' at ' .. string.sub(at, 1, -3)
+end
+
+local r = first
+k = 0
 for i = 1, tonumber(ARGV[3]) do
-  local p, cost = policyOf[ARGV[r]], 1
+  p, cost = policyOf[ARGV[r]], 1
   if not p then
     local policy, units = string.match(ARGV[r], '^(%d+)%*(%d+)$')
     p, cost = policyOf[policy], tonumber(units)
@@ -293,16 +323,18 @@ for i = 1, tonumber(ARGV[3]) do
     -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing): BANNING keys
     -- instead of ALWAYS. Under overLimit, the over-limit key: one more, the last.
     local s = starts[p]
-    local bans = not peek and ARGV[s + THRESHOLD] ~= '0'
+    bans = not peek and ARGV[s + THRESHOLD] ~= '0'
     local n = bans and BANNING or ALWAYS
-    local over = ARGV[s + OVER] ~= 'none'
+    over = ARGV[s + OVER] ~= 'none'
     if over then
       n = n + 1
+      over = KEYS[k + n]
     end
+    member = base .. text(i)
     -- One request's error is its own: it writes nothing to the reply before its last step.
-    local ok, err = pcall(decide, k, p, base .. text(i), bans, over and KEYS[k + n], cost)
+    local ok, err = xpcall(decide, located)
     if not ok then
-      out[o + 1], out[o + 2] = 3, type(err) == 'table' and err.err or tostring(err)
+      out[o + 1], out[o + 2] = 3, err
       o = o + 2
     end
     k, r = k + n, r + 1

@@ -7,13 +7,13 @@ import { traced } from '../channels.js'
 import { isBanKey } from '../keys.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, defineScript, members, scriptArgs } from './scripts.js'
+import { BAN_SCRIPT, SCRIPTS, defineScript, located, members, scriptArgs } from './scripts.js'
 import type { ScriptCommand } from './scripts.js'
 import { toDecisions } from './store.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 
 // The Redis store: one script call per batch of decisions (the scripts, and their calls' arguments, in
-// lib/stores/scripts.ts).
+// lib/stores/scripts.ts). An error a script raises names the line of its lua/ file.
 
 export type RedisLike = Redis | Cluster
 
@@ -74,17 +74,33 @@ export class RedisStore implements RemoteStore {
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
     const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
     const call = this.#commands[algorithm]
-    const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base, this.#index)))
-    return toDecisions(reply, members(base, inputs.length), inputs)
+    let reply: unknown
+    try {
+      reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base, this.#index)))
+    } catch (err) {
+      throw located(SCRIPTS[algorithm], err)
+    }
+    const decisions = toDecisions(reply, members(base, inputs.length), inputs)
+    // A request's own error names where the script raised it, too.
+    for (const decision of decisions) if (decision instanceof Error) located(SCRIPTS[algorithm], decision)
+    return decisions
   }
 
   async settle (input: SettleInput): Promise<void> {
     const call = this.#commands[input.algorithm]
-    await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }), () => call(...scriptArgs([input], 'settle', '')))
+    try {
+      await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }), () => call(...scriptArgs([input], 'settle', '')))
+    } catch (err) {
+      throw located(SCRIPTS[input.algorithm], err)
+    }
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
-    await this.#ban(2, bannedKey, this.#index(bannedKey), ms)
+    try {
+      await this.#ban(2, bannedKey, this.#index(bannedKey), ms)
+    } catch (err) {
+      throw located(BAN_SCRIPT, err)
+    }
   }
 
   async setValue (key: string, value: string, ms: number | null): Promise<void> {

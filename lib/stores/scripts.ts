@@ -1,5 +1,7 @@
 // The Redis store's scripts: each joined once from the files in lua/ (lua/prelude.lua first), named by its hash,
 // defined once per client, and called with the keys and arguments scriptArgs makes (the header of lua/decide.lua).
+// Redis names a line of a script by its line in the joined text ('user_script:302'); `located` names it as the
+// file's line (lib/stores/redis.ts hands every script error through it).
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
@@ -9,6 +11,12 @@ import { CommandConflictError } from '../errors.js'
 import { indexOf } from './ban-index.js'
 import type { BanPolicy, DecideInput, SettleInput } from './store.js'
 
+/** One file of a joined script: its name (`lua/decide.lua`) and the line of the joined script it starts at (from 1). */
+export interface Part {
+  readonly file: string
+  readonly first: number
+}
+
 /**
  * One script: its files joined with a line break between each two, and its command name, which holds its hash
  * (an edited script is a new command).
@@ -16,6 +24,8 @@ import type { BanPolicy, DecideInput, SettleInput } from './store.js'
 export interface Script {
   readonly lua: string
   readonly command: string
+  /** Its files in order, each with where it starts. */
+  readonly parts: readonly Part[]
 }
 
 const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
@@ -25,9 +35,16 @@ const DECIDE = read('decide')
 
 /** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
 function script (name: string, texts: ReadonlyArray<readonly [string, string]>): Script {
+  const parts: Part[] = []
+  let first = 1
+  for (const [file, text] of texts) {
+    parts.push(Object.freeze({ file: `lua/${file}.lua`, first }))
+    // Its lines, then the line break that joins it to the next.
+    first += text.split('\n').length
+  }
   const lua = texts.map(([, text]) => text).join('\n')
   const camel = name.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
-  return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
+  return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts) })
 }
 
 /**
@@ -40,6 +57,31 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object
 /** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
 export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
 export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
+
+/** A line of a joined script as Redis names it: `user_script:302` (`@user_script:302`, or `user_script: 302` in Redis 6). */
+const JOINED_LINE = /@?user_script: ?(\d+)/g
+
+/**
+ * `text` (a Redis error's, or the error text of one request) with each line of `script` it names given as its
+ * file's line, the joined line beside it: `lua/decide.lua:45 (user_script:302)`.
+ */
+export function sourceLines (script: Script, text: string): string {
+  return text.replace(JOINED_LINE, (joined, line: string) => {
+    const n = Number(line)
+    let part = script.parts[0]!
+    for (const each of script.parts) if (each.first <= n) part = each
+    return `${part.file}:${n - part.first + 1} (${joined})`
+  })
+}
+
+/** `err`, an error of a call of `script` (or of one of its requests), with its message (and stack) naming the files' lines. */
+export function located<T> (script: Script, err: T): T {
+  if (err instanceof Error) {
+    err.message = sourceLines(script, err.message)
+    err.stack = sourceLines(script, String(err.stack))
+  }
+  return err
+}
 
 /** What a request over the limit does, as a policy sends it (`'none'`: the algorithm alone decides). */
 type OverLimit = NonNullable<DecideInput['overLimit']> | 'none'
