@@ -43,7 +43,7 @@ async function counted (port, work) {
   return Number(/^summary: (\d+)$/m.exec(readFileSync(out, 'utf8'))[1])
 }
 
-const { SCRIPTS, scriptArgs } = await import(new URL('../dist/stores/redis.js', import.meta.url))
+const { SCRIPTS, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
 
 /** CALLS calls of BATCH allowed requests of one script, as the plugin makes them. */
 function ours (algorithm) {

@@ -115,10 +115,10 @@ function peerScript () {
  * Returns { calls, rows: [{ script, path, usPerCall, rps }] } or { skipped } when it cannot run here.
  */
 export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
-  const distRedis = new URL('../dist/stores/redis.js', import.meta.url)
-  if (!existsSync(distRedis)) return { skipped: 'dist/ is not built (npm run build)' }
+  const distScripts = new URL('../dist/stores/scripts.js', import.meta.url)
+  if (!existsSync(distScripts)) return { skipped: 'dist/ is not built (npm run build)' }
   if (spawnSync('redis-benchmark', ['--version']).status !== 0) return { skipped: 'redis-benchmark is not on PATH' }
-  const { SCRIPTS, scriptArgs } = await import(distRedis)
+  const { SCRIPTS, scriptArgs } = await import(distScripts)
   const calls = Number(process.env.BENCH_SCRIPT_CALLS || 100_000)
   const rows = []
   try {

@@ -1,4 +1,4 @@
--- The operator's ban (fastify.rateGuard.ban), after lua/numbers.lua and lua/ban-index.lua: the ban and its entry
+-- The operator's ban (fastify.rateGuard.ban), after lua/prelude.lua and lua/ban-index.lua: the ban and its entry
 -- in the ban index in one call, on Redis's clock.
 --
 -- KEYS[1]  banned  STRING '1' while the identity is banned (per identity)

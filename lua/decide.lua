@@ -1,6 +1,6 @@
--- The decision around every algorithm: loaded after one algorithm's file (lua/<algorithm>.lua), which
--- defines count(state, limits, now, member, peek, entries, cost) and settle(state, limits, member, at, now, cost,
--- final), and lua/ban-index.lua (indexBan). One
+-- The decision around every algorithm: the last part of each algorithm's script, after lua/prelude.lua (text),
+-- the algorithm's file (lua/<algorithm>.lua), which defines count(state, limits, now, member, peek, entries,
+-- cost) and settle(state, limits, member, at, now, cost, final), and lua/ban-index.lua (indexBan). One
 -- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
 -- Redis's clock.
 --
@@ -35,7 +35,9 @@
 -- Reply: each request's answer in turn (none to settle):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
 --   or, for a request Redis could not decide (a foreign value at one of its keys, an override that names no
---   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual.
+--   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual. The
+--   text ends with where it was raised, ' at user_script:<line>' (a line of the joined script, which
+--   lib/stores/scripts.ts names as its file's line), but for this file's own 'ERR rate-guard: ' errors.
 --   status   0 allowed, 1 rate limited, 2 banned
 --   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned);
 --            0 when limited: its cost is more than a limit's capacity, so it never passes (no strike counted)
@@ -79,6 +81,24 @@ end
 -- The longest duration (lib/duration.ts): the longest wait over the limit, a reply ioredis 6 reads exactly.
 local LONGEST = 2 ^ 53 - 1024
 
+-- Where each key and argument sits (the header above), named once. Constants, not a table per request.
+-- A request's keys, counted from k, the last key of the request before it: KEYS[k + STATE]...
+local STATE, BANNED, OVERRIDE = 1, 2, 3
+local STRIKES, OFFENCES, INDEX = 4, 5, 6
+-- How many keys a request sends: ALWAYS; BANNING under a ban policy (decided, not peeked); one more after
+-- them, its over-limit key, under an overLimit.
+local ALWAYS, BANNING = 3, 6
+-- A policy's fields, counted from s, where it starts: ARGV[s + THRESHOLD]...; then its limits, from
+-- s + FIELDS, PER_LIMIT arguments each: ARGV[l + MAX]...
+local THRESHOLD, LADDER, FORGET, OVER, LIMITS = 0, 1, 2, 3, 4
+local FIELDS = 5
+local MAX, WINDOW, BURST = 0, 1, 2
+local PER_LIMIT = 3
+-- A request to settle: its policy at r, then ARGV[r + MEMBER]...; PER_SETTLE arguments in all. A request
+-- decided or peeked sends its policy alone.
+local MEMBER, AT, FINAL = 1, 2, 3
+local PER_SETTLE = 4
+
 local mode = ARGV[1]
 local peek = mode == 'peek'
 local base = ARGV[2]
@@ -88,11 +108,12 @@ local base = ARGV[2]
 local starts = {}
 -- Each request names its policy as text ('1', '2'...): looked up here, not parsed again for each request.
 local policyOf = {}
+-- The first policy starts after mode, base, requests and p.
 local a = 5
 for p = 1, tonumber(ARGV[4]) do
   starts[p] = a
   policyOf[text(p)] = p
-  a = a + 5 + 3 * tonumber(ARGV[a + 4])
+  a = a + FIELDS + PER_LIMIT * tonumber(ARGV[a + LIMITS])
 end
 local first = a
 
@@ -102,9 +123,9 @@ local function policyLimits (p)
   if not limits then
     limits = {}
     local s = starts[p]
-    for i = 1, tonumber(ARGV[s + 4]) do
-      local l = s + 2 + 3 * i
-      limits[i] = { max = tonumber(ARGV[l]), window = tonumber(ARGV[l + 1]), burst = tonumber(ARGV[l + 2]) }
+    for i = 1, tonumber(ARGV[s + LIMITS]) do
+      local l = s + FIELDS + PER_LIMIT * (i - 1)
+      limits[i] = { max = tonumber(ARGV[l + MAX]), window = tonumber(ARGV[l + WINDOW]), burst = tonumber(ARGV[l + BURST]) }
     end
     policies[p] = limits
   end
@@ -135,7 +156,7 @@ end
 -- The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
 local function ban (s, banned, offences, index)
   local ladder = {}
-  for ms in string.gmatch(ARGV[s + 1], '%d+') do
+  for ms in string.gmatch(ARGV[s + LADDER], '%d+') do
     ladder[#ladder + 1] = tonumber(ms)
   end
   local offence = 1
@@ -144,7 +165,7 @@ local function ban (s, banned, offences, index)
   end
   local duration = ladder[math.min(offence, #ladder)]
   if #ladder > 1 then
-    redis.call('PEXPIRE', offences, duration + tonumber(ARGV[s + 2]))
+    redis.call('PEXPIRE', offences, duration + tonumber(ARGV[s + FORGET]))
   end
   redis.call('SET', banned, '1', 'PX', duration)
   indexBan(index, banned, clock(), duration)
@@ -166,22 +187,27 @@ local function exceeded (limits, reset, count)
   end
 end
 
-local function decide (k, p, member, bans, over, cost)
+-- The request being decided, set by the loop below before it calls decide(): xpcall passes no arguments.
+-- k: the last key before its keys; p: its policy; member: its id; bans: whether a denial strikes (its keys
+-- hold strikes, offences and index); over: its over-limit key, or false; cost: its units.
+local k, p, member, bans, over, cost
+
+local function decide ()
   -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
   -- more, its reply being a table). A banned client is answered first and at the least cost.
   local override = false
-  if redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3]) > 0 then
-    local banned = redis.call('PTTL', KEYS[k + 2])
+  if redis.call('EXISTS', KEYS[k + BANNED], KEYS[k + OVERRIDE]) > 0 then
+    local banned = redis.call('PTTL', KEYS[k + BANNED])
     if banned > 0 then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, banned, 0, 0, 0
       o = o + 5
       return
     end
-    override = redis.call('GET', KEYS[k + 3])
+    override = redis.call('GET', KEYS[k + OVERRIDE])
   end
   local limits = override and parse(override) or policyLimits(p)
   if #limits == 0 then
-    error('ERR rate-guard: the override at ' .. KEYS[k + 3] .. ' names no limit', 0)
+    error('ERR rate-guard: the override at ' .. KEYS[k + OVERRIDE] .. ' names no limit', 0)
   end
   for i = #entries + 1, #limits do
     entries[i] = {}
@@ -190,7 +216,7 @@ local function decide (k, p, member, bans, over, cost)
   if cost > 1 then
     for i = 1, #limits do
       if cost > limits[i].burst then
-        count(KEYS[k + 1], limits, clock(), member, true, entries, 1)
+        count(KEYS[k + STATE], limits, clock(), member, true, entries, 1)
         return reply(1, 0, 0, limits)
       end
     end
@@ -205,7 +231,8 @@ local function decide (k, p, member, bans, over, cost)
     end
     waits = redis.call('PTTL', over)
   end
-  local doubles = ARGV[starts[p] + 3] == 'backoff'
+  local s = starts[p]
+  local doubles = ARGV[s + OVER] == 'backoff'
   if waits > 0 and not peek then
     -- Held off: denied, nothing counted on the algorithm.
     retry, strikeWindow = wait(longest, redis.call('INCR', over), doubles), longest
@@ -219,7 +246,7 @@ local function decide (k, p, member, bans, over, cost)
         return reply(1, left, 0, limits)
       end
     end
-    if count(KEYS[k + 1], limits, clock(), member, peek, entries, cost) then
+    if count(KEYS[k + STATE], limits, clock(), member, peek, entries, cost) then
       return reply(0, 0, 0, limits)
     end
     -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
@@ -241,7 +268,7 @@ local function decide (k, p, member, bans, over, cost)
 
   -- Redis keeps a key through its expiry millisecond (PTTL 0): that is the next window already, so such
   -- strikes start over too.
-  local strikes = KEYS[k + 4]
+  local strikes = KEYS[k + STRIKES]
   if redis.call('PTTL', strikes) <= 0 then
     redis.call('DEL', strikes)
     redis.call('SADD', strikes, member)
@@ -249,39 +276,65 @@ local function decide (k, p, member, bans, over, cost)
   else
     redis.call('SADD', strikes, member)
   end
-  if redis.call('SCARD', strikes) < tonumber(ARGV[starts[p]]) then
+  if redis.call('SCARD', strikes) < tonumber(ARGV[s + THRESHOLD]) then
     return reply(1, retry, 0, limits)
   end
-  local duration, offence = ban(starts[p], KEYS[k + 2], KEYS[k + 5], KEYS[k + 6])
+  local duration, offence = ban(s, KEYS[k + BANNED], KEYS[k + OFFENCES], KEYS[k + INDEX])
   redis.call('DEL', strikes)
   return reply(2, duration, offence, limits)
 end
 
-local k, r = 0, first
+-- Where in `level` (counted up the stack from here) an error was raised, as Lua names it
+-- ('user_script:<line>: '), or '' for a function of Redis's (redis.call, error).
+local function where (level)
+  local _, at = pcall(error, '', level)
+  return at
+end
+local OURS = 'ERR rate-guard: '
+-- A request's error as its text, with where it was raised: xpcall calls this before the stack unwinds.
+-- 4 is the function that raised it (5, its caller, when that is redis.call or error). A Lua error names
+-- its line already; this file's own errors say what is wrong in their own words.
+local function located (err)
+  local message = type(err) == 'table' and err.err or tostring(err)
+  if string.find(message, 'user_script:', 1, true) or string.sub(message, 1, #OURS) == OURS then
+    return message
+  end
+  local at = where(4)
+  if at == '' then
+    at = where(5)
+  end
+  return message .. ' at ' .. string.sub(at, 1, -3)
+end
+
+local r = first
+k = 0
 for i = 1, tonumber(ARGV[3]) do
-  local p, cost = policyOf[ARGV[r]], 1
+  p, cost = policyOf[ARGV[r]], 1
   if not p then
     local policy, units = string.match(ARGV[r], '^(%d+)%*(%d+)$')
     p, cost = policyOf[policy], tonumber(units)
   end
   if mode == 'settle' then
-    local override = redis.call('GET', KEYS[k + 3])
-    settle(KEYS[k + 1], override and parse(override) or policyLimits(p), ARGV[r + 1], tonumber(ARGV[r + 2]), clock(), cost,
-      tonumber(ARGV[r + 3]))
-    k, r = k + 3, r + 4
+    local override = redis.call('GET', KEYS[k + OVERRIDE])
+    settle(KEYS[k + STATE], override and parse(override) or policyLimits(p), ARGV[r + MEMBER], tonumber(ARGV[r + AT]),
+      clock(), cost, tonumber(ARGV[r + FINAL]))
+    k, r = k + ALWAYS, r + PER_SETTLE
   else
-    -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing): three keys
-    -- more. Under overLimit, the over-limit key: one more, after them.
-    local bans = not peek and ARGV[starts[p]] ~= '0'
-    local n = bans and 6 or 3
-    local over = ARGV[starts[p] + 3] ~= 'none'
+    -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing): BANNING keys
+    -- instead of ALWAYS. Under overLimit, the over-limit key: one more, the last.
+    local s = starts[p]
+    bans = not peek and ARGV[s + THRESHOLD] ~= '0'
+    local n = bans and BANNING or ALWAYS
+    over = ARGV[s + OVER] ~= 'none'
     if over then
       n = n + 1
+      over = KEYS[k + n]
     end
+    member = base .. text(i)
     -- One request's error is its own: it writes nothing to the reply before its last step.
-    local ok, err = pcall(decide, k, p, base .. text(i), bans, over and KEYS[k + n], cost)
+    local ok, err = xpcall(decide, located)
     if not ok then
-      out[o + 1], out[o + 2] = 3, type(err) == 'table' and err.err or tostring(err)
+      out[o + 1], out[o + 2] = 3, err
       o = o + 2
     end
     k, r = k + n, r + 1

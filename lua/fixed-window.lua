@@ -1,12 +1,26 @@
 -- Fixed window: a counter per window of `window` ms aligned to the epoch (every client's window ends at the
 -- same moment), so a client can pass up to 2 x max within a short span across a window boundary: max at the
--- end of one window, max at the start of the next. Loaded in front of lua/decide.lua, which reads the keys
--- and arguments and builds the reply (see its header); this file counts.
+-- end of one window, max at the start of the next. Loaded after lua/prelude.lua, in front of
+-- lua/ban-index.lua and lua/decide.lua, which reads the keys and arguments and builds the reply (see its
+-- header); this file counts.
 --
--- KEYS[1]  counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = units counted in it.
+-- Provides, for lua/decide.lua (which calls them once per request, passing the request's state key):
+--   count(counters, limits, now, member, peek, entries, cost) -> allowed
+--            decides a request of `cost` units (1 or more), `member` its id, at `now` (ms, Redis's time),
+--            against every limit of `limits` (limits[i] = { max, window, burst }), and counts it when every
+--            limit allows it, unless `peek` (report, write nothing). Fills entries[i], for limit i: count and
+--            reset (below), and retry, the ms until the request fits that limit (0: it does). It keeps its
+--            own field there too (start). Returns true when allowed, false when denied (a denial writes
+--            nothing).
+--   settle(counters, limits, member, at, now, cost, final)
+--            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
+--            counts `final` instead (0: given back): see settle below. Returns nothing.
+-- Uses lua/prelude.lua's text, field, largest and moved.
+--
+-- state    counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = units counted in it.
 --                    It lives until the last of those windows ends.
--- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
--- Reply    per limit: count = units counted in the current window; reset = ms until it ends, when one more unit
+-- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
+-- entries  per limit: count = units counted in the current window; reset = ms until it ends, when one more unit
 --          is free (0: none counted).
 -- A request of cost c is allowed when every limit's count + c is at most its max, and counts c on each.
 --
@@ -59,7 +73,7 @@ end
 
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in;
 -- once that window is over, nothing changes. A counter ends it at most at its max plus the largest
--- (lua/numbers.lua), and below 2^52 (a max above that stays its own ceiling).
+-- (lua/prelude.lua), and below 2^52 (a max above that stays its own ceiling).
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)
   for i, limit in ipairs(limits) do

@@ -1,7 +1,20 @@
--- Sliding-window log: exact. Loaded in front of lua/decide.lua, which reads the keys and arguments and
--- builds the reply (see its header); this file counts.
+-- Sliding-window log: exact. Loaded after lua/prelude.lua, in front of lua/ban-index.lua and lua/decide.lua,
+-- which reads the keys and arguments and builds the reply (see its header); this file counts.
 --
--- KEYS[1]  log  ZSET of the requests counted: score = arrival (ms, Redis time), member = the request's id,
+-- Provides, for lua/decide.lua (which calls them once per request, passing the request's state key):
+--   count(log, limits, now, member, peek, entries, cost) -> allowed
+--            decides a request of `cost` units (1 or more), `member` its id, at `now` (ms, Redis's time),
+--            against every limit of `limits` (limits[i] = { max, window, burst }), and counts it when every
+--            limit allows it, unless `peek` (report, write nothing). Fills entries[i], for limit i: count and
+--            reset (below), and retry, the ms until the request fits that limit (0: it does). Returns true
+--            when allowed (or when it replays a request that was counted), false when denied (a denial
+--            writes nothing).
+--   settle(log, limits, member, at, now, cost, final)
+--            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
+--            counts `final` instead (0: given back): see settle below. Returns nothing.
+-- Uses lua/prelude.lua's text and largest.
+--
+-- state    log  ZSET of the requests counted: score = arrival (ms, Redis time), member = the request's id,
 --               followed by '*' and its cost when that is more than 1 ('<id>*15'). While any entry costs more
 --               than 1, the member UNITS ('+', no request's id: those always hold a '.') is first in the log,
 --               at score -(the sum over the entries of cost - 1): the log's units are its entries plus that.
@@ -9,8 +22,8 @@
 --               the units inside its own window. It never holds more than the longest window's max units. It
 --               lives until its newest entry leaves, and at most one longest window more: its TTL is set
 --               to two windows when less than one is left, not on every request.
--- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
--- Reply    per limit: count = units in its window; reset = ms until one more unit is free than now: until
+-- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
+-- entries  per limit: count = units in its window; reset = ms until one more unit is free than now: until
 --          the oldest of them leaves (0: none counted), or, past the limit (a settle charged more than the
 --          cost), until enough have left for the count to be one below it.
 --
@@ -27,7 +40,7 @@ local UNITS = '+'
 -- The ZSET's rank of the log's first entry: 1 behind UNITS, else 0. Set by count() and settle().
 local offset = 0
 
--- The score of the entry at `rank` (0: the oldest), or nil. Numbers go to Redis as text (lua/numbers.lua).
+-- The score of the entry at `rank` (0: the oldest), or nil. Numbers go to Redis as text (lua/prelude.lua).
 local function score (log, rank)
   local at = text(rank + offset)
   return tonumber(redis.call('ZRANGE', log, at, at, 'WITHSCORES')[2])
@@ -177,7 +190,7 @@ end
 
 -- The entry a request of `cost` counted at `at` becomes one of `final` units (0: removed), at the same time.
 -- An entry that has left the log stays gone: what it counted is over. It weighs at most the largest capacity
--- (lua/numbers.lua): every limit is as full as it can be until it leaves, so more would change nothing.
+-- (lua/prelude.lua): every limit is as full as it can be until it leaves, so more would change nothing.
 local function settle (log, limits, member, at, now, cost, final)
   final = math.min(final, math.max(largest(limits), cost))
   local old = cost > 1 and member .. '*' .. text(cost) or member

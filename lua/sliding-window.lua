@@ -2,14 +2,28 @@
 -- count is its current window's requests plus its previous window's, weighted by how much of that window the
 -- sliding window still covers: prev x (window - elapsed) / window. That assumes the previous window's
 -- requests were spread evenly: an estimate, in O(1) memory per client. Integer arithmetic only, so the
--- in-process twin (lib/algorithms/sliding-window.ts) decides the same. Loaded in front of lua/decide.lua,
--- which reads the keys and arguments and builds the reply (see its header); this file counts.
+-- in-process twin (lib/algorithms/sliding-window.ts) decides the same. Loaded after lua/prelude.lua, in front
+-- of lua/ban-index.lua and lua/decide.lua, which reads the keys and arguments and builds the reply (see its
+-- header); this file counts.
 --
--- KEYS[1]  counters  HASH, per limit i: w<i> = current window's start (ms), p<i> = previous window's count,
+-- Provides, for lua/decide.lua (which calls them once per request, passing the request's state key):
+--   count(counters, limits, now, member, peek, entries, cost) -> allowed
+--            decides a request of `cost` units (1 or more), `member` its id, at `now` (ms, Redis's time),
+--            against every limit of `limits` (limits[i] = { max, window, burst }), and counts it when every
+--            limit allows it, unless `peek` (report, write nothing). Fills entries[i], for limit i: count and
+--            reset (below), and retry, the ms until the request fits that limit (0: it does). It keeps its
+--            own fields there too (start, prev, curr, weighted). Returns true when allowed, false when denied
+--            (a denial writes nothing).
+--   settle(counters, limits, member, at, now, cost, final)
+--            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
+--            counts `final` instead (0: given back): see settle below. Returns nothing.
+-- Uses lua/prelude.lua's text, field, largest and moved.
+--
+-- state    counters  HASH, per limit i: w<i> = current window's start (ms), p<i> = previous window's count,
 --                    c<i> = current window's count. It lives until the current windows' requests stop
 --                    counting, at the end of the next window.
--- ARGV     per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
--- Reply    per limit: count = the estimate, rounded up; reset = ms until it falls far enough for one more unit
+-- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
+-- entries  per limit: count = the estimate, rounded up; reset = ms until it falls far enough for one more unit
 --          to fit than fits now (0: none counted): as the previous window's weight fades, or once this
 --          window's requests are the previous ones, so up to two windows away.
 -- A request of cost c counts c units; it is allowed when every limit's estimate with them is at most its max.
@@ -83,7 +97,7 @@ end
 
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
 -- (now the current or the previous one); after that, nothing changes. A counter ends it at most at its max
--- plus the largest (lua/numbers.lua), and at 2^51 / window: a count times its window stays below 2^51
+-- plus the largest (lua/prelude.lua), and at 2^51 / window: a count times its window stays below 2^51
 -- (at least twice max, which the options bound by 2^50 / window), so the weighing above stays exact.
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)

@@ -1,13 +1,26 @@
--- Token bucket, as GCRA: one theoretical arrival time (TAT) per limit. A limit lets `max` requests through per
--- `window` ms at a steady rate, one every window / max ms, and up to `burst` at once from a full bucket.
--- To stay exact in integers, time is counted in ticks of 1/max ms: a request costs `window` ticks per unit
--- (a request of cost c, c x window) and the bucket holds burst x window ticks. Loaded in front of lua/decide.lua, which reads the keys and arguments
--- and builds the reply (see its header); this file counts.
+-- Token bucket, as GCRA: one theoretical arrival time (TAT) per limit. A limit lets `max` requests through
+-- per `window` ms at a steady rate, one every window / max ms, and up to `burst` at once from a full bucket.
+-- To stay exact in integers, time is counted in ticks of 1/max ms: a request costs `window` ticks per unit (a
+-- request of cost c, c x window) and the bucket holds burst x window ticks. Loaded after lua/prelude.lua, in
+-- front of lua/ban-index.lua and lua/decide.lua, which reads the keys and arguments and builds the reply (see
+-- its header); this file counts.
 --
--- KEYS[1]  bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
+-- Provides, for lua/decide.lua (which calls them once per request, passing the request's state key):
+--   count(bucket, limits, now, member, peek, entries, cost) -> allowed
+--            decides a request of `cost` units (1 or more), `member` its id, at `now` (ms, Redis's time),
+--            against every limit of `limits` (limits[i] = { max, window, burst }), and counts it when every
+--            limit allows it, unless `peek` (report, write nothing). Fills entries[i], for limit i: count and
+--            reset (below), and retry, the ms until the request fits that limit (0: it does). It keeps its
+--            own field there too (tat). Returns true when allowed, false when denied (a denial writes nothing).
+--   settle(bucket, limits, member, at, now, cost, final)
+--            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
+--            counts `final` instead (0: given back): see settle below. Returns nothing.
+-- Uses lua/prelude.lua's text, field, largest and moved.
+--
+-- state    bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
 --                  The bucket is full again at the TAT; the key lives until the last limit's TAT.
--- ARGV     per limit: max (units per window), window (ms), burst (units at once, the capacity).
--- Reply    per limit: capacity = burst; count = tokens in use, rounded up; reset = ms until one more unit is
+-- limits   per limit: max (units per window), window (ms), burst (units at once, the capacity).
+-- entries  per limit: capacity = burst; count = tokens in use, rounded up; reset = ms until one more unit is
 --          free than now: one token back (0: the bucket is full). Retry is exact: the first millisecond at
 --          which the request's tokens are back.
 --
@@ -82,7 +95,7 @@ end
 
 -- A request of `cost` counts `final` instead (0: given back): the difference is taken from the bucket, or put
 -- back, now. A bucket that has refilled takes only what is more. A TAT ends it at most at the bucket's burst
--- plus the largest (lua/numbers.lua) in ticks, and at 2^51 ticks (at least twice burst x window, which the
+-- plus the largest (lua/prelude.lua) in ticks, and at 2^51 ticks (at least twice burst x window, which the
 -- options bound by 2^50): the bucket is empty and owes at most one largest capacity, exactly.
 local function settle (bucket, limits, member, at, now, cost, final)
   local delta, ttl, most = final - cost, 0, largest(limits)

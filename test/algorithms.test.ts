@@ -8,32 +8,38 @@ import t from 'tap'
 import rateGuard from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/stores/key-names.js'
-import { SCRIPTS } from '../lib/stores/redis.js'
+import { SCRIPTS } from '../lib/stores/scripts.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 const ME = '127.0.0.1'
 const DAY = 24 * 3600_000
 
-t.test('each script is lua/numbers.lua, its algorithm file, lua/ban-index.lua, then lua/decide.lua, named by its hash, with the one clock line', async t => {
+t.test('each script is lua/prelude.lua, its algorithm file, lua/ban-index.lua, then lua/decide.lua, named by its hash, with the one clock line', async t => {
   const names = new Set<string>()
-  const numbers = readFileSync(new URL('../lua/numbers.lua', import.meta.url), 'utf8')
+  const prelude = readFileSync(new URL('../lua/prelude.lua', import.meta.url), 'utf8')
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
   const banIndex = readFileSync(new URL('../lua/ban-index.lua', import.meta.url), 'utf8')
+  t.match(prelude, /^-- The prelude: /, 'the prelude says what it is')
+  for (const name of ['text', 'field', 'largest', 'moved']) t.match(prelude, new RegExp(`^--\\s+${name}\\(.*\\n[^]*^local function ${name} \\(`, 'm'), `the prelude provides ${name}, as its header says`)
   t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences.*\n--\s+index/m, 'the frame names the keys')
   t.match(decide, /^-- ARGV\[1\]\s+mode.*\n(--\s{4,}.*\n)*-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
+  t.notMatch(decide.replace(/^--.*$/gm, ''), /(KEYS|ARGV)\[\w+ \+ \d/, 'its body names each key\'s and argument\'s place: no bare offsets')
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
     const { command, lua } = SCRIPTS[algorithm]
-    t.equal(lua, `${numbers}\n${file}\n${banIndex}\n${decide}`, `${algorithm}: the script is the numbers, the file, the ban index, then the frame`)
+    t.equal(lua, `${prelude}\n${file}\n${banIndex}\n${decide}`, `${algorithm}: the script is the prelude, the file, the ban index, then the frame`)
     t.ok(command.endsWith('_' + createHash('sha1').update(lua).digest('hex').slice(0, 8)), `${algorithm}: ${command} holds its hash`)
     t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
     t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: read in one place`)
-    t.match(file, /^-- KEYS\[1\]\s+\w+\s+(ZSET|HASH)/m, `${algorithm}: the header names its state key`)
-    t.match(file, /^-- ARGV\s+per limit: max \(units/m, `${algorithm}: its arguments with units`)
-    t.match(file, /^-- Reply\s+per limit: /m, `${algorithm}: and what its reply holds`)
+    t.match(file, /^-- Provides, .*\n--\s+count\((\w+), limits, now, member, peek, entries, cost\) -> allowed\n(--\s{4,}.*\n)+--\s+settle\(\1, limits, member, at, now, cost, final\)\n/m, `${algorithm}: the header gives the functions it provides`)
+    t.match(file, /^-- state\s+\w+\s+(ZSET|HASH)/m, `${algorithm}: the header names its state key`)
+    t.match(file, /^-- limits\s+per limit: max \(units/m, `${algorithm}: its limits with units`)
+    t.match(file, /^-- entries\s+per limit: /m, `${algorithm}: and what it reports`)
     t.match(file, /^local function count \(.*\n[^]*^local function settle \(/m, `${algorithm}: it defines count and settle`)
+    const state = /^--\s+count\((\w+),/m.exec(file)?.[1]
+    t.ok(file.includes(`\nlocal function count (${state}, limits, now, member, peek, entries, cost)\n`) && file.includes(`\nlocal function settle (${state}, limits, member, at, now, cost, final)\n`), `${algorithm}: as the header says`)
     names.add(command)
   }
   t.equal(names.size, ALGORITHMS.length, 'one command per algorithm')

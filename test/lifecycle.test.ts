@@ -10,7 +10,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { SLIDING_LOG_COMMAND } from '../lib/stores/redis.js'
+import { SLIDING_LOG_COMMAND } from '../lib/stores/scripts.js'
 import { client, freePort, getRedis, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 
 interface LogLine { level: number, msg: string, [field: string]: unknown }

@@ -2,7 +2,7 @@
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { defineSlidingLog, scriptArgs } from '../lib/stores/redis.js'
+import { defineSlidingLog, scriptArgs } from '../lib/stores/scripts.js'
 import { toDecision } from '../lib/stores/store.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'

@@ -46,7 +46,7 @@ export interface Step {
 }
 
 /**
- * Settling, as in `lua/numbers.lua`: a limit ends a settlement at most at a ceiling (full, and owing at most the
+ * Settling, as in `lua/prelude.lua`: a limit ends a settlement at most at a ceiling (full, and owing at most the
  * largest capacity of its budget once more, below where the arithmetic is exact), or where it already was.
  * The largest capacity (burst: max but for the token bucket) of `limits`.
  */

@@ -111,7 +111,7 @@ export class Charge implements RequestCharge {
  * The most a request is charged on a budget: what the largest of the limits it was decided under holds (an
  * override's when one was set). A client charged that has nothing left on any limit; more would only push
  * counts toward 2^53, where the arithmetic stops being exact (the scripts bound what they keep all the same:
- * see lua/numbers.lua).
+ * see lua/prelude.lua).
  */
 function capacity (decision: Decision): number {
   let most = 0

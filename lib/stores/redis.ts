@@ -1,117 +1,24 @@
-import { createHash, randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { randomBytes } from 'node:crypto'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
-import type { Algorithm, Limit } from '../algorithms/index.js'
-import { ClosedError, CommandConflictError, DeadlineError } from '../errors.js'
+import type { Algorithm } from '../algorithms/index.js'
+import { ClosedError, DeadlineError } from '../errors.js'
 import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
+import { BAN_SCRIPT, SCRIPTS, defineScript, located, members, scriptArgs } from './scripts.js'
+import type { ScriptCommand } from './scripts.js'
 import { toDecisions } from './store.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
-import type { BanPolicy, RedisLike } from '../types.js'
+import type { RedisLike } from '../types.js'
 
-/** The Redis store: one script call per batch of decisions, each script defined once per client under a name holding its hash. */
+// The Redis store: one script call per batch of decisions (the scripts, and their calls' arguments, in
+// lib/stores/scripts.ts). An error a script raises names the line of its lua/ file.
 
 /** Whether `client` is an ioredis Cluster (whose scripts may touch one slot, and whose options differ). */
 export function isCluster (client: RedisLike): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true
-}
-
-/**
- * One script per algorithm, read once: `lua/numbers.lua` (numbers as text for Redis), the algorithm's file
- * (its `count` and `settle`), `lua/ban-index.lua`, then `lua/decide.lua` (the bans, strikes and overrides around
- * them, the same for all). Its command name holds its hash, so an edited script is a new command.
- */
-export interface Script {
-  readonly lua: string
-  readonly command: string
-}
-
-const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
-const NUMBERS = read('numbers')
-const BAN_INDEX = read('ban-index')
-const DECIDE = read('decide')
-
-/** `name` (`sliding-log`, `ban`) as a command: `rateGuardSlidingLog_<8 hex of the script's hash>`. */
-function script (name: string, lua: string): Script {
-  const camel = name.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
-  return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}` })
-}
-
-export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(
-  Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, script(algorithm, `${NUMBERS}\n${read(algorithm)}\n${BAN_INDEX}\n${DECIDE}`)])) as Record<Algorithm, Script>
-)
-/** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
-export const BAN_SCRIPT = script('ban', `${NUMBERS}\n${BAN_INDEX}\n${read('ban')}`)
-export const SLIDING_LOG_SCRIPT = SCRIPTS['sliding-log'].lua
-export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
-
-/** What a request over the limit does, as a policy sends it (`'none'`: the algorithm alone decides). */
-type OverLimit = NonNullable<DecideInput['overLimit']> | 'none'
-
-/** Every script takes the same keys and arguments (see the header of `lua/decide.lua`), the number of keys first. */
-type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
-
-/**
- * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
- * request can touch (three; three more when a denial counts a strike and may start a ban: the strikes, the
- * offences and the ban index `index` names for its banned key; one more, its over-limit key, when it is
- * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
- * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
- * its member, time and final cost, to settle). See the header of `lua/decide.lua`.
- */
-export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
-  const keys: string[] = []
-  const policies: Array<string | number> = []
-  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit]> = []
-  const each: Array<string | number> = []
-  for (const input of requests) {
-    const { keys: k, limits } = input
-    const ban = 'ban' in input ? input.ban : null
-    const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
-    keys.push(k.log, k.banned, k.override)
-    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
-    if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
-    let policy = seen.findIndex(([l, b, o]) => l === limits && b === ban && o === over)
-    if (policy === -1) {
-      policy = seen.push([limits, ban, over]) - 1
-      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, limits.length)
-      for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
-    }
-    const cost = input.cost ?? 1
-    each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
-    if ('at' in input) each.push(input.member, input.at, input.final)
-  }
-  return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
-}
-
-/** The members a call made with `base` gives its `n` requests. */
-export function members (base: string, n: number): string[] {
-  return Array.from({ length: n }, (_, i) => `${base}${i + 1}`)
-}
-
-/** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
-const defined = new WeakMap<object, Set<string>>()
-
-/** Defines `algorithm`'s script (or another `Script`) on `client` once; refuses a command of the same name that is not ours. */
-export function defineScript (client: RedisLike, algorithm: Algorithm | Script): ScriptCommand {
-  const { command: name, lua } = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
-  let ours = defined.get(client)
-  if (ours?.has(name) !== true) {
-    if (name in client) throw new CommandConflictError(name)
-    // No numberOfKeys: each call gives it first, as its requests' keys are three to seven each.
-    client.defineCommand(name, { lua })
-    if (ours === undefined) defined.set(client, ours = new Set())
-    ours.add(name)
-  }
-  const command = (client as unknown as Record<string, ScriptCommand>)[name]!
-  return command.bind(client)
-}
-
-export function defineSlidingLog (client: RedisLike): ScriptCommand {
-  return defineScript(client, 'sliding-log')
 }
 
 export class RedisStore implements RemoteStore {
@@ -166,17 +73,33 @@ export class RedisStore implements RemoteStore {
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
     const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
     const call = this.#commands[algorithm]
-    const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base, this.#index)))
-    return toDecisions(reply, members(base, inputs.length), inputs)
+    let reply: unknown
+    try {
+      reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...scriptArgs(inputs, mode, base, this.#index)))
+    } catch (err) {
+      throw located(SCRIPTS[algorithm], err)
+    }
+    const decisions = toDecisions(reply, members(base, inputs.length), inputs)
+    // A request's own error names where the script raised it, too.
+    for (const decision of decisions) if (decision instanceof Error) located(SCRIPTS[algorithm], decision)
+    return decisions
   }
 
   async settle (input: SettleInput): Promise<void> {
     const call = this.#commands[input.algorithm]
-    await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }), () => call(...scriptArgs([input], 'settle', '')))
+    try {
+      await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }), () => call(...scriptArgs([input], 'settle', '')))
+    } catch (err) {
+      throw located(SCRIPTS[input.algorithm], err)
+    }
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
-    await this.#ban(2, bannedKey, this.#index(bannedKey), ms)
+    try {
+      await this.#ban(2, bannedKey, this.#index(bannedKey), ms)
+    } catch (err) {
+      throw located(BAN_SCRIPT, err)
+    }
   }
 
   async setValue (key: string, value: string, ms: number | null): Promise<void> {

@@ -1,9 +1,17 @@
--- Numbers as the scripts hand them to Redis, loaded in front of the algorithm's file and lua/decide.lua.
--- Redis 7.0 formats a number given to redis.call with '%.17g' (glibc's costly floating-point path), and Lua
--- turns a number joined to a string ('c' .. i) into text with '%.14g': together they were about a tenth of
--- Redis's instructions per allowed request (valgrind --tool=callgrind, see lua/README.md). The hot paths
--- give strings instead: an integer formatted once per call with '%d' (string.format itself is no cheap call:
--- the small ones are literals), a field name made once per call.
+-- The prelude: the first part of every script (lib/stores/scripts.ts joins it in front of the algorithm's
+-- file, lua/ban-index.lua and lua/decide.lua; in front of lua/ban-index.lua and lua/ban.lua for the operator's
+-- ban). It reads no key and no argument, and provides:
+--   text(n)                   n, an integer below 2^53, as Redis reads it ('%d'): a string
+--   field(prefix, i)          the hash field of limit i ('c1', 'c2'...): prefix .. text(i), a string
+--   largest(limits)           the largest capacity (burst) of a budget's limits: a number
+--   moved(n, delta, ceiling)  what a settlement of `delta` moves a count `n` by: a number (see below)
+--
+-- Numbers as the scripts hand them to Redis. Redis 7.0 formats a number given to redis.call with '%.17g'
+-- (glibc's costly floating-point path), and Lua turns a number joined to a string ('c' .. i) into text with
+-- '%.14g': together they were about a tenth of Redis's instructions per allowed request (valgrind
+-- --tool=callgrind, see lua/README.md). The hot paths give strings instead: an integer formatted once per
+-- call with '%d' (string.format itself is no cheap call: the small ones are literals), a field name made
+-- once per call.
 
 -- 0 to 32 (ranks, limits, policies, a full batch's members) need no formatting at all.
 local texts = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16',

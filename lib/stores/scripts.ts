@@ -1,0 +1,151 @@
+// The Redis store's scripts: each joined once from the files in lua/ (lua/prelude.lua first), named by its hash,
+// defined once per client, and called with the keys and arguments scriptArgs makes (the header of lua/decide.lua).
+// Redis names a line of a script by its line in the joined text ('user_script:302'); `located` names it as the
+// file's line (lib/stores/redis.ts hands every script error through it).
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import type { Cluster, Redis } from 'ioredis'
+import { ALGORITHMS } from '../algorithms/index.js'
+import type { Algorithm, Limit } from '../algorithms/index.js'
+import { CommandConflictError } from '../errors.js'
+import { indexOf } from './ban-index.js'
+import type { DecideInput, SettleInput } from './store.js'
+import type { BanPolicy } from '../types.js'
+
+/** One file of a joined script: its name (`lua/decide.lua`) and the line of the joined script it starts at (from 1). */
+export interface Part {
+  readonly file: string
+  readonly first: number
+}
+
+/**
+ * One script: its files joined with a line break between each two, and its command name, which holds its hash
+ * (an edited script is a new command).
+ */
+export interface Script {
+  readonly lua: string
+  readonly command: string
+  /** Its files in order, each with where it starts. */
+  readonly parts: readonly Part[]
+}
+
+const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
+const PRELUDE = read('prelude')
+const BAN_INDEX = read('ban-index')
+const DECIDE = read('decide')
+
+/** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
+function script (name: string, texts: ReadonlyArray<readonly [string, string]>): Script {
+  const parts: Part[] = []
+  let first = 1
+  for (const [file, text] of texts) {
+    parts.push(Object.freeze({ file: `lua/${file}.lua`, first }))
+    // Its lines, then the line break that joins it to the next.
+    first += text.split('\n').length
+  }
+  const lua = texts.map(([, text]) => text).join('\n')
+  const camel = name.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
+  return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts) })
+}
+
+/**
+ * One script per algorithm, read once: `lua/prelude.lua` (numbers as text for Redis, and the settling bounds),
+ * the algorithm's file (its `count` and `settle`), `lua/ban-index.lua`, then `lua/decide.lua` (the bans,
+ * strikes and overrides around them, the same for all).
+ */
+export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
+  [algorithm, script(algorithm, [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['decide', DECIDE]])])) as Record<Algorithm, Script>)
+/** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
+export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
+export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
+
+/** A line of a joined script as Redis names it: `user_script:302` (`@user_script:302`, or `user_script: 302` in Redis 6). */
+const JOINED_LINE = /@?user_script: ?(\d+)/g
+
+/**
+ * `text` (a Redis error's, or the error text of one request) with each line of `script` it names given as its
+ * file's line, the joined line beside it: `lua/decide.lua:45 (user_script:302)`.
+ */
+export function sourceLines (script: Script, text: string): string {
+  return text.replace(JOINED_LINE, (joined, line: string) => {
+    const n = Number(line)
+    let part = script.parts[0]!
+    for (const each of script.parts) if (each.first <= n) part = each
+    return `${part.file}:${n - part.first + 1} (${joined})`
+  })
+}
+
+/** `err`, an error of a call of `script` (or of one of its requests), with its message (and stack) naming the files' lines. */
+export function located<T> (script: Script, err: T): T {
+  if (err instanceof Error) {
+    err.message = sourceLines(script, err.message)
+    err.stack = sourceLines(script, String(err.stack))
+  }
+  return err
+}
+
+/** What a request over the limit does, as a policy sends it (`'none'`: the algorithm alone decides). */
+type OverLimit = NonNullable<DecideInput['overLimit']> | 'none'
+
+/** Every script takes the same keys and arguments (see the header of `lua/decide.lua`), the number of keys first. */
+export type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
+
+/**
+ * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
+ * request can touch (three; three more when a denial counts a strike and may start a ban: the strikes, the
+ * offences and the ban index `index` names for its banned key; one more, its over-limit key, when it is
+ * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
+ * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
+ * its member, time and final cost, to settle). See the header of `lua/decide.lua`.
+ */
+export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
+  const keys: string[] = []
+  const policies: Array<string | number> = []
+  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit]> = []
+  const each: Array<string | number> = []
+  for (const input of requests) {
+    const { keys: k, limits } = input
+    const ban = 'ban' in input ? input.ban : null
+    const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
+    keys.push(k.log, k.banned, k.override)
+    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
+    if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
+    let policy = seen.findIndex(([l, b, o]) => l === limits && b === ban && o === over)
+    if (policy === -1) {
+      policy = seen.push([limits, ban, over]) - 1
+      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, limits.length)
+      for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
+    }
+    const cost = input.cost ?? 1
+    each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
+    if ('at' in input) each.push(input.member, input.at, input.final)
+  }
+  return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
+}
+
+/** The members a call made with `base` gives its `n` requests. */
+export function members (base: string, n: number): string[] {
+  return Array.from({ length: n }, (_, i) => `${base}${i + 1}`)
+}
+
+/** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
+const defined = new WeakMap<object, Set<string>>()
+
+/** Defines `algorithm`'s script (or another `Script`) on `client` once; refuses a command of the same name that is not ours. */
+export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script): ScriptCommand {
+  const { command: name, lua } = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
+  let ours = defined.get(client)
+  if (ours?.has(name) !== true) {
+    if (name in client) throw new CommandConflictError(name)
+    // No numberOfKeys: each call gives it first, as its requests' keys are three to seven each.
+    client.defineCommand(name, { lua })
+    if (ours === undefined) defined.set(client, ours = new Set())
+    ours.add(name)
+  }
+  const command = (client as unknown as Record<string, ScriptCommand>)[name]!
+  return command.bind(client)
+}
+
+export function defineSlidingLog (client: Redis | Cluster): ScriptCommand {
+  return defineScript(client, 'sliding-log')
+}
