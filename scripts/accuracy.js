@@ -1,6 +1,6 @@
 // `npm run measure:accuracy`: how often the sliding window (two counters, an estimate) decides differently
 // from the exact sliding log, on large random traffic. Uses the in-process twins from dist/ (run
-// `npm run build` first), which decide exactly as the Lua scripts do (test/conformance.test.ts holds them to it).
+// `npm run build` first), which decide exactly as the Lua scripts do (test/conformance-log-table.test.ts holds them to it).
 //
 // Each row: many clients, each with its own budget, sending the given traffic shape. Every decision of the
 // sliding window is judged by the exact rule: would a sliding log holding the requests the sliding window

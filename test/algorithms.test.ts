@@ -1,6 +1,6 @@
 // The `algorithm` option end to end: validated at register, chosen per plugin or per route, counted by
 // its own script under its own key (same hash tag as the log), seen by peek and forgotten by reset. The
-// behaviour of each algorithm at its edges is in conformance.test.ts, on both stores.
+// behaviour of each algorithm at its edges is in conformance-log-table.test.ts and conformance-algorithm-tables.test.ts, on both stores.
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'

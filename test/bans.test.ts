@@ -15,6 +15,7 @@ import { RedisStore } from '../lib/stores/redis.js'
 import { client, commandCalls, getRedis, scanKeys, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { lend, watchEscapes } from './helpers/faults.js'
 import { decideInput } from './helpers/stores.js'
+import { matchList } from './helpers/match-list.js'
 
 // Whatever escapes during this file (an unhandled rejection, an ioredis 'error' event nobody listens to)
 // fails the last test.
@@ -152,7 +153,7 @@ t.test('a shadow ban (a key ending :shadow:banned) is listed with shadow: true, 
   const onRedis = identityKeys(nameSpace, 'all', 'apikey:watched')
   for (let i = 0; i < 2; i++) await store.decide({ ...input, keys: { ...onRedis, banned: onRedis.banned.replace(/:banned$/, ':shadow:banned') } })
   await app.rateGuard.ban('apikey:enforced', 30_000)
-  t.match(await app.rateGuard.bans(), [{ keyHash: hashIdentity('apikey:watched'), shadow: true }, { keyHash: hashIdentity('apikey:enforced'), shadow: false }], 'redis: each marked')
+  matchList(t, await app.rateGuard.bans(), [{ keyHash: hashIdentity('apikey:watched'), shadow: true }, { keyHash: hashIdentity('apikey:enforced'), shadow: false }], 'redis: each marked')
 })
 
 t.test('redis: a ban from before the index (no entry) is not listed; it is still enforced until it ends', async t => {

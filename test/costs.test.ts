@@ -1,7 +1,7 @@
 // `cost`: a request charged in units rather than as one, through fastify.inject on Redis and in process: a
 // number or a function of the request (checked per request, 1 when it fails), charged on every
 // limit and on the route's shared budget, refused outright when it costs more than a limit holds; headers count
-// units. The arithmetic of each algorithm with costs is in conformance-algorithms.test.ts, on both stores.
+// units. The arithmetic of each algorithm with costs is in conformance-algorithm-tables.test.ts, on both stores.
 import Fastify from 'fastify'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import t from 'tap'

@@ -1,6 +1,6 @@
 // Lifecycle: who owns the Redis client, what registration warns about, and that registration never hangs.
 // Where a test counts requests against a live Redis, `timeout: 2000` keeps a busy machine from tripping
-// the decision deadline: these tests are about ownership and start-up, failure.test.ts is about the deadline.
+// the decision deadline: these tests are about ownership and start-up, fail-modes.test.ts is about the deadline.
 import { performance } from 'node:perf_hooks'
 import fastifyRedis from '@fastify/redis'
 import Fastify from 'fastify'

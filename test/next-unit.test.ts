@@ -5,7 +5,7 @@
 // not; and a refused request's wait is no earlier than that (§6: Retry-After not before the reset). Counts never
 // rise without a request, so those two peeks settle it. On the in-process twins, over seeded random traffic
 // with several limits, costs and settling; the scripts give the same resets, step by step (the differential
-// test in conformance-algorithms.test.ts).
+// test in conformance-algorithm-tables.test.ts).
 import t from 'tap'
 import type { Test } from 'tap'
 import { ALGORITHMS, STEPS } from '../lib/algorithms/index.js'

@@ -2,7 +2,7 @@
 // under each option), how a batch of mixed policies lays out its keys in one script call, what a request
 // costs Redis with and without overLimit, replays, and what the in-process store does for strangers sharing
 // an overflow log. The behaviour of each algorithm under each option, step by step on both stores, is in
-// test/conformance-algorithms.test.ts.
+// test/conformance-algorithm-tables.test.ts.
 import t from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import type { Limit } from '../lib/algorithms/index.js'

@@ -2,7 +2,7 @@
 // its cost until it settles once at its final amount, from the handler (`request.rateGuard.settle`) or after the
 // response (`settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests`), or when the client aborts
 // before the handler starts (`refundAborted`; test/security/refund-aborted.test.ts); on its own budget and the route's shared one. The stores' arithmetic of settling is in
-// conformance-algorithms.test.ts.
+// conformance-algorithm-tables.test.ts.
 import { once } from 'node:events'
 import { request as httpRequest } from 'node:http'
 import type { AddressInfo } from 'node:net'

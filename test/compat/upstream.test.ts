@@ -2,6 +2,8 @@
 // against the built package (dist/), with only `require('../index')` changed to `require('fastify-rate-guard')`.
 // A test of theirs may fail only when the README lists it among the deliberate differences ("Where the
 // answers differ on purpose"), and every test listed there must still fail: the list is neither stale nor short.
+// Passes and skips are counted apart: the tests skipped must be the ones their files mark `skip`, and every
+// other test that is not listed must pass.
 import { execFile } from 'node:child_process'
 import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -20,7 +22,7 @@ const FILE_TIMEOUT = 60_000
 /** Files run at once: their tests sleep far more than they compute. */
 const PARALLEL = 4
 
-interface Result { file: string, name: string, ok: boolean, error?: string }
+interface Result { file: string, name: string, status: 'pass' | 'fail' | 'skip' | 'todo', error?: string }
 
 /**
  * Their test files, copied: `require('../index')` (or `'../../index'`) is the only line changed, and each is
@@ -52,9 +54,19 @@ async function runFile (file: string, redisPort: number): Promise<Result[]> {
   // A file that died before its tests reported (a crash at load) fails as a whole; one that did not exit
   // (something kept the process alive: a test that failed before closing its Redis client, or this plugin)
   // fails as well, with whatever its tests reported.
-  if (results.length === 0) return [{ file, name: '(the whole file)', ok: false, error: `${failed?.message ?? 'no test ran'}\n${stderr.slice(-2000)}` }]
-  if (failed?.killed === true) results.push({ file, name: '(the file did not exit)', ok: false, error: `killed after ${FILE_TIMEOUT} ms` })
+  if (results.length === 0) return [{ file, name: '(the whole file)', status: 'fail', error: `${failed?.message ?? 'no test ran'}\n${stderr.slice(-2000)}` }]
+  if (failed?.killed === true) results.push({ file, name: '(the file did not exit)', status: 'fail', error: `killed after ${FILE_TIMEOUT} ms` })
   return results
+}
+
+/**
+ * The tests their files mark to be skipped (`{ skip: true }` or a reason, `test.skip(`, `it.skip(`,
+ * `describe.skip(`, `t.skip(`; the same for todo), counted in their source, not from the run: what the run's
+ * skips are held to.
+ */
+function markedInSource (files: readonly string[], mark: 'skip' | 'todo'): number {
+  const pattern = new RegExp(`\\b${mark}:\\s*(true|'[^']*'|"[^"]*")|\\b(test|it|describe|t)\\.${mark}\\(`, 'g')
+  return files.reduce((n, file) => n + (readFileSync(join(theirs, file), 'utf8').match(pattern)?.length ?? 0), 0)
 }
 
 /** The README's list of their tests that fail on purpose: `file › test name` in the section's table. */
@@ -85,13 +97,20 @@ t.test("@fastify/rate-limit's own test suite passes against the built package", 
 
   const listed = new Set(listedDifferences())
   const id = (result: Result): string => `${result.file} › ${result.name}`
-  const failed = results.filter(result => !result.ok)
-  const passed = results.length - failed.length
-  t.comment(`${passed} of ${results.length} of their tests pass; ${failed.length} fail (${listed.size} listed as deliberate differences)`)
+  const failed = results.filter(result => result.status === 'fail')
+  const passed = results.filter(result => result.status === 'pass').length
+  const skipped = results.filter(result => result.status === 'skip')
+  const todo = results.filter(result => result.status === 'todo')
+  t.comment(`of their ${results.length} tests: ${passed} pass, ${failed.length} fail (${listed.size} listed as deliberate differences), ${skipped.length} skipped, ${todo.length} todo`)
   for (const result of failed.filter(result => !listed.has(id(result)))) {
     t.fail(`their test fails: ${id(result)}`, { diagnostic: true, error: result.error })
   }
   const failing = new Set(failed.map(id))
   for (const name of listed) t.ok(failing.has(name), `listed, and still fails: ${name}`)
-  t.ok(results.length >= 100, `their suite ran (${results.length} tests from ${files.length} files in ${relative(root, theirs)})`)
+  const markedSkip = markedInSource(files, 'skip')
+  const markedTodo = markedInSource(files, 'todo')
+  t.equal(skipped.length, markedSkip, `skipped: the ${markedSkip} their files mark skip (${skipped.map(id).join('; ') || 'none'})`)
+  t.equal(todo.length, markedTodo, `todo: the ${markedTodo} their files mark todo`)
+  t.equal(passed, results.length - markedSkip - markedTodo - listed.size, `passed: every test of theirs but the ${markedSkip} skipped, ${markedTodo} todo and ${listed.size} listed (${passed} of ${results.length})`)
+  t.ok(passed >= 100, `their suite ran: ${passed} passed (${results.length} tests from ${files.length} files in ${relative(root, theirs)})`)
 })

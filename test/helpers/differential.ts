@@ -1,4 +1,4 @@
-// The seeded differential test of test/conformance.test.ts (and test/over-limit.test.ts): the Lua script
+// The seeded differential test of test/conformance-log-table.test.ts (and test/over-limit.test.ts): the Lua script
 // (time injected) and the in-process twin, on the same random traffic, must decide every step alike.
 import type { Test } from 'tap'
 import type { Algorithm } from '../../lib/algorithms/index.js'

@@ -1,4 +1,4 @@
-// Shared by the fault suites (faults, breaker, failure, cluster): apps whose log lines are kept, timed
+// Shared by the fault suites (redis-faults, breaker, fail-modes, cluster): apps whose log lines are kept, timed
 // requests, latency statistics, traffic streams that run while a fault happens, the check that limiting
 // is exact, and the RELIABILITY lines the README's table is built from.
 import { performance } from 'node:perf_hooks'

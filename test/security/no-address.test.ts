@@ -132,8 +132,13 @@ t.test("addressless: 'connection' keeps one client's flood and ban its own, by i
       const statuses: number[] = []
       for (let i = 0; i < 5; i++) statuses.push(await server.get(abuser))
       t.same(statuses, [200, 200, 403, 403, 403], `${name}: the abuser is limited, then banned`)
+      const abuserKeys = [...server.keys]
       t.same([await server.get(), await server.get()], [200, 200], `${name}: other connections are not`)
-      t.match(server.keys, [/^conn:\d+$/], `${name}: counted by connection`)
+      t.same(server.keys.filter(key => !/^conn:\d+$/.test(key)), [], `${name}: every request counted by connection (${server.keys.length} keys)`)
+      t.equal(new Set(abuserKeys).size, 1, `${name}: the abuser's requests, one connection: one key`)
+      const others = server.keys.slice(abuserKeys.length)
+      t.equal(others.length, 2, `${name}: the two other requests, each counted`)
+      t.equal(new Set([...abuserKeys, ...others]).size, 3, `${name}: each of the two other connections a key of its own`)
       const warnings = noAddressWarnings(server)
       t.equal(warnings.length, 1, `${name}: one warning, whatever the requests`)
       t.match(warnings[0], { level: 40, addressless: 'connection' })

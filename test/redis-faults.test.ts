@@ -3,7 +3,7 @@
 // registration against a closed port, a frozen server or a user without EVAL. Every request is answered
 // within the deadline as failMode says, limiting is exact again afterwards, and each case prints a line
 // `RELIABILITY | case | worst latency ms | time to exact ms` for the README's Reliability table.
-// failure.test.ts covers a stopped or frozen Redis without traffic in flight, the log rate, WRONGTYPE;
+// fail-modes.test.ts covers a stopped or frozen Redis without traffic in flight, the log rate, WRONGTYPE;
 // lifecycle.test.ts the degraded start of an owned client; breaker.test.ts the breaker.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'

@@ -24,7 +24,7 @@ import { decideInput, memoryStore, redisStore } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
 
 const started = Date.now()
-t.teardown(() => { t.comment(`reference.test.ts ran in ${Date.now() - started} ms`) })
+t.teardown(() => { t.comment(`reference-models.test.ts ran in ${Date.now() - started} ms`) })
 
 const T0 = 1_700_000_000_000
 const SEED = Number(process.env.REFERENCE_SEED ?? 4)

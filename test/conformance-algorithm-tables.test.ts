@@ -3,7 +3,7 @@
 // arithmetic (window edges, refill, bursts), then what lua/decide.lua puts around every algorithm (bans,
 // several limits, overrides, escalating bans, undo, costs, settling). Every number below was worked out by hand
 // from the definitions in lua/<algorithm>.lua and lua/decide.lua; both stores must give exactly it. Then a
-// seeded differential test over what the one in test/conformance.test.ts does not reach: several limits per
+// seeded differential test over what the one in test/conformance-log-table.test.ts does not reach: several limits per
 // budget, costs, overrides set and cleared, and settling.
 import t from 'tap'
 import type { Test } from 'tap'
@@ -20,7 +20,7 @@ import { agreement } from './helpers/differential.js'
 import { draws } from './helpers/random.js'
 
 const started = Date.now()
-t.teardown(() => { t.comment(`conformance-algorithms.test.ts ran in ${Date.now() - started} ms`) })
+t.teardown(() => { t.comment(`conformance-algorithm-tables.test.ts ran in ${Date.now() - started} ms`) })
 
 /**
  * Step times are offsets from a realistic epoch millisecond. T0 = 17 × 2^11 × 5^11 is a multiple of 100, 1000,

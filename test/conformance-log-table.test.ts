@@ -20,7 +20,7 @@ import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.
 import type { StoreUnderTest } from './helpers/stores.js'
 
 const started = Date.now()
-t.teardown(() => { t.comment(`conformance.test.ts ran in ${Date.now() - started} ms`) })
+t.teardown(() => { t.comment(`conformance-log-table.test.ts ran in ${Date.now() - started} ms`) })
 
 /** Step times are offsets from a realistic epoch millisecond. */
 const T0 = 1_700_000_000_000
