@@ -36,7 +36,7 @@ export interface RequestCharge {
 export const CHARGE = Symbol('rate-guard.charge')
 
 /** A budget a request was counted on: what to settle and with which decision. */
-export interface Counted {
+export interface ChargedBudget {
   readonly input: Decidable
   readonly decision: Decision
 }
@@ -50,13 +50,13 @@ type Phase = 'waiting' | 'working' | 'abandoned'
 
 export class Charge implements RequestCharge {
   readonly #decider: Decider
-  readonly #counted: readonly Counted[]
+  readonly #counted: readonly ChargedBudget[]
   readonly #log: FastifyBaseLogger
   #charged: number
   #settled = false
   #phase: Phase = 'waiting'
 
-  constructor (decider: Decider, counted: readonly Counted[], log: FastifyBaseLogger) {
+  constructor (decider: Decider, counted: readonly ChargedBudget[], log: FastifyBaseLogger) {
     this.#decider = decider
     this.#counted = counted
     this.#log = log
@@ -130,7 +130,7 @@ export const UNCOUNTED: RequestCharge = Object.freeze({
 const slot = (request: FastifyRequest): Record<symbol, Charge | null> => request as unknown as Record<symbol, Charge | null>
 
 /** Records the charge of a request `counted` allowed (its own budget first), for the handler and the response hooks. */
-export function charge (request: FastifyRequest, decider: Decider, counted: readonly Counted[]): void {
+export function charge (request: FastifyRequest, decider: Decider, counted: readonly ChargedBudget[]): void {
   slot(request)[CHARGE] = new Charge(decider, counted, request.log)
 }
 

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { then } from '../awaitable.js'
 import type { HeaderStyle } from '../headers.js'
 import type { Decidable, Verdict } from '../stores/store.js'
-import type { Counted } from './charge.js'
+import type { ChargedBudget } from './charge.js'
 import type { Given } from './identify.js'
 import { costing } from './limits.js'
 import type { Plan } from './plan.js'
@@ -11,16 +11,16 @@ import type { Plan } from './plan.js'
 // budget its clients share. When the shared budget refuses, the client's count is given back, so a refused
 // request costs neither budget; the answer is then the shared budget's.
 
-/** A decision on a request: the verdict answered, on which budget (`input`, `headers`), and what was counted. */
+/** A decision on a request: the verdict answered, on which budget (`input`, `headers`), and what it is charged on. */
 export interface Decided {
   readonly verdict: Verdict
   readonly input: Decidable
   readonly headers: HeaderStyle
   /** The budgets that counted the request, which it holds until it settles (./charge.ts); none when refused. */
-  readonly counted: readonly Counted[]
+  readonly charged: readonly ChargedBudget[]
 }
 
-const NOTHING: readonly Counted[] = Object.freeze([])
+const NOTHING: readonly ChargedBudget[] = Object.freeze([])
 
 /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
 export function ask (plan: Plan, input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> {
@@ -34,19 +34,19 @@ export function decide (plan: Plan, input: Decidable, given: Given, log: Fastify
   return then(ask(plan, input, given, log), own => {
     if (own.status !== 'allowed' || shared === null) {
       // The app's own store cannot settle: a request it counted holds nothing.
-      const counted = own.status === 'allowed' && plan.appStore === undefined ? [{ input, decision: own }] : NOTHING
-      return { verdict: own, input, headers: budget.headers, counted }
+      const charged = own.status === 'allowed' && plan.appStore === undefined ? [{ input, decision: own }] : NOTHING
+      return { verdict: own, input, headers: budget.headers, charged }
     }
     const whole = costing(shared, input.cost)
     return then(plan.decider.decide(whole, log), verdict => {
       if (verdict.status !== 'limited' && verdict.status !== 'unavailable') {
         // Allowed: the request holds both counts. Not decided, and let through (failMode): the client's alone.
-        const counted = verdict.status === 'allowed' ? [{ input, decision: own }, { input: whole, decision: verdict }] : [{ input, decision: own }]
-        return { verdict: own, input, headers: budget.headers, counted }
+        const charged = verdict.status === 'allowed' ? [{ input, decision: own }, { input: whole, decision: verdict }] : [{ input, decision: own }]
+        return { verdict: own, input, headers: budget.headers, charged }
       }
       const undo = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: own.member, at: own.at, final: 0 }
       plan.decider.settle(costing(undo, input.cost), log)
-      return { verdict, input: whole, headers: budget.sharedHeaders, counted: NOTHING }
+      return { verdict, input: whole, headers: budget.sharedHeaders, charged: NOTHING }
     })
   })
 }

@@ -89,7 +89,7 @@ function prepare (plan: Plan, request: FastifyRequest): Prepared | PromiseLike<P
 /** Decide → charge → respond → watch. */
 function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyReply, given: Given, input: Decidable): HookResult | PromiseLike<HookResult> {
   return then(decide(plan, input, given, request.log), decided => {
-    if (decided.counted.length > 0) charge(request, plan.decider, decided.counted)
+    if (decided.charged.length > 0) charge(request, plan.decider, decided.charged)
     const result = respond(plan, request, reply, given, decided)
     if (plan.watched !== null && decided.verdict.status === 'allowed') watch(plan, request, given, decided.input)
     return result
@@ -101,7 +101,7 @@ function refuseIfBanned (plan: Plan, request: FastifyRequest, reply: FastifyRepl
   return then(prepare(plan, request), ({ given, input }) => {
     if (input === null) return undefined
     const verdict = plan.decider.knownBan(input)
-    return verdict === undefined ? undefined : respond(plan, request, reply, given, { verdict, input, headers: plan.budget.headers, counted: [] })
+    return verdict === undefined ? undefined : respond(plan, request, reply, given, { verdict, input, headers: plan.budget.headers, charged: [] })
   })
 }
 
