@@ -5,7 +5,7 @@ import { AbandonedError, AlreadySettledError, InvalidSettleError } from './error
 import type { Decidable } from './stores/store.js'
 import type { Decider } from './decider.js'
 import type { Decision, SettleInput } from './stores/store.js'
-import type { ResolvedRoute } from './types.js'
+import type { ResolvedRoute } from './options/resolved.js'
 
 /**
  * What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds

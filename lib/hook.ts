@@ -11,13 +11,14 @@ import type { Decidable, Verdict } from './stores/store.js'
 import type { Decider } from './decider.js'
 import { TheirBudget } from './stores/app-store.js'
 import { costOf, fallbacksOf, limitsOf } from './computed.js'
-import type { KeyGenerator, ResolvedLimit, ResolvedOptions, ResolvedRoute, TheirStore } from './types.js'
+import type { KeyGenerator, TheirStore } from './types.js'
+import type { ResolvedLimit, ResolvedOptions, ResolvedRoute } from './options/resolved.js'
 import type { Callbacks } from './callbacks.js'
 import { decisionChannel, keyKindOf } from './channels.js'
 import type { DecisionMessage, Outcome as ChannelOutcome } from './channels.js'
 import type { Decision } from './stores/store.js'
 import { charge, settlesItself } from './charge.js'
-import { banPerWindow } from './compat.js'
+import { banPerWindow } from './options/bans.js'
 
 /**
  * The request hook: key → allow list → limits → one decision (then the route's shared budget, when it has
@@ -100,7 +101,7 @@ export function createHooks (decider: Decider, opts: ResolvedOptions, budget: Ro
   const ban = strikes ? route.ban : null
   // `ban: N` over a window the app computes per request: a ban of that request's window (see banPerWindow).
   const banEach = strikes && route.ban === null ? route.banDenials : null
-  const theirs = their === undefined ? undefined : new TheirBudget(their, checkTheirs(route), callbackTimeout, decider.failed)
+  const theirs = their === undefined ? undefined : new TheirBudget(their, route, callbackTimeout, decider.failed)
   /** The verdict on a request: the stores', or the app's store's (under its key, theirs: with the group id after it). */
   const ask = (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict> => {
     if (theirs !== undefined) return theirs.decide(input, route.groupId === undefined ? given : `${given}${route.groupId}`, log)
@@ -340,16 +341,6 @@ function asHook (step: (request: FastifyRequest, reply: FastifyReply) => Outcome
 
 function finish (outcome: Outcome, done: Done): void {
   if (outcome !== SENT) done(outcome)
-}
-
-/** What a store of the app's own can count (`@fastify/rate-limit`'s options): one limit, no shared budget, `ban: N`. */
-function checkTheirs (route: ResolvedRoute): ResolvedRoute {
-  if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
-  if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
-  if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
-  if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
-  if (settlesItself(route)) throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
-  return route
 }
 
 /** The limits once, at register, when none is a function of the request (checked by checkSizes). */
