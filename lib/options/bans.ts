@@ -6,7 +6,7 @@ import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
 // `@fastify/rate-limit`'s number of denials, and how a route's merges over the plugin's.
 
 /** A ban's defaults: the cap on a growing ban's length, and how long a ban counts toward the next one's. */
-export const BAN_DEFAULTS = Object.freeze({ maxDuration: 24 * 3600_000, forget: 24 * 3600_000 })
+const BAN_DEFAULTS = Object.freeze({ maxDuration: 24 * 3600_000, forget: 24 * 3600_000 })
 
 /** Steps a factor ladder may take before it reaches its cap: 2^40 ms outlasts any cap worth setting. */
 const MAX_LADDER = 64

@@ -101,7 +101,7 @@ export function checkStaticLimits (value: unknown, name: string, ignore: readonl
 // Printable ASCII without quotes or backslashes: a group id or a limit's name becomes an IETF policy name in a header.
 const POLICY_NAME = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/
 
-export function checkPolicyName (value: unknown, name: string): string {
+function checkPolicyName (value: unknown, name: string): string {
   if (typeof value !== 'string' || !POLICY_NAME.test(value)) {
     fail(name, value, 'a string of 1 to 64 printable characters without quotes, backslashes or spaces')
   }

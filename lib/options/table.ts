@@ -12,7 +12,6 @@ import type {
   BanCallback, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
   RouteRateLimitOptions, SettleFunction
 } from '../types.js'
-import type { KeyHierarchyOptions } from '../identity.js'
 
 // Every option, once: where it may be given, its check, its default, and how a route's value merges over the
 // plugin's. The pass that reads the table is read.ts (what each place accepts, each option checked alone),
@@ -122,8 +121,8 @@ export const OPTIONS = {
   addressless: plugin((value, name) => checkOneOf(value, name, ADDRESSLESS), 'shared'),
   // The plugin's options read together: the key hierarchy (clients.ts).
   apiKeyHeader: pluginWith(checkApiKeyHeader, API_KEY_HEADER),
-  verifyApiKey: pluginWith(checkFunction<NonNullable<KeyHierarchyOptions['verifyApiKey']>>),
-  userId: pluginWith(checkFunction<NonNullable<KeyHierarchyOptions['userId']>>)
+  verifyApiKey: pluginWith(checkFunction<NonNullable<RateGuardOptions['verifyApiKey']>>),
+  userId: pluginWith(checkFunction<NonNullable<RateGuardOptions['userId']>>)
 } as const
 
 export type Table = typeof OPTIONS
