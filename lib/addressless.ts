@@ -7,9 +7,8 @@ import type { Addressless } from './types.js'
 // keepalive) would make each request a client with a fresh budget, and a banned client would escape its ban
 // on its next connection. So by default they are one client, never more generous than one; per-connection
 // keys only when the app says each connection is one client. (Refusing them, as `@fastify/rate-limit` does
-// with a 500, would turn a proxy's misconfiguration into an outage of the whole app.)
-
-export const ADDRESSLESS: readonly Addressless[] = ['shared', 'connection']
+// with a 500, would turn a proxy's misconfiguration into an outage of the whole app.) The option is
+// lib/options/clients.ts's.
 
 /**
  * The identity of every request without an address. No tier of the default key gives it (an address is an

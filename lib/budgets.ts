@@ -3,7 +3,7 @@ import { BudgetConflictError } from './errors.js'
 import { headerStyle } from './headers.js'
 import type { HeaderStyle } from './headers.js'
 import { GLOBAL_SCOPE, scopeOf, watchedScope } from './stores/key-names.js'
-import type { ResolvedLimit, ResolvedRoute } from './types.js'
+import type { ResolvedLimit, ResolvedRoute } from './options/resolved.js'
 
 // Budgets, named in one place. A budget is what a client's requests are counted under, one state per client
 // in the store:

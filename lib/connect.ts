@@ -11,7 +11,8 @@ import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
-import type { RedisLike, ResolvedOptions } from './types.js'
+import type { ResolvedOptions } from './options/resolved.js'
+import type { RedisLike } from './types.js'
 
 // Where a registration's requests are decided: in process when no Redis is given (with the warning that
 // limits are per process), else a Redis store (a client made here or lent), with its breaker, its held

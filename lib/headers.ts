@@ -1,6 +1,6 @@
 import type { FastifyReply } from 'fastify'
-import { checkBoolean, checkKeys, fail } from './check.js'
-import type { FieldNames, HeaderSwitches, ResolvedRoute } from './types.js'
+import type { FieldNames } from './types.js'
+import type { ResolvedRoute } from './options/resolved.js'
 import type { Decision } from './stores/store.js'
 
 /**
@@ -9,50 +9,9 @@ import type { Decision } from './stores/store.js'
  * refusal: the wait until every limit allows. Whole seconds, rounded up. A reset (`X-RateLimit-Reset`, a
  * policy's `t`) is one value by design: the time until one more unit is free than now (the draft's "additional
  * quota", §4.1.2), so a refused request of one unit waits exactly its binding policy's `t`, and one of more
- * units no less (§6: `Retry-After` never points earlier than the reset).
+ * units no less (§6: `Retry-After` never points earlier than the reset). The options that choose them are
+ * lib/options/headers.ts's.
  */
-
-export const PLAIN_NAMES: FieldNames = Object.freeze({ limit: 'x-ratelimit-limit', remaining: 'x-ratelimit-remaining', reset: 'x-ratelimit-reset' })
-export const DRAFT_NAMES: FieldNames = Object.freeze({ limit: 'ratelimit-limit', remaining: 'ratelimit-remaining', reset: 'ratelimit-reset' })
-
-export const ALL_HEADERS: HeaderSwitches = Object.freeze({
-  allowed: Object.freeze({ limit: true, remaining: true, reset: true }),
-  refused: Object.freeze({ limit: true, remaining: true, reset: true, retryAfter: true })
-})
-
-/** Every name `@fastify/rate-limit`'s switches take (its types allow both styles'), whichever this plugin sends. */
-const THEIR_NAMES = [...Object.values(PLAIN_NAMES), ...Object.values(DRAFT_NAMES), 'retry-after']
-
-/**
- * `addHeadersOnExceeding` (allowed requests) and `addHeaders` (refusals), `{ '<header name>': boolean }`. The
- * plugin's are over every header on (`base`): a header left out is sent. A route's or a limiter's (`replace`)
- * take the place of the plugin's, as `@fastify/rate-limit` merges them: a header left out is not sent. Names are
- * the ones `names` sends (the draft's with `enableDraftSpec`); a name of theirs for a header not sent there (the
- * other style's, `retry-after` on an allowed request) switches nothing, as theirs, and a warning says so.
- */
-export function checkHeaderSwitches (input: Record<string, unknown>, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean, warn: (message: string) => void): HeaderSwitches {
-  const switches = (option: 'addHeadersOnExceeding' | 'addHeaders', current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
-    const value = input[option]
-    if (value === undefined) return current
-    if (replace) current = Object.fromEntries(Object.keys(current).map(field => [field, false]))
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(`${where}${option}`, value, "an object such as { 'x-ratelimit-reset': false }")
-    const fields = option === 'addHeaders' ? { ...names, retryAfter: 'retry-after' } : names
-    const byName = new Map(Object.entries(fields).map(([field, name]) => [name, field]))
-    checkKeys(value, new Set([...byName.keys(), ...THEIR_NAMES]), `${where}${option}.`)
-    const out = { ...current }
-    for (const [name, on] of Object.entries(value)) {
-      const sent = checkBoolean(on, `${where}${option}.${name}`)
-      const field = byName.get(name)
-      if (field !== undefined) out[field] = sent
-      else warn(`rate-guard: ${where}${option}.${name} is not used: no such header is sent there (as with @fastify/rate-limit)`)
-    }
-    return out
-  }
-  return Object.freeze({
-    allowed: Object.freeze(switches('addHeadersOnExceeding', base.allowed)) as HeaderSwitches['allowed'],
-    refused: Object.freeze(switches('addHeaders', base.refused)) as HeaderSwitches['refused']
-  })
-}
 
 /** Per field of the binding limit, the header name it is sent under, or null when it is not sent. */
 type Sent = Readonly<Record<keyof FieldNames, string | null>>

@@ -1,11 +1,12 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Budgets, RouteBudget } from './budgets.js'
-import type { Warn } from './compat.js'
-import { resolveRouteConfig } from './options.js'
+import type { Warn } from './options/compat.js'
+import { resolveRouteConfig } from './options/route.js'
+import type { ResolvedOptions, ResolvedRoute } from './options/resolved.js'
 import { handlerStarts, refundAborted, settleOnResponse, settlesItself } from './request/charge.js'
 import type { BudgetHooks, RequestHook } from './request/pipeline.js'
 import type { Callbacks } from './callbacks.js'
-import type { HookName, ResolvedOptions, ResolvedRoute } from './types.js'
+import type { HookName } from './types.js'
 
 // Where a registration's budgets meet Fastify's routes: each route added gets its budget's hook (the
 // plugin-wide one, its own or its group's) in its own hook list, and the hooks that settle it when it settles

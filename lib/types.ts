@@ -1,9 +1,9 @@
 import type { FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import type { Algorithm } from './algorithms/index.js'
-import type { Callbacks } from './callbacks.js'
 
-/** The options as the app gives them, and as they are once checked (lib/options.ts makes the second of the first). */
+// The options as the app gives them (public, exported from the package), and the types they name. As they are
+// once checked: lib/options/resolved.ts.
 
 /** What a budget does with the requests it denies: count nothing (absent), count them, or double the wait. */
 export type OverLimit = 'continue' | 'backoff' | undefined
@@ -268,88 +268,4 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   userId?: (request: FastifyRequest) => unknown
   /** A store class with `@fastify/rate-limit`'s interface (`incr`, `child`): it counts instead of Redis or the in-process store. */
   store?: FastifyRateLimitStoreCtor
-}
-
-export interface ResolvedLimit {
-  readonly max: number | MaxFunction
-  readonly windowMs: number | TimeWindowFunction
-  /** `null`: the limit's max. */
-  readonly burst: number | null
-  readonly name: string | undefined
-}
-
-export interface ResolvedRoute {
-  readonly hook: HookName
-  readonly failMode: FailMode
-  readonly ipv6Subnet: number
-  readonly algorithm: Algorithm
-  readonly limits: readonly ResolvedLimit[]
-  readonly shared: readonly ResolvedLimit[] | null
-  /** The limits given `mode: 'shadow'`: watched, not enforced (null: none). */
-  readonly watched: readonly ResolvedLimit[] | null
-  readonly keyGenerator: KeyGenerator
-  /** The hierarchical default (API key, user, IP), which `ipv6Subnet` shapes; false for the app's own. */
-  readonly defaultKey: boolean
-  readonly ban: BanPolicy | null
-  /** What a denied request does: nothing, counted (`continueExceeding`), or doubling the wait (`exponentialBackoff`). */
-  readonly overLimit: OverLimit
-  /** A request's units: 1 unless the route says. */
-  readonly cost: number | CostFunction
-  /** Whether a response counts (`countWhen`, or what `skipSuccessfulRequests` / `skipFailedRequests` make of the status). */
-  readonly countWhen: CountWhenFunction | undefined
-  readonly settle: SettleFunction | undefined
-  readonly refundAborted: boolean
-  readonly mode: Mode
-  /** In shadow mode, whether denials strike toward bans. */
-  readonly shadow: { readonly ban: boolean }
-  /**
-   * `ban: N` as given, when it was: a route with another window bans for its own window; with `ban` null (a
-   * window computed per request), each request's decision carries a ban of its window.
-   */
-  readonly banDenials: number | null
-  readonly allowList: ReadonlySet<string> | AllowListFunction | null
-  /** The allow list as given: written again under a route's own `ipv6Subnet`. */
-  readonly allowListGiven: unknown
-  readonly groupId: string | undefined
-  readonly errorResponseBuilder: ErrorResponseBuilder | undefined
-  readonly onExceeding: KeyCallback | undefined
-  readonly onExceeded: ExceededCallback | undefined
-  readonly onBanReach: BanCallback | undefined
-  readonly legacyHeaders: boolean
-  readonly standardHeaders: boolean
-  /** The names of the binding limit's three fields (set for the whole plugin by `enableDraftSpec`). */
-  readonly fieldNames: FieldNames
-  readonly headerSwitches: HeaderSwitches
-}
-
-export interface ResolvedBreaker {
-  readonly threshold: number
-  readonly coolDownMs: number
-}
-
-export interface ResolvedOptions {
-  readonly redis: RedisLike | string | readonly string[] | undefined
-  /** The app's store class (`@fastify/rate-limit`'s interface), when it gave one. */
-  readonly store: FastifyRateLimitStoreCtor | undefined
-  readonly global: boolean
-  readonly nameSpace: string
-  /** The draft's header names (`RateLimit-Limit`…) for the binding limit's fields (see `route.fieldNames`). */
-  readonly enableDraftSpec: boolean
-  readonly timeout: number
-  readonly callbackTimeout: number
-  readonly strict: boolean
-  readonly breaker: ResolvedBreaker | null
-  readonly banCache: boolean
-  readonly cache: number
-  readonly addressless: Addressless
-  /** Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see `canonicalKey`), the app's as given. */
-  readonly canonicalKey: (key: string) => string
-  /** The default key generator for a subnet. */
-  readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator
-  /** Which tiers the default key generator names clients by (for the log at register). */
-  readonly keyTiers: string
-  /** Runs the app's callbacks under the deadline, with their fallbacks. */
-  readonly callbacks: Callbacks
-  /** The plugin's options as the base of every route's, limiter's and group's. */
-  readonly route: ResolvedRoute
 }

@@ -6,7 +6,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { LONGEST, formatDuration, toMilliseconds } from '../lib/duration.js'
-import { resolveOptions } from '../lib/options.js'
+import { resolveOptions } from '../lib/options/plugin.js'
 
 /** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
 const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
@@ -561,6 +561,18 @@ t.test('limits, burst and shared on a route are checked when it is declared, nam
   await bucket.register(rateGuard, { algorithm: 'token-bucket', burst: 10 })
   t.throws(() => bucket.get('/fw', { config: { rateLimit: { algorithm: 'fixed-window' } } }, async () => 'ok'),
     { code: INVALID, message: /"config\.rateLimit\..*burst".*got 10$/ }, 'the plugin\'s burst is inherited, and checked against the route\'s algorithm')
+})
+
+t.test('a route of one limit under a plugin of several gives both max and timeWindow: there is no one limit to take the other from', async t => {
+  const server = app(t)
+  await server.register(rateGuard, { algorithm: 'token-bucket', limits: [{ max: 5, timeWindow: '1s' }, { max: 50, timeWindow: '1 minute' }] })
+  const declare = (rateLimit: Record<string, unknown>): void => {
+    server.get(`/r${Math.random().toString(36).slice(2)}`, { config: { rateLimit } }, async () => 'ok')
+  }
+  const several = 'expected both max and timeWindow: the plugin has several limits to take the other from'
+  t.throws(() => declare({ max: 2 }), { code: INVALID, message: `Invalid rate-guard option "config.rateLimit.max": ${several}, got 2` })
+  t.throws(() => declare({ burst: 2 }), { code: INVALID, message: `Invalid rate-guard option "config.rateLimit.timeWindow": ${several}, got undefined` })
+  t.doesNotThrow(() => declare({ max: 2, timeWindow: '1s', burst: 3 }), 'both: one limit of its own')
 })
 
 t.test('a max function whose answer breaks the size bound fails that request with the coded error', async t => {

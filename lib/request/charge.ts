@@ -5,7 +5,7 @@ import { AbandonedError, AlreadySettledError, InvalidSettleError } from '../erro
 import type { Decidable } from '../stores/store.js'
 import type { Decider } from '../decider.js'
 import type { Decision, SettleInput } from '../stores/store.js'
-import type { ResolvedRoute } from '../types.js'
+import type { ResolvedRoute } from '../options/resolved.js'
 
 // What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
 // its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at

@@ -2,7 +2,8 @@ import type { FastifyRequest } from 'fastify'
 import { then } from '../awaitable.js'
 import type { Callbacks } from '../callbacks.js'
 import { InvalidOptionError } from '../errors.js'
-import type { KeyGenerator, ResolvedOptions, ResolvedRoute } from '../types.js'
+import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
+import type { KeyGenerator } from '../types.js'
 
 // Stage 1, identify: who the client is, as the route names its clients (the default hierarchy, or the app's
 // key generator, checked, with the hierarchy in its place when it fails: see lib/callbacks.ts).

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Limit } from '../algorithms/index.js'
 import { then } from '../awaitable.js'
-import { banPerWindow } from '../compat.js'
+import { banPerWindow } from '../options/bans.js'
 import { costOf, limitsOf } from '../computed.js'
 import { identityKeys } from '../stores/key-names.js'
 import type { Decidable } from '../stores/store.js'

@@ -5,13 +5,14 @@ import { fallbacksOf, staticLimits } from '../computed.js'
 import type { Fallback } from '../computed.js'
 import type { Decider } from '../decider.js'
 import { formatDuration } from '../duration.js'
-import { InvalidOptionError, UnavailableError } from '../errors.js'
+import { UnavailableError } from '../errors.js'
 import { retryAfterSeconds } from '../headers.js'
 import { TheirBudget } from '../stores/app-store.js'
 import { sharedKeys } from '../stores/key-names.js'
 import type { Family } from '../stores/key-names.js'
 import type { Decidable } from '../stores/store.js'
-import type { BanPolicy, ResolvedOptions, ResolvedRoute, TheirStore } from '../types.js'
+import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
+import type { BanPolicy, TheirStore } from '../types.js'
 import { settlesItself } from './charge.js'
 import { keyerOf } from './identify.js'
 import type { Keyed } from './identify.js'
@@ -91,7 +92,7 @@ export function planBudget (decider: Decider, opts: ResolvedOptions, budget: Rou
     undoneScopes,
     watched,
     shared,
-    appStore: appStore === undefined ? undefined : new TheirBudget(appStore, checkTheirs(route), opts.callbackTimeout, decider.failed),
+    appStore: appStore === undefined ? undefined : new TheirBudget(appStore, route, opts.callbackTimeout, decider.failed),
     // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
     // be one log line per request.
     unavailable: {
@@ -99,16 +100,6 @@ export function planBudget (decider: Decider, opts: ResolvedOptions, budget: Rou
       body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
     }
   })
-}
-
-/** What a store of the app's own can count (`@fastify/rate-limit`'s options): one limit, no shared budget, `ban: N`. */
-function checkTheirs (route: ResolvedRoute): ResolvedRoute {
-  if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
-  if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
-  if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
-  if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
-  if (settlesItself(route)) throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
-  return route
 }
 
 /** What a budget that cannot decide answers (`failMode: 'closed'`): try again one deadline from now, in whole seconds. */

@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { deadline } from '../deadline.js'
 import type { Decidable, Verdict } from './store.js'
-import type { ResolvedRoute, TheirStore } from '../types.js'
+import type { ResolvedRoute } from '../options/resolved.js'
+import type { TheirStore } from '../types.js'
 import type { Decision } from './store.js'
 
 // A store of the app's own with `@fastify/rate-limit`'s interface (its `store` option): the app's store counts

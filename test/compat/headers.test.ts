@@ -3,7 +3,7 @@
 // (refusals). Each case runs @fastify/rate-limit beside this plugin: the same headers are sent, with the same
 // limit and remaining (the reset differs by design: a fixed window's end against the oldest request's leaving).
 import t from 'tap'
-import { resolveOptions } from '../../lib/options.js'
+import { resolveOptions } from '../../lib/options/plugin.js'
 import { appWith, rateLimitHeaders } from './helpers.js'
 import type { Plugin } from './helpers.js'
 

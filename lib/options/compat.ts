@@ -1,40 +1,22 @@
-import { checkBoolean, checkOneOf, fail, show } from './check.js'
-import { LONGEST, pastLongest } from './duration.js'
-import type { BanPolicy, FailMode, OverLimit, ResolvedLimit } from './types.js'
+import { fail, show } from './checks.js'
+import { LONGEST, pastLongest } from '../duration.js'
+import type { CountWhenFunction, FailMode, OverLimit } from '../types.js'
 
-/**
- * `@fastify/rate-limit`'s options that this plugin spells another way, mapped once at register: `ban` as a
- * number of denials, `skipOnError`, `continueExceeding` and `exponentialBackoff`, and the values theirs
- * replaces by a default rather than refuse (said aloud here). Their header switches and names are
- * lib/headers.ts's.
- */
-
-/**
- * `ban: N`: `@fastify/rate-limit` answers 403 from the (N + 1)th denial within a window until that window
- * ends. Here: a ban of one window (the budget's longest) from the (N + 1)th denial, on every route; null when
- * a window is a function of the request, whose ban is made per request (see lib/hook.ts).
- */
-export function banPerWindow (denials: number, windows: ReadonlyArray<ResolvedLimit['windowMs']>): BanPolicy | null {
-  if (!windows.every(window => typeof window === 'number')) return null
-  return Object.freeze({ threshold: denials + 1, ladder: Object.freeze([Math.max(...windows)]), forgetMs: 0 })
-}
-
-/** `ban` given as a number of denials (theirFallbacks made it 0 or more): a safe integer, or the coded error. */
-export function checkDenials (value: unknown, name: string): number {
-  if (!Number.isSafeInteger(value)) fail(name, value, 'false, { threshold, duration }, or a number of denials (an integer, 0 or more)')
-  return value as number
-}
+// `@fastify/rate-limit`'s options that this plugin spells another way, mapped once at register: `skipOnError`,
+// `continueExceeding` and `exponentialBackoff` (and express-rate-limit's `skipSuccessfulRequests` /
+// `skipFailedRequests`), and the values theirs replaces by a default rather than refuse (said aloud here).
+// Their `ban: N` is bans.ts's; their header switches and names headers.ts's.
 
 /**
  * `continueExceeding` (a denied request is counted, so a client that keeps sending stays limited) and
- * `exponentialBackoff` (each request over the limit doubles the wait), over the base's; `continueExceeding`
- * wins when both are on, as in theirs.
+ * `exponentialBackoff` (each request over the limit doubles the wait), each checked alone, over the base's;
+ * `continueExceeding` wins when both are on, as in theirs.
  */
-export function checkOverLimit (input: Record<string, unknown>, base: OverLimit, where: string): OverLimit {
-  const { continueExceeding, exponentialBackoff } = input
+export function resolveOverLimit (given: { continueExceeding?: boolean, exponentialBackoff?: boolean }, base: OverLimit): OverLimit {
+  const { continueExceeding, exponentialBackoff } = given
   if (continueExceeding === undefined && exponentialBackoff === undefined) return base
-  const continues = continueExceeding === undefined ? base === 'continue' : checkBoolean(continueExceeding, `${where}continueExceeding`)
-  const backs = exponentialBackoff === undefined ? base === 'backoff' : checkBoolean(exponentialBackoff, `${where}exponentialBackoff`)
+  const continues = continueExceeding ?? base === 'continue'
+  const backs = exponentialBackoff ?? base === 'backoff'
   return continues ? 'continue' : backs ? 'backoff' : undefined
 }
 
@@ -99,12 +81,28 @@ export function asTheirs (value: unknown): unknown {
   return typeof number === 'number' && Number.isFinite(number) && number >= 0 ? Math.trunc(number) : number
 }
 
-const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
-
-/** `failMode`, or `@fastify/rate-limit`'s `skipOnError` (true: open, false: closed), or undefined. */
-export function checkFailMode (input: Record<string, unknown>, where: string): FailMode | undefined {
-  const { failMode, skipOnError } = input
-  if (skipOnError === undefined) return failMode === undefined ? undefined : checkOneOf(failMode, `${where}failMode`, FAIL_MODES)
+/**
+ * `failMode`, or `@fastify/rate-limit`'s `skipOnError` (true: open, false: closed), each checked alone; neither
+ * given: the base's.
+ */
+export function resolveFailMode (given: { failMode?: FailMode, skipOnError?: boolean }, base: FailMode, where: string): FailMode {
+  const { failMode, skipOnError } = given
+  if (skipOnError === undefined) return failMode ?? base
   if (failMode !== undefined) fail(`${where}skipOnError`, skipOnError, 'not both failMode and skipOnError')
-  return checkBoolean(skipOnError, `${where}skipOnError`) ? 'open' : 'closed'
+  return skipOnError ? 'open' : 'closed'
+}
+
+/**
+ * Whether a response counts: `countWhen` as given, or express-rate-limit's `skipSuccessfulRequests` (a status
+ * below 400 is a success) / `skipFailedRequests`, each checked alone; not both ways at once. None given: the base's.
+ */
+export function resolveCountWhen (given: { countWhen?: CountWhenFunction, skipSuccessfulRequests?: boolean, skipFailedRequests?: boolean }, base: CountWhenFunction | undefined, where: string): CountWhenFunction | undefined {
+  const { countWhen, skipSuccessfulRequests: skipSuccess, skipFailedRequests: skipFailure } = given
+  if (countWhen !== undefined) {
+    if (skipSuccess !== undefined || skipFailure !== undefined) fail(`${where}countWhen`, countWhen, 'countWhen, or skipSuccessfulRequests / skipFailedRequests, not both')
+    return countWhen
+  }
+  if (skipSuccess === undefined && skipFailure === undefined) return base
+  if (skipSuccess !== true && skipFailure !== true) return undefined
+  return (_request, reply) => reply.statusCode < 400 ? skipSuccess !== true : skipFailure !== true
 }

@@ -1,8 +1,10 @@
-import { MAX_DEADLINE } from './deadline.js'
-import { toMilliseconds } from './duration.js'
-import { InvalidOptionError } from './errors.js'
+import { MAX_DEADLINE } from '../deadline.js'
+import { toMilliseconds } from '../duration.js'
+import { InvalidOptionError } from '../errors.js'
 
-/** The checks every option goes through: each returns the value, typed, or throws the coded error naming the option and the value. */
+// The checks every option goes through: each returns the value, typed, or throws the coded error naming the
+// option and the value. The checks of one kind of option are their files' (limits.ts, bans.ts, headers.ts,
+// identity.ts, stores.ts); the table (table.ts) names each option's.
 
 /** Renders a bad value for an error message without dumping whole objects or functions. */
 export function show (value: unknown): string {
@@ -58,4 +60,11 @@ export function checkKeys (input: object, allowed: ReadonlySet<string>, where: s
   for (const key of Object.keys(input)) {
     if (!allowed.has(key)) fail(`${where}${key}`, (input as Record<string, unknown>)[key], 'no such option (see the README for the list)')
   }
+}
+
+/** `shadow: { ban }`: whether shadow denials strike toward bans. */
+export function checkShadow (value: unknown, name: string): { readonly ban: boolean } {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ ban: true } or { ban: false }')
+  checkKeys(value, new Set(['ban']), `${name}.`)
+  return Object.freeze({ ban: checkBoolean((value as { ban?: unknown }).ban, `${name}.ban`) })
 }

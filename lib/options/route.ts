@@ -1,0 +1,91 @@
+import { resolveBan } from './bans.js'
+import { resolveKeys } from './clients.js'
+import { resolveCountWhen, resolveFailMode, resolveOverLimit } from './compat.js'
+import type { Warn } from './compat.js'
+import { fail } from './checks.js'
+import { InvalidRouteConfigError } from '../errors.js'
+import { ALL_HEADERS, resolveHeaderSwitches } from './headers.js'
+import { checkLimitsFit, resolveLimits } from './limits.js'
+import { readAlone, readOptions } from './read.js'
+import type { Read } from './read.js'
+import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
+import { checkAppStoreRoute } from './stores.js'
+import { OPTIONS } from './table.js'
+import type { FieldNames, KeyGenerator } from '../types.js'
+
+// A budget's options, the second half of the pass: the plugin's over the defaults, and a route's
+// (`config.rateLimit`) or a limiter's (`fastify.rateLimit()`, `createRateLimit()`) over the plugin's, into one
+// frozen object of resolved values.
+
+/** What merging a budget's options takes besides them: the default key generator for a subnet, and where to say what was replaced. */
+export interface RouteContext {
+  readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator
+  readonly warn: Warn
+}
+
+/**
+ * Merges one budget's options, read (read.ts), over `base`: those read alone by the table, the others by their
+ * fields' resolvers. `where` prefixes their names: `''` for the plugin's own, whose header switches are over
+ * every header on; a route's or a limiter's replace the plugin's.
+ */
+export function resolveRoute ({ input, given }: Read, base: ResolvedRoute, where: string, context: RouteContext): ResolvedRoute {
+  const alone = readAlone('route', given, base)
+  const limits = resolveLimits(given, input, base, where)
+  checkLimitsFit({ ...alone, ...limits }, where)
+  return Object.freeze({
+    ...alone,
+    ...limits,
+    ...resolveKeys(given, base, context.keyGeneratorFor),
+    ...resolveBan(given.ban, base, limits.limits),
+    failMode: resolveFailMode(given, base.failMode, where),
+    overLimit: resolveOverLimit(given, base.overLimit),
+    countWhen: resolveCountWhen(given, base.countWhen, where),
+    fieldNames: base.fieldNames,
+    headerSwitches: resolveHeaderSwitches(given, base.fieldNames, base.headerSwitches, where, where !== '', context.warn)
+  })
+}
+
+/**
+ * The defaults the plugin's options are merged over: the table's, and for the options read with others what
+ * none of them given comes to (one limit of the default max and window, the default key generator, every
+ * header on under `fieldNames`).
+ */
+export function defaultRoute (keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator, fieldNames: FieldNames): ResolvedRoute {
+  return {
+    ...readAlone('route', {}),
+    failMode: OPTIONS.failMode.fallback,
+    ipv6Subnet: OPTIONS.ipv6Subnet.fallback,
+    limits: Object.freeze([{ max: OPTIONS.max.fallback, windowMs: OPTIONS.timeWindow.fallback, burst: null, name: undefined }]),
+    watched: null,
+    keyGenerator: keyGeneratorFor(OPTIONS.ipv6Subnet.fallback),
+    defaultKey: true,
+    ban: null,
+    banDenials: null,
+    overLimit: undefined,
+    countWhen: undefined,
+    allowList: null,
+    allowListGiven: undefined,
+    fieldNames,
+    headerSwitches: ALL_HEADERS
+  }
+}
+
+/** A route's `config.rateLimit`: `false` (off), an object (merged over the plugin's), or a coded error. */
+export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, warn: Warn): ResolvedRoute | false {
+  if (config === false) return false
+  if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new InvalidRouteConfigError()
+  const where = 'config.rateLimit.'
+  return counted(resolveRoute(readOptions(config, 'route', where, warn, opts.store !== undefined), opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
+}
+
+/** The options given to `fastify.rateLimit()` / `createRateLimit()` (`call`), merged over the plugin's. */
+export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string, warn: Warn): ResolvedRoute {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
+  const where = `${call}.`
+  return counted(resolveRoute(readOptions(options, 'limiter', where, warn, opts.store !== undefined), opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
+}
+
+/** A budget as the plugin's store counts it: any, or, with a store of the app's own, what it can count. */
+function counted (route: ResolvedRoute, opts: Pick<ResolvedOptions, 'store'>): ResolvedRoute {
+  return opts.store === undefined ? route : checkAppStoreRoute(route)
+}
