@@ -24,7 +24,7 @@ import { CHANNELS } from './channels.js'
 import { resolveOptions } from './options/plugin.js'
 import { resolveLimiterOptions } from './options/route.js'
 import type { FastifyRateLimitStoreCtor, RateGuardOptions, RouteRateLimitOptions, TheirStore } from './types.js'
-import { theirParams } from './stores/app-store.js'
+import { theirParams } from './options/stores.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -71,3 +71,22 @@ export function checkAppStoreRoute (route: ResolvedRoute): ResolvedRoute {
   }
   return route
 }
+
+/** What their stores are given (`new Store(options)`, `child(routeOptions)`): their names for a budget's options. */
+export function theirParams (route: ResolvedRoute): Record<string, unknown> {
+  const [limit] = route.limits
+  return {
+    max: limit!.max,
+    timeWindow: limit!.windowMs,
+    ban: route.banDenials ?? -1,
+    continueExceeding: route.overLimit === 'continue',
+    exponentialBackoff: route.overLimit === 'backoff',
+    ipv6Subnet: route.ipv6Subnet,
+    keyGenerator: route.keyGenerator,
+    allowList: route.allowListGiven,
+    hook: route.hook,
+    skipOnError: route.failMode === 'open',
+    groupId: route.groupId,
+    errorResponseBuilder: route.errorResponseBuilder
+  }
+}

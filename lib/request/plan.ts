@@ -92,7 +92,7 @@ export function planBudget (decider: Decider, opts: ResolvedOptions, budget: Rou
     undoneScopes,
     watched,
     shared,
-    appStore: appStore === undefined ? undefined : new TheirBudget(appStore, route, opts.callbackTimeout, decider.failed),
+    appStore: appStore === undefined ? undefined : new TheirBudget(appStore, route.banDenials, opts.callbackTimeout, decider.failed),
     // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
     // be one log line per request.
     unavailable: {

@@ -1,7 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { deadline } from '../deadline.js'
 import type { Decidable, Verdict } from './store.js'
-import type { ResolvedRoute } from '../options/resolved.js'
 import type { TheirStore } from '../types.js'
 import type { Decision } from './store.js'
 
@@ -11,25 +10,6 @@ import type { Decision } from './store.js'
 // once the count is more than N over it. The store decides what a window is: the scripts, bans beyond
 // `ban: N` and held answers do not apply. Each call has the decision's deadline; when the store fails or
 // misses it, `failMode` decides, as when Redis cannot.
-
-/** What their stores are given (`new Store(options)`, `child(routeOptions)`): their names for a budget's options. */
-export function theirParams (route: ResolvedRoute): Record<string, unknown> {
-  const [limit] = route.limits
-  return {
-    max: limit!.max,
-    timeWindow: limit!.windowMs,
-    ban: route.banDenials ?? -1,
-    continueExceeding: route.overLimit === 'continue',
-    exponentialBackoff: route.overLimit === 'backoff',
-    ipv6Subnet: route.ipv6Subnet,
-    keyGenerator: route.keyGenerator,
-    allowList: route.allowListGiven,
-    hook: route.hook,
-    skipOnError: route.failMode === 'open',
-    groupId: route.groupId,
-    errorResponseBuilder: route.errorResponseBuilder
-  }
-}
 
 /** `increment: false` on a store without `read`: their message, word for word. */
 const NO_READ = 'The configured rate-limit store does not implement a `read` method, which is required to use `{ increment: false }`'
@@ -43,9 +23,10 @@ export class TheirBudget {
   readonly #failed: Failed
 
   /** `timeout`: how long the store has (`callbackTimeout`); `failed`: what decides when it fails or is later (`failMode`, the error reported). */
-  constructor (store: TheirStore, route: ResolvedRoute, timeout: number, failed: Failed) {
+  /** `banDenials`: their `ban: N` (denials past the limit answered 403), or none. */
+  constructor (store: TheirStore, banDenials: number | null, timeout: number, failed: Failed) {
     this.#store = store
-    this.#banDenials = route.banDenials
+    this.#banDenials = banDenials
     this.#timeout = timeout
     this.#failed = failed
   }
