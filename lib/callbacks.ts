@@ -9,7 +9,7 @@ import { deadline } from './deadline.js'
 // fallback. A fallback never loosens a limit: what a callback reads is often the client's to break (a body, a
 // header), so a failure must buy nothing. A key tier is replaced by the next tier, a key generator by the
 // default hierarchy, an allow list by "not allowed", a cost by 1, a limit's `max` or `timeWindow` by a static
-// one (lib/computed.ts), `countWhen` by "counts" and `settle` by the charge as it stands. `failMode` is for
+// one (lib/request/computed.ts), `countWhen` by "counts" and `settle` by the charge as it stands. `failMode` is for
 // Redis, not for the app's own code: the request is still decided, and counted, by the store. The client
 // never sees what went wrong: the app's log does, with the error and what was used instead, once a minute at
 // most per kind of callback and fallback, per registration.

@@ -1,4 +1,4 @@
-// Reserve, then settle (lib/charge.ts), through real requests on Redis and in process: a request allowed holds
+// Reserve, then settle (lib/request/charge.ts), through real requests on Redis and in process: a request allowed holds
 // its cost until it settles once at its final amount, from the handler (`request.rateGuard.settle`) or after the
 // response (`settle`, `countWhen`, `skipSuccessfulRequests`, `skipFailedRequests`), or when the client aborts
 // before the handler starts (`refundAborted`; test/security/refund-aborted.test.ts); on its own budget and the route's shared one. The stores' arithmetic of settling is in

@@ -64,7 +64,7 @@ function factorLadder (ban: Record<string, unknown>, name: string): number[] {
 /**
  * `ban: N`: `@fastify/rate-limit` answers 403 from the (N + 1)th denial within a window until that window
  * ends. Here: a ban of one window (the budget's longest) from the (N + 1)th denial, on every route; null when
- * a window is a function of the request, whose ban is made per request (see lib/hook.ts).
+ * a window is a function of the request, whose ban is made per request (see lib/request/limits.ts).
  */
 export function banPerWindow (denials: number, windows: ReadonlyArray<ResolvedLimit['windowMs']>): BanPolicy | null {
   if (!windows.every(window => typeof window === 'number')) return null

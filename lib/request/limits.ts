@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import type { Limit } from '../algorithms/index.js'
 import { then } from '../awaitable.js'
 import { banPerWindow } from '../options/bans.js'
-import { costOf, limitsOf } from '../computed.js'
+import { costOf, limitsOf } from './computed.js'
 import { identityKeys } from '../stores/key-names.js'
 import type { Decidable } from '../stores/store.js'
 import type { Given } from './identify.js'
@@ -10,7 +10,7 @@ import type { Plan } from './plan.js'
 
 // Stage 3, limits and cost: what the decision on the client's own budget takes. Static limits and cost were
 // worked out at onRoute (see lib/request/plan.ts); functions of the request are called here, and one that
-// fails gives a static value, never none (lib/computed.ts).
+// fails gives a static value, never none (./computed.ts).
 
 export function decidableFor (plan: Plan, request: FastifyRequest, key: string, given: Given): Decidable | PromiseLike<Decidable> {
   const { cost } = plan.route

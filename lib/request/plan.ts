@@ -1,8 +1,8 @@
 import type { Limit } from '../algorithms/index.js'
 import type { RouteBudget } from '../budgets.js'
 import type { Callbacks } from '../callbacks.js'
-import { fallbacksOf, staticLimits } from '../computed.js'
-import type { Fallback } from '../computed.js'
+import { fallbacksOf, staticLimits } from './computed.js'
+import type { Fallback } from './computed.js'
 import type { Decider } from '../decider.js'
 import { formatDuration } from '../duration.js'
 import { UnavailableError } from '../errors.js'
@@ -86,7 +86,7 @@ export function planBudget (decider: Decider, opts: ResolvedOptions, budget: Rou
     ban,
     banEach: strikes && route.ban === null ? route.banDenials : null,
     fixedLimits,
-    // A limit function that fails gives a static limit, never none (lib/computed.ts): failMode is Redis's.
+    // A limit function that fails gives a static limit, never none (./computed.ts): failMode is Redis's.
     fallbacks: fixedLimits === null ? fallbacksOf(route.limits, opts.route.limits) : [],
     holdable,
     undoneScopes,

@@ -58,7 +58,7 @@ function decision (current: number, ttl: number, max: number, windowMs: number, 
     windowMs,
     count: current,
     resetMs: ttl,
-    // At least 1 ms: a refusal with no wait at all says its request never passes (lib/hook.ts).
+    // At least 1 ms: a refusal with no wait at all says its request never passes (lib/request/respond.ts).
     retryMs: over ? Math.max(1, ttl) : 0,
     banStarted: banned,
     offence: banned ? 1 : 0,

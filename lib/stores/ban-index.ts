@@ -16,7 +16,7 @@ export interface Ban {
 
 /** The index that holds `banned` (`<nameSpace>{<hash>}:…banned`): its nameSpace's, on a Cluster its hash's slot's. */
 export function indexOf (banned: string, cluster: boolean): string {
-  // A nameSpace has no braces (lib/options.ts): the first one opens the hash tag.
+  // A nameSpace has no braces (lib/options/stores.ts): the first one opens the hash tag.
   const open = banned.indexOf('{')
   const nameSpace = banned.slice(0, open)
   return cluster ? slotIndex(nameSpace, slotOf(banned.slice(open + 1, banned.indexOf('}', open)))) : `${nameSpace}bans`

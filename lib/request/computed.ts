@@ -1,12 +1,12 @@
 import type { FastifyRequest } from 'fastify'
-import type { Algorithm, Limit } from './algorithms/index.js'
-import { then } from './awaitable.js'
-import type { Callbacks } from './callbacks.js'
-import { checkDuration, checkMax } from './options/checks.js'
-import { THEIR_DEFAULTS, asTheirs } from './options/compat.js'
-import { checkLimit } from './options/limits.js'
-import type { ResolvedLimit } from './options/resolved.js'
-import type { CostFunction } from './types.js'
+import type { Algorithm, Limit } from '../algorithms/index.js'
+import { then } from '../awaitable.js'
+import type { Callbacks } from '../callbacks.js'
+import { checkDuration, checkMax } from '../options/checks.js'
+import { THEIR_DEFAULTS, asTheirs } from '../options/compat.js'
+import { checkLimit } from '../options/limits.js'
+import type { ResolvedLimit } from '../options/resolved.js'
+import type { CostFunction } from '../types.js'
 
 // A request's limits and cost when the route computes them (`max`, `timeWindow`, `cost` as functions of the
 // request). One that fails (throws, rejects, misses `callbackTimeout`, gives no valid value) is replaced, never
