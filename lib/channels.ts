@@ -39,7 +39,7 @@ export type Outcome =
 export interface DecisionMessage {
   readonly outcome: Outcome
   readonly nameSpace: string
-  /** The budget: `global`, a route's (`GET /search`), a group's, or a limiter's. */
+  /** The budget: `default` (the plugin-wide one), a route's (`GET /search`), a group's, or a limiter's. */
   readonly budget: string
   readonly algorithm: Algorithm
   /** The binding limit's name (`default` unless the limits name theirs), when a store decided. */

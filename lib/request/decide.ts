@@ -44,8 +44,8 @@ export function decide (plan: Plan, input: Decidable, given: Given, log: Fastify
         const charged = verdict.status === 'allowed' ? [{ input, decision: own }, { input: whole, decision: verdict }] : [{ input, decision: own }]
         return { verdict: own, input, headers: budget.headers, charged }
       }
-      const undo = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: own.member, at: own.at, final: 0 }
-      plan.decider.settle(costing(undo, input.cost), log)
+      const giveBack = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: own.member, at: own.at, final: 0 }
+      plan.decider.settle(costing(giveBack, input.cost), log)
       return { verdict, input: whole, headers: budget.sharedHeaders, charged: NOTHING }
     })
   })
