@@ -14,7 +14,7 @@ import type { Addressless } from './types.js'
  * The identity of every request without an address. No tier of the default key gives it (an address is an
  * address, what is not one `ip:<it>`, then `apikey:` and `user:`), so no client can spend or free it.
  */
-export const NO_ADDRESS_KEY = 'noaddr:'
+const NO_ADDRESS_KEY = 'noaddr:'
 
 const FIX = 'Trust the proxy on the socket, and only it: trustProxy: (address, hop) => hop === 0 makes request.ip the address it appended to X-Forwarded-For'
 const NO_ADDRESS = 'rate-guard: a request came with no client address (the server listens on a Unix socket, and Fastify\'s trustProxy does not give request.ip)'

@@ -117,7 +117,7 @@ function checkKeyHash (hash: unknown): string {
 }
 
 /** Operator calls wait for Redis at least this long (or the decision deadline, when longer), then reject. */
-export const ADMIN_MIN_DEADLINE = 1000
+const ADMIN_MIN_DEADLINE = 1000
 
 /** The key families of one client: the enforcing one and shadow mode's (see `Family`). */
 const FAMILIES: readonly Family[] = ['enforce', 'shadow']

@@ -15,7 +15,7 @@ import { deadline } from './deadline.js'
 // most per kind of callback and fallback, per registration.
 
 /** A failing callback is logged at most once per this many ms, per kind and fallback. */
-export const CALLBACK_LOG_INTERVAL = 60_000
+const CALLBACK_LOG_INTERVAL = 60_000
 
 /** The callbacks run under control: how the log names each, and what its fallback is (a limit's says its values). */
 const KINDS = {

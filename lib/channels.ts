@@ -89,7 +89,7 @@ export interface RedisCallContext {
 export const decisionChannel = diagnostics.channel(CHANNELS.decision)
 export const breakerChannel = diagnostics.channel(CHANNELS.breaker)
 export const troubleChannel = diagnostics.channel(CHANNELS.trouble)
-export const redisTracing = diagnostics.tracingChannel<unknown, RedisCallContext & object>(CHANNELS.redis)
+const redisTracing = diagnostics.tracingChannel<unknown, RedisCallContext & object>(CHANNELS.redis)
 
 /** The kind of a key as the default hierarchy writes it. */
 export function keyKindOf (key: string | number): DecisionMessage['keyKind'] {

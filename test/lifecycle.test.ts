@@ -10,8 +10,11 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { SLIDING_LOG_COMMAND } from '../lib/stores/scripts.js'
+import { SCRIPTS } from '../lib/stores/scripts.js'
 import { client, freePort, getRedis, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
+
+/** The name the sliding log's script is defined under on a client. */
+const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 
 interface LogLine { level: number, msg: string, [field: string]: unknown }
 

@@ -2,14 +2,14 @@
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { defineSlidingLog, scriptArgs } from '../lib/stores/scripts.js'
+import { defineScript, scriptArgs } from '../lib/stores/scripts.js'
 import { toDecision } from '../lib/stores/store.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 t.test('replaying a decision with the same member counts nothing twice', async t => {
   const redis = client(t, (await getRedis(t)).url)
-  const slidingLog = defineSlidingLog(redis)
+  const slidingLog = defineScript(redis, 'sliding-log')
   const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.1')
   // max 2, window 60 s, ban after 2 denials for 60 s
   const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })

@@ -48,7 +48,7 @@ export interface ChargedBudget {
  */
 type Phase = 'waiting' | 'working' | 'abandoned'
 
-export class Charge implements RequestCharge {
+class Charge implements RequestCharge {
   readonly #decider: Decider
   readonly #counted: readonly ChargedBudget[]
   readonly #log: FastifyBaseLogger
@@ -120,7 +120,7 @@ function capacity (decision: Decision): number {
 }
 
 /** The charge of a request nothing counted (let through by the allow list, by failMode, on a route off): settling it changes nothing. */
-export const UNCOUNTED: RequestCharge = Object.freeze({
+const UNCOUNTED: RequestCharge = Object.freeze({
   charged: 0,
   settled: false,
   settle: async (amount: number): Promise<void> => { checkAmount(amount) }

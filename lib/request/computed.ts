@@ -17,7 +17,7 @@ import type { CostFunction } from '../types.js'
 // other, whatever the `failMode`, which is Redis's. The app's log says what was used (lib/callbacks.ts).
 
 /** What a failing cost function is replaced by: the least a counted request costs. */
-export const FALLBACK_COST = 1
+const FALLBACK_COST = 1
 
 /** The static values one limit's functions fall back to, and how the log says each. */
 export interface Fallback {

@@ -16,7 +16,7 @@ export type HookResult = Error | undefined | typeof SENT
 export const SENT = Symbol('sent')
 
 /** The header that says a request went through because Redis could not decide (`failMode: 'open'`). */
-export const UNENFORCED_HEADER = 'x-ratelimit-enforced'
+const UNENFORCED_HEADER = 'x-ratelimit-enforced'
 
 /** What `onExceeded` is told: whether the request was let through all the same (shadow mode). */
 export const SHADOW = Object.freeze({ shadow: true })

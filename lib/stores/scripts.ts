@@ -57,7 +57,6 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object
   [algorithm, script(algorithm, [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['decide', DECIDE]])])) as Record<Algorithm, Script>)
 /** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
 export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
-export const SLIDING_LOG_COMMAND = SCRIPTS['sliding-log'].command
 
 /** A line of a joined script as Redis names it: `user_script:302` (`@user_script:302`, or `user_script: 302` in Redis 6). */
 const JOINED_LINE = /@?user_script: ?(\d+)/g
@@ -144,8 +143,4 @@ export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Sc
   }
   const command = (client as unknown as Record<string, ScriptCommand>)[name]!
   return command.bind(client)
-}
-
-export function defineSlidingLog (client: Redis | Cluster): ScriptCommand {
-  return defineScript(client, 'sliding-log')
 }

@@ -159,7 +159,7 @@ export const FAILED = 3
  * request Redis could not decide, its error); returns it with the offset of the next answer, or throws a coded
  * error. `limits` are the ones the request was decided by (an answer with none is a client found banned).
  */
-export function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision | Error, number] {
+function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision | Error, number] {
   const code = integer(reply[offset])
   const text = reply[offset + 1]
   if (code === FAILED && (typeof text === 'string' || Buffer.isBuffer(text))) return [new Error(String(text)), offset + 2]
