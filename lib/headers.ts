@@ -3,15 +3,13 @@ import type { FieldNames } from './types.js'
 import type { ResolvedRoute } from './options/resolved.js'
 import type { Decision } from './stores/store.js'
 
-/**
- * Every rate-limit header, written in one place: `X-RateLimit-*` (legacy, default) for the limit that binds
- * first, the IETF draft-10 `RateLimit` / `RateLimit-Policy` fields for every limit, and `Retry-After` on a
- * refusal: the wait until every limit allows. Whole seconds, rounded up. A reset (`X-RateLimit-Reset`, a
- * policy's `t`) is one value by design: the time until one more unit is free than now (the draft's "additional
- * quota", §4.1.2), so a refused request of one unit waits exactly its binding policy's `t`, and one of more
- * units no less (§6: `Retry-After` never points earlier than the reset). The options that choose them are
- * lib/options/headers.ts's.
- */
+// Every rate-limit header, written in one place: `X-RateLimit-*` (legacy, default) for the limit that binds
+// first, the IETF draft-10 `RateLimit` / `RateLimit-Policy` fields for every limit, and `Retry-After` on a
+// refusal: the wait until every limit allows. Whole seconds, rounded up. A reset (`X-RateLimit-Reset`, a
+// policy's `t`) is one value by design: the time until one more unit is free than now (the draft's "additional
+// quota", §4.1.2), so a refused request of one unit waits exactly its binding policy's `t`, and one of more
+// units no less (§6: `Retry-After` never points earlier than the reset). The options that choose them are
+// lib/options/headers.ts's.
 
 /** Per field of the binding limit, the header name it is sent under, or null when it is not sent. */
 type Sent = Readonly<Record<keyof FieldNames, string | null>>
