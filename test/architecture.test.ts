@@ -1,0 +1,85 @@
+// The structure ARCHITECTURE.md draws, held against the code: lib/ has no import circle, the stores and the
+// bottom floor import nothing above them, every file of lib/ is named on the page (and every file the page
+// names exists), and no file or function outgrows what a reader takes in at once.
+import { readFileSync, readdirSync } from 'node:fs'
+import { basename, dirname, join, normalize, relative } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import ts from 'typescript'
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+const lib = join(root, 'lib')
+const files = (readdirSync(lib, { recursive: true }) as string[]).filter(file => file.endsWith('.ts')).map(file => normalize(file)).sort()
+
+/** What each file of lib/ imports of lib/ (type-only imports too: a circle of types is still a circle to read). */
+const imports = new Map(files.map(file => {
+  const source = readFileSync(join(lib, file), 'utf8')
+  const targets = [...source.matchAll(/^(?:import|export)\b[^'"]*?from\s+'(\.[^']+)'/gms)]
+    .map(([, spec]) => normalize(join(dirname(file), spec!.replace(/\.js$/, '.ts'))))
+  return [file, targets] as const
+}))
+
+/** Every circle of imports, each as the files it goes through (a depth-first walk that meets a file it is still in). */
+function circles (): string[][] {
+  const found: string[][] = []
+  const state = new Map<string, 'open' | 'done'>()
+  const path: string[] = []
+  const visit = (file: string): void => {
+    if (state.get(file) === 'done') return
+    if (state.get(file) === 'open') {
+      found.push(path.slice(path.indexOf(file)))
+      return
+    }
+    state.set(file, 'open')
+    path.push(file)
+    for (const next of imports.get(file) ?? []) visit(next)
+    path.pop()
+    state.set(file, 'done')
+  }
+  for (const file of files) visit(file)
+  return found
+}
+
+t.test('lib/ has no import circle', async t => {
+  t.strictSame(circles(), [])
+})
+
+t.test('the stores and the bottom floor import nothing above them', async t => {
+  const bottom = ['types.ts', 'errors.ts', 'channels.ts', 'deadline.ts', 'awaitable.ts', 'duration.ts', 'oldest.ts', 'slots.ts', 'ip.ts', 'identity.ts', 'callbacks.ts', 'addressless.ts']
+  const isBottom = (file: string): boolean => bottom.includes(file) || file.startsWith('algorithms/')
+  for (const file of files.filter(isBottom)) t.strictSame(imports.get(file)!.filter(target => !isBottom(target)), [], `${file} imports only the bottom floor`)
+  for (const file of files.filter(file => file.startsWith('stores/'))) {
+    t.strictSame(imports.get(file)!.filter(target => !isBottom(target) && !target.startsWith('stores/')), [], `${file} imports only the bottom floor and the stores`)
+  }
+  for (const file of files.filter(file => file.startsWith('options/'))) {
+    t.strictSame(imports.get(file)!.filter(target => !isBottom(target) && !target.startsWith('options/')), [], `${file} imports only the bottom floor and the options`)
+  }
+})
+
+t.test('ARCHITECTURE.md names every file of lib/, and only files that exist', async t => {
+  const page = readFileSync(join(root, 'ARCHITECTURE.md'), 'utf8')
+  const named = new Set([...page.matchAll(/[\w-]+\.ts\b/g)].map(([name]) => name!).filter(name => !name.endsWith('test.ts')))
+  const names = new Set(files.map(file => basename(file)))
+  t.strictSame(files.filter(file => !named.has(basename(file))), [], 'every file of lib/ is on the page')
+  t.strictSame([...named].filter(name => !names.has(name)), [], 'every file the page names is in lib/')
+})
+
+t.test('no file of lib/ over 320 lines, no function over 80', async t => {
+  const long: string[] = []
+  for (const file of files) {
+    const text = readFileSync(join(lib, file), 'utf8')
+    const lines = text.split('\n').length
+    if (lines > 320) long.push(`${file}: ${lines} lines`)
+    const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true)
+    const visit = (node: ts.Node): void => {
+      if (ts.isFunctionLike(node) && 'body' in node && node.body !== undefined) {
+        const first = source.getLineAndCharacterOfPosition(node.getStart()).line
+        const last = source.getLineAndCharacterOfPosition(node.end).line
+        if (last - first + 1 > 80) long.push(`${relative(root, join(lib, file))}:${first + 1}: a function of ${last - first + 1} lines`)
+      }
+      ts.forEachChild(node, visit)
+    }
+    visit(source)
+  }
+  t.strictSame(long, [])
+})
