@@ -1,6 +1,7 @@
 // Shared by the fault suites (faults, breaker, failure, cluster): apps whose log lines are kept, timed
 // requests, latency statistics, traffic streams that run while a fault happens, the check that limiting
-// is exact, and the RELIABILITY lines the README's table is built from.
+// is exact, and the RELIABILITY lines the README's table is built from. What a timed answer is held to
+// (its deadline plus the lag measured while it was out) is lag.ts's.
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
@@ -12,19 +13,6 @@ import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 import type { RateGuardOptions } from '../../lib/index.js'
 import { client, uniquePrefix } from './redis.js'
-
-/**
- * The noise an answer bound by a deadline is allowed on top of it. The machine is shared, has 2 cores and
- * runs two test files at a time: CI once saw a whole process stall for ~55 ms (two streams' answers at
- * 154 ms under a 100 ms deadline). A decision that really waited for Redis would take the outage's length
- * (hundreds of ms to seconds), so this slack still catches it.
- */
-export const NOISE_MS = 100
-
-/** The bound each answer is held to: the decision deadline plus the noise. */
-export function bound (timeoutMs: number): number {
-  return timeoutMs + NOISE_MS
-}
 
 export interface LogLine { level: number, msg: string, [field: string]: unknown }
 
