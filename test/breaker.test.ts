@@ -136,18 +136,24 @@ t.test('the probe is answered exactly once and moves the breaker, even when the 
   redis.on('error', () => {})
   const coolDown = 500
   const breaker = new Breaker(1, coolDown)
-  const limiter = new Limiter({ store: new RedisStore(redis, false), remote: true, timeout: 50, local: () => new MemoryStore({ cache: 10 }), breaker })
+  // The probe once Redis is back must be answered by Redis within this deadline, counted from the send: long
+  // enough for a just-thawed redis-server on a loaded machine (50 ms was not, beside two CPU-bound processes).
+  const timeout = 250
+  const limiter = new Limiter({ store: new RedisStore(redis, false), remote: true, timeout, local: () => new MemoryStore({ cache: 10 }), breaker })
   const input: Decidable = { ...decideInput({ keys: identityKeys(uniquePrefix(), GLOBAL_SCOPE, 'ip:10.0.0.1'), max: 100 }), algorithm: 'sliding-log', holdDenials: false, failMode: 'open' }
   const log = { warn () {}, error () {} } as unknown as FastifyBaseLogger
   const busy = (ms: number): void => { for (const until = performance.now() + ms; performance.now() < until;); }
-  /** One decision asked while the loop then stays busy for four deadlines; how many times it was answered. */
+  /**
+   * One decision asked while the loop then stays busy for two deadlines before the batch is sent (in the check
+   * phase); how many times it was answered.
+   */
   const decide = async (): Promise<{ status: string, answers: number }> => {
     let answers = 0
     const verdict = Promise.resolve(limiter.decide(input, log)).then(v => { answers++; return v })
-    busy(200)
+    busy(2 * timeout)
     const { status } = await verdict
     // Whatever else could answer it (a late reply, a second deadline) has had its time.
-    await sleep(100)
+    await sleep(timeout)
     return { status, answers }
   }
 

@@ -43,6 +43,10 @@ const EXACT_MAX = 5
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()
 
+// Six redis-servers, a failover and a restart of them all: about 30 s on a quiet machine, nearly 60 s beside
+// two CPU-bound processes, and tap's default for a file is 60 s (.taprc).
+t.setTimeout(150_000)
+
 // Identities of any bytes: requests carry an index into this registry, and the key generator returns the
 // identity itself, so no HTTP header rule stands between a hostile identity and the key it makes.
 const registry: string[] = []

@@ -35,6 +35,10 @@ const GAP = 10
 
 const escapes = watchEscapes()
 
+// A redis-server per case, killed, paused, frozen and restarted under traffic: about 17 s on a quiet machine,
+// 50 s beside two CPU-bound processes, near tap's default of 60 s for a file (.taprc).
+t.setTimeout(120_000)
+
 /**
  * Resolves (with performance.now()) once a client has ended for good (status 'end': no socket, no
  * reconnection), or rejects after `waitMs` and the slack the lag meanwhile allows. ioredis closes a socket
