@@ -11,7 +11,7 @@ import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard, { CHANNELS } from '../lib/index.js'
-import type { RateGuardOptions } from '../lib/index.js'
+import type { BreakerMessage, RateGuardOptions } from '../lib/index.js'
 import { Breaker } from '../lib/breaker.js'
 import { DeadlineError, InvalidReplyError } from '../lib/errors.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/keys.js'
@@ -21,7 +21,7 @@ import type { Decidable } from '../lib/limiter.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { DEFAULTS, resolveOptions } from '../lib/options.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { Latency, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
+import { Latency, exactCodes, redisDecides, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { decideInput } from './helpers/stores.js'
@@ -389,6 +389,18 @@ function scriptCalls (t: Test, nameSpace: string): number[] {
   return started
 }
 
+/** When the breaker of `nameSpace` opened (performance.now()), from its channel, until the test ends. */
+function breakerOpenings (t: Test, nameSpace: string): number[] {
+  const opened: number[] = []
+  const onMessage = (message: unknown): void => {
+    const { nameSpace: from, state } = message as BreakerMessage
+    if (from === nameSpace && state === 'open') opened.push(performance.now())
+  }
+  diagnostics.subscribe(CHANNELS.breaker, onMessage)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.breaker, onMessage) })
+  return opened
+}
+
 const OPEN: RateGuardOptions = { failMode: 'open', timeout: TIMEOUT, max: 100_000 }
 
 /** A route the plugin leaves alone: the same app's latency without a decision, as a control. */
@@ -456,7 +468,7 @@ t.test('Redis killed: once the breaker is open, decisions skip Redis; it closes 
       const unguarded = await makeApp(t, { ...OPEN, redis, breaker: false })
       const exact = await makeApp(t, { redis, failMode: 'closed', max: 3, timeout: 2000 })
       await ready(redis)
-      for (const app of [guarded, unguarded]) t.equal(outcome('open', (await timed(app.app, 'warm')).res), 'redis', 'Redis decides while it is up')
+      for (const app of [guarded, unguarded]) t.ok(await redisDecides(app.app, 'warm'), 'Redis decides while it is up')
 
       await server.kill()
       const killedAt = performance.now()
@@ -501,16 +513,19 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
   const breaker = { threshold: 3, coolDown: 600 }
   const guarded = await makeApp(t, { ...OPEN, redis: lent, breaker }, control)
   const exact = await makeApp(t, { redis: lent, failMode: 'closed', max: 3, timeout: 2000 })
-  t.equal(outcome('open', (await timed(guarded.app, 'warm')).res), 'redis', 'Redis decides while it is up')
+  t.ok(await redisDecides(guarded.app, 'warm'), 'Redis decides while it is up')
   await observer.config('RESETSTAT')
 
   server.freeze()
   t.teardown(() => server.thaw())
+  const openings = breakerOpenings(t, guarded.nameSpace)
   const tripping = await sequential(guarded, breaker.threshold, 'f')
   const calls = scriptCalls(t, guarded.nameSpace)
   t.ok(tripping.every(p => outcome('open', p.res) === 'failMode' && p.ms >= PAID && inTime(TIMEOUT, p)),
     `the first ${breaker.threshold} each wait for the deadline: ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
-  const openedAt = performance.now()
+  t.equal(openings.length, 1, 'the breaker opened')
+  // When it opened, as the breaker said, not when the answer reached the test: a loaded machine puts time between.
+  const openedAt = openings[0] ?? performance.now()
 
   // Still frozen through a little more than one cool-down: first OPEN_SAMPLES decisions back to back (their
   // latency, against the control route), then one every GAP ms. Exactly one of all of them probes.
@@ -530,11 +545,13 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
   t.equal(calls.length, 1, `one script call in ${whileOpen.length} decisions over ${breaker.coolDown + 300} ms`)
   t.equal(probes.length, 1, `one probe (${probes.map(p => Math.round(p.ms)).join(', ')} ms)`)
   t.ok(probes.every(p => p.ms >= PAID), 'the probe waited for the deadline')
-  const probedAfter = (probes[0]?.at ?? Infinity) - openedAt
+  const probedAt = calls[0] ?? Infinity
+  const probedAfter = probedAt - openedAt
   // Decisions come one after another, one every GAP ms after the first OPEN_SAMPLES: the probe is the first
-  // sent once the cool-down is over, up to one decision and one pause after it.
-  const probeBound = allowing(breaker.coolDown + GAP, openedAt, openedAt + probedAfter)
-  t.ok(probedAfter >= breaker.coolDown - GAP && probedAfter <= probeBound, `the probe came one cool-down after the breaker opened (${Math.round(probedAfter)} ms; bound ${Math.round(probeBound)})`)
+  // sent once the cool-down is over, up to one decision and one pause after it. (The breaker's clock is
+  // Date.now(), in whole ms: 1 ms early at most.)
+  const probeBound = allowing(breaker.coolDown + GAP, openedAt, probedAt)
+  t.ok(probedAfter >= breaker.coolDown - 1 && probedAfter <= probeBound, `the probe came one cool-down after the breaker opened (${Math.round(probedAfter)} ms; bound ${Math.round(probeBound)})`)
 
   server.thaw()
   const back = performance.now()
@@ -554,7 +571,7 @@ t.test('a frozen Redis with breaker: false: every decision pays the deadline', a
   const server = await startRedisServer(t)
   const lent = await ready(lend(t, server.url))
   const unguarded = await makeApp(t, { ...OPEN, redis: lent, breaker: false })
-  t.equal(outcome('open', (await timed(unguarded.app, 'warm')).res), 'redis')
+  t.ok(await redisDecides(unguarded.app, 'warm'), 'Redis decides while it is up')
   server.freeze()
   t.teardown(() => server.thaw())
   const paying = await sequential(unguarded, 12, 'f')
@@ -562,7 +579,7 @@ t.test('a frozen Redis with breaker: false: every decision pays the deadline', a
   t.ok(paying.every(p => p.ms >= PAID && inTime(TIMEOUT, p)), `each waited for the deadline: ${paying.map(p => Math.round(p.ms)).join(', ')} ms`)
   server.thaw()
   await lent.ping()
-  t.equal(outcome('open', (await timed(unguarded.app, 'after')).res), 'redis', 'enforced at once after the thaw')
+  t.ok(await redisDecides(unguarded.app, 'after', 3), 'enforced at once after the thaw (no cool-down: within a request or two a loaded machine may make miss the deadline)')
 })
 
 t.test('a frozen Redis: reads that count nothing (increment: false) go through the breaker too, and trip it', async t => {
@@ -575,7 +592,9 @@ t.test('a frozen Redis: reads that count nothing (increment: false) go through t
     app.get('/read', { config: { rateLimit: false } }, async request => await check!(request, { increment: false }))
   })
   const read = async (): Promise<Timed> => await timed(app, 'r', '/read')
-  t.equal((await read()).res.json().remaining, 100_000, 'Redis answers while it is up')
+  let remaining: unknown
+  for (let i = 0; i < 10 && remaining !== 100_000; i++) remaining = (await read()).res.json().remaining
+  t.equal(remaining, 100_000, 'Redis answers while it is up')
   server.freeze()
   t.teardown(() => server.thaw())
   const tripping = [await read(), await read(), await read()]

@@ -109,6 +109,15 @@ async function send (app: FastifyInstance, identity: string, origin: number, url
   return { identity, at: started - origin, sentAt: started, ms, status: res.statusCode, decided, res }
 }
 
+/**
+ * Whether Redis decides a request of `identity`, asked up to 10 times: before a fault, that it decides at all
+ * (a healthy cluster on a loaded machine may miss the 150 ms deadline now and then).
+ */
+async function decides (app: FastifyInstance, identity: string): Promise<boolean> {
+  for (let i = 0; i < 10; i++) if ((await send(app, identity, 0)).decided) return true
+  return false
+}
+
 /** `count` calls of `fire`, one every `everyMs` on a fixed schedule (a slow answer never delays the next). */
 async function paced<T> (count: number, everyMs: number, fire: (i: number) => Promise<T>): Promise<T[]> {
   const start = performance.now()
@@ -482,7 +491,7 @@ t.test('a slot migrated by hand while its identity is under traffic', async t =>
   const identity = await identityOn(cluster, source!, nameSpace, 'migrating')
   const keys = identityKeys(nameSpace, GLOBAL_SCOPE, identity)
   const slot = await cluster.keySlot(keys.log)
-  t.equal((await send(app, identity, 0)).status, 200, 'Redis decides before the migration')
+  t.ok(await decides(app, identity), 'Redis decides before the migration')
 
   const origin = performance.now()
   const phases: Array<[string, number]> = []
@@ -539,7 +548,7 @@ t.test('a master SIGKILLed under 50 requests a second', async t => {
   const replica = await cluster.replicaOf(victim)
   const onVictim = await identityOn(cluster, victim, nameSpace, 'victim')
   const elsewhere = await identityOn(cluster, masters[1]!, nameSpace, 'bystander')
-  for (const identity of [onVictim, elsewhere]) t.equal((await send(app, identity, 0)).status, 200, 'Redis decides before the kill')
+  for (const identity of [onVictim, elsewhere]) t.ok(await decides(app, identity), 'Redis decides before the kill')
 
   const origin = performance.now()
   let killedAt = NaN
@@ -587,7 +596,7 @@ t.test('every node killed: every decision within the deadline; exact again once 
     closed: await makeApp(t, cluster.urls, { timeout: TIMEOUT, failMode: 'closed' }),
     open: await makeApp(t, cluster.client(), { timeout: TIMEOUT, failMode: 'open' })
   }
-  for (const { app } of Object.values(apps)) t.equal((await send(app, 'before', 0)).status, 200, 'Redis decides before the kill')
+  for (const { app } of Object.values(apps)) t.ok(await decides(app, 'before'), 'Redis decides before the kill')
 
   const origin = performance.now()
   await Promise.all(cluster.nodes.map(async node => await node.kill()))

@@ -89,6 +89,15 @@ export async function timed (app: FastifyInstance, key?: string, url = '/'): Pro
   return { res, at, ms: performance.now() - at }
 }
 
+/**
+ * Whether Redis decides a request for `key` (as `outcome` tells), asked up to `tries` times: before a fault,
+ * that Redis decides at all. A healthy Redis on a loaded machine may miss a deadline of 100 ms now and then.
+ */
+export async function redisDecides (app: FastifyInstance, key: string, tries = 10): Promise<boolean> {
+  for (let i = 0; i < tries; i++) if (outcome('open', (await timed(app, key)).res) === 'redis') return true
+  return false
+}
+
 /** Latencies of a set of requests. */
 export class Latency {
   readonly samples: number[] = []
