@@ -43,8 +43,8 @@ const EXACT_MAX = 5
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()
 
-// Six redis-servers, a failover and a restart of them all: about 30 s on a quiet machine, nearly 60 s beside
-// two CPU-bound processes, and tap's default for a file is 60 s (.taprc).
+// Six redis-servers, a failover and a restart of them all: about 30 s on a quiet machine, 57 s seen beside two
+// CPU-bound processes and other test runs, and tap's limit for a file is 60 s (.taprc).
 t.setTimeout(150_000)
 
 // Identities of any bytes: requests carry an index into this registry, and the key generator returns the

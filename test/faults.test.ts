@@ -36,7 +36,7 @@ const GAP = 10
 const escapes = watchEscapes()
 
 // A redis-server per case, killed, paused, frozen and restarted under traffic: about 17 s on a quiet machine,
-// 50 s beside two CPU-bound processes, near tap's default of 60 s for a file (.taprc).
+// 50 s seen beside two CPU-bound processes and other test runs, near tap's limit of 60 s for a file (.taprc).
 t.setTimeout(120_000)
 
 /**
