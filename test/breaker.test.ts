@@ -2,6 +2,7 @@
 // and which do not (permanent), its options, and end to end against a killed and a frozen redis-server:
 // once it is open a decision costs no round trip and no deadline, exactly one decision per cool-down probes
 // Redis, and once Redis is back the first probe closes it and limiting is enforced (and exact) again.
+import diagnostics from 'node:diagnostics_channel'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
@@ -9,8 +10,8 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify
 import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
-import rateGuard from '../lib/index.js'
-import type { RateGuardOptions } from '../lib/index.js'
+import rateGuard, { CHANNELS } from '../lib/index.js'
+import type { BreakerMessage, RateGuardOptions } from '../lib/index.js'
 import { Breaker } from '../lib/breaker.js'
 import { DeadlineError, InvalidReplyError } from '../lib/errors.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
@@ -21,17 +22,18 @@ import { MemoryStore } from '../lib/stores/memory.js'
 import { resolveOptions } from '../lib/options/plugin.js'
 import { DEFAULTS } from '../lib/options/table.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { Latency, bound, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
+import { Latency, exactCodes, redisDecides, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { decideInput } from './helpers/stores.js'
+import { allowing, inTime, lagDuring, under } from './helpers/lag.js'
 
 /** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
 const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
 
+// An answer is held to the deadline plus the lag measured while it was out (lag.ts).
 const TIMEOUT = 100
-const BOUND = bound(TIMEOUT)
-/** An open breaker answers without Redis: this is what "costs nothing" means here, generously (p99, ms). */
+/** An open breaker answers without Redis: this is what "costs nothing" means here, generously (ms above the control route). */
 const FAST = 5
 /** A decision that waited for the deadline took at least this long (timers may fire a little early). */
 const PAID = TIMEOUT - 5
@@ -135,18 +137,24 @@ t.test('the probe is answered exactly once and moves the breaker, even when the 
   redis.on('error', () => {})
   const coolDown = 500
   const breaker = new Breaker(1, coolDown)
-  const limiter = new Decider({ store: new RedisStore(redis, false), remote: true, timeout: 50, local: () => new MemoryStore({ cache: 10 }), breaker })
+  // The probe once Redis is back must be answered by Redis within this deadline, counted from the send: long
+  // enough for a just-thawed redis-server on a loaded machine (50 ms was not, beside two CPU-bound processes).
+  const timeout = 250
+  const limiter = new Decider({ store: new RedisStore(redis, false), remote: true, timeout, local: () => new MemoryStore({ cache: 10 }), breaker })
   const input: Decidable = { ...decideInput({ keys: identityKeys(uniquePrefix(), GLOBAL_SCOPE, 'ip:10.0.0.1'), max: 100 }), algorithm: 'sliding-log', holdDenials: false, failMode: 'open' }
   const log = { warn () {}, error () {} } as unknown as FastifyBaseLogger
   const busy = (ms: number): void => { for (const until = performance.now() + ms; performance.now() < until;); }
-  /** One decision asked while the loop then stays busy for four deadlines; how many times it was answered. */
+  /**
+   * One decision asked while the loop then stays busy for two deadlines before the batch is sent (in the check
+   * phase); how many times it was answered.
+   */
   const decide = async (): Promise<{ status: string, answers: number }> => {
     let answers = 0
     const verdict = Promise.resolve(limiter.decide(input, log)).then(v => { answers++; return v })
-    busy(200)
+    busy(2 * timeout)
     const { status } = await verdict
     // Whatever else could answer it (a late reply, a second deadline) has had its time.
-    await sleep(100)
+    await sleep(timeout)
     return { status, answers }
   }
 
@@ -349,18 +357,49 @@ async function untilEnforced (app: App, since: number, after = 5, limitMs = 5000
 }
 
 /** The answers while the breaker is open, and after Redis is back until it closes: checked together. */
-function checkClosing (t: Test, label: string, polls: Timed[], closedAfter: number, coolDownMs: number): void {
+function checkClosing (t: Test, label: string, polls: Timed[], since: number, closedAfter: number, coolDownMs: number): void {
   const first = polls.findIndex(p => outcome('open', p.res) === 'redis')
   t.ok(polls.slice(0, first).every(p => outcome('open', p.res) === 'failMode'), `${label}: unenforced until the probe (${first} polls)`)
   t.ok(polls.slice(first).every(p => outcome('open', p.res) === 'redis'), `${label}: enforced from the probe on, no x-ratelimit-enforced header`)
-  t.ok(polls.every(p => p.ms <= BOUND), `${label}: every poll within ${BOUND} ms (worst ${ms(Math.max(...polls.map(p => p.ms)))})`)
-  t.ok(closedAfter <= coolDownMs + 150, `${label}: closed ${Math.round(closedAfter)} ms after Redis was back (cool-down ${coolDownMs} ms + 150 ms slack)`)
+  t.ok(polls.every(p => inTime(TIMEOUT, p)), `${label}: every poll within the deadline (worst ${ms(Math.max(...polls.map(p => p.ms)))})`)
+  // The cool-down counts from the last failure, before Redis was back; one poll's pace on top.
+  const bound = allowing(coolDownMs + GAP, since, since + closedAfter)
+  t.ok(closedAfter <= bound, `${label}: closed ${Math.round(closedAfter)} ms after Redis was back (cool-down ${coolDownMs} ms; bound ${Math.round(bound)})`)
 }
 
 /** `EVALSHA` calls Redis has counted since the last CONFIG RESETSTAT. */
 async function evalshaCalls (redis: Redis): Promise<number> {
   const stats = await redis.info('commandstats')
   return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0)
+}
+
+/** When each script call of `nameSpace` started (performance.now()), from the Redis TracingChannel, until the test ends. */
+function scriptCalls (t: Test, nameSpace: string): number[] {
+  const started: number[] = []
+  const none = (): void => {}
+  const handlers = {
+    start: (context: { nameSpace?: string }) => { if (context.nameSpace === nameSpace) started.push(performance.now()) },
+    end: none,
+    asyncStart: none,
+    asyncEnd: none,
+    error: none
+  }
+  const channel = diagnostics.tracingChannel(CHANNELS.redis)
+  channel.subscribe(handlers)
+  t.teardown(() => channel.unsubscribe(handlers))
+  return started
+}
+
+/** When the breaker of `nameSpace` opened (performance.now()), from its channel, until the test ends. */
+function breakerOpenings (t: Test, nameSpace: string): number[] {
+  const opened: number[] = []
+  const onMessage = (message: unknown): void => {
+    const { nameSpace: from, state } = message as BreakerMessage
+    if (from === nameSpace && state === 'open') opened.push(performance.now())
+  }
+  diagnostics.subscribe(CHANNELS.breaker, onMessage)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.breaker, onMessage) })
+  return opened
 }
 
 const OPEN: RateGuardOptions = { failMode: 'open', timeout: TIMEOUT, max: 100_000 }
@@ -406,7 +445,7 @@ async function timeOpen (app: App, key: string): Promise<{ decisions: Timed[], r
 function checkFast (t: Test, label: string, { rounds, open, control: plain }: { rounds: Array<[Latency, Latency]>, open: Latency, control: Latency }): void {
   const excess = rounds.map(([round, control]) => Math.max(0, round.percentile(99) - control.percentile(99)))
   const quietest = Math.min(...excess)
-  t.ok(open.percentile(50) < 1, `${label}: median ${ms(open.percentile(50))} ms < 1 ms`)
+  t.ok(open.percentile(50) - plain.percentile(50) < 1, `${label}: median ${ms(open.percentile(50))} ms, < 1 ms above the control's (${ms(plain.percentile(50))} ms)`)
   t.ok(quietest < FAST, `${label}: p99 ${ms(quietest)} ms above the control's < ${FAST} ms (the quietest of ${ROUNDS} rounds; all rounds: ${rounds.map(([round, control]) => `${ms(round.percentile(99))} vs ${ms(control.percentile(99))}`).join(', ')} ms)`)
   t.comment(`${label}: p50 ${ms(open.percentile(50))} ms, p99 ${ms(open.percentile(99))} ms (quietest round ${ms(quietest)} ms above the control), worst ${ms(open.worst)} ms over ${open.samples.length} decisions; control route p99 ${ms(plain.percentile(99))} ms`)
 }
@@ -430,14 +469,14 @@ t.test('Redis killed: once the breaker is open, decisions skip Redis; it closes 
       const unguarded = await makeApp(t, { ...OPEN, redis, breaker: false })
       const exact = await makeApp(t, { redis, failMode: 'closed', max: 3, timeout: 2000 })
       await ready(redis)
-      for (const app of [guarded, unguarded]) t.equal(outcome('open', (await timed(app.app, 'warm')).res), 'redis', 'Redis decides while it is up')
+      for (const app of [guarded, unguarded]) t.ok(await redisDecides(app.app, 'warm'), 'Redis decides while it is up')
 
       await server.kill()
       const killedAt = performance.now()
       const { threshold, coolDown } = DEFAULTS.breaker
       const tripping = await sequential(guarded, threshold, 'k')
       t.ok(tripping.every(p => outcome('open', p.res) === 'failMode'), `the first ${threshold}: failMode decides`)
-      t.ok(tripping.every(p => p.ms <= BOUND), `the first ${threshold}: within ${BOUND} ms (worst ${ms(Math.max(...tripping.map(p => p.ms)))})`)
+      t.ok(tripping.every(p => inTime(TIMEOUT, p)), `the first ${threshold}: within the deadline (worst ${ms(Math.max(...tripping.map(p => p.ms)))})`)
       if (how === 'lent') t.ok(tripping.every(p => p.ms >= PAID), `the first ${threshold} each waited for the deadline (queued offline): ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
 
       const timing = await timeOpen(guarded, 'k')
@@ -447,7 +486,7 @@ t.test('Redis killed: once the breaker is open, decisions skip Redis; it closes 
 
       if (how === 'lent') {
         const paying = await sequential(unguarded, 5, 'k')
-        t.ok(paying.every(p => outcome('open', p.res) === 'failMode' && p.ms >= PAID && p.ms <= BOUND),
+        t.ok(paying.every(p => outcome('open', p.res) === 'failMode' && p.ms >= PAID && inTime(TIMEOUT, p)),
           `breaker: false: every decision waits for the deadline: ${paying.map(p => Math.round(p.ms)).join(', ')} ms`)
       }
 
@@ -458,7 +497,7 @@ t.test('Redis killed: once the breaker is open, decisions skip Redis; it closes 
       const unguardedFirst = await timed(unguarded.app, 'poll-unguarded')
       t.equal(outcome('open', unguardedFirst.res), 'redis', 'breaker: false: enforced as soon as the client is ready')
       const { polls, closedAfter } = await untilEnforced(guarded, back)
-      checkClosing(t, kind, polls, closedAfter, coolDown)
+      checkClosing(t, kind, polls, back, closedAfter, coolDown)
       const exactStarted = performance.now()
       t.same(await exactCodes(exact.app, 3), exactly(3), 'exact again: max + 1 gives exactly one 429')
       const worst = Math.max(...[...tripping, ...skipped, ...polls].map(p => p.ms))
@@ -475,15 +514,19 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
   const breaker = { threshold: 3, coolDown: 600 }
   const guarded = await makeApp(t, { ...OPEN, redis: lent, breaker }, control)
   const exact = await makeApp(t, { redis: lent, failMode: 'closed', max: 3, timeout: 2000 })
-  t.equal(outcome('open', (await timed(guarded.app, 'warm')).res), 'redis', 'Redis decides while it is up')
+  t.ok(await redisDecides(guarded.app, 'warm'), 'Redis decides while it is up')
   await observer.config('RESETSTAT')
 
   server.freeze()
   t.teardown(() => server.thaw())
+  const openings = breakerOpenings(t, guarded.nameSpace)
   const tripping = await sequential(guarded, breaker.threshold, 'f')
-  t.ok(tripping.every(p => outcome('open', p.res) === 'failMode' && p.ms >= PAID && p.ms <= BOUND),
+  const calls = scriptCalls(t, guarded.nameSpace)
+  t.ok(tripping.every(p => outcome('open', p.res) === 'failMode' && p.ms >= PAID && inTime(TIMEOUT, p)),
     `the first ${breaker.threshold} each wait for the deadline: ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
-  const openedAt = performance.now()
+  t.equal(openings.length, 1, 'the breaker opened')
+  // When it opened, as the breaker said, not when the answer reached the test: a loaded machine puts time between.
+  const openedAt = openings[0] ?? performance.now()
 
   // Still frozen through a little more than one cool-down: first OPEN_SAMPLES decisions back to back (their
   // latency, against the control route), then one every GAP ms. Exactly one of all of them probes.
@@ -495,12 +538,21 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
     await sleep(GAP)
   }
   const whileOpen = [...skipped, ...cycle]
-  t.ok(whileOpen.every(p => outcome('open', p.res) === 'failMode' && p.ms <= BOUND), `open: ${whileOpen.length} decisions, all failMode, within the bound`)
+  t.ok(whileOpen.every(p => outcome('open', p.res) === 'failMode' && inTime(TIMEOUT, p)), `open: ${whileOpen.length} decisions, all failMode, within the bound`)
   checkFast(t, 'breaker open, Redis frozen', timing)
-  const probes = whileOpen.filter(p => p.ms >= PAID)
-  t.equal(probes.length, 1, `one probe in ${whileOpen.length} decisions over ${breaker.coolDown + 300} ms (${probes.map(p => Math.round(p.ms)).join(', ')} ms)`)
-  const probedAfter = (probes[0]?.at ?? Infinity) - openedAt
-  t.ok(probedAfter >= breaker.coolDown - GAP && probedAfter <= breaker.coolDown + 150, `the probe came one cool-down after the breaker opened (${Math.round(probedAfter)} ms)`)
+  // The probes are the decisions in flight when a script call started (the TracingChannel), not the slow
+  // ones: on a loaded machine any decision may be slow.
+  const probes = whileOpen.filter(p => calls.some(at => at >= p.at && at <= p.at + p.ms))
+  t.equal(calls.length, 1, `one script call in ${whileOpen.length} decisions over ${breaker.coolDown + 300} ms`)
+  t.equal(probes.length, 1, `one probe (${probes.map(p => Math.round(p.ms)).join(', ')} ms)`)
+  t.ok(probes.every(p => p.ms >= PAID), 'the probe waited for the deadline')
+  const probedAt = calls[0] ?? Infinity
+  const probedAfter = probedAt - openedAt
+  // Decisions come one after another, one every GAP ms after the first OPEN_SAMPLES: the probe is the first
+  // sent once the cool-down is over, up to one decision and one pause after it. (The breaker's clock is
+  // Date.now(), in whole ms: 1 ms early at most.)
+  const probeBound = allowing(breaker.coolDown + GAP, openedAt, probedAt)
+  t.ok(probedAfter >= breaker.coolDown - 1 && probedAfter <= probeBound, `the probe came one cool-down after the breaker opened (${Math.round(probedAfter)} ms; bound ${Math.round(probeBound)})`)
 
   server.thaw()
   const back = performance.now()
@@ -509,7 +561,7 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
   t.equal(await evalshaCalls(observer), breaker.threshold + 1, `Redis saw ${breaker.threshold} tripping calls and 1 probe, none of the ${whileOpen.length - 1} other decisions made while open`)
 
   const { polls, closedAfter } = await untilEnforced(guarded, back)
-  checkClosing(t, 'thawed', polls, closedAfter, breaker.coolDown)
+  checkClosing(t, 'thawed', polls, back, closedAfter, breaker.coolDown)
   const exactStarted = performance.now()
   t.same(await exactCodes(exact.app, 3), exactly(3), 'exact again: max + 1 gives exactly one 429')
   const worst = Math.max(...[...tripping, ...whileOpen, ...polls].map(p => p.ms))
@@ -520,15 +572,15 @@ t.test('a frozen Redis with breaker: false: every decision pays the deadline', a
   const server = await startRedisServer(t)
   const lent = await ready(lend(t, server.url))
   const unguarded = await makeApp(t, { ...OPEN, redis: lent, breaker: false })
-  t.equal(outcome('open', (await timed(unguarded.app, 'warm')).res), 'redis')
+  t.ok(await redisDecides(unguarded.app, 'warm'), 'Redis decides while it is up')
   server.freeze()
   t.teardown(() => server.thaw())
   const paying = await sequential(unguarded, 12, 'f')
   t.ok(paying.every(p => outcome('open', p.res) === 'failMode'), 'failMode decides each')
-  t.ok(paying.every(p => p.ms >= PAID && p.ms <= BOUND), `each waited for the deadline: ${paying.map(p => Math.round(p.ms)).join(', ')} ms`)
+  t.ok(paying.every(p => p.ms >= PAID && inTime(TIMEOUT, p)), `each waited for the deadline: ${paying.map(p => Math.round(p.ms)).join(', ')} ms`)
   server.thaw()
   await lent.ping()
-  t.equal(outcome('open', (await timed(unguarded.app, 'after')).res), 'redis', 'enforced at once after the thaw')
+  t.ok(await redisDecides(unguarded.app, 'after', 3), 'enforced at once after the thaw (no cool-down: within a request or two a loaded machine may make miss the deadline)')
 })
 
 t.test('a frozen Redis: reads that count nothing (increment: false) go through the breaker too, and trip it', async t => {
@@ -541,13 +593,15 @@ t.test('a frozen Redis: reads that count nothing (increment: false) go through t
     app.get('/read', { config: { rateLimit: false } }, async request => await check!(request, { increment: false }))
   })
   const read = async (): Promise<Timed> => await timed(app, 'r', '/read')
-  t.equal((await read()).res.json().remaining, 100_000, 'Redis answers while it is up')
+  let remaining: unknown
+  for (let i = 0; i < 10 && remaining !== 100_000; i++) remaining = (await read()).res.json().remaining
+  t.equal(remaining, 100_000, 'Redis answers while it is up')
   server.freeze()
   t.teardown(() => server.thaw())
   const tripping = [await read(), await read(), await read()]
-  t.ok(tripping.every(p => p.ms >= PAID && p.ms <= BOUND), `the first ${breaker.threshold} reads each wait for the deadline: ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
+  t.ok(tripping.every(p => p.ms >= PAID && inTime(TIMEOUT, p)), `the first ${breaker.threshold} reads each wait for the deadline: ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
   const open = [await read(), await read(), await timed(app, 'r')]
-  t.ok(open.every(p => p.ms < PAID), `then the breaker is open: reads and decisions answered without waiting (${open.map(p => Math.round(p.ms)).join(', ')} ms)`)
+  t.ok(open.every(p => under(PAID, p)), `then the breaker is open: reads and decisions answered without waiting (${open.map(p => `${Math.round(p.ms)} ms, ${Math.round(lagDuring(p.at, p.at + p.ms))} of it lag`).join('; ')})`)
   t.equal(outcome('open', open[2]!.res), 'failMode', 'by failMode')
 })
 

@@ -20,25 +20,32 @@ import { indexOf } from '../lib/stores/ban-index.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { commandCalls, scanKeys, uniquePrefix } from './helpers/redis.js'
-import { NOISE_MS, bound, watchEscapes } from './helpers/faults.js'
+import { watchEscapes } from './helpers/faults.js'
+import { allowing, overdue } from './helpers/lag.js'
 import { prng } from './helpers/random.js'
 
-/** The decision deadline of the latency cases, and the bound each answer is held to on a noisy 2-core machine. */
+/** The decision deadline of the latency cases: each answer is held to it plus the lag measured while it was out (lag.ts). */
 const TIMEOUT = 150
-const BOUND = bound(TIMEOUT)
 /** Cases about correctness, not latency: a deadline no busy machine misses, and 503 (never 200) if it did. */
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
 /**
  * After a fault, how soon Redis must decide again: the breaker (default: open after 5 failures, one probe
- * per 1 s cool-down) may have opened just before Redis came back, so its cool-down plus one bounded decision.
+ * per cool-down) may have opened just before Redis came back, so its cool-down plus one decision's deadline,
+ * and the lag measured meanwhile. (The issue's bar, limiting again within 1 s of a promotion, is this on a
+ * quiet machine: 500 + 150 + 100 ms.)
  */
-// The issue's bound: limiting resumes within 1 s of a promotion (the cool-down plus one decision fit in it).
-const RESUME_BOUND = Math.min(1000, DEFAULTS.breaker.coolDown + BOUND)
+function resumeBound (from: number, to: number): number {
+  return allowing(DEFAULTS.breaker.coolDown + TIMEOUT, from, to)
+}
 /** The budget of `GET /exact`, a route of its own: a fresh budget to show limiting is exact after a fault. */
 const EXACT_MAX = 5
 
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()
+
+// Six redis-servers, a failover and a restart of them all: about 30 s on a quiet machine, 57 s seen beside two
+// CPU-bound processes and other test runs, and tap's limit for a file is 60 s (.taprc).
+t.setTimeout(150_000)
 
 // Identities of any bytes: requests carry an index into this registry, and the key generator returns the
 // identity itself, so no HTTP header rule stands between a hostile identity and the key it makes.
@@ -85,6 +92,8 @@ interface Sample {
   identity: string
   /** When the request was sent, in ms since the case's own start. */
   at: number
+  /** When the request was sent (performance.now()). */
+  sentAt: number
   ms: number
   status: number
   /** Redis decided: an allowed request with the counts, or a 429/403. */
@@ -97,7 +106,16 @@ async function send (app: FastifyInstance, identity: string, origin: number, url
   const res = await app.inject({ url, headers: idHeaders(identity) })
   const ms = performance.now() - started
   const decided = (res.statusCode === 200 && 'x-ratelimit-remaining' in res.headers) || res.statusCode === 429 || res.statusCode === 403
-  return { identity, at: started - origin, ms, status: res.statusCode, decided, res }
+  return { identity, at: started - origin, sentAt: started, ms, status: res.statusCode, decided, res }
+}
+
+/**
+ * Whether Redis decides a request of `identity`, asked up to 10 times: before a fault, that it decides at all
+ * (a healthy cluster on a loaded machine may miss the 150 ms deadline now and then).
+ */
+async function decides (app: FastifyInstance, identity: string): Promise<boolean> {
+  for (let i = 0; i < 10; i++) if ((await send(app, identity, 0)).decided) return true
+  return false
 }
 
 /** `count` calls of `fire`, one every `everyMs` on a fixed schedule (a slow answer never delays the next). */
@@ -130,9 +148,8 @@ function worst (samples: readonly Sample[]): number {
 }
 
 function allWithin (t: Test, samples: readonly Sample[], what: string): void {
-  const late = samples.filter(s => s.ms > BOUND)
-  t.same(late.map(s => `${s.status} in ${s.ms.toFixed(0)} ms at +${s.at.toFixed(0)} ms`), [],
-    `${what}: all ${samples.length} answered within ${BOUND} ms (deadline ${TIMEOUT} ms + ${NOISE_MS} ms slack); worst ${worst(samples).toFixed(1)} ms`)
+  t.same(overdue(TIMEOUT, samples.map(s => ({ at: s.sentAt, ms: s.ms }))), [],
+    `${what}: all ${samples.length} answered within the deadline (${TIMEOUT} ms, plus the lag meanwhile); worst ${worst(samples).toFixed(1)} ms`)
 }
 
 /** max + 1 requests on a fresh budget: exactly one 429, the rest allowed by Redis. */
@@ -446,7 +463,8 @@ t.test('bans() on the cluster stops at its deadline: a frozen master is sent not
   const started = performance.now()
   await t.rejects(app.rateGuard.bans(), { code: 'FST_RATE_GUARD_DEADLINE' })
   const took = performance.now() - started
-  t.ok(took >= 1000 && took < 1000 + NOISE_MS * 5, `rejected after ${took.toFixed(0)} ms: the operator calls' deadline (1 s)`)
+  const bound = allowing(1000, started, started + took)
+  t.ok(took >= 1000 && took <= bound, `rejected after ${took.toFixed(0)} ms: the operator calls' deadline (1 s; bound ${bound.toFixed(0)})`)
   frozen.thaw()
   await cluster.waitHealthy()
   // What the master had been sent before the deadline is all it reads: not one pipeline more.
@@ -473,7 +491,7 @@ t.test('a slot migrated by hand while its identity is under traffic', async t =>
   const identity = await identityOn(cluster, source!, nameSpace, 'migrating')
   const keys = identityKeys(nameSpace, GLOBAL_SCOPE, identity)
   const slot = await cluster.keySlot(keys.log)
-  t.equal((await send(app, identity, 0)).status, 200, 'Redis decides before the migration')
+  t.ok(await decides(app, identity), 'Redis decides before the migration')
 
   const origin = performance.now()
   const phases: Array<[string, number]> = []
@@ -506,8 +524,9 @@ t.test('a slot migrated by hand while its identity is under traffic', async t =>
   const ownedAt = phases.find(([phase]) => phase === 'owned by target')![1]
   const lastUndecided = Math.max(-Infinity, ...samples.filter(s => !s.decided).map(s => s.at))
   t.ok(Number.isFinite(lastUndecided), 'the migration was felt (TRYAGAIN sent some requests to failMode)')
-  t.ok(lastUndecided - ownedAt <= RESUME_BOUND, `Redis decides every request from ${Math.round(lastUndecided - ownedAt)} ms after SETSLOT NODE on (bound ${RESUME_BOUND} ms: breaker cool-down + one decision)`)
-  t.ok(samples.filter(s => s.at > ownedAt + RESUME_BOUND).length > 20, 'the traffic went on long enough to show it')
+  const resume = resumeBound(origin + ownedAt, origin + lastUndecided)
+  t.ok(lastUndecided - ownedAt <= resume, `Redis decides every request from ${Math.round(lastUndecided - ownedAt)} ms after SETSLOT NODE on (bound ${Math.round(resume)} ms: breaker cool-down + one decision)`)
+  t.ok(samples.filter(s => s.at > ownedAt + resume).length > 20, 'the traffic went on long enough to show it')
   t.equal(await cluster.ownerOf(slot), target, 'the slot is served by the target now')
   t.equal(await target!.redis.exists(keys.log), 1, 'the identity\'s log moved with it')
   await checkExact(t, app, identity, 'after the migration')
@@ -529,7 +548,7 @@ t.test('a master SIGKILLed under 50 requests a second', async t => {
   const replica = await cluster.replicaOf(victim)
   const onVictim = await identityOn(cluster, victim, nameSpace, 'victim')
   const elsewhere = await identityOn(cluster, masters[1]!, nameSpace, 'bystander')
-  for (const identity of [onVictim, elsewhere]) t.equal((await send(app, identity, 0)).status, 200, 'Redis decides before the kill')
+  for (const identity of [onVictim, elsewhere]) t.ok(await decides(app, identity), 'Redis decides before the kill')
 
   const origin = performance.now()
   let killedAt = NaN
@@ -555,7 +574,8 @@ t.test('a master SIGKILLed under 50 requests a second', async t => {
   const resumed = Math.max(0, lastUndecided - promotedAt)
   t.ok(Number.isFinite(promotedAt), `the replica was promoted ${Math.round(promotedAt - killedAt)} ms after the kill`)
   t.ok(Number.isFinite(lastUndecided), 'the kill was felt (some requests went to failMode)')
-  t.ok(lastUndecided - promotedAt <= RESUME_BOUND, `Redis decides every request for the victim's identity from ${Math.round(lastUndecided - promotedAt)} ms after the promotion (bound ${RESUME_BOUND} ms: breaker cool-down + one decision)`)
+  const resume = resumeBound(origin + promotedAt, origin + lastUndecided)
+  t.ok(lastUndecided - promotedAt <= resume, `Redis decides every request for the victim's identity from ${Math.round(lastUndecided - promotedAt)} ms after the promotion (bound ${Math.round(resume)} ms: breaker cool-down + one decision)`)
   const bystanders = samples.filter(s => s.identity === elsewhere)
   t.comment(`failover: kill at +${Math.round(killedAt)} ms, promotion seen at +${Math.round(promotedAt)} ms (${Math.round(promotedAt - killedAt)} ms), ` +
     `victim's identity decided again ${Math.round(resumed)} ms after the promotion; worst decision ${worst(samples).toFixed(1)} ms; ` +
@@ -576,7 +596,7 @@ t.test('every node killed: every decision within the deadline; exact again once 
     closed: await makeApp(t, cluster.urls, { timeout: TIMEOUT, failMode: 'closed' }),
     open: await makeApp(t, cluster.client(), { timeout: TIMEOUT, failMode: 'open' })
   }
-  for (const { app } of Object.values(apps)) t.equal((await send(app, 'before', 0)).status, 200, 'Redis decides before the kill')
+  for (const { app } of Object.values(apps)) t.ok(await decides(app, 'before'), 'Redis decides before the kill')
 
   const origin = performance.now()
   await Promise.all(cluster.nodes.map(async node => await node.kill()))

@@ -12,10 +12,14 @@ import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
-import { bound, watchEscapes } from './helpers/faults.js'
+import { watchEscapes } from './helpers/faults.js'
+import { allowing, inTime, overdue } from './helpers/lag.js'
+import type { Span } from './helpers/lag.js'
 
+// Every answer is held to the deadline plus the lag measured while it was out (lag.ts).
 const TIMEOUT = 100
-const BOUND = bound(TIMEOUT)
+/** The operator calls' deadline (lib/admin.ts: the decision deadline, but at least 1 s). */
+const ADMIN_DEADLINE = 1000
 
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()
@@ -63,39 +67,42 @@ async function withOwnedClient<T> (register: () => Promise<T>): Promise<[T, Redi
   }
 }
 
-async function timed (app: FastifyInstance, apiKey?: string): Promise<{ res: LightMyRequestResponse, ms: number }> {
-  const started = performance.now()
+async function timed (app: FastifyInstance, apiKey?: string): Promise<{ res: LightMyRequestResponse, at: number, ms: number }> {
+  const at = performance.now()
   const res = await app.inject({ url: '/', headers: apiKey === undefined ? {} : { 'x-api-key': apiKey } })
-  return { res, ms: performance.now() - started }
+  return { res, at, ms: performance.now() - at }
 }
 
-function within (t: Test, ms: number, what: string): void {
-  t.ok(ms <= BOUND, `${what}: answered in ${ms.toFixed(1)} ms (bound ${BOUND} ms)`)
+function within (t: Test, answer: Span, what: string): void {
+  t.ok(inTime(TIMEOUT, answer), `${what}: answered in ${answer.ms.toFixed(1)} ms (bound ${allowing(TIMEOUT, answer.at, answer.at + answer.ms).toFixed(0)} ms)`)
 }
 
 /** Checks what each failMode answers while Redis cannot decide. */
 async function checkDegraded (t: Test, apps: Record<string, App>, label: string): Promise<void> {
   for (const name of ['open', 'skipOnError: true']) {
     for (let i = 0; i < 5; i++) {
-      const { res, ms } = await timed(apps[name]!.app)
+      const answer = await timed(apps[name]!.app)
+      const { res } = answer
       t.equal(res.statusCode, 200, `${label}, ${name}: let through`)
       t.equal(res.headers['x-ratelimit-enforced'], 'false', `${label}, ${name}: marked unenforced`)
       t.notOk('x-ratelimit-remaining' in res.headers, `${label}, ${name}: no counts are claimed`)
-      within(t, ms, `${label}, ${name}`)
+      within(t, answer, `${label}, ${name}`)
     }
   }
   for (const name of ['closed', 'skipOnError: false']) {
     for (let i = 0; i < 3; i++) {
-      const { res, ms } = await timed(apps[name]!.app)
+      const answer = await timed(apps[name]!.app)
+      const { res } = answer
       t.equal(res.statusCode, 503, `${label}, ${name}: refused`)
       t.equal(res.headers['retry-after'], '1', `${label}, ${name}: Retry-After, one deadline rounded up to a second`)
       t.match(res.json(), { statusCode: 503, code: 'FST_RATE_GUARD_UNAVAILABLE' })
-      within(t, ms, `${label}, ${name}`)
+      within(t, answer, `${label}, ${name}`)
     }
   }
   const codes = []
   for (let i = 0; i < 4; i++) {
-    const { res, ms } = await timed(apps.local!.app)
+    const answer = await timed(apps.local!.app)
+    const { res } = answer
     codes.push(res.statusCode)
     if (res.statusCode === 429) {
       // @fastify/rate-limit's body, exactly: no code (the thrown error keeps it, for the app's error handler).
@@ -103,15 +110,14 @@ async function checkDegraded (t: Test, apps: Record<string, App>, label: string)
       t.strictSame(Object.keys(body).sort(), ['error', 'message', 'statusCode'], `${label}, local: the 429 body has their fields alone`)
       t.match(body, { statusCode: 429, error: 'Too Many Requests', message: /^Rate limit exceeded, retry in / })
     }
-    within(t, ms, `${label}, local`)
+    within(t, answer, `${label}, local`)
   }
   t.same(codes, [200, 200, 200, 429], `${label}, local: the in-process twin limits, max + 1 gives exactly one 429`)
 
   // A burst in parallel is bounded the same way.
   const burst = await Promise.all(Array.from({ length: 20 }, async () => await timed(apps.open!.app)))
   t.ok(burst.every(({ res }) => res.statusCode === 200), `${label}: a burst of 20 is let through`)
-  const slowest = Math.max(...burst.map(({ ms }) => ms))
-  within(t, slowest, `${label}: slowest of a burst of 20`)
+  t.same(overdue(TIMEOUT, burst), [], `${label}: a burst of 20 answered within the deadline (slowest ${Math.max(...burst.map(({ ms }) => ms)).toFixed(1)} ms)`)
 }
 
 const MODES: Record<string, RateGuardOptions> = {
@@ -136,8 +142,10 @@ t.test('Redis stopped: each failMode answers within the deadline', async t => {
       for (const [name, options] of Object.entries(MODES)) {
         apps[name] = await makeApp(t, { ...options, redis: redisFor(t, server.url), max: 3 })
         await apps[name].app.rateGuard.peek('127.0.0.1') // loads the script, outside the deadline
-        const healthy = await apps[name].app.inject('/')
-        t.equal(healthy.headers['x-ratelimit-remaining'], '2', `${name}: Redis decides while it is up`)
+        // Redis decides (it gives a count), asked again if a loaded machine made it miss the 100 ms deadline.
+        let remaining: unknown
+        for (let i = 0; i < 10 && remaining === undefined; i++) remaining = (await apps[name].app.inject('/')).headers['x-ratelimit-remaining']
+        t.match(remaining, /^[0-2]$/, `${name}: Redis decides while it is up (${String(remaining)} left)`)
       }
       await server.kill()
       // The in-process twin starts from nothing: what Redis counted before is not carried over.
@@ -164,9 +172,9 @@ t.test('a frozen Redis: the plugin deadline alone bounds the wait', async t => {
   const ping = lent.ping().then(() => { pinged = true })
 
   await checkDegraded(t, apps, 'frozen, lent client with default options')
-  const { res, ms } = await timed(owned.app)
-  t.equal(res.statusCode, 503, 'frozen, owned client: refused')
-  within(t, ms, 'frozen, owned client')
+  const answer = await timed(owned.app)
+  t.equal(answer.res.statusCode, 503, 'frozen, owned client: refused')
+  within(t, answer, 'frozen, owned client')
   t.notOk(pinged, 'the lent client itself is still waiting: without the deadline requests would hang')
 
   // Operator calls are bounded too: they reject with a coded error once their own deadline (1 s) passes.
@@ -177,7 +185,8 @@ t.test('a frozen Redis: the plugin deadline alone bounds the wait', async t => {
     await t.rejects(async () => { await pending }, { code: 'FST_RATE_GUARD_DEADLINE' }, `frozen: rateGuard.${call} rejects`)
   }
   const adminMs = performance.now() - started
-  t.ok(adminMs >= 1000 - 50 && adminMs < 1000 + 500, `frozen: operator calls gave up after ${Math.round(adminMs)} ms (their deadline: 1000 ms)`)
+  const adminBound = allowing(ADMIN_DEADLINE, started, started + adminMs)
+  t.ok(adminMs >= ADMIN_DEADLINE - 50 && adminMs <= adminBound, `frozen: operator calls gave up after ${Math.round(adminMs)} ms (their deadline: ${ADMIN_DEADLINE} ms; bound ${Math.round(adminBound)})`)
 
   server.thaw()
   await ping

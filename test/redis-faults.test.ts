@@ -14,27 +14,47 @@ import t from 'tap'
 import type { Test } from 'tap'
 import type { FailMode } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
-import { Latency, Stream, bound, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, startOwned, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
+import { Latency, Stream, exactCodes, exactly, lend, makeApp, ms, outcome, reliability, startOwned, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer } from './helpers/redis.js'
+import { allowing, inTime, lagDuring, overdue, under } from './helpers/lag.js'
 import type { RedisProcess } from './helpers/redis.js'
 
+// Every answer is held to the decision deadline plus the lag measured while it was out (lag.ts).
 const TIMEOUT = 100
-const BOUND = bound(TIMEOUT)
+/** How long registration waits for Redis before it starts degraded or, with `strict`, fails (lib/index.ts). */
+const READY_WAIT = 2000
+/**
+ * The longest a closing client waits for the server's side of its socket before destroying it: ioredis's
+ * default disconnectTimeout (the plugin gives the clients it makes 200 ms).
+ */
+const DISCONNECT_WAIT = 2000
 const MODES: readonly FailMode[] = ['open', 'closed', 'local']
 /** Pace of the polls that look for the first decision Redis makes again. */
 const GAP = 10
 
 const escapes = watchEscapes()
 
+// A redis-server per case, killed, paused, frozen and restarted under traffic: about 17 s on a quiet machine,
+// 50 s seen beside two CPU-bound processes and other test runs, near tap's limit of 60 s for a file (.taprc).
+t.setTimeout(120_000)
+
 /**
  * Resolves (with performance.now()) once a client has ended for good (status 'end': no socket, no
- * reconnection), or rejects after `limitMs`. ioredis closes a socket by half-closing it and waits up to its
- * disconnectTimeout (2 s) for the server's side before destroying it: against a frozen server, all of it.
+ * reconnection), or rejects after `waitMs` and the slack the lag meanwhile allows. ioredis closes a socket
+ * by half-closing it and waits up to its disconnectTimeout for the server's side before destroying it:
+ * against a frozen server, all of it.
  */
-async function ended (redis: Redis, limitMs = 3000): Promise<number> {
-  if (redis.status !== 'end') {
-    await Promise.race([once(redis, 'end'), sleep(limitMs, undefined, { ref: false }).then(() => { throw new Error(`client still ${redis.status} after ${limitMs} ms`) })])
+async function ended (redis: Redis, waitMs = DISCONNECT_WAIT): Promise<number> {
+  const started = performance.now()
+  const isEnded = (): boolean => redis.status === 'end'
+  if (!isEnded()) {
+    const end = once(redis, 'end')
+    end.catch(() => {})
+    while (!isEnded()) {
+      if (performance.now() - started > allowing(waitMs, started)) throw new Error(`client still ${redis.status} after ${Math.round(performance.now() - started)} ms`)
+      await Promise.race([end, sleep(20, undefined, { ref: false })])
+    }
   }
   return performance.now()
 }
@@ -73,8 +93,7 @@ function inside (sample: Timed, from: number, to: number): boolean {
  * while Redis could not decide (between `from` and `to`) decided by failMode.
  */
 function checkStream (t: Test, label: string, mode: FailMode, samples: Timed[], from: number, to: number): void {
-  const slow = samples.filter(s => s.ms > BOUND)
-  t.same(slow.map(s => Math.round(s.ms)), [], `${label}, ${mode}: all ${samples.length} answers within ${BOUND} ms (worst ${ms(Math.max(...samples.map(s => s.ms)))})`)
+  t.same(overdue(TIMEOUT, samples), [], `${label}, ${mode}: all ${samples.length} answers within the deadline (worst ${ms(Math.max(...samples.map(s => s.ms)))})`)
   const wrong = samples.filter(s => outcome(mode, s.res) === 'wrong')
   t.same(wrong.map(s => `${s.res.statusCode} ${s.res.body.slice(0, 80)}`), [], `${label}, ${mode}: every answer is one failMode ${mode} may give`)
   if (mode === 'local') return
@@ -89,7 +108,7 @@ async function checkTwin (t: Test, label: string, local: Guarded): Promise<numbe
   const codes = await exactCodes(local.app.app, 3, SMALL)
   const took = performance.now() - started
   t.same(codes, exactly(3), `${label}, local: the in-process twin limits, max + 1 gives exactly one 429`)
-  t.ok(took <= BOUND, `${label}, local: a burst of 4 answered in ${ms(took)} ms`)
+  t.ok(inTime(TIMEOUT, { at: started, ms: took }), `${label}, local: a burst of 4 answered in ${ms(took)} ms (bound ${ms(allowing(TIMEOUT, started, started + took))})`)
   return took
 }
 
@@ -133,7 +152,7 @@ function recovering (apps: Guarded[], observer: Redis): Recovery[] {
 async function recover (t: Test, name: string, apps: Guarded[], recoveries: Recovery[], endedAt: number, worst: Map<FailMode, number>): Promise<void> {
   for (const [i, g] of apps.entries()) {
     const { polls, decidedAt } = await recoveries[i]!
-    t.ok(polls.every(p => p.ms <= BOUND && outcome(g.mode, p.res) !== 'wrong'), `${name}, ${g.mode}: ${polls.length} polls until Redis decided again, each valid and within the bound`)
+    t.ok(polls.every(p => inTime(TIMEOUT, p) && outcome(g.mode, p.res) !== 'wrong'), `${name}, ${g.mode}: ${polls.length} polls until Redis decided again, each valid and within the bound`)
     t.same(await exactCodes(g.exact.app, 3), exactly(3), `${name}, ${g.mode}: exact again, max + 1 gives exactly one 429`)
     const worstMs = Math.max(worst.get(g.mode) ?? 0, ...polls.map(p => p.ms))
     reliability(t, `${name} (failMode ${g.mode})`, worstMs, decidedAt - endedAt)
@@ -206,7 +225,7 @@ t.test('a. Redis killed mid-traffic, restarted on the same port', async t => {
   const bursts = await burst
   apps.forEach((g, i) => {
     const answers = bursts[i]!
-    t.ok(answers.every(a => a.ms <= BOUND && outcome(g.mode, a.res) !== 'wrong'), `${g.mode}: the 10 requests in flight at the kill were answered validly within the bound (worst ${ms(Math.max(...answers.map(a => a.ms)))})`)
+    t.ok(answers.every(a => inTime(TIMEOUT, a) && outcome(g.mode, a.res) !== 'wrong'), `${g.mode}: the 10 requests in flight at the kill were answered validly within the bound (worst ${ms(Math.max(...answers.map(a => a.ms)))})`)
   })
   // In flight: sent before SIGKILL, answered after it; some of them had to be answered by failMode.
   const inFlight = apps.flatMap((g, i) => [...bursts[i]!, ...all.get(g.mode)!.samples].filter(s => s.at < killing && s.at + s.ms > killing).map(s => outcome(g.mode, s.res)))
@@ -306,7 +325,7 @@ t.test('c. BUSY: another connection runs a long script', async t => {
 
   const first = await timed(fresh.app, 'fresh')
   t.equal(outcome('open', first.res), 'failMode', 'BUSY: failMode decides')
-  t.ok(first.ms < TIMEOUT, `BUSY is an answer, not a wait: ${ms(first.ms)} ms`)
+  t.ok(under(TIMEOUT, first), `BUSY is an answer, not a wait: ${ms(first.ms)} ms (${ms(lagDuring(first.at, first.at + first.ms))} ms of it lag)`)
   t.match(fresh.trouble()[0], { level: 40, err: { message: /^BUSY / } }, 'BUSY is transient: logged as a warning')
 
   const local = apps.find(g => g.mode === 'local')!
@@ -390,7 +409,7 @@ t.test('e. startup with the port closed and with a frozen server, default and st
         t.teardown(() => server.thaw())
       }
       const child = strictChild(server.url)
-      interface Registered { app?: App, error?: Error, took: number, settledAt: number, owned?: Redis }
+      interface Registered { app?: App, error?: Error, at: number, ms: number, settledAt: number, owned?: Redis }
       // All four at once, each waiting up to 2 s for Redis; the owned clients are told apart as they are made.
       const register = async (redis: Redis | string, strict: boolean): Promise<{ result: Promise<Registered> }> => {
         const started = performance.now()
@@ -399,8 +418,8 @@ t.test('e. startup with the port closed and with a frozen server, default and st
         return {
           result: done.then(made => {
             const settledAt = performance.now()
-            const took = settledAt - started
-            return made instanceof Error ? { error: made, took, settledAt, owned } : { app: made, took, settledAt, owned }
+            const timing = { at: started, ms: settledAt - started, settledAt, owned }
+            return made instanceof Error ? { error: made, ...timing } : { app: made, ...timing }
           })
         }
       }
@@ -409,26 +428,27 @@ t.test('e. startup with the port closed and with a frozen server, default and st
       const startup = new Latency()
       const decisions = new Latency()
       for (const [name, result] of Object.entries({ 'owned client': ownedDefault, 'lent client': lentDefaultApp })) {
-        startup.add(result.took)
+        startup.add(result.ms)
         t.equal(result.error, undefined, `${fault}, default, ${name}: registration succeeds`)
-        t.ok(result.took < 3000, `${fault}, default, ${name}: ready in ${Math.round(result.took)} ms`)
+        t.ok(inTime(READY_WAIT, result), `${fault}, default, ${name}: ready in ${Math.round(result.ms)} ms (bound ${Math.round(allowing(READY_WAIT, result.at, result.at + result.ms))})`)
         t.ok(result.app?.logs.some(line => line.level === 40 && /Redis is not ready/.test(line.msg)), `${fault}, default, ${name}: warned that it starts degraded`)
         const answer = await timed(result.app!.app)
         decisions.add(answer.ms)
         t.equal(answer.res.statusCode, 503, `${fault}, default, ${name}: failMode closed decides`)
-        t.ok(answer.ms <= BOUND, `${fault}, default, ${name}: within ${BOUND} ms (${ms(answer.ms)})`)
+        t.ok(inTime(TIMEOUT, answer), `${fault}, default, ${name}: within the deadline (${ms(answer.ms)} ms)`)
       }
       for (const [name, result] of Object.entries({ 'owned client': ownedStrict, 'lent client': lentStrictApp })) {
-        startup.add(result.took)
+        startup.add(result.ms)
         t.match(result.error, { code: 'FST_RATE_GUARD_REDIS_NOT_READY' }, `${fault}, strict, ${name}: registration fails`)
-        t.ok(result.took < 3000, `${fault}, strict, ${name}: within ${Math.round(result.took)} ms`)
+        t.ok(inTime(READY_WAIT, result), `${fault}, strict, ${name}: within ${Math.round(result.ms)} ms (bound ${Math.round(allowing(READY_WAIT, result.at, result.at + result.ms))})`)
       }
       t.not(lentStrict.status, 'end', `${fault}, strict: the lent client is left to its owner`)
       const [endedAt, exited] = await Promise.all([ended(ownedStrict.owned!), child])
       t.pass(`${fault}, strict: the owned client ended for good ${Math.round(endedAt - ownedStrict.settledAt)} ms after the rejection: no socket, no reconnection`)
       t.equal(exited.code, 'FST_RATE_GUARD_REDIS_NOT_READY', `${fault}, strict, in a process of its own: ${exited.code} after ${exited.rejectedAfter} ms`)
       // Bounded by ioredis's disconnectTimeout (2 s) against a frozen server; at once when the port is closed.
-      t.ok(exited.exitedAfter - exited.rejectedAfter < 3000, `${fault}, strict: nothing keeps that process alive (it exited ${exited.exitedAfter - exited.rejectedAfter} ms after the rejection)`)
+      // The child's own lag is not measured: this process's, over the child's life, stands for the machine's.
+      t.ok(exited.exitedAfter - exited.rejectedAfter <= allowing(DISCONNECT_WAIT, exited.spawnedAt, exited.exitedAt), `${fault}, strict: nothing keeps that process alive (it exited ${exited.exitedAfter - exited.rejectedAfter} ms after the rejection; bound ${Math.round(allowing(DISCONNECT_WAIT, exited.spawnedAt, exited.exitedAt))})`)
 
       // Redis back: the degraded apps limit again (their clients kept reconnecting), the strict client stays away.
       let back: number
@@ -451,7 +471,7 @@ t.test('e. startup with the port closed and with a frozen server, default and st
           if (polls.at(-1)?.res.statusCode !== 200) await sleep(GAP)
         }
         exactAt = Math.max(exactAt, performance.now() - back)
-        t.ok(polls.every(p => p.ms <= BOUND && [200, 503].includes(p.res.statusCode)), `${fault}, default, ${name}: Redis decides again after ${polls.length} polls`)
+        t.ok(polls.every(p => inTime(TIMEOUT, p) && [200, 503].includes(p.res.statusCode)), `${fault}, default, ${name}: Redis decides again after ${polls.length} polls`)
       }
       const observer = await ready(client(t, server.url, { connectionName: 'observer' }))
       // The strict client would have reconnected by now (its backoff starts at 100 ms); give it a little more.
@@ -470,7 +490,7 @@ t.test('e. startup with the port closed and with a frozen server, default and st
  * Registers with `strict: true` and an owned client in a process of its own, which must then exit by itself:
  * the client it made must hold no socket and no timer.
  */
-async function strictChild (url: string): Promise<{ code: string, rejectedAfter: number, exitedAfter: number }> {
+async function strictChild (url: string): Promise<{ code: string, rejectedAfter: number, exitedAfter: number, spawnedAt: number, exitedAt: number }> {
   const source = `
     import Fastify from 'fastify'
     const { default: rateGuard } = await import(new URL('./lib/index.js', 'file://' + process.cwd() + '/').href)
@@ -484,6 +504,7 @@ async function strictChild (url: string): Promise<{ code: string, rejectedAfter:
   // A plain process: tap's coverage and process tracking (NODE_OPTIONS, TAP*, _TAPJS_*) would count this
   // child's few lines as the whole file's coverage.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(NODE_OPTIONS|NODE_V8_COVERAGE|TAP|_TAPJS_)/.test(name)))
+  const spawnedAt = performance.now()
   const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', '--input-type=module', '-e', source, url], {
     env: { ...env, TS_NODE_TRANSPILE_ONLY: '1' },
     stdio: ['ignore', 'pipe', 'inherit']
@@ -492,8 +513,9 @@ async function strictChild (url: string): Promise<{ code: string, rejectedAfter:
   child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
   const killer = setTimeout(() => child.kill('SIGKILL'), 20_000)
   await once(child, 'exit')
+  const exitedAt = performance.now()
   clearTimeout(killer)
-  return Object.assign({ code: 'none', rejectedAfter: NaN, exitedAfter: NaN }, ...out.split('\n').filter(Boolean).map(line => JSON.parse(line) as object))
+  return Object.assign({ code: 'none', rejectedAfter: NaN, exitedAfter: NaN, spawnedAt, exitedAt }, ...out.split('\n').filter(Boolean).map(line => JSON.parse(line) as object))
 }
 
 t.test('f. a wrong or missing password: registration is refused at once, naming it, in both startup modes', async t => {
@@ -505,7 +527,7 @@ t.test('f. a wrong or missing password: registration is refused at once, naming 
       const [error, owned] = await withOwnedClient(async () => await makeApp(t, { redis: url, strict }).then(() => undefined, (err: Error) => err))
       const took = performance.now() - started
       t.match(error, { code: 'FST_RATE_GUARD_REDIS_REFUSED', message: reason }, `${name}, strict: ${strict}: refused (${error?.message})`)
-      t.ok(took < 1000, `${name}, strict: ${strict}: within ${Math.round(took)} ms`)
+      t.ok(under(READY_WAIT, { at: started, ms: took }), `${name}, strict: ${strict}: at once, not after the ${READY_WAIT} ms registration waits for Redis (${Math.round(took)} ms)`)
       await ended(owned)
     }
   }
@@ -523,9 +545,10 @@ t.test('f. an ACL user without EVAL/EVALSHA: registration is refused, naming NOP
     const took = performance.now() - started
     worst.add(took)
     t.match(error, { code: 'FST_RATE_GUARD_REDIS_REFUSED', message: /NOPERM/ }, `strict: ${strict}: refused, naming NOPERM (${error?.message})`)
-    t.ok(took < 3000, `strict: ${strict}: within ${Math.round(took)} ms`)
+    t.ok(under(READY_WAIT, { at: started, ms: took }), `strict: ${strict}: at once, not after the ${READY_WAIT} ms registration waits for Redis (${Math.round(took)} ms)`)
     const endedAt = await ended(owned)
-    t.ok(endedAt - started - took < 1000, `strict: ${strict}: the owned client is disconnected for good, ${Math.round(endedAt - started - took)} ms after the rejection`)
+    const rejectedAt = started + took
+    t.ok(inTime(DISCONNECT_WAIT, { at: rejectedAt, ms: endedAt - rejectedAt }), `strict: ${strict}: the owned client is disconnected for good, ${Math.round(endedAt - rejectedAt)} ms after the rejection`)
   }
   const lent = await ready(lend(t, url))
   const started = performance.now()

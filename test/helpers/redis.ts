@@ -14,6 +14,7 @@ import { Redis, type RedisOptions } from 'ioredis'
 import tap from 'tap'
 import { changesChannel } from '../../lib/changes.js'
 import { containerEngineAnswers, startContainerRedis } from './container.js'
+import { allowing } from './lag.js'
 import { HOW_TO_GET_REDIS, startRedisServer, type Teardownable } from './redis-server.js'
 
 export { freePort, startRedisServer, type RedisProcess, type Teardownable } from './redis-server.js'
@@ -124,11 +125,14 @@ export async function ready<T extends Redis> (redis: T): Promise<T> {
   return redis
 }
 
-/** Polls until `check` holds: a server-side change that no client event reports. */
+/**
+ * Polls until `check` holds: a server-side change that no client event reports. Gives up after `ms`, and the
+ * slack the lag measured meanwhile allows (lag.ts).
+ */
 export async function until (check: () => Promise<boolean>, what: string, ms = 3000): Promise<void> {
-  const end = Date.now() + ms
+  const started = performance.now()
   while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    if (performance.now() - started > allowing(ms, started)) throw new Error(`timed out waiting for ${what}`)
     await new Promise(resolve => setTimeout(resolve, 10))
   }
 }
