@@ -18,7 +18,7 @@
 // (the longest so far, with room to spare), and a tick that starts late, as a timer does on a loaded
 // machine, is placed again from where it starts.
 //
-// DIFF_SEED=<n> replays a sequence; DIFF_TICKS=<n> plays at least that many ticks (24 by default), and the
+// BAN_CACHE_SEED=<n> replays a sequence; BAN_CACHE_TICKS=<n> plays at least that many ticks (24 by default), and the
 // sequence goes on, up to three times as long, until it has reached bans.
 import Fastify from 'fastify'
 import type { FastifyInstance, HTTPMethods, LightMyRequestResponse } from 'fastify'
@@ -34,7 +34,7 @@ const FIXED_EDGE = 1000
 /** Least a tick of actions is planned to take, and how far from a moment of change it must stay. */
 const TICK_MS = 80
 const MARGIN_MS = 40
-const TICKS = Number(process.env.DIFF_TICKS ?? 24)
+const TICKS = Number(process.env.BAN_CACHE_TICKS ?? 24)
 const CLIENTS = ['10.0.0.1', '10.0.0.2']
 const REQUESTS: ReadonlyArray<[HTTPMethods, string]> = [
   ['GET', '/'], ['GET', '/'], ['GET', '/g1'], ['POST', '/g2'], ['GET', '/m'], ['HEAD', '/m'], ['POST', '/m'],
