@@ -64,6 +64,7 @@ export function createHooks (decider: Decider, opts: ResolvedOptions, budget: Ro
     marked[ran] = true
     return then(prepare(plan, request), ready => ready.input === null ? undefined : decideAndRespond(plan, request, reply, ready.given, ready.input))
   }
+  const notFound = (request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> => refuseIfBanned(plan, request, reply)
   return {
     hook: (request, reply, done) => { asHook(run, request, reply, done) },
     run,
@@ -71,7 +72,7 @@ export function createHooks (decider: Decider, opts: ResolvedOptions, budget: Ro
     prepare: request => prepare(plan, request),
     theirStore: plan.appStore !== undefined,
     notFound (request, reply, done) {
-      if (request.is404) asHook(refuseIfBanned.bind(null, plan), request, reply, done)
+      if (request.is404) asHook(notFound, request, reply, done)
       else done()
     }
   }
