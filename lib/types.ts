@@ -198,7 +198,7 @@ export interface RouteRateLimitOptions {
   cost?: number | CostFunction
   /**
    * After the response: whether the request counts. One that does not is given back its charge on every
-   * budget. Until then it counts: requests in flight count, whatever their outcome (see the README).
+   * budget. Until then it counts: requests in flight count, whatever their outcome (see docs/algorithms.md, costs and settling).
    */
   countWhen?: CountWhenFunction
   /** express-rate-limit's: a response with a status below 400 does not count (only failures do: a failed login). */

@@ -58,7 +58,7 @@ export function checkOneOf<T extends string> (value: unknown, name: string, allo
 
 export function checkKeys (input: object, allowed: ReadonlySet<string>, where: string): void {
   for (const key of Object.keys(input)) {
-    if (!allowed.has(key)) fail(`${where}${key}`, (input as Record<string, unknown>)[key], 'no such option (see the README for the list)')
+    if (!allowed.has(key)) fail(`${where}${key}`, (input as Record<string, unknown>)[key], 'no such option (see docs/options.md for the list)')
   }
 }
 

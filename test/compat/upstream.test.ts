@@ -1,6 +1,6 @@
 // Drop-in, judged by @fastify/rate-limit's own tests: every test file their installed package ships runs
 // against the built package (dist/), with only `require('../index')` changed to `require('fastify-rate-guard')`.
-// A test of theirs may fail only when the README lists it among the deliberate differences ("Where the
+// A test of theirs may fail only when docs/migrating.md lists it among the deliberate differences ("Where the
 // answers differ on purpose"), and every test listed there must still fail: the list is neither stale nor short.
 // Passes and skips are counted apart: the tests skipped must be the ones their files mark `skip`, and every
 // other test that is not listed must pass.
@@ -69,11 +69,11 @@ function markedInSource (files: readonly string[], mark: 'skip' | 'todo'): numbe
   return files.reduce((n, file) => n + (readFileSync(join(theirs, file), 'utf8').match(pattern)?.length ?? 0), 0)
 }
 
-/** The README's list of their tests that fail on purpose: `file › test name` in the section's table. */
+/** docs/migrating.md's list of their tests that fail on purpose: `file › test name` in the section's table. */
 function listedDifferences (): Set<string> {
-  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  const readme = readFileSync(join(root, 'docs', 'migrating.md'), 'utf8')
   const section = /^#### Where the answers differ on purpose\n([\s\S]*?)(?=^#)/m.exec(readme)
-  if (section === null) throw new Error('README.md has no "Where the answers differ on purpose" section')
+  if (section === null) throw new Error('docs/migrating.md has no "Where the answers differ on purpose" section')
   const rows = section[1]!.split('\n').filter(line => /^\| `[^`]+` \|/.test(line))
   return new Set(rows.map(line => /^\| `([^`]+)` \|/.exec(line)![1]!))
 }
