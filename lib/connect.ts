@@ -18,6 +18,13 @@ import type { RedisLike } from './types.js'
 // limits are per process), else a Redis store (a client made here or lent), with its breaker, its held
 // answers and their changes subscription, and the checks at start-up (EVALSHA allowed, eviction policy).
 
+/** What traffic gets while Redis does not answer, per `failMode`: said when the plugin starts without it. */
+const UNTIL_REDIS = Object.freeze({
+  closed: "every limited request is answered 503 (failMode: 'closed'); failMode: 'open' lets requests through unenforced, 'local' limits each instance on its own, or strict: true refuses to start",
+  open: "every limited request goes through unenforced, marked X-RateLimit-Enforced: false (failMode: 'open')",
+  local: "each instance limits on its own, in process (failMode: 'local')"
+})
+
 /** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
 const READY_WAIT = 2000
 
@@ -101,7 +108,7 @@ async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, st
   if (outcome === true) return await checkEvictionPolicy(fastify, store.client)
   if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
   if (opts.strict) throw new RedisNotReadyError(outcome.message)
-  fastify.log.warn({ err: outcome, failMode: opts.route.failMode }, 'rate-guard: Redis is not ready; starting anyway, failMode decides until it answers')
+  fastify.log.warn({ err: outcome, failMode: opts.route.failMode }, `rate-guard: Redis is not ready; starting anyway, failMode decides until it answers: ${UNTIL_REDIS[opts.route.failMode]}`)
 }
 
 async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {

@@ -16,6 +16,8 @@ export interface KeyHierarchyOptions {
   callbacks: Callbacks
   /** The key of a request without an address (see lib/addressless.ts): made once per registration, so it warns once. */
   addressless: (request: FastifyRequest) => string
+  /** The mistakes only requests show, each said once per registration (see `mistakes`). */
+  said: Mistakes
 }
 
 /** Longest API key or user id considered; longer values are not identities anyone issues. */
@@ -46,8 +48,9 @@ export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHea
  * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
  */
 export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
-  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks, addressless } = opts
+  const { apiKeyHeader, verifyApiKey, userId, ipv6Subnet, callbacks, addressless, said } = opts
   const byAddress = (request: FastifyRequest): string => {
+    said.proxy(request)
     if (request.ip !== undefined && request.ip !== '') {
       // What is not an address (a forged X-Forwarded-For entry, under a trustProxy that trusts it) is kept
       // apart from the other tiers: `user:victim` there must not spend that user's budget.
@@ -60,11 +63,44 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
     const user = asId(userId === undefined ? defaultUserId(request) : callbacks.run('userId', () => userId(request), () => undefined, request.log))
     return user !== undefined ? `user:${user}` : byAddress(request)
   }
-  if (apiKeyHeader === false || verifyApiKey === undefined) return byUserOrIp
+  if (apiKeyHeader === false || verifyApiKey === undefined) {
+    return request => {
+      said.apiKey(request)
+      return byUserOrIp(request)
+    }
+  }
   return (request) => {
     const apiKey = asId(request.headers[apiKeyHeader])
     if (apiKey === undefined) return byUserOrIp(request)
     const verified = callbacks.run('verifyApiKey', () => verifyApiKey(apiKey, request), () => false, request.log)
     return then(verified, valid => valid === true ? `apikey:${apiKey}` : byUserOrIp(request)) as Awaitable<string>
+  }
+}
+
+/**
+ * Two mistakes only requests show, each said once, at the first request that shows it, naming the fix:
+ * `X-Forwarded-For` from a sender Fastify's `trustProxy` does not trust (every client behind that proxy would
+ * share its one budget), and an API key header sent while the API-key tier is off (`unverified`: its header,
+ * when no `verifyApiKey` checks it). Once said, each costs a boolean per request.
+ */
+export interface Mistakes {
+  readonly proxy: (request: FastifyRequest) => void
+  readonly apiKey: (request: FastifyRequest) => void
+}
+
+export function mistakes (unverified: string | false): Mistakes {
+  let proxySaid = false
+  let apiKeySaid = unverified === false
+  return {
+    proxy (request) {
+      if (proxySaid || request.headers['x-forwarded-for'] === undefined || request.ip !== request.raw.socket?.remoteAddress) return
+      proxySaid = true
+      request.log.warn({ from: request.ip }, 'rate-guard: a request came with X-Forwarded-For, but request.ip is the address of the connection (Fastify\'s trustProxy does not trust its sender): if a proxy sent it, every client behind that proxy shares one budget. Give trustProxy the proxy\'s addresses, e.g. Fastify({ trustProxy: [\'10.0.0.0/8\'] })')
+    },
+    apiKey (request) {
+      if (apiKeySaid || request.headers[unverified as string] === undefined) return
+      apiKeySaid = true
+      request.log.warn({ header: unverified }, `rate-guard: a request came with ${String(unverified)}, but without verifyApiKey the API-key tier is off: clients are keyed by user or address, never by a key anyone can mint. Give verifyApiKey to key them by their verified API key, or apiKeyHeader: false to say the header is not for this`)
+    }
   }
 }

@@ -22,6 +22,10 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
   if (opts.global) fastify.addHook('onRequest', pluginHooks.notFound)
 
   fastify.addHook('onRoute', (routeOptions) => {
+    // `rateLimit` beside `config`, not in it: Fastify keeps it and nobody reads it. Said, once per route.
+    if ('rateLimit' in routeOptions) {
+      warn(`rate-guard: route ${routeOptions.url} gives rateLimit beside config, where it is not read: move it into config: { rateLimit: { ... } }`)
+    }
     const config = routeOptions.config?.rateLimit
     // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.
     if (config === undefined || config === null) {

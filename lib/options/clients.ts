@@ -1,6 +1,6 @@
 import type { Callbacks } from '../callbacks.js'
 import { addresslessKey } from '../addressless.js'
-import { defaultKeyGenerator, keyTiers } from '../identity.js'
+import { defaultKeyGenerator, keyTiers, mistakes } from '../identity.js'
 import type { KeyHierarchyOptions } from '../identity.js'
 import { canonicalKey } from '../ip.js'
 import { fail } from './checks.js'
@@ -55,7 +55,10 @@ export function resolveHierarchy (given: GivenHierarchy, callbacks: Callbacks, a
     verifyApiKey,
     userId,
     callbacks,
-    addressless: addresslessKey(addressless)
+    addressless: addresslessKey(addressless),
+    // Said once per registration, whatever the routes' subnets: the default header sent while no verifyApiKey
+    // turns its tier on, and X-Forwarded-For that trustProxy does not trust (lib/identity.ts).
+    said: mistakes(given.apiKeyHeader === undefined && verifyApiKey === undefined ? API_KEY_HEADER : false)
   }
   return { keyGeneratorFor: ipv6Subnet => defaultKeyGenerator({ ...hierarchy, ipv6Subnet }), keyTiers: keyTiers(hierarchy) }
 }
