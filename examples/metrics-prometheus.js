@@ -2,12 +2,16 @@
 // installs it). Nothing in the plugin depends on it: it publishes on node:diagnostics_channel, and this file
 // subscribes.
 //
-//   rate_guard_decisions_total{budget, limit, outcome}       every decision (outcome: allowed, limited,
+//   rate_guard_decisions_total{namespace, budget, limit, outcome}   every decision (outcome: allowed, limited,
 //                                                             banned, ban-started, too-costly, unenforced,
 //                                                             unavailable, shadow-limited, shadow-banned, ...)
-//   rate_guard_redis_call_seconds{mode, algorithm}           each script call (a batch of decisions)
+//   rate_guard_redis_call_seconds{namespace, mode, algorithm}  each script call (a batch of decisions)
 //   rate_guard_breaker_open{namespace}                       1 while the breaker is open
 //   rate_guard_redis_trouble_total{namespace}                Redis did not decide
+//
+// The gauge and the trouble counter have a series from the start (0) for every nameSpace given, and for any
+// other from its first decision: a dashboard shows "closed, no trouble" rather than no data.
+// examples/grafana-dashboard.json is a dashboard on these names.
 //
 //   node examples/metrics-prometheus.js   (after npm run build; REDIS_URL to count in Redis), then GET /metrics
 
@@ -20,14 +24,26 @@ import client from 'prom-client'
 /**
  * Subscribes metrics to the channels, in `registry`; returns a function that unsubscribes them all.
  * @param {import('prom-client').Registry} registry
+ * @param {{ nameSpaces?: readonly string[] }} [options] the registrations' nameSpaces, to have their series from the start
  */
-export function collectRateGuardMetrics (registry) {
-  const decisions = new client.Counter({ name: 'rate_guard_decisions_total', help: 'Rate limit decisions, by budget, binding limit and outcome', labelNames: ['budget', 'limit', 'outcome'], registers: [registry] })
-  const calls = new client.Histogram({ name: 'rate_guard_redis_call_seconds', help: 'Script calls to Redis (each decides a batch)', labelNames: ['mode', 'algorithm'], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25], registers: [registry] })
+export function collectRateGuardMetrics (registry, { nameSpaces = ['rate-guard:'] } = {}) {
+  const decisions = new client.Counter({ name: 'rate_guard_decisions_total', help: 'Rate limit decisions, by budget, binding limit and outcome', labelNames: ['namespace', 'budget', 'limit', 'outcome'], registers: [registry] })
+  const calls = new client.Histogram({ name: 'rate_guard_redis_call_seconds', help: 'Script calls to Redis (each decides a batch)', labelNames: ['namespace', 'mode', 'algorithm'], buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5], registers: [registry] })
   const breaker = new client.Gauge({ name: 'rate_guard_breaker_open', help: '1 while the breaker skips Redis', labelNames: ['namespace'], registers: [registry] })
   const trouble = new client.Counter({ name: 'rate_guard_redis_trouble_total', help: 'Decisions Redis did not make (errors, deadlines)', labelNames: ['namespace'], registers: [registry] })
 
-  const onDecision = ({ budget, limit, outcome }) => { decisions.inc({ budget, limit: limit ?? '', outcome }) }
+  const seen = new Set()
+  const start = (namespace) => {
+    if (seen.has(namespace)) return
+    seen.add(namespace)
+    breaker.set({ namespace }, 0)
+    trouble.inc({ namespace }, 0)
+  }
+  for (const namespace of nameSpaces) start(namespace)
+  const onDecision = ({ nameSpace, budget, limit, outcome }) => {
+    start(nameSpace)
+    decisions.inc({ namespace: nameSpace, budget, limit: limit ?? '', outcome })
+  }
   const onBreaker = ({ nameSpace, state }) => { breaker.set({ namespace: nameSpace }, state === 'open' ? 1 : 0) }
   const onTrouble = ({ nameSpace }) => { trouble.inc({ namespace: nameSpace }) }
   // The TracingChannel's context object travels from start to asyncEnd: the call's start time rides on it.
@@ -37,7 +53,7 @@ export function collectRateGuardMetrics (registry) {
     start: (context) => { started.set(context, performance.now()) },
     end: () => {},
     asyncStart: () => {},
-    asyncEnd: (context) => { calls.observe({ mode: context.mode, algorithm: context.algorithm }, (performance.now() - started.get(context)) / 1000) },
+    asyncEnd: (context) => { calls.observe({ namespace: context.nameSpace, mode: context.mode, algorithm: context.algorithm }, (performance.now() - started.get(context)) / 1000) },
     error: () => {}
   }
   diagnostics.subscribe(CHANNELS.decision, onDecision)
@@ -55,7 +71,7 @@ export function collectRateGuardMetrics (registry) {
 /** @param {{ redis?: string | import('ioredis').Redis, nameSpace?: string }} options */
 export async function buildApp ({ redis, nameSpace } = {}) {
   const registry = new client.Registry()
-  const stop = collectRateGuardMetrics(registry)
+  const stop = collectRateGuardMetrics(registry, { nameSpaces: [nameSpace ?? 'rate-guard:'] })
   const app = Fastify()
   app.addHook('onClose', async () => stop())
   await app.register(rateGuard, { redis, nameSpace, max: 5, timeWindow: '1 minute' })

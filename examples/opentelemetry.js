@@ -1,8 +1,9 @@
 // OpenTelemetry metrics and spans from the plugin's diagnostics channels (@opentelemetry/api, a dev
 // dependency here: your app has its SDK set up). Nothing in the plugin depends on it.
 //
-//   rate_guard.decisions                 counter, attributes rate_guard.budget, .limit, .outcome
-//   rate_guard.redis.call.duration       histogram (s), attributes rate_guard.mode, .algorithm
+//   rate_guard.decisions                 counter, attributes rate_guard.namespace, .budget, .limit, .outcome
+//   rate_guard.redis.call.duration       histogram (s), attributes rate_guard.namespace, .mode, .algorithm; bucket
+//                                        advice from 0.1 ms to 0.5 s (the SDK's default buckets start at 5 s' scale)
 //   a span per script call to Redis      "rate-guard decide" (or peek, settle), with the batch's size
 //
 // instrumentRateGuard() uses the global meter and tracer unless given others; it returns a function that stops.
@@ -17,9 +18,13 @@ import { CHANNELS } from 'fastify-rate-guard'
  */
 export function instrumentRateGuard ({ meter = metrics.getMeter('fastify-rate-guard'), tracer = trace.getTracer('fastify-rate-guard') } = {}) {
   const decisions = meter.createCounter('rate_guard.decisions', { description: 'Rate limit decisions', unit: '{decision}' })
-  const duration = meter.createHistogram('rate_guard.redis.call.duration', { description: 'Script calls to Redis, each deciding a batch', unit: 's' })
-  const onDecision = ({ budget, limit, outcome }) => {
-    decisions.add(1, { 'rate_guard.budget': budget, 'rate_guard.limit': limit ?? '', 'rate_guard.outcome': outcome })
+  const duration = meter.createHistogram('rate_guard.redis.call.duration', {
+    description: 'Script calls to Redis, each deciding a batch',
+    unit: 's',
+    advice: { explicitBucketBoundaries: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5] }
+  })
+  const onDecision = ({ nameSpace, budget, limit, outcome }) => {
+    decisions.add(1, { 'rate_guard.namespace': nameSpace, 'rate_guard.budget': budget, 'rate_guard.limit': limit ?? '', 'rate_guard.outcome': outcome })
   }
   // The TracingChannel's context object travels from start to asyncEnd: the span rides on it.
   const calls = new WeakMap()
@@ -36,7 +41,7 @@ export function instrumentRateGuard ({ meter = metrics.getMeter('fastify-rate-gu
     asyncEnd: (context) => {
       const call = calls.get(context)
       if (call === undefined) return
-      duration.record((performance.now() - call.started) / 1000, { 'rate_guard.mode': context.mode, 'rate_guard.algorithm': context.algorithm })
+      duration.record((performance.now() - call.started) / 1000, { 'rate_guard.namespace': context.nameSpace, 'rate_guard.mode': context.mode, 'rate_guard.algorithm': context.algorithm })
       call.span.end()
     },
     error: (context) => {

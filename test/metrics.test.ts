@@ -1,5 +1,6 @@
 // examples/metrics-prometheus.js: the diagnostics channels as Prometheus metrics (prom-client), scraped from
 // GET /metrics after real traffic on Redis, through the built package.
+import { readFileSync } from 'node:fs'
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
@@ -9,17 +10,43 @@ interface Example { buildApp: (options: { redis: string, nameSpace: string }) =>
 t.test('decisions by budget, limit and outcome, and each Redis call\'s latency', async t => {
   const example = 'metrics-prometheus.js'
   const { buildApp } = await import(`../examples/${example}`) as Example
-  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix() })
+  const nameSpace = uniquePrefix()
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace })
   t.teardown(() => app.close())
   await app.ready()
+  const fresh = (await app.inject('/metrics')).body
+  t.ok(fresh.split('\n').includes(`rate_guard_breaker_open{namespace="${nameSpace}"} 0`), 'the breaker gauge has its series before anything happened')
+  t.ok(fresh.split('\n').includes(`rate_guard_redis_trouble_total{namespace="${nameSpace}"} 0`), 'and so has the trouble counter')
   for (let i = 0; i < 7; i++) await app.inject('/items')
   for (let i = 0; i < 3; i++) await app.inject('/search')
-  const metrics = (await app.inject('/metrics')).body
-  t.match(metrics, /^rate_guard_decisions_total\{budget="default",limit="default",outcome="allowed"\} 5$/m)
-  t.match(metrics, /^rate_guard_decisions_total\{budget="default",limit="default",outcome="limited"\} 2$/m)
-  t.match(metrics, /^rate_guard_decisions_total\{budget="GET \/search",limit="default",outcome="allowed"\} 2$/m)
-  t.match(metrics, /^rate_guard_decisions_total\{budget="GET \/search",limit="default",outcome="shadow-limited"\} 1$/m)
-  t.match(metrics, /^rate_guard_redis_call_seconds_count\{mode="decide",algorithm="sliding-log"\} 9$/m, 'a call per request (one at a time), but the last /items: its denial was held in process')
-  t.match(metrics, /^rate_guard_redis_call_seconds_count\{mode="peek",algorithm="sliding-log"\} 1$/m, 'and the probe at registration')
-  t.notMatch(metrics, /rate_guard_decisions_total\{[^}]*outcome="unenforced"/, 'no decision fell to failMode')
+  const lines = (await app.inject('/metrics')).body.split('\n')
+  const ns = `namespace="${nameSpace}"`
+  t.ok(lines.includes(`rate_guard_decisions_total{${ns},budget="default",limit="default",outcome="allowed"} 5`))
+  t.ok(lines.includes(`rate_guard_decisions_total{${ns},budget="default",limit="default",outcome="limited"} 2`))
+  t.ok(lines.includes(`rate_guard_decisions_total{${ns},budget="GET /search",limit="default",outcome="allowed"} 2`))
+  t.ok(lines.includes(`rate_guard_decisions_total{${ns},budget="GET /search",limit="default",outcome="shadow-limited"} 1`))
+  t.ok(lines.includes(`rate_guard_redis_call_seconds_count{${ns},mode="decide",algorithm="sliding-log"} 9`), 'a call per request (one at a time), but the last /items: its denial was held in process')
+  t.ok(lines.includes(`rate_guard_redis_call_seconds_count{${ns},mode="peek",algorithm="sliding-log"} 1`), 'and the probe at registration')
+  t.notOk(lines.some(line => /^rate_guard_decisions_total\{[^}]*outcome="unenforced"/.test(line)), 'no decision fell to failMode')
+})
+
+t.test('examples/grafana-dashboard.json charts only what the example exports', async t => {
+  const dashboard = JSON.parse(readFileSync(new URL('../examples/grafana-dashboard.json', import.meta.url), 'utf8')) as { panels: Array<{ title: string, targets: Array<{ expr: string }> }> }
+  const example = 'metrics-prometheus.js'
+  const { buildApp } = await import(`../examples/${example}`) as Example
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix() })
+  t.teardown(() => app.close())
+  await app.inject('/items')
+  const exported = (await app.inject('/metrics')).body
+  const series = new Set([...exported.matchAll(/^(rate_guard_\w+?)(?:\{| )/gm)].map(([, name]) => name!))
+  const labels = new Set([...exported.matchAll(/(\w+)="/g)].map(([, label]) => label!))
+  t.ok(dashboard.panels.length >= 6, 'decisions by outcome and budget, refusals, latency, the breaker, trouble, failMode answers')
+  for (const { title, targets } of dashboard.panels) {
+    for (const { expr } of targets) {
+      const names = [...expr.matchAll(/rate_guard_\w+/g)].map(([name]) => name)
+      t.ok(names.length > 0 && names.every(name => series.has(name)), `${title}: ${names.join(', ')} exported`)
+      const used = [...expr.matchAll(/(?:by \(|[{,]\s*)(\w+)(?=\s*[)=!~,])/g)].map(([, label]) => label!)
+      t.ok(used.length > 0 && used.every(label => labels.has(label)), `${title}: labels ${used.join(', ')} exported`)
+    }
+  }
 })

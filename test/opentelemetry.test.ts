@@ -27,7 +27,8 @@ t.test('a counter of decisions by budget, limit and outcome; a span and a durati
 
   const app = Fastify()
   t.teardown(() => app.close())
-  await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), timeout: 3000, max: 2, verifyApiKey: () => true })
+  const nameSpace = uniquePrefix()
+  await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace, timeout: 3000, max: 2, verifyApiKey: () => true })
   app.get('/', async () => 'ok')
   await app.ready()
   for (let i = 0; i < 3; i++) await app.inject({ url: '/', headers: { 'x-api-key': 'o' } })
@@ -36,10 +37,13 @@ t.test('a counter of decisions by budget, limit and outcome; a span and a durati
   const exported = metricExporter.getMetrics().flatMap(m => m.scopeMetrics.flatMap(s => s.metrics))
   const counter = exported.find(m => m.descriptor.name === 'rate_guard.decisions')!
   const points = (counter.dataPoints as Array<DataPoint<number>>).map(p => [p.attributes['rate_guard.outcome'], p.attributes['rate_guard.budget'], p.attributes['rate_guard.limit'], p.value])
+  t.ok(counter.dataPoints.every(p => p.attributes['rate_guard.namespace'] === nameSpace), 'every decision says its nameSpace')
   t.strictSame(points.sort(), [['allowed', 'default', 'default', 2], ['limited', 'default', 'default', 1]])
   const histogram = exported.find(m => m.descriptor.name === 'rate_guard.redis.call.duration')!
   const decideCalls = histogram.dataPoints.filter(p => p.attributes['rate_guard.mode'] === 'decide')
   t.equal((decideCalls[0]!.value as { count: number }).count, 3, 'one call per request here')
+  t.strictSame((decideCalls[0]!.value as { buckets: { boundaries: number[] } }).buckets.boundaries.slice(0, 3), [0.0001, 0.00025, 0.0005], 'buckets from a tenth of a millisecond, as advised')
+  t.equal(decideCalls[0]!.attributes['rate_guard.namespace'], nameSpace)
 
   const spans = spanExporter.getFinishedSpans()
   const decides = spans.filter(s => s.name === 'rate-guard decide')
