@@ -140,10 +140,6 @@ local function parse (text)
   return limits
 end
 
--- True while no request of this call has a ban or an override: one EXISTS over the whole batch's said so (see
--- the loop below), and no ban has started in this call since.
-local clear = false
-
 -- One answer table per limit, filled by count() for each request in turn.
 local entries = {}
 local out, o = {}, 0
@@ -172,8 +168,6 @@ local function ban (s, banned, offences, index)
     redis.call('PEXPIRE', offences, duration + tonumber(ARGV[s + FORGET]))
   end
   redis.call('SET', banned, '1', 'PX', duration)
-  -- A later request of this call may be this identity's.
-  clear = false
   indexBan(index, banned, clock(), duration)
   return duration, offence
 end
@@ -200,9 +194,9 @@ local k, p, member, bans, over, cost
 
 local function decide ()
   -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
-  -- more, its reply being a table), or the batch's one. A banned client is answered first and at the least cost.
+  -- more, its reply being a table). A banned client is answered first and at the least cost.
   local override = false
-  if not clear and redis.call('EXISTS', KEYS[k + BANNED], KEYS[k + OVERRIDE]) > 0 then
+  if redis.call('EXISTS', KEYS[k + BANNED], KEYS[k + OVERRIDE]) > 0 then
     local banned = redis.call('PTTL', KEYS[k + BANNED])
     if banned > 0 then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, banned, 0, 0, 0
@@ -312,30 +306,9 @@ local function located (err)
   return message .. ' at ' .. string.sub(at, 1, -3)
 end
 
-local requests = tonumber(ARGV[3])
--- A batch's banned and override keys in one EXISTS, not one per request: when none exists, no request needs
--- its own (a ban started in the call sets clear back). One request asks its own; so does a batch too large for
--- unpack.
-if mode ~= 'settle' and requests > 1 and requests <= 1000 then
-  -- How many keys each policy's requests send (the header).
-  local sent = {}
-  for q = 1, #starts do
-    local s = starts[q]
-    sent[q] = ((not peek and ARGV[s + THRESHOLD] ~= '0') and BANNING or ALWAYS) + (ARGV[s + OVER] ~= 'none' and 1 or 0)
-  end
-  local names, keys, argv = {}, KEYS, ARGV
-  local at = 0
-  for i = 1, requests do
-    local policy = argv[first + i - 1]
-    names[2 * i - 1], names[2 * i] = keys[at + BANNED], keys[at + OVERRIDE]
-    at = at + sent[policyOf[policy] or policyOf[string.match(policy, '^(%d+)%*')]]
-  end
-  clear = redis.call('EXISTS', unpack(names)) == 0
-end
-
 local r = first
 k = 0
-for i = 1, requests do
+for i = 1, tonumber(ARGV[3]) do
   p, cost = policyOf[ARGV[r]], 1
   if not p then
     local policy, units = string.match(ARGV[r], '^(%d+)%*(%d+)$')

@@ -1,6 +1,6 @@
-// lua/decide.lua asks one EXISTS over a whole batch's banned and override keys: this holds that the answer stays
-// exact when a ban starts inside the call (a later request of the same identity is found banned) and when one
-// identity of the batch has an override (it alone gets its limits).
+// One batch decides its requests in order: a ban started by one of its requests holds for the same identity's
+// later requests in the call, and an identity with an override gets its own limits beside others without one
+// (held while lua/decide.lua's ban and override check was reworked, issue 29).
 import t from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
