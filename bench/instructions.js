@@ -1,17 +1,23 @@
 // What a decision costs inside Redis, counted in instructions rather than timed: a redis-server of its own
 // runs under `valgrind --tool=callgrind`, which counts the instructions it executes whatever else the machine
-// is doing (the same count twice for the same binary and inputs). For each of this plugin's scripts, CALLS
-// script calls of BATCH allowed requests (a full batch, as the plugin sends under load: 1,000 clients, one
-// policy of 1000 per hour, no ban policy); for `@fastify/rate-limit`'s script, as many requests, one call
-// each, pipelined BATCH at a time. Each run's count less an idle run's (start and stop), per request.
+// is doing (the same count twice for the same binary and inputs, within about 0.5%). Every script path, at a
+// batch of 32 (a full batch, as the plugin sends under load) and at a batch of 1 (a Redis Cluster, where each
+// request is its own call, and low concurrency): for each algorithm, allowed requests without a ban policy
+// (three keys each) and with one (six keys each: `decide` with strikes, offences and the ban index), 1,000
+// clients, one policy of 1000 per hour; `@fastify/rate-limit`'s script for comparison (always one call per
+// request); and a script that does nothing with the sliding log's keys and arguments (the floor of a call).
+// Each run makes REQUESTS = CALLS x 32 requests: at a batch of 32, CALLS calls one after the other; at a batch
+// of 1, one call per request, 32 in flight (pipelined, as ioredis sends concurrent calls), so both columns pay
+// the same round trips. Its count less an idle run's (start and stop), per request.
 //
-//   node bench/instructions.js            (after npm run build; CALLS, default 200; needs valgrind)
+//   npm run build && node bench/instructions.js      (CALLS, default 200; needs valgrind)
+//   ONLY=sliding-log,floor node bench/instructions.js (rows whose name contains one of these)
 //
 // Instructions are not time: a system call (theirs makes one read and one write per request, ours one per
 // batch) costs the kernel far more than its instructions here. bench/run.js's `Redis µs/req` is that time.
 import { spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
-import { readFileSync } from 'node:fs'
+import { readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
@@ -19,6 +25,8 @@ import { Redis } from 'ioredis'
 const CALLS = Number(process.env.CALLS || 200)
 const BATCH = 32
 const CLIENTS = 1000
+const REQUESTS = CALLS * BATCH
+const ONLY = (process.env.ONLY || '').split(',').filter(Boolean)
 
 /** Starts redis-server under callgrind on `port`, runs `work(client)`, stops it; resolves the instructions counted. */
 async function counted (port, work) {
@@ -40,46 +48,72 @@ async function counted (port, work) {
   await client.shutdown('NOSAVE').catch(() => {})
   client.disconnect()
   await once(server, 'exit')
-  return Number(/^summary: (\d+)$/m.exec(readFileSync(out, 'utf8'))[1])
+  const summary = Number(/^summary: (\d+)$/m.exec(readFileSync(out, 'utf8'))[1])
+  rmSync(out, { force: true })
+  return summary
 }
 
 const { SCRIPTS, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
 
-/** CALLS calls of BATCH allowed requests of one script, as the plugin makes them. */
-function ours (algorithm) {
-  const limits = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
-  const keys = (tag) => Object.fromEntries(['log', 'banned', 'override', 'strikes', 'offences', 'backoff'].map(name => [name, `ig:{${tag}}:${name}`]))
-  return async (client) => {
-    const sha = await client.script('LOAD', SCRIPTS[algorithm].lua)
-    for (let c = 0; c < CALLS; c++) {
-      const inputs = Array.from({ length: BATCH }, (_, i) => ({ keys: keys(`k${(c * BATCH + i) % CLIENTS}`), limits, ban: null, peek: false, algorithm }))
-      await client.evalsha(sha, ...scriptArgs(inputs, 'decide', `m${c}.`))
-    }
+const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
+const BAN = { threshold: 5, ladder: [600_000], forgetMs: 0 }
+const keys = (tag) => Object.fromEntries(['log', 'banned', 'override', 'strikes', 'offences', 'backoff'].map(name => [name, `ig:{${tag}}:${name}`]))
+/** Request j of a run: client j % CLIENTS, the same in both columns. */
+const input = (algorithm, ban, j) => ({ keys: keys(`k${j % CLIENTS}`), limits: LIMITS, ban, peek: false, algorithm })
+
+/** Runs `call(j, n)` for the run's requests `batch` at a time: a call of `batch` requests from j, or `BATCH` calls of one in flight. */
+async function requests (batch, call) {
+  for (let j = 0; j < REQUESTS; j += BATCH) {
+    if (batch === BATCH) await call(j, BATCH)
+    else await Promise.all(Array.from({ length: BATCH }, (_, i) => call(j + i, 1)))
   }
 }
 
-/** As many requests through `@fastify/rate-limit`'s Redis script, one call each, BATCH in flight. */
-function theirs (client) {
+/** Allowed requests through this plugin's script `lua`, with the arguments `algorithm`'s calls send. */
+function ours (lua, algorithm, ban) {
+  return (batch) => async (client) => {
+    const sha = await client.script('LOAD', lua)
+    await requests(batch, (j, n) => client.evalsha(sha, ...scriptArgs(Array.from({ length: n }, (_, i) => input(algorithm, ban, j + i)), 'decide', `m${j}.`)))
+  }
+}
+
+/** As many requests through `@fastify/rate-limit`'s Redis script, one call each. */
+function theirs () {
   const require = createRequire(import.meta.url)
   const RedisStore = require('@fastify/rate-limit/store/RedisStore.js')
   const defined = {}
   // eslint-disable-next-line no-new
   new RedisStore(false, false, { defineCommand: (name, { lua }) => { defined[name] = lua } })
-  return (async () => {
+  return () => async (client) => {
     const sha = await client.script('LOAD', defined.rateLimit)
-    for (let c = 0; c < CALLS; c++) {
-      await Promise.all(Array.from({ length: BATCH }, (_, i) => client.evalsha(sha, 1, `ig:frl:k${(c * BATCH + i) % CLIENTS}`, '3600000', '1000', 'false', 'false')))
-    }
-  })()
+    await requests(1, (j) => client.evalsha(sha, 1, `ig:frl:k${j % CLIENTS}`, '3600000', '1000', 'false', 'false'))
+  }
 }
 
+const ROWS = [
+  ...Object.keys(SCRIPTS).flatMap(algorithm => [
+    [`rate-guard ${algorithm}`, 'no', ours(SCRIPTS[algorithm].lua, algorithm, null)],
+    [`rate-guard ${algorithm}`, 'yes', ours(SCRIPTS[algorithm].lua, algorithm, BAN)]
+  ]),
+  ['floor: `return {}`, the sliding log\'s arguments', 'no', ours('return {}', 'sliding-log', null)],
+  ['@fastify/rate-limit (INCR)', '–', theirs()]
+].filter(([name]) => ONLY.length === 0 || ONLY.some(only => name.includes(only)))
+
 if (spawnSync('valgrind', ['--version']).status !== 0) throw new Error('bench/instructions.js needs valgrind (apt-get install valgrind)')
+const version = (command, args) => spawnSync(command, args, { encoding: 'utf8' }).stdout.trim()
+const commit = version('git', ['rev-parse', '--short', 'HEAD'])
+const dirty = version('git', ['status', '--porcelain', '--', 'lua', 'lib', 'bench']) === '' ? '' : ' with uncommitted changes'
 const port = 42_000 + (process.pid % 1000)
 const idle = await counted(port, async () => {})
-const requests = CALLS * BATCH
-console.log(`Redis instructions per allowed request (valgrind --tool=callgrind, ${requests.toLocaleString('en')} requests over ${CLIENTS.toLocaleString('en')} clients; ours ${BATCH} per call)\n`)
-console.log('| script | instructions per request |\n|---|--:|')
-for (const [name, work] of [...Object.keys(SCRIPTS).map(algorithm => [`rate-guard ${algorithm}`, ours(algorithm)]), ['@fastify/rate-limit (INCR)', theirs]]) {
-  const total = await counted(port, work)
-  console.log(`| ${name} | ${Math.round((total - idle) / requests).toLocaleString('en')} |`)
+console.log(`Redis instructions per allowed request (valgrind --tool=callgrind; ${REQUESTS.toLocaleString('en')} requests over ${CLIENTS.toLocaleString('en')} clients per run; batch of 32: ${CALLS} calls one after the other; batch of 1: a call per request, ${BATCH} in flight)`)
+console.log(`${version('redis-server', ['--version'])}; ${version('valgrind', ['--version'])}; commit ${commit}${dirty}, ${new Date().toISOString().slice(0, 10)}`)
+console.log(`Reproduce: npm run build && CALLS=${CALLS} node bench/instructions.js\n`)
+console.log('| script | ban policy | batch of 32 | batch of 1 |\n|---|---|--:|--:|')
+for (const [name, ban, work] of ROWS) {
+  const cells = []
+  for (const batch of [BATCH, 1]) {
+    const total = await counted(port, work(batch))
+    cells.push(Math.round((total - idle) / REQUESTS).toLocaleString('en'))
+  }
+  console.log(`| ${name} | ${ban} | ${cells.join(' | ')} |`)
 }
