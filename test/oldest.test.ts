@@ -1,5 +1,5 @@
 // lib/oldest.ts: a Map's entries from the oldest, with one iterator kept across calls (what the bounded maps
-// evict: the hashes of identities, held answers, the in-process store's least recently used logs).
+// evict: held answers, the in-process store's least recently used logs).
 import t from 'tap'
 import { Oldest } from '../lib/oldest.js'
 

@@ -1,7 +1,6 @@
 import { createHash, hash as digest } from 'node:crypto'
 import { DEFAULT_ALGORITHM, STATE_SEGMENT } from '../algorithms/index.js'
 import type { Algorithm } from '../algorithms/index.js'
-import { Oldest } from '../oldest.js'
 
 // Where an identity lives in Redis (and in the in-process store): its hash, its budget's scope and the names
 // of its keys, all under one hash tag.
@@ -15,25 +14,65 @@ const ILL_FORMED = Buffer.from([0xff])
  * the keys of one decision share one slot, have one length, and never hold an API key in plain text.
  */
 export function hashIdentity (key: string): string {
-  let hash = HASHES.get(key)
-  if (hash === undefined) {
-    hash = digestIdentity(key)
-    if (key.length <= MAX_CACHED_KEY) {
-      if (HASHES.size >= MAX_CACHED_HASHES) HASHES.delete(OLDEST_HASH.next()![0])
-      HASHES.set(key, hash)
-    }
-  }
-  return hash
+  return HASHES.hash(key)
 }
 
 /**
- * Hashes of the identities seen last, so a returning client costs a map lookup instead of SHA-256: at most
- * this many, of identities up to this long (a hostile 4 KB identity is hashed every time instead of held).
+ * Hashes of the identities seen lately, so a returning client costs a map lookup instead of SHA-256, in two
+ * generations of at most `size` each: `young`, the identities hashed since the last turn, and `old`, the
+ * generation before. When `young` is full, the turn: `old` is dropped, `young` becomes `old`, and a new
+ * `young` starts with the identities found in `old` since the last turn (at most `size / 2` of them).
+ *
+ * So a working set of up to twice `size` identities, however it cycles, settles into the two and is never
+ * hashed again (a cache that evicts its oldest entry misses on every request of a cyclic set one larger than
+ * it); one found in `old` lives on, as in a least-recently-used cache; and a flood of fresh identities turns
+ * the generations over, holding at most `2 × size` identities (the ones noted share `old`'s strings), each
+ * at most `MAX_CACHED_KEY` long: a hostile 4 KB identity is hashed every time instead of held. A turn costs
+ * two assignments and a new Map, whatever the size.
  */
-const MAX_CACHED_HASHES = 10_000
+export class HashCache {
+  readonly #size: number
+  readonly #make: (key: string) => string
+  #young = new Map<string, string>()
+  #old = new Map<string, string>()
+  /** Found in `old` since the last turn: the start of the next `young`. */
+  #found = new Map<string, string>()
+
+  constructor (size: number, make: (key: string) => string) {
+    this.#size = size
+    this.#make = make
+  }
+
+  /** Identities held, each in one generation. */
+  get size (): number {
+    return this.#young.size + this.#old.size
+  }
+
+  hash (key: string): string {
+    let hash = this.#young.get(key)
+    if (hash !== undefined) return hash
+    hash = this.#old.get(key)
+    if (hash !== undefined) {
+      if (this.#found.size < this.#size / 2) this.#found.set(key, hash)
+      return hash
+    }
+    hash = this.#make(key)
+    if (key.length <= MAX_CACHED_KEY) {
+      if (this.#young.size >= this.#size) {
+        this.#old = this.#young
+        this.#young = this.#found
+        this.#found = new Map()
+      }
+      this.#young.set(key, hash)
+    }
+    return hash
+  }
+}
+
+/** Identities of up to this many characters are held in `HASHES`. */
 const MAX_CACHED_KEY = 256
-const HASHES = new Map<string, string>()
-const OLDEST_HASH = new Oldest(HASHES)
+/** Twice this many identities at most (see `HashCache`). */
+const HASH_GENERATION = 10_000
 
 function digestIdentity (key: string): string {
   // UTF-8 turns every lone surrogate into U+FFFD, so '\uD800', '\uDFFF' and '\uFFFD' would share one budget:
@@ -42,6 +81,8 @@ function digestIdentity (key: string): string {
   // One call, no Hash object: about a quarter of createHash's cost.
   return digest('sha256', key, 'base64url').slice(0, 22)
 }
+
+const HASHES = new HashCache(HASH_GENERATION, digestIdentity)
 
 /**
  * Whose decisions a key family holds: enforcing ones (`enforce` and `report` modes, the operator's calls), or

@@ -53,6 +53,13 @@ function wait (longest: number, k: number, doubles: boolean): number {
   return Math.min(doubles ? longest * 2 ** (k - 1) : longest, LONGEST)
 }
 
+/** The reply of a decision made `now`, as the scripts give it (see the header of `lua/decide.lua`), in one array. */
+function raw (status: number, retry: number, offence: number, now: number, limits: readonly Limit[], entries: readonly Entry[]): RawDecision {
+  const reply: Array<number | string> = [status, retry, offence, now, limits.length]
+  for (let i = 0; i < limits.length; i++) reply.push(limits[i]!.burst, limits[i]!.windowMs, entries[i]!.count, entries[i]!.reset)
+  return reply
+}
+
 /** Every limit at `count` past its capacity (0: at it, none left), counting down from `reset`. */
 function exceeded (limits: readonly Limit[], reset: number, count: number): Entry[] {
   return limits.map(limit => ({ count: limit.burst + count, reset, retry: 0 }))
@@ -89,10 +96,6 @@ export class MemoryStore implements Store {
   #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit, cost = 1 }: DecideInput): RawDecision {
     const now = this.#now()
     let limits = given
-    const reply = (status: number, retry: number, offence: number, entries: Entry[]): RawDecision => [
-      status, retry, offence, now, limits.length,
-      ...limits.flatMap((limit, i) => [limit.burst, limit.windowMs, entries[i]!.count, entries[i]!.reset])
-    ]
 
     // A banned client is answered first, before the clock is read in Redis: no limits (the budget's own) and no time.
     const banned = this.#live(this.#marks, keys.banned, now, false)
@@ -103,7 +106,7 @@ export class MemoryStore implements Store {
     if (limits.length === 0) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
     // A request that costs more than a limit holds never passes: refused as it is, nothing counted, no strike.
     if (cost > 1 && limits.some(limit => cost > limit.burst)) {
-      return reply(1, 0, 0, STEPS[algorithm].count(this.#live(this.#logs, keys.log, now), limits, now, true, 1).entries)
+      return raw(1, 0, 0, now, limits, STEPS[algorithm].count(this.#live(this.#logs, keys.log, now), limits, now, true, 1).entries)
     }
 
     // Over the limit (see `lua/decide.lua`): while the over-limit key lives, a decision is held off without
@@ -125,7 +128,7 @@ export class MemoryStore implements Store {
     } else {
       if (held !== undefined) {
         const left = longest - (wait(longest, held.value as number, doubles) - (held.expiresAt - now))
-        if (left > 0) return reply(1, left, 0, exceeded(limits, left, 1))
+        if (left > 0) return raw(1, left, 0, now, limits, exceeded(limits, left, 1))
       }
       // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
       const stateKey = peek ? keys.log : this.#place(keys.log, now)
@@ -142,7 +145,7 @@ export class MemoryStore implements Store {
           if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
         })
       }
-      if (counted.allowed) return reply(0, 0, 0, entries)
+      if (counted.allowed) return raw(0, 0, 0, now, limits, entries)
 
       // Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
       entries.forEach((entry, i) => {
@@ -157,10 +160,10 @@ export class MemoryStore implements Store {
       }
     }
     // An overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
-    if (peek || ban === null || !own) return reply(1, retry, 0, entries)
+    if (peek || ban === null || !own) return raw(1, retry, 0, now, limits, entries)
 
     const started = this.#strike(keys, ban, now, strikeWindow)
-    return started === undefined ? reply(1, retry, 0, entries) : reply(2, started.duration, started.offence, entries)
+    return started === undefined ? raw(1, retry, 0, now, limits, entries) : raw(2, started.duration, started.offence, now, limits, entries)
   }
 
   /** A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban the identity earns before the last is forgotten. */
