@@ -1,4 +1,4 @@
-import createError from '@fastify/error'
+import { createError } from '@fastify/error'
 
 // Every error this plugin makes, created once. Codes are stable: match on `err.code`.
 
