@@ -35,7 +35,8 @@ export async function buildApp ({ redis, logger = false, nameSpace, operatorPass
   app.decorateRequest('user', null)
   app.addHook('onRequest', async (request) => {
     const token = /^Bearer user-([\w-]{1,64})$/.exec(request.headers.authorization ?? '')
-    if (token !== null) request.user = { id: token[1] }
+    // What an auth plugin (@fastify/jwt, @fastify/passport) would set: the key hierarchy's user tier reads it.
+    if (token !== null) Object.assign(request, { user: { id: token[1] } })
   })
 
   // Registered (and awaited) before the routes, so its onRoute hook sees every one of them.
@@ -52,7 +53,7 @@ export async function buildApp ({ redis, logger = false, nameSpace, operatorPass
   app.get('/items', async () => ({ items: [{ id: 1, name: 'teapot' }, { id: 2, name: 'kettle' }] }))
 
   app.get('/search', { config: { rateLimit: SEARCH_LIMIT } }, async (request) => {
-    const q = String(request.query.q ?? '')
+    const q = String(/** @type {{ q?: string }} */ (request.query).q ?? '')
     return { q, results: q === '' ? [] : [{ id: 1, name: `${q} teapot` }] }
   })
 

@@ -15,6 +15,8 @@ const PASSWORDS = new Map([['ada', 'correct horse battery staple']])
 
 export const LOGIN_LIMIT = Object.freeze({ max: 5, timeWindow: '15 minutes' })
 
+/** @typedef {{ user?: unknown, password?: unknown }} Login what a login request's body may hold */
+
 /** @param {{ redis?: string | import('ioredis').Redis, nameSpace?: string }} options */
 export async function buildApp ({ redis, nameSpace } = {}) {
   const app = Fastify()
@@ -25,11 +27,11 @@ export async function buildApp ({ redis, nameSpace } = {}) {
         ...LOGIN_LIMIT,
         skipSuccessfulRequests: true,
         hook: 'preHandler',
-        keyGenerator: (request) => `login:${String(request.body?.user ?? '')}@${request.ip}`
+        keyGenerator: (request) => `login:${String(/** @type {Login | undefined} */ (request.body)?.user ?? '')}@${request.ip}`
       }
     }
   }, async (request, reply) => {
-    const { user, password } = request.body ?? {}
+    const { user, password } = /** @type {Login | undefined} */ (request.body) ?? {}
     if (typeof user === 'string' && PASSWORDS.get(user) === password) return { welcome: user }
     return reply.code(401).send({ error: 'wrong user name or password' })
   })
@@ -39,5 +41,5 @@ export async function buildApp ({ redis, nameSpace } = {}) {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const app = await buildApp({ redis: process.env.REDIS_URL })
   await app.listen({ port: Number(process.env.PORT ?? 3000) })
-  console.log(`failed-logins example on http://localhost:${app.server.address().port}`)
+  console.log(`failed-logins example on http://localhost:${/** @type {import('node:net').AddressInfo} */ (app.server.address()).port}`)
 }

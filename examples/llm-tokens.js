@@ -13,7 +13,10 @@ const API_KEYS = new Set(['key-acme-0001'])
 export const TOKEN_BUDGET = Object.freeze({ max: 10_000, timeWindow: '1 minute' })
 export const RESERVED = 500
 
-/** A stand-in model: an answer costs 100 tokens, plus one per character of the prompt. */
+/**
+ * A stand-in model: an answer costs 100 tokens, plus one per character of the prompt.
+ * @param {string} prompt
+ */
 export async function fakeModel (prompt) {
   return { text: `You said: ${prompt.slice(0, 40)}`, usage: { totalTokens: 100 + prompt.length } }
 }
@@ -23,7 +26,7 @@ export async function buildApp ({ redis, nameSpace, model = fakeModel } = {}) {
   const app = Fastify()
   await app.register(rateGuard, { redis, nameSpace, global: false, verifyApiKey: async (key) => API_KEYS.has(key) })
   app.post('/chat', { config: { rateLimit: { ...TOKEN_BUDGET, cost: RESERVED, refundAborted: true } } }, async (request) => {
-    const answer = await model(String(request.body?.prompt ?? ''))
+    const answer = await model(String(/** @type {{ prompt?: unknown } | undefined} */ (request.body)?.prompt ?? ''))
     await request.rateGuard.settle(answer.usage.totalTokens)
     return answer
   })
@@ -33,5 +36,5 @@ export async function buildApp ({ redis, nameSpace, model = fakeModel } = {}) {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const app = await buildApp({ redis: process.env.REDIS_URL })
   await app.listen({ port: Number(process.env.PORT ?? 3000) })
-  console.log(`llm-tokens example on http://localhost:${app.server.address().port}`)
+  console.log(`llm-tokens example on http://localhost:${/** @type {import('node:net').AddressInfo} */ (app.server.address()).port}`)
 }

@@ -33,6 +33,7 @@ export function collectRateGuardMetrics (registry, { nameSpaces = ['rate-guard:'
   const trouble = new client.Counter({ name: 'rate_guard_redis_trouble_total', help: 'Decisions Redis did not make (errors, deadlines)', labelNames: ['namespace'], registers: [registry] })
 
   const seen = new Set()
+  /** @param {string} namespace */
   const start = (namespace) => {
     if (seen.has(namespace)) return
     seen.add(namespace)
@@ -40,20 +41,30 @@ export function collectRateGuardMetrics (registry, { nameSpaces = ['rate-guard:'
     trouble.inc({ namespace }, 0)
   }
   for (const namespace of nameSpaces) start(namespace)
-  const onDecision = ({ nameSpace, budget, limit, outcome }) => {
+  /** @param {unknown} message a DecisionMessage */
+  const onDecision = (message) => {
+    const { nameSpace, budget, limit, outcome } = /** @type {import('fastify-rate-guard').DecisionMessage} */ (message)
     start(nameSpace)
     decisions.inc({ namespace: nameSpace, budget, limit: limit ?? '', outcome })
   }
-  const onBreaker = ({ nameSpace, state }) => { breaker.set({ namespace: nameSpace }, state === 'open' ? 1 : 0) }
-  const onTrouble = ({ nameSpace }) => { trouble.inc({ namespace: nameSpace }) }
+  /** @param {unknown} message a BreakerMessage */
+  const onBreaker = (message) => {
+    const { nameSpace, state } = /** @type {import('fastify-rate-guard').BreakerMessage} */ (message)
+    breaker.set({ namespace: nameSpace }, state === 'open' ? 1 : 0)
+  }
+  /** @param {unknown} message a TroubleMessage */
+  const onTrouble = (message) => { trouble.inc({ namespace: /** @type {import('fastify-rate-guard').TroubleMessage} */ (message).nameSpace }) }
   // The TracingChannel's context object travels from start to asyncEnd: the call's start time rides on it.
+  /** @type {WeakMap<object, number>} */
   const started = new WeakMap()
-  const tracing = diagnostics.tracingChannel(CHANNELS.redis)
+  const tracing = /** @type {import('node:diagnostics_channel').TracingChannel<unknown, import('fastify-rate-guard').RedisCallContext & { error?: Error }>} */ (diagnostics.tracingChannel(CHANNELS.redis))
   const handlers = {
+    /** @param {import('fastify-rate-guard').RedisCallContext} context */
     start: (context) => { started.set(context, performance.now()) },
     end: () => {},
     asyncStart: () => {},
-    asyncEnd: (context) => { calls.observe({ namespace: context.nameSpace, mode: context.mode, algorithm: context.algorithm }, (performance.now() - started.get(context)) / 1000) },
+    /** @param {import('fastify-rate-guard').RedisCallContext} context */
+    asyncEnd: (context) => { calls.observe({ namespace: context.nameSpace, mode: context.mode, algorithm: context.algorithm }, (performance.now() - (started.get(context) ?? performance.now())) / 1000) },
     error: () => {}
   }
   diagnostics.subscribe(CHANNELS.decision, onDecision)
@@ -88,5 +99,5 @@ export async function buildApp ({ redis, nameSpace } = {}) {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const app = await buildApp({ redis: process.env.REDIS_URL })
   await app.listen({ port: Number(process.env.PORT ?? 3000) })
-  console.log(`metrics example on http://localhost:${app.server.address().port}/metrics`)
+  console.log(`metrics example on http://localhost:${/** @type {import('node:net').AddressInfo} */ (app.server.address()).port}/metrics`)
 }

@@ -23,12 +23,16 @@ export function instrumentRateGuard ({ meter = metrics.getMeter('fastify-rate-gu
     unit: 's',
     advice: { explicitBucketBoundaries: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5] }
   })
-  const onDecision = ({ nameSpace, budget, limit, outcome }) => {
+  /** @param {unknown} message a DecisionMessage */
+  const onDecision = (message) => {
+    const { nameSpace, budget, limit, outcome } = /** @type {import('fastify-rate-guard').DecisionMessage} */ (message)
     decisions.add(1, { 'rate_guard.namespace': nameSpace, 'rate_guard.budget': budget, 'rate_guard.limit': limit ?? '', 'rate_guard.outcome': outcome })
   }
   // The TracingChannel's context object travels from start to asyncEnd: the span rides on it.
+  /** @type {WeakMap<object, { span: import('@opentelemetry/api').Span, started: number }>} */
   const calls = new WeakMap()
   const handlers = {
+    /** @param {import('fastify-rate-guard').RedisCallContext} context */
     start: (context) => {
       const span = tracer.startSpan(`rate-guard ${context.mode}`, {
         kind: SpanKind.CLIENT,
@@ -38,19 +42,21 @@ export function instrumentRateGuard ({ meter = metrics.getMeter('fastify-rate-gu
     },
     end: () => {},
     asyncStart: () => {},
+    /** @param {import('fastify-rate-guard').RedisCallContext} context */
     asyncEnd: (context) => {
       const call = calls.get(context)
       if (call === undefined) return
       duration.record((performance.now() - call.started) / 1000, { 'rate_guard.namespace': context.nameSpace, 'rate_guard.mode': context.mode, 'rate_guard.algorithm': context.algorithm })
       call.span.end()
     },
+    /** @param {import('fastify-rate-guard').RedisCallContext & { error?: Error }} context */
     error: (context) => {
       const call = calls.get(context)
-      call?.span.recordException(context.error)
+      if (context.error !== undefined) call?.span.recordException(context.error)
       call?.span.setStatus({ code: SpanStatusCode.ERROR, message: context.error?.message })
     }
   }
-  const tracing = diagnostics.tracingChannel(CHANNELS.redis)
+  const tracing = /** @type {import('node:diagnostics_channel').TracingChannel<unknown, import('fastify-rate-guard').RedisCallContext & { error?: Error }>} */ (diagnostics.tracingChannel(CHANNELS.redis))
   diagnostics.subscribe(CHANNELS.decision, onDecision)
   tracing.subscribe(handlers)
   return () => {

@@ -26,7 +26,10 @@ export async function chooseRedis (env = process.env) {
   }
 }
 
-/** Whether a PING to `url` is answered within PROBE_MS; the probe client never retries or lingers. */
+/**
+ * Whether a PING to `url` is answered within PROBE_MS; the probe client never retries or lingers.
+ * @param {string} url
+ */
 async function answers (url) {
   const client = new Redis(url, {
     lazyConnect: true,
@@ -49,7 +52,10 @@ async function answers (url) {
   }
 }
 
-/** The URL without its password, for printing. */
+/**
+ * The URL without its password, for printing.
+ * @param {string} url
+ */
 function redact (url) {
   try {
     const parsed = new URL(url)

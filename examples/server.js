@@ -17,7 +17,7 @@ if (notice) app.log.warn(notice)
 const port = Number(process.env.PORT ?? 3000)
 const host = process.env.HOST ?? '127.0.0.1'
 await app.listen({ port, host })
-const url = `http://${host}:${app.server.address().port}`
+const url = `http://${host}:${/** @type {import('node:net').AddressInfo} */ (app.server.address()).port}`
 app.log.info({ store: where, url }, `rate-guard example on ${url}, limits kept ${where.startsWith('Redis') ? 'in ' : ''}${where}`)
 
 for (const signal of ['SIGINT', 'SIGTERM']) {
