@@ -1,8 +1,12 @@
 // The operator's view of fastify-rate-guard, as a Fastify plugin: GET /rate-guard, one page of plain HTML and
 // a little script (no build step), live from what the plugin tells this instance:
-//   - decisions per second by outcome (fastify.rateGuard.stats(), polled each second);
+//   - decisions per second by outcome, charted over the last three minutes (the rate-guard:decision channel,
+//     counted per second here: examples/operator-series.js), with each outcome's rate now and count since
+//     start (fastify.rateGuard.stats(), polled each second);
+//   - decisions per second by budget (the same channel: each decision names its budget);
 //   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
 //   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button.
+// What the browser gets, and how it draws, is examples/operator-view.js.
 // Guarded by HTTP Basic authentication (`credentials`): an example; put your own operators' check there. Its
 // data only ever names clients by hash. Hardened as a page that can lift bans should be:
 //   - failed logins are limited by the plugin itself, per client address, before the password is checked:
@@ -20,10 +24,11 @@
 import diagnostics from 'node:diagnostics_channel'
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { CHANNELS, normalizeIP } from 'fastify-rate-guard'
+import { DecisionSeries, REFUSED } from './operator-series.js'
+import { PAGE, SCRIPT, STYLE } from './operator-view.js'
 
 /** How many clients the refusal counts keep at most (past it, they start over: an example's bound). */
 const TRACKED = 10_000
-const REFUSED = new Set(['limited', 'banned', 'ban-started', 'too-costly'])
 
 /** Failed logins per client address, and the ban past them (the first refusal starts it). */
 export const LOGIN_LIMIT = Object.freeze({ max: 5, timeWindow: '15 minutes', ban: Object.freeze({ threshold: 1, duration: '1 hour' }) })
@@ -55,7 +60,10 @@ const LOGIN = Object.freeze({
 export async function operatorPage (app, { credentials }) {
   const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
   const refused = new Map()
-  const onDecision = ({ outcome, keyHash, keyKind }) => {
+  const series = new DecisionSeries()
+  const onDecision = (decision) => {
+    series.count(decision)
+    const { outcome, keyHash, keyKind } = decision
     if (!REFUSED.has(outcome) || keyHash === undefined) return
     if (refused.size >= TRACKED && !refused.has(keyHash)) refused.clear()
     const seen = refused.get(keyHash) ?? { keyHash, keyKind, refused: 0 }
@@ -82,6 +90,7 @@ export async function operatorPage (app, { credentials }) {
   app.get('/rate-guard/data', { config: LOGIN, preParsing }, async () => ({
     at: Date.now(),
     stats: app.rateGuard.stats(),
+    series: series.snapshot(),
     top: [...refused.values()].sort((a, b) => b.refused - a.refused).slice(0, 10),
     bans: await app.rateGuard.bans({ limit: 50 })
   }))
@@ -106,89 +115,7 @@ async function sameOrigin (request, reply) {
   }
 }
 
-// The page's one style sheet and one script, inline, and allowed by their hashes alone.
-const STYLE = `
-  body { font: 15px/1.4 system-ui, sans-serif; margin: 2rem; color: #1d2430; background: #f7f8fa; }
-  h1 { font-size: 1.4rem; margin: 0 0 1rem; }
-  h2 { font-size: 1.05rem; margin: 1.6rem 0 .5rem; }
-  table { border-collapse: collapse; background: white; min-width: 28rem; box-shadow: 0 1px 2px #0002; }
-  th, td { text-align: left; padding: .35rem .8rem; border-bottom: 1px solid #e4e7ec; }
-  th { background: #eef1f5; font-weight: 600; }
-  td.n { text-align: right; font-variant-numeric: tabular-nums; }
-  code { font-size: .9em; }
-  button { font: inherit; padding: .15rem .6rem; cursor: pointer; }
-  .empty { color: #7a8594; font-style: italic; }
-  #status { color: #7a8594; font-size: .85rem; }
-`
-
-const SCRIPT = `
-  // Its own origin, not the document's URL: opened as http://user:password@host/rate-guard, that URL holds
-  // the credentials, and fetch refuses a URL with credentials in it (the browser sends the ones it holds).
-  const here = location.origin
-  let last = null
-  const cell = (text, className) => { const td = document.createElement('td'); td.textContent = text; if (className) td.className = className; return td }
-  const fill = (id, rows, columns) => {
-    const body = document.getElementById(id)
-    body.replaceChildren()
-    if (rows.length === 0) { const tr = body.insertRow(); const td = cell('none', 'empty'); td.colSpan = columns; tr.append(td) }
-    for (const row of rows) body.append(row)
-  }
-  const row = (...cells) => { const tr = document.createElement('tr'); tr.append(...cells); return tr }
-  const left = ms => ms >= 3600000 ? Math.round(ms / 3600000) + ' h' : ms >= 60000 ? Math.round(ms / 60000) + ' min' : Math.ceil(ms / 1000) + ' s'
-  async function unban (keyHash) {
-    await fetch(here + '/rate-guard/unban', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ keyHash }) })
-    await refresh()
-  }
-  async function refresh () {
-    const response = await fetch(here + '/rate-guard/data')
-    if (!response.ok) throw new Error('the server answered ' + response.status)
-    const data = await response.json()
-    const outcomes = Object.entries(data.stats.decisions).filter(([, n]) => n > 0)
-    fill('rates', outcomes.map(([outcome, n]) => {
-      const before = last?.stats.decisions[outcome] ?? n
-      const seconds = last ? (data.at - last.at) / 1000 : 1
-      return row(cell(outcome), cell(((n - before) / seconds).toFixed(1), 'n'), cell(String(n), 'n'))
-    }), 3)
-    fill('top', data.top.map(t => row(cell(t.keyHash), cell(t.keyKind), cell(String(t.refused), 'n'))), 3)
-    fill('bans', data.bans.map(b => {
-      const button = document.createElement('button')
-      button.textContent = 'unban'
-      button.dataset.keyHash = b.keyHash
-      button.onclick = () => unban(b.keyHash)
-      const td = document.createElement('td'); td.append(button)
-      const tr = row(cell(b.keyHash), cell(left(b.retryMs), 'n'), td)
-      tr.dataset.keyHash = b.keyHash
-      return tr
-    }), 3)
-    document.getElementById('status').textContent = 'live, ' + new Date(data.at).toLocaleTimeString()
-    last = data
-  }
-  // The next poll a second after the last answer, never on top of it: a client's requests in flight hold its
-  // budget of failed logins until they are answered (the page has two at most: a poll and an unban).
-  const poll = () => refresh().catch(err => { document.getElementById('status').textContent = 'not live: ' + err.message }).then(() => setTimeout(poll, 1000))
-  poll()
-`
-
-const PAGE = `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>rate-guard</title>
-<style>${STYLE}</style>
-</head>
-<body>
-<h1>rate-guard <span id="status">connecting…</span></h1>
-<h2>Decisions per second</h2>
-<table><thead><tr><th>outcome</th><th>per second</th><th>since start</th></tr></thead><tbody id="rates"></tbody></table>
-<h2>Clients refused most</h2>
-<table><thead><tr><th>client (hash)</th><th>kind</th><th>refusals</th></tr></thead><tbody id="top"></tbody></table>
-<h2>Active bans</h2>
-<table><thead><tr><th>client (hash)</th><th>time left</th><th></th></tr></thead><tbody id="bans"></tbody></table>
-<script>${SCRIPT}</script>
-</body>
-</html>
-`
-
+// The page's one style sheet and one script (examples/operator-view.js), inline, allowed by their hashes alone.
 const sha256 = (source) => `'sha256-${createHash('sha256').update(source).digest('base64')}'`
 
 /** What every response of the page says (see the top of this file). */

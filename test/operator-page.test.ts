@@ -1,8 +1,11 @@
 // The example app's operator page (examples/operator-page.js) in a real browser: Debian's chromium, driven by
 // playwright-core (no browser download: .ci/run installs the chromium package when it is missing). Real
-// traffic on Redis makes decisions, refusals and a ban; the page shows them live, and its unban button lifts
-// the ban. A screenshot is written to OPERATOR_SCREENSHOT when set.
-import { existsSync } from 'node:fs'
+// traffic on Redis makes decisions, refusals and a ban; the page charts them live, by outcome and by budget,
+// says so when it cannot reach its data, and its unban button lifts the ban. A screenshot is written to
+// OPERATOR_SCREENSHOT when set, else to a fresh temporary directory (named in the test's output).
+import { existsSync, mkdtempSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { chromium } from 'playwright-core'
@@ -35,6 +38,8 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   }
   await from('198.51.100.7', 14)
   await from('198.51.100.8', 11)
+  // And a route with a budget of its own (5 per 5 s): the page breaks decisions down by budget.
+  for (let i = 0; i < 7; i++) await app.inject({ url: '/search?q=tea', remoteAddress: '127.0.0.1', headers: { 'x-forwarded-for': '198.51.100.30' } })
   const banned = hashIdentity('198.51.100.7')
   t.strictSame((await app.rateGuard.bans()).map(b => b.keyHash), [banned], 'one client banned by its traffic (for 10 s)')
   // And one by the operator, for an hour: the one the button lifts (the first might end by itself first).
@@ -58,6 +63,28 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   t.match(await page.locator('#rates').textContent(), /allowed/, 'decisions by outcome')
   t.match(await page.locator('#rates').textContent(), /limited/)
   t.notOk((await page.content()).includes('198.51.100.7'), 'the page never names a client by its address')
+
+  // The chart: a line per outcome the traffic had, over the last minutes, drawn once its second is whole.
+  const outcomes = ['allowed', 'limited', 'ban-started', 'banned']
+  await page.waitForFunction(names => names.every(name => {
+    const ys = (document.querySelector(`#chart polyline[data-outcome="${name}"]`)?.getAttribute('points') ?? '').split(' ').map(point => point.split(',')[1])
+    return new Set(ys).size > 1
+  }), outcomes, { timeout: 10_000 })
+  for (const outcome of outcomes) {
+    const points = (await page.locator(`#chart polyline[data-outcome="${outcome}"]`).getAttribute('points'))?.split(' ') ?? []
+    t.equal(points.length, 180, `${outcome}: a line of a point a second, three minutes`)
+    t.ok(points.every(point => /^\d+(\.\d)?,\d+(\.\d)?$/.test(point)), `${outcome}: every point a number`)
+    t.ok(await page.locator(`#rates tr[data-outcome="${outcome}"] line`).count() === 1, `${outcome}: in the legend, with its colour`)
+  }
+  t.equal(await page.locator('#chart polyline').count(), outcomes.length, 'no line for an outcome the traffic did not have')
+  const scale = await page.locator('#chart text').allTextContents()
+  t.ok(scale.includes('0') && scale.includes('now') && scale.includes('−1 min'), `axes with a scale: ${scale.join(' ')}`)
+
+  // By budget: the plugin-wide one, the route's own, and the page's own logins'.
+  for (const budget of ['default', 'GET /search', 'group:rate-guard-operator']) {
+    await page.locator(`#budgets tr[data-budget="${budget}"]`).waitFor({ timeout: 10_000 })
+  }
+  t.match(await page.locator('#budgets tr[data-budget="GET /search"]').textContent(), /^GET \/search[\d.]+[\d.]+7$/, 'a budget: its rate, its refusals, its decisions')
 
   // Live: more traffic shows up without reloading.
   await from('198.51.100.9', 12)
@@ -86,11 +113,69 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   await typed.goto(`http://operator:${PASSWORD}@127.0.0.1:${port}/rate-guard`)
   await typed.locator('#status', { hasText: /^live/ }).waitFor({ timeout: 10_000 })
   t.pass('opened with credentials in the address: live')
+  await inAddress.close()
 
-  if (process.env.OPERATOR_SCREENSHOT !== undefined) await page.screenshot({ path: process.env.OPERATOR_SCREENSHOT, fullPage: true })
+  // When its data cannot be had, the page says so (and why) instead of staying "connecting…", and goes live
+  // again once it can. Its requests are answered by the browser here, never reaching the app.
+  const failing = await context.newPage()
+  await failing.route('**/rate-guard/data', async route => { await route.abort('connectionrefused') })
+  await failing.goto(`${origin}/rate-guard`)
+  const status = failing.locator('#status.failed')
+  await status.waitFor({ timeout: 10_000 })
+  t.match(await status.textContent(), /^not live: the server could not be reached/, 'a failed fetch: said in the status line')
+  await failing.unroute('**/rate-guard/data')
+  await failing.route('**/rate-guard/data', async route => { await route.fulfill({ status: 503, contentType: 'application/json', body: '{}' }) })
+  await failing.locator('#status', { hasText: /^not live: the server answered 503/ }).waitFor({ timeout: 10_000 })
+  t.pass('an error status: said with its code')
+  await failing.unroute('**/rate-guard/data')
+  await failing.locator('#status', { hasText: /^live/ }).waitFor({ timeout: 10_000 })
+  t.equal(await failing.locator('#status').getAttribute('class'), '', 'and live again once it answers')
+  await failing.close()
+
+  const screenshot = process.env.OPERATOR_SCREENSHOT ?? join(mkdtempSync(join(tmpdir(), 'operator-page-')), 'operator-page.png')
+  await page.screenshot({ path: screenshot, fullPage: true })
+  t.ok(statSync(screenshot).size > 10_000, `a screenshot: ${screenshot}`)
 
   await banRow.locator('button').click()
   await banRow.waitFor({ state: 'detached', timeout: 10_000 })
   t.strictSame((await app.rateGuard.bans()).map(b => b.keyHash).filter(hash => hash === longBan), [], 'unban lifted it in Redis')
   t.not((await app.rateGuard.peek('198.51.100.20', { max: 10, timeWindow: '5s' })).status, 'banned')
+})
+
+interface Series {
+  SECONDS: number
+  RECENT: number
+  BUDGETS: number
+  OTHER: string
+  DecisionSeries: new (now: () => number) => {
+    count: (decision: { outcome: string, budget: string }) => void
+    snapshot: () => { end: number, seconds: number, outcomes: Record<string, number[]>, budgets: Array<{ budget: string, perSecond: number, refusedPerSecond: number, decisions: number }> }
+  }
+}
+
+t.test('the page\'s counts per second: whole seconds only, the oldest rolled out, a bounded number of budgets', async t => {
+  const file = 'operator-series.js'
+  const { SECONDS, RECENT, BUDGETS, OTHER, DecisionSeries } = await import(`../examples/${file}`) as Series
+  let now = 1_000_000_000_500
+  const series = new DecisionSeries(() => now)
+  series.count({ outcome: 'allowed', budget: 'default' })
+  series.count({ outcome: 'limited', budget: 'default' })
+  t.strictSame(series.snapshot().outcomes, {}, 'the running second is not shown')
+  now += 1000
+  const first = series.snapshot()
+  t.equal(first.end, 1_000_000_001_000, 'up to the end of the last whole second')
+  t.strictSame(first.outcomes.allowed?.slice(-2), [0, 1])
+  t.strictSame(first.outcomes.limited?.length, SECONDS)
+  t.strictSame(first.budgets, [{ budget: 'default', perSecond: 1 / RECENT * 2, refusedPerSecond: 1 / RECENT, decisions: 2 }])
+
+  for (let i = 0; i < BUDGETS + 5; i++) series.count({ outcome: 'allowed', budget: `GET /${i}` })
+  now += 1000
+  const budgets = series.snapshot().budgets.map(b => b.budget)
+  t.equal(budgets.length, BUDGETS, `at most ${BUDGETS} budgets`)
+  t.ok(new Set(budgets).size === budgets.length && series.snapshot().budgets.find(b => b.budget === OTHER)?.decisions === 5, 'past them, a second\'s others counted together')
+
+  now += RECENT * 1000
+  t.equal(series.snapshot().budgets.find(b => b.budget === 'default')?.perSecond, 0, 'a budget\'s rate: the last seconds only')
+  now += SECONDS * 1000
+  t.strictSame(series.snapshot(), { end: Math.floor(now / 1000) * 1000, seconds: SECONDS, recent: RECENT, outcomes: {}, budgets: [] }, 'older than the window: gone')
 })
