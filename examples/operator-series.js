@@ -49,6 +49,7 @@ export class DecisionSeries {
   snapshot () {
     const end = Math.floor(this.#now() / 1000)
     const first = end - SECONDS
+    /** @type {Record<string, number[]>} */
     const outcomes = {}
     const budgets = new Map()
     for (const slot of this.#slots) {
