@@ -23,3 +23,13 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   t.equal(pkg.engines.node, '>=20.19')
   t.equal(pkg.scripts.prepare, pkg.scripts.build, 'prepare builds, so an install from git has dist/')
 })
+
+t.test('npm test says at once what the machine lacks, naming the command that installs it', async t => {
+  const run = promisify(execFile)
+  const failed = await run(process.execPath, ['scripts/preflight.js'], { cwd: root, env: { PATH: '/nonexistent', CHROMIUM_PATH: '/nonexistent/chromium' } }).then(() => null, (err: { code: number, stderr: string }) => err)
+  t.equal(failed?.code, 1, 'it fails')
+  t.match(failed?.stderr, /redis-server .*apt-get install -y redis-server/, 'names redis-server and its install')
+  t.match(failed?.stderr, /chromium .*apt-get install -y chromium/, 'names chromium and its install')
+  t.match(failed?.stderr, /bash \.ci\/run/, 'and the one command that does both')
+  await t.resolves(run(process.execPath, ['scripts/preflight.js'], { cwd: root }), 'and passes on this machine')
+})
