@@ -79,8 +79,8 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
 
 /**
  * Two mistakes only requests show, each said once, at the first request that shows it, naming the fix:
- * `X-Forwarded-For` from a sender Fastify's `trustProxy` does not trust (every client behind that proxy would
- * share its one budget), and an API key header sent while the API-key tier is off (`unverified`: its header,
+ * `X-Forwarded-For` while Fastify's `trustProxy` is off (every client behind a proxy would share its one
+ * budget), and an API key header sent while the API-key tier is off (`unverified`: its header,
  * when no `verifyApiKey` checks it). Once said, each costs a boolean per request.
  */
 export interface Mistakes {
@@ -93,14 +93,15 @@ export function mistakes (unverified: string | false): Mistakes {
   let apiKeySaid = unverified === false
   return {
     proxy (request) {
-      if (proxySaid || request.headers['x-forwarded-for'] === undefined || request.ip !== request.raw.socket?.remoteAddress) return
+      // `request.ips` is there only when trustProxy is on: off, X-Forwarded-For is never read.
+      if (proxySaid || request.headers['x-forwarded-for'] === undefined || request.ips !== undefined) return
       proxySaid = true
-      request.log.warn({ from: request.ip }, 'rate-guard: a request came with X-Forwarded-For, but request.ip is the address of the connection (Fastify\'s trustProxy does not trust its sender): if a proxy sent it, every client behind that proxy shares one budget. Give trustProxy the proxy\'s addresses, e.g. Fastify({ trustProxy: [\'10.0.0.0/8\'] })')
+      request.log.warn({ from: request.ip }, 'rate-guard: a request came with X-Forwarded-For, but Fastify\'s trustProxy is off, so it does not trust its sender and request.ip is the address of the connection: if a proxy sent it, every client behind that proxy shares one budget. Give trustProxy the proxy\'s addresses, e.g. Fastify({ trustProxy: [\'10.0.0.0/8\'] })')
     },
     apiKey (request) {
       if (apiKeySaid || request.headers[unverified as string] === undefined) return
       apiKeySaid = true
-      request.log.warn({ header: unverified }, `rate-guard: a request came with ${String(unverified)}, but without verifyApiKey the API-key tier is off: clients are keyed by user or address, never by a key anyone can mint. Give verifyApiKey to key them by their verified API key, or apiKeyHeader: false to say the header is not for this`)
+      request.log.warn({ header: unverified }, `rate-guard: a request came with ${String(unverified)}, but without verifyApiKey the API-key tier is off: clients are told apart by user or address, never by a key anyone can mint. Give verifyApiKey to key them by their verified API key, or apiKeyHeader: false to say the header is not for this`)
     }
   }
 }
