@@ -39,6 +39,7 @@ export const LOGIN_LIMIT = Object.freeze({ max: 5, timeWindow: '15 minutes', ban
  * unless it was a 401 to credentials that were given: only a guess counts, and a burst gets no more tries.
  * Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is checked), for
  * every address.
+ * @type {Readonly<{ rateLimit: import('fastify-rate-guard').RouteRateLimitOptions }>}
  */
 const LOGIN = Object.freeze({
   rateLimit: {
@@ -61,7 +62,9 @@ export async function operatorPage (app, { credentials }) {
   const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
   const refused = new Map()
   const series = new DecisionSeries()
-  const onDecision = (decision) => {
+  /** @param {unknown} message a DecisionMessage */
+  const onDecision = (message) => {
+    const decision = /** @type {import('fastify-rate-guard').DecisionMessage} */ (message)
     series.count(decision)
     const { outcome, keyHash, keyKind } = decision
     if (!REFUSED.has(outcome) || keyHash === undefined) return
@@ -77,6 +80,7 @@ export async function operatorPage (app, { credentials }) {
   app.addHook('onSend', async (_request, reply) => { reply.headers(SECURITY_HEADERS) })
 
   // The rate guard's hook is the route's onRequest; these run after it (and before the body is parsed).
+  /** @type {import('fastify').preParsingAsyncHookHandler} */
   const authenticate = async (request, reply) => {
     const given = Buffer.from(request.headers.authorization ?? '')
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
@@ -96,7 +100,8 @@ export async function operatorPage (app, { credentials }) {
   }))
 
   app.post('/rate-guard/unban', { config: LOGIN, preParsing }, async (request) => {
-    const keyHash = request.body?.keyHash
+    // Checked by unban itself: anything but a key hash is refused with a coded error (400).
+    const keyHash = /** @type {string} */ (/** @type {{ keyHash?: unknown } | undefined} */ (request.body)?.keyHash)
     await app.rateGuard.unban({ keyHash })
     refused.delete(keyHash)
     return { unbanned: keyHash }
@@ -106,6 +111,8 @@ export async function operatorPage (app, { credentials }) {
 /**
  * A state-changing request comes from the page's own origin, or from no browser: Origin, when sent, is the
  * page's (scheme, host and port, as the request reached the app), and Sec-Fetch-Site, when sent, says so.
+ * @param {import('fastify').FastifyRequest} request
+ * @param {import('fastify').FastifyReply} reply
  */
 async function sameOrigin (request, reply) {
   if (request.method === 'GET' || request.method === 'HEAD') return
@@ -116,6 +123,7 @@ async function sameOrigin (request, reply) {
 }
 
 // The page's one style sheet and one script (examples/operator-view.js), inline, allowed by their hashes alone.
+/** @param {string} source */
 const sha256 = (source) => `'sha256-${createHash('sha256').update(source).digest('base64')}'`
 
 /** What every response of the page says (see the top of this file). */
