@@ -12,11 +12,20 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { BAN, SEARCH_LIMIT, TIERS, WINDOW, buildApp } from './app.js'
 import { chooseRedis } from './redis.js'
 
-const SECONDS = Number.parseInt(process.env.DEMO_SECONDS ?? '', 10) > 0 ? Number.parseInt(process.env.DEMO_SECONDS, 10) : 15
+const SECONDS = Number.parseInt(process.env.DEMO_SECONDS ?? '', 10) > 0 ? Number.parseInt(process.env.DEMO_SECONDS ?? '', 10) : 15
 const ABUSER_IP = '203.0.113.7'
 const STATUSES = [200, 429, 403]
 
-const clients = [
+/**
+ * @typedef {Record<string, number>} Tally responses by status: 200, 429, 403, other
+ * @typedef {{ at: number, status: number | 'error', path: string, retryAfter: string | null }} Answer
+ * @typedef {{ name: string, limit: number, plan: string, every: number, from: number,
+ *   next: (i: number) => { path: string, headers: Record<string, string> },
+ *   log: Answer[], perSecond: Tally[], lastHeaders: Headers | undefined }} Client
+ */
+
+/** @type {Array<Omit<Client, 'log' | 'perSecond' | 'lastHeaders'>>} */
+const plans = [
   {
     name: 'API key',
     limit: TIERS.apikey,
@@ -42,11 +51,13 @@ const clients = [
     next: () => ({ path: '/items', headers: { 'x-forwarded-for': ABUSER_IP } })
   }
 ]
-for (const client of clients) {
-  client.log = [] // { at, status, path, retryAfter } per response, in order
-  client.perSecond = Array.from({ length: SECONDS }, () => ({ 200: 0, 429: 0, 403: 0, other: 0 }))
-  client.lastHeaders = undefined
-}
+/** @type {Client[]} */
+const clients = plans.map(plan => ({
+  ...plan,
+  log: [], // { at, status, path, retryAfter } per response, in order
+  perSecond: Array.from({ length: SECONDS }, () => ({ 200: 0, 429: 0, 403: 0, other: 0 })),
+  lastHeaders: undefined
+}))
 
 const { redis, where, notice } = await chooseRedis().catch((err) => {
   console.error(`demo: ${err.message}`)
@@ -55,7 +66,7 @@ const { redis, where, notice } = await chooseRedis().catch((err) => {
 const nameSpace = `demo-${Date.now()}:`
 const app = await buildApp({ redis, nameSpace })
 await app.listen({ port: 0, host: '127.0.0.1' })
-const base = `http://127.0.0.1:${app.server.address().port}`
+const base = `http://127.0.0.1:${/** @type {import('node:net').AddressInfo} */ (app.server.address()).port}`
 
 console.log('fastify-rate-guard demo')
 console.log(`  store     ${where}${redis === undefined ? '' : `, keys under ${nameSpace}`}`)
@@ -84,7 +95,10 @@ try {
   await app.close() // also quits the Redis client the plugin opened for the URL
 }
 
-/** Sends the client's requests on its schedule, one at a time; a slot missed while waiting is skipped. */
+/**
+ * Sends the client's requests on its schedule, one at a time; a slot missed while waiting is skipped.
+ * @param {Client} client
+ */
 async function drive (client) {
   for (let i = 0; ; i++) {
     const due = start + client.from + i * client.every
@@ -93,7 +107,9 @@ async function drive (client) {
     if (wait > 0) await sleep(wait)
     else if (wait < -client.every) continue
     const { path, headers } = client.next(i)
+    /** @type {number | 'error'} */
     let status = 'error'
+    /** @type {string | null} */
     let retryAfter = null
     try {
       const response = await fetch(base + path, { headers, signal: AbortSignal.timeout(2000) })
@@ -105,19 +121,22 @@ async function drive (client) {
     const at = Date.now() - start
     client.log.push({ at, status, path, retryAfter })
     const bucket = client.perSecond[Math.min(Math.floor(at / 1000), SECONDS - 1)]
-    bucket[STATUSES.includes(status) ? status : 'other']++
+    bucket[typeof status === 'number' && STATUSES.includes(status) ? status : 'other']++
   }
 }
 
 // Columns: ' sec |' then, per client, 15 characters of counts and ' |'.
 function printHeader () {
-  const title = (c) => `${c.name} ${c.limit}/${WINDOW}`
+  const title = (/** @type {Client} */ c) => `${c.name} ${c.limit}/${WINDOW}`
   console.log(' sec |' + clients.map(c => ` ${title(c).padEnd(14)} |`).join(''))
   console.log('     |' + clients.map(() => '  200  429  403 |').join(''))
   console.log('-----+' + clients.map(() => '----------------+').join(''))
 }
 
-/** One second's counts; a dash is none. Failed requests (never expected) show in the totals. */
+/**
+ * One second's counts; a dash is none. Failed requests (never expected) show in the totals.
+ * @param {number} second
+ */
 function printRow (second) {
   const cells = clients.map(client => {
     const counts = client.perSecond[second - 1]
@@ -126,19 +145,24 @@ function printRow (second) {
   console.log(`${String(second).padStart(4)} |${cells.join('')}`)
 }
 
-/** '5s' -> '5 s' */
+/**
+ * '5s' -> '5 s'
+ * @param {string | number} duration
+ */
 function spaced (duration) {
   return String(duration).replace(/^(\d+)\s*/, '$1 ')
 }
 
+/** @param {Client} client */
 function totals (client) {
+  /** @type {Tally} */
   const sum = { 200: 0, 429: 0, 403: 0, other: 0 }
-  for (const { status } of client.log) sum[STATUSES.includes(status) ? status : 'other']++
+  for (const { status } of client.log) sum[typeof status === 'number' && STATUSES.includes(status) ? status : 'other']++
   return sum
 }
 
 async function summarize () {
-  const seconds = (ms) => `${(ms / 1000).toFixed(1)} s`
+  const seconds = (/** @type {number} */ ms) => `${(ms / 1000).toFixed(1)} s`
   console.log('\nTotals')
   for (const client of clients) {
     const sum = totals(client)

@@ -165,12 +165,6 @@ function compile (options: ts.CompilerOptions, files: Map<string, string>, roots
 }
 
 const EXAMPLES = join(ROOT, 'examples')
-// The examples that do not compile yet under strict checkJs (untyped parameters and request bodies), with
-// how many errors each has today: more fails the test, and so does none while the file is still listed, so
-// the list and its counts only shrink (issue 30).
-const NOT_YET_STRICT = new Map([
-  ['examples/demo.js', 23]
-])
 const examples = readdirSync(EXAMPLES).filter(f => /\.[cm]?[jt]s$/.test(f)).sort().map(f => join(EXAMPLES, f))
 
 /**
@@ -244,9 +238,7 @@ for (const [config, options] of Object.entries(CONFIGS)) {
     }
     for (const [file, own] of found.files) {
       const name = relative(ROOT, file)
-      if (!NOT_YET_STRICT.has(name)) t.strictSame(own, [], name)
-      else if (own.length === 0) t.fail(`${name} compiles now: take it off NOT_YET_STRICT`)
-      else t.ok(own.length <= NOT_YET_STRICT.get(name)!, `${name}: ${own.length} errors under strict checkJs, at most ${NOT_YET_STRICT.get(name)!} (none may be added)`, { diagnostics: own })
+      t.strictSame(own, [], name)
     }
   })
 }
