@@ -94,3 +94,8 @@ export interface ResolvedOptions {
   /** The plugin's options as the base of every route's, limiter's and group's. */
   readonly route: ResolvedRoute
 }
+
+/** Whether a route settles by itself, after the response or an abort: only then are its hooks added. */
+export function settlesItself (route: ResolvedRoute): boolean {
+  return route.countWhen !== undefined || route.settle !== undefined || route.refundAborted
+}

@@ -1,6 +1,7 @@
 import { InvalidOptionError } from '../errors.js'
 import { checkDuration, checkKeys, checkMax, fail } from './checks.js'
 import type { RedisLike } from '../types.js'
+import { settlesItself } from './resolved.js'
 import type { ResolvedBreaker, ResolvedOptions, ResolvedRoute } from './resolved.js'
 
 // Where requests are counted, as options: Redis (`redis`, `nameSpace`, `breaker`), or a store of the app's own
@@ -65,8 +66,7 @@ export function checkAppStoreRoute (route: ResolvedRoute): ResolvedRoute {
   if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
   if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
   if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
-  // A route that settles by itself (see lib/request/charge.ts's settlesItself).
-  if (route.countWhen !== undefined || route.settle !== undefined || route.refundAborted) {
+  if (settlesItself(route)) {
     throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
   }
   return route

@@ -145,11 +145,6 @@ function unsettled (request: FastifyRequest): Charge | undefined {
   return held == null || held.settled ? undefined : held
 }
 
-/** Whether a route settles by itself, after the response or an abort: only then are its hooks added. */
-export function settlesItself (route: ResolvedRoute): boolean {
-  return route.countWhen !== undefined || route.settle !== undefined || route.refundAborted
-}
-
 /**
  * The route's `onResponse` hook: a response that does not count (`countWhen` false) gives the request's
  * charge back; otherwise `settle` names its final amount. A request the handler settled is left as it is. A
