@@ -81,7 +81,7 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
  * Two mistakes only requests show, each said once, at the first request that shows it, naming the fix:
  * `X-Forwarded-For` while Fastify's `trustProxy` is off (every client behind a proxy would share its one
  * budget), and an API key header sent while the API-key tier is off (`unverified`: its header,
- * when no `verifyApiKey` checks it). Once said, each costs a boolean per request.
+ * when no `verifyApiKey` checks it). Once settled, each costs a boolean per request.
  */
 export interface Mistakes {
   readonly proxy: (request: FastifyRequest) => void
@@ -89,13 +89,15 @@ export interface Mistakes {
 }
 
 export function mistakes (unverified: string | false): Mistakes {
-  let proxySaid = false
+  // The server's trustProxy is known from the first request with X-Forwarded-For: then nothing more is read.
+  let proxyKnown = false
   let apiKeySaid = unverified === false
   return {
     proxy (request) {
-      // `request.ips` is there only when trustProxy is on: off, X-Forwarded-For is never read.
-      if (proxySaid || request.headers['x-forwarded-for'] === undefined || request.ips !== undefined) return
-      proxySaid = true
+      if (proxyKnown || request.headers['x-forwarded-for'] === undefined) return
+      proxyKnown = true
+      // `request.ips` is there only when trustProxy is on (a getter that reads the chain: asked once here).
+      if (request.ips !== undefined) return
       request.log.warn({ from: request.ip }, 'rate-guard: a request came with X-Forwarded-For, but Fastify\'s trustProxy is off, so it does not trust its sender and request.ip is the address of the connection: if a proxy sent it, every client behind that proxy shares one budget. Give trustProxy the proxy\'s addresses, e.g. Fastify({ trustProxy: [\'10.0.0.0/8\'] })')
     },
     apiKey (request) {
