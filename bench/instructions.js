@@ -53,7 +53,7 @@ async function counted (port, work) {
   return summary
 }
 
-const { SCRIPTS, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { LEAN_SCRIPT, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
 
 const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
 const BAN = { threshold: 5, ladder: [600_000], forgetMs: 0 }
@@ -69,11 +69,11 @@ async function requests (batch, call) {
   }
 }
 
-/** Allowed requests through this plugin's script `lua`, with the arguments `algorithm`'s calls send. */
-function ours (lua, algorithm, ban) {
+/** Allowed requests through this plugin's script `lua`, with the arguments `algorithm`'s calls send (`args`: the lean script's). */
+function ours (lua, algorithm, ban, args = (inputs, base) => scriptArgs(inputs, 'decide', base)) {
   return (batch) => async (client) => {
     const sha = await client.script('LOAD', lua)
-    await requests(batch, (j, n) => client.evalsha(sha, ...scriptArgs(Array.from({ length: n }, (_, i) => input(algorithm, ban, j + i)), 'decide', `m${j}.`)))
+    await requests(batch, (j, n) => client.evalsha(sha, ...args(Array.from({ length: n }, (_, i) => input(algorithm, ban, j + i)), `m${j}.`)))
   }
 }
 
@@ -91,6 +91,9 @@ function theirs () {
 }
 
 const ROWS = [
+  // The sliding log's lean path (lua/lean-sliding-log.lua): what the plugin sends for one limit at a cost of 1.
+  ['rate-guard sliding-log, lean path', 'no', ours(LEAN_SCRIPT.lua, 'sliding-log', null, leanArgs)],
+  ['rate-guard sliding-log, lean path', 'yes', ours(LEAN_SCRIPT.lua, 'sliding-log', BAN, leanArgs)],
   ...Object.keys(SCRIPTS).flatMap(algorithm => [
     [`rate-guard ${algorithm}`, 'no', ours(SCRIPTS[algorithm].lua, algorithm, null)],
     [`rate-guard ${algorithm}`, 'yes', ours(SCRIPTS[algorithm].lua, algorithm, BAN)]

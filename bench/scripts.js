@@ -63,7 +63,7 @@ async function measure (redis, redisUrl, calls, sha, keys, argv) {
  * `scriptArgs` (the plugin's encoder, so the bench cannot drift from lua/decide.lua's header), with
  * redis-benchmark's random placeholder in the keys and members.
  */
-function ourPaths (prefix, algorithm, scriptArgs) {
+function ourPaths (prefix, algorithm, args) {
   const names = (tag) => {
     const [log, banned, override, strikes, offences] = ['state', 'banned', 'override', 'strikes', 'offences'].map(name => `${prefix}${algorithm}:{${tag}}:${name}`)
     return { log, banned, override, strikes, offences, backoff: `${prefix}${algorithm}:{${tag}}:backoff` }
@@ -76,7 +76,7 @@ function ourPaths (prefix, algorithm, scriptArgs) {
   const one = [{ max: 1, windowMs: 600_000, burst: 1 }]
   const input = (tag, limits, ban = policy) => ({ keys: names(tag), limits, ban, peek: false, algorithm })
   const call = (inputs) => {
-    const [count, ...rest] = scriptArgs(inputs, 'decide', `m${RAND}.`)
+    const [count, ...rest] = args(inputs, `m${RAND}.`)
     return { keys: rest.slice(0, count), argv: rest.slice(count) }
   }
   return [
@@ -118,22 +118,25 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
   const distScripts = new URL('../dist/stores/scripts.js', import.meta.url)
   if (!existsSync(distScripts)) return { skipped: 'dist/ is not built (npm run build)' }
   if (spawnSync('redis-benchmark', ['--version']).status !== 0) return { skipped: 'redis-benchmark is not on PATH' }
-  const { SCRIPTS, scriptArgs } = await import(distScripts)
+  const { LEAN_SCRIPT, SCRIPTS, leanArgs, scriptArgs } = await import(distScripts)
+  const general = (inputs, base) => scriptArgs(inputs, 'decide', base)
+  // The sliding log's lean path (what the plugin sends for one limit at a cost of 1), then every algorithm's script.
+  const scripts = [['sliding-log, lean path', 'sliding-log', LEAN_SCRIPT.lua, leanArgs], ...Object.entries(SCRIPTS).map(([algorithm, { lua }]) => [algorithm, algorithm, lua, general])]
   const calls = Number(process.env.BENCH_SCRIPT_CALLS || 100_000)
   const rows = []
   try {
-    for (const [algorithm, { lua }] of Object.entries(SCRIPTS)) {
+    for (const [name, algorithm, lua, args] of scripts) {
       const sha = await redis.script('LOAD', lua)
-      for (const { path, keys, argv, prime, ban, requests = 1 } of ourPaths(prefix, algorithm, scriptArgs)) {
+      for (const { path, keys, argv, prime, ban, requests = 1 } of ourPaths(`${prefix}${name === algorithm ? '' : 'lean:'}`, algorithm, args)) {
         if (ban) await redis.set(keys[1], '1', 'PX', 600_000)
         for (let i = 0; i < (prime ?? 0); i++) await redis.evalsha(sha, keys.length, ...keys, ...argv.map(a => String(a).replace(RAND, 'prime')))
-        const row = { script: `rate-guard ${algorithm}`, path, requests, ...await measure(redis, redisUrl, Math.ceil(calls / requests), sha, keys, argv) }
+        const row = { script: `rate-guard ${name}`, path, requests, ...await measure(redis, redisUrl, Math.ceil(calls / requests), sha, keys, argv) }
         rows.push(row)
         log(`scripts: ${row.script.padEnd(28)} ${path.padEnd(8)} ${row.usPerCall?.toFixed(2)} µs/call inside Redis (${requests} per call), ${Math.round(row.rps)} calls/s`)
       }
     }
     // What any script costs on the banned path's keys and arguments: nothing at all, and only the ban's PTTL.
-    const banned = ourPaths(prefix, 'floor', scriptArgs).find(path => path.path === 'banned')
+    const banned = ourPaths(prefix, 'floor', general).find(path => path.path === 'banned')
     await redis.set(banned.keys[1], '1', 'PX', 600_000)
     for (const [script, lua] of FLOORS) {
       const sha = await redis.script('LOAD', lua)

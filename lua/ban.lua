@@ -8,6 +8,5 @@
 
 local banned, index, ms = KEYS[1], KEYS[2], ARGV[1]
 redis.call('SET', banned, '1', 'PX', ms)
-local time = redis.call('TIME')
-indexBan(index, banned, tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), tonumber(ms))
+indexBan(index, banned, milliseconds(redis.call('TIME')), tonumber(ms))
 return 1

@@ -1,8 +1,8 @@
 -- The decision around every algorithm: the last part of each algorithm's script, after lua/prelude.lua (text),
 -- the algorithm's file (lua/<algorithm>.lua), which defines count(state, limits, now, member, peek, entries,
--- cost) and settle(state, limits, member, at, now, cost, final), and lua/ban-index.lua (indexBan). One
--- call decides a batch of requests (often one), each against every limit of its budget, atomically, on
--- Redis's clock.
+-- cost) and settle(state, limits, member, at, now, cost, final), lua/ban-index.lua and lua/strikes.lua (strike
+-- and ban). One call decides a batch of requests (often one), each against every limit of its budget,
+-- atomically, on Redis's clock. lua/lean-sliding-log.lua decides the common shape faster, with the same answers.
 --
 -- KEYS     each request's in turn: three, three more when decided under a ban policy, one more under overLimit:
 --   state     the budget's state for all its limits (see the algorithm's file)
@@ -68,9 +68,6 @@
 -- Lean on purpose: Lua allocations (tables, closures, strings from string.gmatch) cost Redis more than most of
 -- the commands here, so each call makes a handful of tables, whatever the batch's size.
 
-local function milliseconds (time)
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
 -- Read once, and only when a request needs it (not for a client found banned).
 local now
 local function clock ()
@@ -151,25 +148,6 @@ local function reply (status, retry, offence, limits)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = limit.burst, limit.window, entry.count, entry.reset
     o = o + 4
   end
-end
-
--- The ban: its length climbs the ladder with each ban the identity earns before the last is forgotten.
-local function ban (s, banned, offences, index)
-  local ladder = {}
-  for ms in string.gmatch(ARGV[s + LADDER], '%d+') do
-    ladder[#ladder + 1] = tonumber(ms)
-  end
-  local offence = 1
-  if #ladder > 1 then
-    offence = redis.call('INCR', offences)
-  end
-  local duration = ladder[math.min(offence, #ladder)]
-  if #ladder > 1 then
-    redis.call('PEXPIRE', offences, duration + tonumber(ARGV[s + FORGET]))
-  end
-  redis.call('SET', banned, '1', 'PX', duration)
-  indexBan(index, banned, clock(), duration)
-  return duration, offence
 end
 
 -- The wait over the limit after k denials in a row ('backoff' doubles it each time), at most LONGEST.
@@ -266,21 +244,11 @@ local function decide ()
     return reply(1, retry, 0, limits)
   end
 
-  -- Redis keeps a key through its expiry millisecond (PTTL 0): that is the next window already, so such
-  -- strikes start over too.
-  local strikes = KEYS[k + STRIKES]
-  if redis.call('PTTL', strikes) <= 0 then
-    redis.call('DEL', strikes)
-    redis.call('SADD', strikes, member)
-    redis.call('PEXPIRE', strikes, strikeWindow)
-  else
-    redis.call('SADD', strikes, member)
-  end
-  if redis.call('SCARD', strikes) < tonumber(ARGV[s + THRESHOLD]) then
+  if not strike(KEYS[k + STRIKES], member, strikeWindow, tonumber(ARGV[s + THRESHOLD])) then
     return reply(1, retry, 0, limits)
   end
-  local duration, offence = ban(s, KEYS[k + BANNED], KEYS[k + OFFENCES], KEYS[k + INDEX])
-  redis.call('DEL', strikes)
+  local duration, offence = ban(ARGV[s + LADDER], tonumber(ARGV[s + FORGET]), KEYS[k + BANNED], KEYS[k + OFFENCES], KEYS[k + INDEX], clock())
+  redis.call('DEL', KEYS[k + STRIKES])
   return reply(2, duration, offence, limits)
 end
 

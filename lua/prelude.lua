@@ -5,6 +5,7 @@
 --   field(prefix, i)          the hash field of limit i ('c1', 'c2'...): prefix .. text(i), a string
 --   largest(limits)           the largest capacity (burst) of a budget's limits: a number
 --   moved(n, delta, ceiling)  what a settlement of `delta` moves a count `n` by: a number (see below)
+--   milliseconds(time)        Redis's clock as ms, from its reply (seconds, microseconds): a number
 --
 -- Numbers as the scripts hand them to Redis. Redis 7.0 formats a number given to redis.call with '%.17g'
 -- (glibc's costly floating-point path), and Lua turns a number joined to a string ('c' .. i) into text with
@@ -55,4 +56,9 @@ local function largest (limits)
 end
 local function moved (n, delta, ceiling)
   return math.max(-n, math.min(delta, math.max(ceiling - n, 0)))
+end
+
+-- Redis's clock (its reply: seconds, microseconds) as milliseconds, as every decision reads it.
+local function milliseconds (time)
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end

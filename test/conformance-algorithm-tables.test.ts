@@ -14,7 +14,7 @@ import { identityKeys } from '../lib/stores/key-names.js'
 import { encodeLimits } from '../lib/stores/store.js'
 import type { Decision } from '../lib/stores/store.js'
 import { uniquePrefix } from './helpers/redis.js'
-import { decideInput, memoryStore, redisStore, summary } from './helpers/stores.js'
+import { decideInput, memoryStore, redisPaths, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest, Stored } from './helpers/stores.js'
 import { agreement } from './helpers/differential.js'
 import { draws } from './helpers/random.js'
@@ -902,10 +902,10 @@ async function runCase (t: Test, store: StoreUnderTest, algorithm: Algorithm, c:
 
 for (const algorithm of ALGORITHMS) {
   t.test(`${algorithm}: the table, on both stores`, async t => {
-    const redis = await redisStore(t)
+    const redises = await redisPaths(t, algorithm)
     for (const c of TABLES[algorithm]) {
       t.test(c.name, async t => {
-        await runCase(t, redis, algorithm, c)
+        for (const redis of redises) await runCase(t, redis, algorithm, c)
         await runCase(t, memoryStore(t), algorithm, c)
       })
     }
@@ -914,11 +914,11 @@ for (const algorithm of ALGORITHMS) {
 
 for (const algorithm of ALGORITHMS) {
   t.test(`${algorithm}: overLimit 'continue' and 'backoff', on both stores`, async t => {
-    const redis = await redisStore(t)
+    const redises = await redisPaths(t, algorithm)
     const cases = (['continue', 'backoff'] as const).flatMap(over => [overLimit(algorithm, over), overLimitBans(algorithm, over), upstreamPeeks(algorithm, over)])
     for (const c of [...cases, backoffCap(algorithm)]) {
       t.test(c.name, async t => {
-        await runCase(t, redis, algorithm, c)
+        for (const redis of redises) await runCase(t, redis, algorithm, c)
         await runCase(t, memoryStore(t), algorithm, c)
       })
     }
@@ -963,10 +963,10 @@ t.test('the longest window, 2^53 - 1024 ms, on the log and the fixed window, on 
 })
 
 t.test('overLimit on the sliding log: @fastify/rate-limit\'s continueExceeding example, and two limits', async t => {
-  const redis = await redisStore(t)
+  const redises = await redisPaths(t, 'sliding-log')
   for (const c of [UPSTREAM_CONTINUE, overLimitTwoLimits('continue'), overLimitTwoLimits('backoff')]) {
     t.test(c.name, async t => {
-      await runCase(t, redis, 'sliding-log', c)
+      for (const redis of redises) await runCase(t, redis, 'sliding-log', c)
       await runCase(t, memoryStore(t), 'sliding-log', c)
     })
   }
@@ -977,7 +977,7 @@ t.test('overLimit on the sliding log: @fastify/rate-limit\'s continueExceeding e
 // override, the offences count and a budget's state are read as Redis keeps them (GET, INCR, ZRANGE...):
 // through their expiry millisecond, in the twin too (MemoryStore's #live).
 t.test('an override, the offences count and a log live through their expiry millisecond, as in Redis; a ban ends at it', async t => {
-  const redis = await redisStore(t)
+  const redises = await redisPaths(t, 'sliding-log')
   const cases: Case[] = [
     {
       name: 'override set for 500 ms at 0: in force through 500, gone at 501',
@@ -1025,7 +1025,7 @@ t.test('an override, the offences count and a log live through their expiry mill
   ]
   for (const c of cases) {
     t.test(c.name, async t => {
-      await runCase(t, redis, 'sliding-log', c)
+      for (const redis of redises) await runCase(t, redis, 'sliding-log', c)
       await runCase(t, memoryStore(t), 'sliding-log', c)
     })
   }
@@ -1036,7 +1036,7 @@ t.test('an override, the offences count and a log live through their expiry mill
 // windows (an override) trims every entry, the ZSET is empty and Redis deletes it, TTL and all: the entry
 // added next makes a new log of two of its own (short) windows. After the override, that log is gone.
 t.test('sliding log: a log emptied under a shorter window lives two of its new entry\'s windows', async t => {
-  const redis = await redisStore(t)
+  const redises = await redisPaths(t, 'sliding-log')
   const c: Case = {
     name: 'budget 1 per 800 ms; at 100 a 70 ms override trims the entry of 0; its own log is gone at 240',
     limits: [lim(1, 800)],
@@ -1053,7 +1053,7 @@ t.test('sliding log: a log emptied under a shorter window lives two of its new e
       { at: 300, expect: allowed(1, 800), each: [[1, 800, 1, 800]] }
     ]
   }
-  await runCase(t, redis, 'sliding-log', c)
+  for (const redis of redises) await runCase(t, redis, 'sliding-log', c)
   await runCase(t, memoryStore(t), 'sliding-log', c)
 })
 
@@ -1252,10 +1252,10 @@ function costsAndBans (algorithm: Algorithm): Case {
 
 for (const algorithm of ALGORITHMS) {
   t.test(`${algorithm}: costs, on both stores`, async t => {
-    const redis = await redisStore(t)
+    const redises = await redisPaths(t, algorithm)
     for (const c of [...COSTS[algorithm], SETTLES[algorithm], costsAndBans(algorithm)]) {
       t.test(c.name, async t => {
-        await runCase(t, redis, algorithm, c)
+        for (const redis of redises) await runCase(t, redis, algorithm, c)
         await runCase(t, memoryStore(t), algorithm, c)
       })
     }
@@ -1270,16 +1270,20 @@ const seeds = process.env.CONFORMANCE_SEED !== undefined
   : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
 
 for (const algorithm of ALGORITHMS) {
-  for (const seed of seeds) {
-    t.test(`differential (${algorithm}): several limits, costs, overrides and settling, identical on both stores step by step (seed ${seed})`, async t => {
-      await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1)
-    })
+  // The sliding log's requests of the lean shape go to its lean script unless `lean` is false: both paths,
+  // the general one on the fixed seed (the random one explores the default path).
+  for (const lean of algorithm === 'sliding-log' ? [true, false] : [true]) {
+    for (const seed of lean ? seeds : seeds.slice(0, 1)) {
+      t.test(`differential (${algorithm}${lean ? '' : ', general path only'}): several limits, costs, overrides and settling, identical on both stores step by step (seed ${seed})`, async t => {
+        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, lean)
+      })
+    }
   }
 }
 
 interface Allowed { readonly decisions: readonly Decision[], readonly limits: readonly Limit[], readonly cost: number }
 
-async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean): Promise<void> {
+async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, lean: boolean): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
   // On a 10 ms grid (rarely off it), so steps land where windows, tokens, bans and overrides end.
   const { random, int, pick, ms } = draws(seed, 0.05)
@@ -1301,7 +1305,7 @@ async function differential (t: Test, algorithm: Algorithm, seed: number, requir
       budgets: ['s0', 's1'].map(scope => ({ scope, limits: randomLimits(), counted: [] as Allowed[] }))
     }
   })
-  const redis = await redisStore(t)
+  const redis = await redisStore(t, undefined, { lean })
   const stores = [redis, memoryStore(t)] as const
   const STEPS = 1000
   let now = T0

@@ -2,32 +2,35 @@
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { defineScript, scriptArgs } from '../lib/stores/scripts.js'
+import { LEAN_SCRIPT, defineScript, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
 import { toDecision } from '../lib/stores/store.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
-t.test('replaying a decision with the same member counts nothing twice', async t => {
-  const redis = client(t, (await getRedis(t)).url)
-  const slidingLog = defineScript(redis, 'sliding-log')
-  const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.1')
-  // max 2, window 60 s, ban after 2 denials for 60 s
-  const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })
-  // A call's one request has the member `<base>1`: the same base is the same request, sent again.
-  const decide = async (base: string) => toDecision(await slidingLog(...scriptArgs([input], 'decide', base)), `${base}1`, input.limits)
+// The sliding log's script, and its lean path's (the request is of the lean shape: one limit, a cost of 1).
+for (const lean of [false, true]) {
+  t.test(`replaying a decision with the same member counts nothing twice (${lean ? 'the lean script' : 'lua/decide.lua'})`, async t => {
+    const redis = client(t, (await getRedis(t)).url)
+    const script = defineScript(redis, lean ? LEAN_SCRIPT : 'sliding-log')
+    const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.1')
+    // max 2, window 60 s, ban after 2 denials for 60 s
+    const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })
+    // A call's one request has the member `<base>1`: the same base is the same request, sent again.
+    const decide = async (base: string) => toDecision(await script(...(lean ? leanArgs([input], base) : scriptArgs([input], 'decide', base))), `${base}1`, input.limits)
 
-  t.match(await decide('a'), { status: 'allowed', count: 1 })
-  t.match(await decide('a'), { status: 'allowed', count: 1 }, 'the replay of an allowed request adds no entry')
-  t.equal(await redis.zcard(keys.log), 1)
+    t.match(await decide('a'), { status: 'allowed', count: 1 })
+    t.match(await decide('a'), { status: 'allowed', count: 1 }, 'the replay of an allowed request adds no entry')
+    t.equal(await redis.zcard(keys.log), 1)
 
-  t.match(await decide('b'), { status: 'allowed', count: 2 })
-  t.match(await decide('a'), { status: 'allowed', count: 2 }, 'replayed once the log is full: still allowed, no strike')
-  t.equal(await redis.exists(keys.strikes), 0, 'no strike was counted for it')
+    t.match(await decide('b'), { status: 'allowed', count: 2 })
+    t.match(await decide('a'), { status: 'allowed', count: 2 }, 'replayed once the log is full: still allowed, no strike')
+    t.equal(await redis.exists(keys.strikes), 0, 'no strike was counted for it')
 
-  t.match(await decide('c'), { status: 'limited', count: 2 }, 'a new request is denied: strike 1')
-  t.match(await decide('c'), { status: 'limited', count: 2 }, 'its replay is the same denial, not strike 2')
-  t.equal(await redis.scard(keys.strikes), 1)
-  t.match(await decide('d'), { status: 'banned', banStarted: true }, 'a second request denied: the ban starts')
-  t.equal(await redis.exists(keys.strikes), 0, 'the strikes are gone once the ban starts')
-  t.ok(await redis.pttl(keys.banned) > 59_000, 'banned for the ban duration')
-})
+    t.match(await decide('c'), { status: 'limited', count: 2 }, 'a new request is denied: strike 1')
+    t.match(await decide('c'), { status: 'limited', count: 2 }, 'its replay is the same denial, not strike 2')
+    t.equal(await redis.scard(keys.strikes), 1)
+    t.match(await decide('d'), { status: 'banned', banStarted: true }, 'a second request denied: the ban starts')
+    t.equal(await redis.exists(keys.strikes), 0, 'the strikes are gone once the ban starts')
+    t.ok(await redis.pttl(keys.banned) > 59_000, 'banned for the ban duration')
+  })
+}

@@ -12,7 +12,7 @@ import type { Algorithm } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { BAN_SCRIPT, SCRIPTS, defineScript, located, sourceLines } from '../lib/stores/scripts.js'
+import { BAN_SCRIPT, LEAN_SCRIPT, SCRIPTS, defineScript, located, sourceLines } from '../lib/stores/scripts.js'
 import type { Script } from '../lib/stores/scripts.js'
 import type { DecideInput } from '../lib/stores/store.js'
 import { isPermanent } from '../lib/trouble.js'
@@ -42,7 +42,7 @@ function decideInput (keys: DecideInput['keys'], algorithm: Algorithm): DecideIn
 }
 
 t.test('each script keeps where each of its files starts: every line of the joined text is its file\'s', async t => {
-  for (const script of [...Object.values(SCRIPTS), BAN_SCRIPT]) {
+  for (const script of [...Object.values(SCRIPTS), LEAN_SCRIPT, BAN_SCRIPT]) {
     const joined = script.lua.split('\n')
     t.equal(script.parts[0]!.first, 1, `${script.command}: the first file starts at line 1`)
     for (const { file, first } of script.parts) {
@@ -51,13 +51,14 @@ t.test('each script keeps where each of its files starts: every line of the join
     }
     t.same(script.parts.map(part => part.file).slice(0, 1), ['lua/prelude.lua'], `${script.command}: the prelude first`)
   }
-  t.same(SCRIPTS['token-bucket'].parts.map(part => part.file), ['lua/prelude.lua', 'lua/token-bucket.lua', 'lua/ban-index.lua', 'lua/decide.lua'])
+  t.same(SCRIPTS['token-bucket'].parts.map(part => part.file), ['lua/prelude.lua', 'lua/token-bucket.lua', 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/decide.lua'])
+  t.same(LEAN_SCRIPT.parts.map(part => part.file), ['lua/prelude.lua', 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/lean-sliding-log.lua'])
   t.same(BAN_SCRIPT.parts.map(part => part.file), ['lua/prelude.lua', 'lua/ban-index.lua', 'lua/ban.lua'])
 })
 
 t.test('a line as Redis 7 and Redis 6 name it, in a whole call\'s error', async t => {
   const script = SCRIPTS['sliding-log']
-  const decide = script.parts[3]!.first
+  const decide = script.parts[4]!.first
   t.equal(sourceLines(script, `WRONGTYPE Operation script: 1a2b, on @user_script:${decide + 9}.`), `WRONGTYPE Operation script: 1a2b, on lua/decide.lua:10 (@user_script:${decide + 9}).`)
   t.equal(sourceLines(script, 'ERR Error running script (call to f_1a2b): @user_script: 1: x'), 'ERR Error running script (call to f_1a2b): lua/prelude.lua:1 (@user_script: 1): x')
   t.equal(sourceLines(script, 'ECONNRESET'), 'ECONNRESET', 'a text naming no line is left as it is')

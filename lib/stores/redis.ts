@@ -7,9 +7,9 @@ import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, SCRIPTS, defineScript, located, members, scriptArgs } from './scripts.js'
+import { BAN_SCRIPT, LEAN_SCRIPT, SCRIPTS, defineScript, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
 import type { ScriptCommand } from './scripts.js'
-import { toDecisions } from './store.js'
+import { HANDED_BACK, toDecisions } from './store.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 import type { RedisLike } from '../types.js'
 
@@ -27,6 +27,8 @@ export class RedisStore implements RemoteStore {
   readonly #cluster: boolean
   readonly #commands: Readonly<Record<Algorithm, ScriptCommand>>
   readonly #ban: ScriptCommand
+  /** The sliding log's lean script, or null when every request goes to its algorithm's script (`lean: false`). */
+  readonly #lean: ScriptCommand | null
   /** The ban index of a banned key: the nameSpace's one, or on a Cluster its slot's. */
   readonly #index: (banned: string) => string
   /** Set by close: an operator call still under way stops, with a coded error. */
@@ -37,14 +39,18 @@ export class RedisStore implements RemoteStore {
 
   readonly #nameSpace: string
 
-  /** `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). */
-  constructor (client: RedisLike, owned: boolean, nameSpace = '') {
+  /**
+   * `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). `lean: false`
+   * sends every request to its algorithm's script (the tests run both paths).
+   */
+  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true } = {}) {
     this.client = client
     this.#owned = owned
     this.#nameSpace = nameSpace
     this.#cluster = isCluster(client)
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
     this.#ban = defineScript(client, BAN_SCRIPT)
+    this.#lean = lean ? defineScript(client, LEAN_SCRIPT) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)
   }
@@ -70,8 +76,42 @@ export class RedisStore implements RemoteStore {
     return results
   }
 
+  /**
+   * Decides `inputs` with the fewest calls: the requests the lean script takes (`isLean`) in one call, the
+   * others in one call of their algorithm's script beside it, and those the lean script handed back in one more.
+   */
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
-    const base = `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
+    const lean = this.#lean
+    if (lean === null || mode === 'peek') return await this.#general(inputs, mode, algorithm)
+    const leaning = inputs.filter(input => isLean(input, algorithm))
+    if (leaning.length === 0) return await this.#general(inputs, mode, algorithm)
+    const others = leaning.length === inputs.length ? [] : inputs.filter(input => !isLean(input, algorithm))
+    const base = this.#base()
+    const [leanAnswers, otherAnswers] = await Promise.all([
+      traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: leaning.length }), () => lean(...leanArgs(leaning, base, this.#index)))
+        .then(reply => toDecisions(reply, members(base, leaning.length), leaning, true), (err: unknown) => { throw located(LEAN_SCRIPT, err) }),
+      others.length === 0 ? [] : this.#general(others, mode, algorithm)
+    ])
+    const handedBack = leaning.filter((_, i) => leanAnswers[i] === HANDED_BACK)
+    const againAnswers = handedBack.length === 0 ? [] : await this.#general(handedBack, mode, algorithm)
+    let l = 0
+    let o = 0
+    let a = 0
+    return inputs.map(input => {
+      if (!isLean(input, algorithm)) return otherAnswers[o++]!
+      const answer = leanAnswers[l++]!
+      return answer === HANDED_BACK ? againAnswers[a++]! : answer
+    })
+  }
+
+  /** A call's members' base: `<random per store><call counter>.` */
+  #base (): string {
+    return `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
+  }
+
+  /** Decides `inputs` in one call of their algorithm's script. */
+  async #general (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
+    const base = this.#base()
     const call = this.#commands[algorithm]
     let reply: unknown
     try {

@@ -32,6 +32,7 @@ export interface Script {
 const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
 const PRELUDE = read('prelude')
 const BAN_INDEX = read('ban-index')
+const STRIKES = read('strikes')
 const DECIDE = read('decide')
 
 /** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
@@ -50,11 +51,13 @@ function script (name: string, texts: ReadonlyArray<readonly [string, string]>):
 
 /**
  * One script per algorithm, read once: `lua/prelude.lua` (numbers as text for Redis, and the settling bounds),
- * the algorithm's file (its `count` and `settle`), `lua/ban-index.lua`, then `lua/decide.lua` (the bans,
- * strikes and overrides around them, the same for all).
+ * the algorithm's file (its `count` and `settle`), `lua/ban-index.lua`, `lua/strikes.lua`, then
+ * `lua/decide.lua` (the bans, strikes and overrides around them, the same for all).
  */
 export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
-  [algorithm, script(algorithm, [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['decide', DECIDE]])])) as Record<Algorithm, Script>)
+  [algorithm, script(algorithm, [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]])])) as Record<Algorithm, Script>)
+/** The sliding log's lean path (`lua/lean-sliding-log.lua`): the requests `isLean` picks. */
+export const LEAN_SCRIPT = script('lean-sliding-log', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean-sliding-log', read('lean-sliding-log')]])
 /** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
 export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
 
@@ -120,6 +123,38 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
     if ('at' in input) each.push(input.member, input.at, input.final)
   }
   return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
+}
+
+/**
+ * Whether the lean script decides `input`: decided (not peeked or settled) by the sliding log on one limit, at
+ * a cost of 1, with no over-limit wait. It hands back ('again') the few it cannot: an identity with an
+ * override, a log holding costlier entries, a foreign value at a key.
+ */
+export function isLean (input: DecideInput, algorithm: Algorithm): boolean {
+  return algorithm === 'sliding-log' && !input.peek && input.limits.length === 1 && (input.cost ?? 1) === 1 && input.overLimit === undefined
+}
+
+/**
+ * The arguments of one call of the lean script deciding `requests` (each `isLean`): the number of keys, each
+ * request's three (six under a ban policy), the members' `base`, each distinct policy once (limit and ban), and,
+ * when there are several, each request's. See the header of `lua/lean-sliding-log.lua`.
+ */
+export function leanArgs (requests: readonly DecideInput[], base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
+  const keys: string[] = []
+  const policies: Array<string | number> = []
+  const seen: Array<readonly [Limit, BanPolicy | null]> = []
+  const each: number[] = []
+  for (const { keys: k, limits: [limit], ban } of requests) {
+    keys.push(k.log, k.banned, k.override)
+    if (ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
+    let policy = seen.findIndex(([l, b]) => l === limit && b === ban)
+    if (policy === -1) {
+      policy = seen.push([limit!, ban]) - 1
+      policies.push(limit!.max, limit!.windowMs, limit!.burst, ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0)
+    }
+    each.push(policy + 1)
+  }
+  return [keys.length, ...keys, base, requests.length, seen.length, ...policies, ...(seen.length > 1 ? each : [])]
 }
 
 /** The members a call made with `base` gives its `n` requests. */

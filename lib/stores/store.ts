@@ -153,14 +153,19 @@ export function bannedDecision (limits: readonly Limit[], retryMs: number): Deci
 
 /** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
 export const FAILED = 3
+/** Status of the lean script's answer for a request it leaves to the general script (`lua/lean-sliding-log.lua`). */
+const HAND_BACK = 4
+/** What `toDecisions` gives, when asked, for a request the lean script handed back: decide it with the general script. */
+export const HANDED_BACK = Symbol('handed back')
 
 /**
  * Checks one answer of a raw reply at run time, from `offset`, and turns it into a `Decision` (or, for a
  * request Redis could not decide, its error); returns it with the offset of the next answer, or throws a coded
  * error. `limits` are the ones the request was decided by (an answer with none is a client found banned).
  */
-function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision | Error, number] {
+function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[], handBack: boolean): [Decision | Error | typeof HANDED_BACK, number] {
   const code = integer(reply[offset])
+  if (code === HAND_BACK && handBack) return [HANDED_BACK, offset + 1]
   const text = reply[offset + 1]
   if (code === FAILED && (typeof text === 'string' || Buffer.isBuffer(text))) return [new Error(String(text)), offset + 2]
   const status = STATUSES[code]
@@ -199,13 +204,16 @@ export function toDecision (reply: unknown, member: string, limits: readonly Lim
 /**
  * A reply answering each of `inputs` in turn (`members[i]` the id of `inputs[i]`), as decisions, or for a
  * request Redis could not decide, its error; or a coded error when the reply is not one the scripts give.
+ * With `handBack` (a reply of the lean script), `HANDED_BACK` for each request it left to the general one.
  */
-export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | Error> {
+export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | Error>
+export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>, handBack: true): Array<Decision | Error | typeof HANDED_BACK>
+export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>, handBack = false): Array<Decision | Error | typeof HANDED_BACK> {
   if (Array.isArray(reply)) {
-    const decisions: Array<Decision | Error> = []
+    const decisions: Array<Decision | Error | typeof HANDED_BACK> = []
     let offset = 0
     for (let i = 0; i < inputs.length; i++) {
-      const [decision, end] = readDecision(reply, offset, members[i]!, inputs[i]!.limits)
+      const [decision, end] = readDecision(reply, offset, members[i]!, inputs[i]!.limits, handBack)
       decisions.push(decision)
       offset = end
     }

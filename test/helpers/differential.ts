@@ -19,7 +19,7 @@ type KeyName = keyof IdentityKeys
  * both stores, step by step: every decision must be identical. With `requireEveryKind`, the traffic must
  * also have reached every kind of answer (so agreement means something).
  */
-export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, overLimit?: DecideInput['overLimit'], STEPS = 2000): Promise<void> {
+export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, overLimit?: DecideInput['overLimit'], STEPS = 2000, lean = true): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
   // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
   // entry, a strike or a ban ends: the edges are where two implementations part.
@@ -31,7 +31,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
     banMs: ms(10, 1500, 0.2),
     budgets: Array.from({ length: 2 }, (_, j) => ({ scope: `s${j}`, max: int(1, 6), windowMs: ms(10, 800, 0.2), varyMax: random() < 0.3 }))
   }))
-  const redis = await redisStore(t)
+  const redis = await redisStore(t, undefined, { lean })
   const stores = [redis, memoryStore(t)] as const
   let now = T0
   let highWater = T0

@@ -28,8 +28,8 @@ import { MemoryStore } from '../../lib/stores/memory.js'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/stores/key-names.js'
-import { SCRIPTS, members, scriptArgs } from '../../lib/stores/scripts.js'
-import { toDecision } from '../../lib/stores/store.js'
+import { LEAN_SCRIPT, SCRIPTS, isLean, leanArgs, members, scriptArgs } from '../../lib/stores/scripts.js'
+import { HANDED_BACK, toDecision, toDecisions } from '../../lib/stores/store.js'
 import type { DecideInput, Decision, SettleInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
 
@@ -91,8 +91,9 @@ export type Stored =
   | { readonly type: 'string', readonly value: string, readonly ttl: number }
   | { readonly type: 'hash', readonly fields: Record<string, string>, readonly ttl: number }
 
-/** The test-only command name of an algorithm's time-injected script. */
+/** The test-only command name of an algorithm's time-injected script (`lean`: the sliding log's lean path). */
 export const timedCommand = (algorithm: string): string => `rateGuardTestAt_${algorithm}`
+const LEAN = 'lean'
 
 const RETRIES = 100
 
@@ -138,10 +139,23 @@ export interface TimedRedisStore extends StoreUnderTest {
   lastExpiry (nowMs: number): number
 }
 
-/** The Redis script with time injected, on the file's shared Redis, with its own client. */
-export async function redisStore (t: Teardownable, redis?: Redis): Promise<TimedRedisStore> {
+/**
+ * The Redis scripts with time injected, on the file's shared Redis, with its own client. As RedisStore does, a
+ * request the lean script takes (`isLean`) goes to it, and back to its algorithm's script when handed back;
+ * `lean: false` sends every request to its algorithm's script, so a suite can run both paths.
+ */
+export async function redisStore (t: Teardownable, redis?: Redis, { lean = true } = {}): Promise<TimedRedisStore> {
   const r = redis ?? client(t, (await getRedis(t)).url)
-  return new TimedRedis(r)
+  return new TimedRedis(r, lean)
+}
+
+/**
+ * Every Redis path of `algorithm`, as stores under test: the sliding log's lean script (the default) and its
+ * general one; the others' one script.
+ */
+export async function redisPaths (t: Teardownable, algorithm: Algorithm = DEFAULT_ALGORITHM): Promise<TimedRedisStore[]> {
+  const lean = await redisStore(t)
+  return algorithm === 'sliding-log' ? [lean, await redisStore(t, undefined, { lean: false })] : [lean]
 }
 
 function milliseconds (reply: unknown): number {
@@ -150,7 +164,6 @@ function milliseconds (reply: unknown): number {
 }
 
 class TimedRedis implements TimedRedisStore {
-  readonly kind = 'redis'
   readonly #redis: Redis
   /** Expiry of every key this adapter has seen with a TTL, on the test's clock. Absent: the key does not exist. */
   readonly #expiries = new Map<string, number>()
@@ -160,28 +173,43 @@ class TimedRedis implements TimedRedisStore {
   /** Keys written without a TTL on purpose (a permanent override). */
   readonly #permanent = new Set<string>()
 
-  constructor (redis: Redis) {
+  readonly #lean: boolean
+  readonly kind = 'redis'
+
+  constructor (redis: Redis, lean: boolean) {
     this.#redis = redis
-    for (const algorithm of ALGORITHMS) {
-      const name = timedCommand(algorithm)
-      if (!(name in redis)) redis.defineCommand(name, { lua: timeVariant(SCRIPTS[algorithm].lua) })
+    this.#lean = lean
+    for (const [name, lua] of [...ALGORITHMS.map(algorithm => [timedCommand(algorithm), SCRIPTS[algorithm].lua]), [timedCommand(LEAN), LEAN_SCRIPT.lua]]) {
+      if (!(name! in redis)) redis.defineCommand(name!, { lua: timeVariant(lua!) })
     }
   }
 
   async decide (input: DecideInput, nowMs: number): Promise<Decision> {
-    const base = `m${(this.#member++).toString(36)}.`
-    return toDecision(await this.#script(input, input.peek ? 'peek' : 'decide', base, nowMs), members(base, 1)[0]!, input.limits)
+    const algorithm = input.algorithm ?? DEFAULT_ALGORITHM
+    if (this.#lean && isLean(input, algorithm)) {
+      const base = this.#base()
+      const [answer] = toDecisions(await this.#script(input, LEAN, leanArgs([input], base), nowMs), members(base, 1), [input], true)
+      if (answer instanceof Error) throw answer
+      if (answer !== HANDED_BACK) return answer!
+    }
+    const base = this.#base()
+    return toDecision(await this.#script(input, algorithm, scriptArgs([input], input.peek ? 'peek' : 'decide', base), nowMs), members(base, 1)[0]!, input.limits)
   }
 
   async settle (input: SettleInput, nowMs: number): Promise<void> {
-    await this.#script(input, 'settle', '', nowMs)
+    await this.#script(input, input.algorithm, scriptArgs([input], 'settle', ''), nowMs)
   }
 
-  async #script (input: DecideInput | SettleInput, mode: 'decide' | 'peek' | 'settle', base: string, nowMs: number): Promise<unknown> {
+  #base (): string {
+    return `m${(this.#member++).toString(36)}.`
+  }
+
+  /** Runs the time-injected script `script` (an algorithm's, or `lean`) with `args` at `nowMs`. */
+  async #script (input: DecideInput | SettleInput, script: string, args: Array<string | number>, nowMs: number): Promise<unknown> {
     const { keys } = input
     return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override, keys.backoff], (multi) => {
-      const command = (multi as unknown as Record<string, Command>)[timedCommand(input.algorithm ?? DEFAULT_ALGORITHM)]!
-      command.call(multi, ...scriptArgs([input], mode, base), nowMs)
+      const command = (multi as unknown as Record<string, Command>)[timedCommand(script)]!
+      command.call(multi, ...args, nowMs)
     })
   }
 
