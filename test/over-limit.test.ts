@@ -57,16 +57,19 @@ t.test('the hot path: without overLimit a request sends its three keys (six unde
 t.test('what a decision costs Redis: without overLimit, not one command more; with it, a PTTL of its key (and a SET on a denial)', async t => {
   const { url } = await getRedis(t)
   const redis = client(t, url)
-  const store = new RedisStore(redis, false)
+  // lua/decide.lua's cost, which overLimit's requests pay: without the lean path (the sliding log's one-limit
+  // requests without overLimit go there, with its own commands: checked last).
+  const store = new RedisStore(redis, false, '', { lean: false })
+  const lean = new RedisStore(redis, false)
   const monitor = await redis.monitor()
   t.teardown(() => monitor.disconnect())
   const seen: Array<{ args: string[], source: string }> = []
   monitor.on('monitor', (_time: string, args: string[], source: string) => { seen.push({ args, source }) })
   // The commands the script ran for one decision: each as its name (lower case) and its first argument.
-  const commands = async (input: DecideInput): Promise<string[]> => {
+  const commands = async (input: DecideInput, by = store): Promise<string[]> => {
     const marker = `marker-${uniquePrefix()}`
     seen.length = 0
-    await store.decide(input)
+    await by.decide(input)
     await redis.echo(marker)
     while (!seen.some(({ args }) => args[1] === marker)) await new Promise(resolve => setImmediate(resolve))
     return seen.filter(({ source }) => source === 'lua').map(({ args }) => `${args[0]!.toLowerCase()} ${args[1] ?? ''}`)
@@ -85,6 +88,12 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
       t.strictSame(withOver.filter(command => command.endsWith(over.backoff)).map(command => command.split(' ')[0]), extra, `${algorithm}, ${name}: it only adds ${extra.join(' and ')} on its key`)
     }
   }
+  // The lean path (lua/README.md): one EXISTS for the batch, the oldest entry, the clock; a new log is added to
+  // and given its TTL; a full one is counted, and its denial checked for a replay.
+  const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.11')
+  const names = async (): Promise<string[]> => (await commands(decideInput({ keys, max: 1, windowMs: 60_000 }), lean)).map(command => command.split(' ')[0]!)
+  t.strictSame(await names(), ['exists', 'zrange', 'time', 'zadd', 'pexpire'], 'the lean path, allowed on a new log')
+  t.strictSame(await names(), ['exists', 'zrange', 'time', 'zcard', 'zscore'], 'the lean path, denied')
 })
 
 t.test('one batch of mixed policies (RedisStore.decideMany): each request finds its own keys, and policies differing only in overLimit stay apart', async t => {
