@@ -3,6 +3,7 @@
 // master, a slot migrated by hand, and every node killed (then restarted) each leave every decision within
 // the deadline, with limiting exact again afterwards. Measured latencies, recovery times and ghost hits are
 // printed as comments (`npx tap test/cluster.test.ts -R tap` shows them).
+import diagnostics from 'node:diagnostics_channel'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
@@ -17,6 +18,11 @@ import { DEFAULTS } from '../lib/options/table.js'
 import { GLOBAL_SCOPE, hashIdentity, identityKeys, scopeOf, sharedKeys } from '../lib/stores/key-names.js'
 import { slotTags } from '../lib/slots.js'
 import { indexOf } from '../lib/stores/ban-index.js'
+import { RedisStore } from '../lib/stores/redis.js'
+import type { Decision, DecideInput } from '../lib/stores/store.js'
+import { CHANNELS } from '../lib/channels.js'
+import type { RedisCallContext } from '../lib/channels.js'
+import type { Algorithm } from '../lib/algorithms/index.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { commandCalls, scanKeys, uniquePrefix } from './helpers/redis.js'
@@ -263,6 +269,160 @@ t.test('4 instances, each with its own cluster client: exactly max allowed per i
     t.equal(await observer.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log), max, `${identity}: the log holds exactly max entries`)
   }
   t.comment(`300 parallel decisions on 4 instances: worst ${worst(replies).toFixed(1)} ms`)
+})
+
+/** The script calls of `nameSpace` (the TracingChannel around each, lib/channels.ts) while `t` runs: each one's batch size. */
+function callsOf (t: Test, nameSpace: string): number[] {
+  const sizes: number[] = []
+  const start = (context: unknown): void => {
+    const call = context as RedisCallContext
+    if (call.nameSpace === nameSpace) sizes.push(call.batchSize)
+  }
+  const channel = diagnostics.tracingChannel(CHANNELS.redis)
+  const handlers = { start, end () {}, asyncStart () {}, asyncEnd () {}, error () {} }
+  channel.subscribe(handlers)
+  t.teardown(() => { channel.unsubscribe(handlers) })
+  return sizes
+}
+
+/** A store-level decision of `identity`'s request under `nameSpace`, max `max` a minute. */
+function inputOf (nameSpace: string, identity: string, max: number, algorithm: Algorithm = 'sliding-log', cost = 1): DecideInput {
+  return { keys: identityKeys(nameSpace, GLOBAL_SCOPE, identity, algorithm), limits: [{ max, windowMs: 60_000, burst: max }], ban: null, peek: false, algorithm, cost }
+}
+
+/** A store on its own cluster client whose batches are grouped by master already (it reads the masters' versions once, on its first batch). */
+async function groupingStore (t: Test, nameSpace: string): Promise<RedisStore> {
+  const client = cluster.client()
+  await clusterReady(client)
+  const store = new RedisStore(client, false, nameSpace)
+  const calls = callsOf(t, nameSpace)
+  const masters = await cluster.masters()
+  const pair = [await identityOn(cluster, masters[0]!, nameSpace, 'warm-a'), await identityOn(cluster, masters[0]!, nameSpace, 'warm-b')]
+  // Two identities on one master: two calls until the versions are read, then one.
+  await pollUntil('batches grouped by master', 5000, async () => {
+    const before = calls.length
+    await store.decideMany(pair.map(id => inputOf(nameSpace, id, 1_000_000)), 'sliding-log')
+    return calls.length - before === 1
+  })
+  calls.length = 0
+  return store
+}
+
+/** Each identity's allowed count in `decisions` (inputs in the same order). */
+function allowedBy (inputs: readonly DecideInput[], decisions: ReadonlyArray<Decision | Error>): Map<string, number> {
+  const allowed = new Map<string, number>()
+  decisions.forEach((decision, i) => {
+    const log = inputs[i]!.keys.log
+    allowed.set(log, (allowed.get(log) ?? 0) + (!(decision instanceof Error) && decision.status === 'allowed' ? 1 : 0))
+  })
+  return allowed
+}
+
+t.test('a batch over the three masters: one call per master (Redis 7 cross-slot scripts), exact', async t => {
+  const nameSpace = uniquePrefix()
+  const store = await groupingStore(t, nameSpace)
+  const calls = callsOf(t, nameSpace)
+  const masters = await cluster.masters()
+  const random = prng(29)
+  const shuffled = <T>(list: T[]): T[] => list.map(item => [random(), item] as const).sort((a, b) => a[0] - b[0]).map(([, item]) => item)
+  // A first batch loads the cross-slot scripts on every master (EVALSHA, then EVAL after NOSCRIPT).
+  await store.decideMany(Array.from({ length: 60 }, (_, i) => inputOf(nameSpace, `load-${i}`, 3)), 'sliding-log')
+  await store.decideMany(Array.from({ length: 60 }, (_, i) => inputOf(nameSpace, `load-${i}`, 3, 'fixed-window')), 'fixed-window')
+  calls.length = 0
+  await Promise.all(masters.map(async master => await master.redis.config('RESETSTAT')))
+
+  // 200 requests over 50 identities (4 each, in a shuffled order), max 3: exactly 150 allowed.
+  const identities = Array.from({ length: 50 }, (_, i) => `spread-${i}`)
+  const owners = await Promise.all(identities.map(async id => await cluster.ownerOf(await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, id).log))))
+  t.equal(new Set(owners).size, masters.length, 'the identities live on every master')
+  const inputs = shuffled(identities.flatMap(id => Array.from({ length: 4 }, () => inputOf(nameSpace, id, 3))))
+  const decisions = await store.decideMany(inputs, 'sliding-log')
+  t.same(decisions.filter(d => d instanceof Error).map(String), [], 'no request failed')
+  t.equal(decisions.filter(d => !(d instanceof Error) && d.status === 'allowed').length, 150, 'exactly 150 of 200 allowed')
+  t.same([...allowedBy(inputs, decisions).values()], identities.map(() => 3), 'exactly max allowed per identity')
+  t.same(calls.slice().sort((a, b) => a - b), owners.reduce<number[]>((counts, owner) => {
+    counts[masters.indexOf(owner)]! += 4
+    return counts
+  }, masters.map(() => 0)).sort((a, b) => a - b), 'one lean call per master, each with its master\'s requests')
+  const evals = await Promise.all(masters.map(async master => await commandCalls(master.redis, 'evalsha') + await commandCalls(master.redis, 'eval')))
+  t.same(evals, masters.map(() => 1), 'each master ran one script call')
+  for (const [i, id] of identities.entries()) {
+    if (i % 10 === 0) t.equal(await owners[i]!.redis.zcard(identityKeys(nameSpace, GLOBAL_SCOPE, id).log), 3, `${id}: its log holds max entries, on its master`)
+  }
+
+  // The general script across slots too: a fixed window, and requests the lean script does not take (a cost of 2).
+  calls.length = 0
+  const windows = shuffled(identities.flatMap(id => Array.from({ length: 4 }, () => inputOf(nameSpace, id, 3, 'fixed-window'))))
+  const counted = await store.decideMany(windows, 'fixed-window')
+  t.same([...allowedBy(windows, counted).values()], identities.map(() => 3), 'fixed window: exactly max allowed per identity')
+  t.equal(calls.length, masters.length, 'fixed window: one call per master')
+  calls.length = 0
+  const costly = identities.map(id => inputOf(nameSpace, `costly-${id}`, 3, 'sliding-log', 2))
+  const costlyAnswers = await store.decideMany([...costly, ...costly], 'sliding-log')
+  t.same([...allowedBy([...costly, ...costly], costlyAnswers).values()], identities.map(() => 1), 'a cost of 2 of 3: one of two allowed per identity')
+  t.equal(calls.length, masters.length, 'the general script: one call per master')
+})
+
+t.test('a batch meeting a slot mid-migration: that master\'s call falls back to one call per request; every other identity decided exactly, nothing counted twice', async t => {
+  const nameSpace = uniquePrefix()
+  const store = await groupingStore(t, nameSpace)
+  const calls = callsOf(t, nameSpace)
+  const [source, target, third] = await cluster.masters()
+  const moving = await identityOn(cluster, source!, nameSpace, 'moving')
+  const slot = await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, moving).log)
+  const neighbours = [await identityOn(cluster, source!, nameSpace, 'neighbour'), await identityOn(cluster, target!, nameSpace, 'there'), await identityOn(cluster, third!, nameSpace, 'third')]
+  t.not(await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, neighbours[0]!).log), slot, 'the source\'s other identity is in another slot')
+  const admin = async (node: ClusterNode, ...args: Array<string | number>): Promise<unknown> => await node.redis.call('CLUSTER', ...args)
+  await admin(target!, 'SETSLOT', slot, 'IMPORTING', source!.id)
+  await admin(source!, 'SETSLOT', slot, 'MIGRATING', target!.id)
+  t.teardown(async () => {
+    // Whatever happened, the slot ends owned by one node.
+    await admin(target!, 'SETSLOT', slot, 'NODE', target!.id).catch(() => {})
+    await admin(source!, 'SETSLOT', slot, 'NODE', target!.id).catch(() => {})
+  })
+
+  // The moving identity first, so its log is the key that routes the source's call: Redis lets the call in
+  // (no key of it is here: an ASK would redirect it), then its script finds a key not served and writes nothing.
+  const everyone = [moving, ...neighbours]
+  const inputs = [...everyone, ...everyone].map(id => inputOf(nameSpace, id, 1))
+  const decisions = await store.decideMany(inputs, 'sliding-log')
+  // The moving identity's own calls are redirected (ASK) as they are today without batching, and may run out
+  // of redirections (ioredis re-sends a NOSCRIPT's EVAL without its ASKING): then its error, never a count twice.
+  const movingLog = identityKeys(nameSpace, GLOBAL_SCOPE, moving).log
+  t.same(decisions.filter((d, i) => d instanceof Error && inputs[i]!.keys.log !== movingLog).map(String), [], 'no other request failed')
+  const allowed = allowedBy(inputs, decisions)
+  t.same(neighbours.map(id => allowed.get(identityKeys(nameSpace, GLOBAL_SCOPE, id).log)), neighbours.map(() => 1), 'each other identity: one allowed, one limited')
+  const movingAllowed = allowed.get(movingLog)!
+  t.ok(movingAllowed <= 1, `the moving identity: ${movingAllowed} allowed, ${decisions.filter(d => d instanceof Error).length} failed (${decisions.filter(d => d instanceof Error).map(String).join('; ')})`)
+  t.ok(calls.length > 3, `the source's grouped call fell back: ${calls.length} calls (${calls.join(', ')} requests)`)
+  t.ok(calls.includes(1), 'calls of one request')
+
+  // The slot is the target's now; the store's slot table is stale until a MOVED refreshes it.
+  await admin(target!, 'SETSLOT', slot, 'NODE', target!.id)
+  await admin(source!, 'SETSLOT', slot, 'NODE', target!.id)
+  const after = await store.decideMany(inputs, 'sliding-log')
+  t.same(after.filter(d => d instanceof Error).map(String), [], 'after the migration: no request failed')
+  const allowedAfter = allowedBy(inputs, after)
+  t.same(neighbours.map(id => allowedAfter.get(identityKeys(nameSpace, GLOBAL_SCOPE, id).log)), neighbours.map(() => 0), 'after the migration: each other identity still at its limit, nothing counted twice')
+  t.equal(allowedAfter.get(movingLog), 1 - movingAllowed, 'the moving identity: one allowed in all')
+  t.equal(await target!.redis.zcard(movingLog), 1, 'the moving identity\'s log, on the target, holds one entry')
+})
+
+t.test('200 concurrent requests through the plugin over 50 identities, max 3: exactly 150 allowed, in batches', async t => {
+  const { app, nameSpace } = await makeApp(t, cluster.urls, { ...RELAXED, max: 3, timeWindow: '1 minute' })
+  const calls = callsOf(t, nameSpace)
+  const identities = Array.from({ length: 50 }, (_, i) => `plugin-${i}`)
+  // The plugin's store reads the masters' versions on its first batch: wait until a batch is one call.
+  await pollUntil('batches grouped by master', 5000, async () => {
+    const before = calls.length
+    await Promise.all(Array.from({ length: 20 }, async (_, i) => await send(app, `warm-${i}`, 0)))
+    return calls.length - before <= 3
+  })
+  calls.length = 0
+  const replies = await Promise.all(identities.flatMap(id => Array.from({ length: 4 }, async () => await send(app, id, 0))))
+  t.equal(replies.filter(r => r.status === 200).length, 150, 'exactly 150 allowed')
+  t.equal(replies.filter(r => r.status === 429).length, 50, 'the other 50 limited (no 503)')
+  t.ok(calls.length < 200 / 4, `${calls.length} script calls for 200 requests (batches of ${calls.join(', ')})`)
 })
 
 t.test('a shared budget: its keys in a slot apart from every client\'s, and both budgets hold', async t => {

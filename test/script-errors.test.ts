@@ -12,7 +12,7 @@ import type { Algorithm } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { BAN_SCRIPT, LEAN_SCRIPT, SCRIPTS, defineScript, located, sourceLines } from '../lib/stores/scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPT, CROSS_SLOT_SCRIPTS, LEAN_SCRIPT, SCRIPTS, crossSlotArgs, defineScript, located, scriptArgs, sourceLines } from '../lib/stores/scripts.js'
 import type { Script } from '../lib/stores/scripts.js'
 import type { DecideInput } from '../lib/stores/store.js'
 import { isPermanent } from '../lib/trouble.js'
@@ -54,6 +54,51 @@ t.test('each script keeps where each of its files starts: every line of the join
   t.same(SCRIPTS['token-bucket'].parts.map(part => part.file), ['lua/prelude.lua', 'lua/token-bucket.lua', 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/decide.lua'])
   t.same(LEAN_SCRIPT.parts.map(part => part.file), ['lua/prelude.lua', 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/lean-sliding-log.lua'])
   t.same(BAN_SCRIPT.parts.map(part => part.file), ['lua/prelude.lua', 'lua/ban-index.lua', 'lua/ban.lua'])
+})
+
+t.test('the cross-slot variants: the shebang their first line, then the script they wrap, every line its file\'s', async t => {
+  const pairs: Array<[Script, Script]> = [...ALGORITHMS.map(algorithm => [CROSS_SLOT_SCRIPTS[algorithm], SCRIPTS[algorithm]] as [Script, Script]), [CROSS_SLOT_LEAN_SCRIPT, LEAN_SCRIPT]]
+  for (const [across, inner] of pairs) {
+    const joined = across.lua.split('\n')
+    t.equal(joined[0], '#!lua flags=allow-cross-slot-keys', `${across.command}: the shebang is line 1`)
+    t.same(across.parts.map(part => part.file), ['lua/cross-slot.lua', ...inner.parts.map(part => part.file)], `${across.command}: lua/cross-slot.lua, then ${inner.command}'s files`)
+    t.equal(across.parts[0]!.first, 1)
+    for (const { file, first } of across.parts) {
+      const own = lines(file)
+      t.same(joined.slice(first - 1, first - 1 + own.length), own, `${across.command}: ${file} from line ${first}`)
+    }
+    t.not(across.command, inner.command)
+  }
+  // Redis names a line of a shebang script counting the shebang's (it keeps its line break).
+  const script = CROSS_SLOT_SCRIPTS['sliding-log']
+  const decide = script.parts.find(part => part.file === 'lua/decide.lua')!.first
+  t.equal(sourceLines(script, `WRONGTYPE x, on @user_script:${decide + 9}.`), `WRONGTYPE x, on lua/decide.lua:10 (@user_script:${decide + 9}).`)
+  t.equal(sourceLines(script, 'ERR x @user_script:1: y'), 'ERR x lua/cross-slot.lua:1 (@user_script:1): y')
+  t.same(crossSlotArgs([4, 'a{x}:1', 'a{x}:2', 'a{y}:1', 'a{x}:3', 'mode', 7]), [1, 'a{x}:1', 4, 'a{x}:1', 'a{x}:2', 'a{y}:1', 'a{x}:3', 3, 2, 1, 1, 'mode', 7],
+    'the first key routes; the keys in runs of one slot; then the call\'s own arguments')
+})
+
+t.test('on Redis: a cross-slot variant\'s errors name the lines of the files it wraps', async t => {
+  const { url } = await getRedis(t)
+  const redis = client(t, url)
+  for (const algorithm of ALGORITHMS) {
+    const keys = identityKeys(uniquePrefix(), 'all', 'ip:cross', algorithm)
+    await redis.set(keys.log, 'a plain string')
+    const script = CROSS_SLOT_SCRIPTS[algorithm]
+    const call = defineScript(redis, script)
+    // Settled: the whole call fails, where the algorithm's settle reads the state.
+    const err = located(script, await call(...crossSlotArgs(scriptArgs([{ keys, limits: LIMITS, algorithm, member: 'm1', at: Date.now(), final: 0 }], 'settle', ''))).then(() => null, (err: unknown) => err as Error))
+    t.match(err?.message, /^WRONGTYPE .* on lua\/[\w-]+\.lua:\d+ \(@user_script:\d+\)\.$/, `${algorithm}: ${err?.message}`)
+    const where = named(t, script, err!.message)
+    t.equal(where.file, `lua/${algorithm}.lua`, `${algorithm}: raised in the algorithm's file`)
+    t.match(where.text, /redis\.call\('(ZREM|HMGET)'/, `${algorithm}: line ${where.line} holds the redis.call: ${where.text.trim()}`)
+  }
+  // The lean variant, whose override of the wrong type is the request's own: handed back ({ 4 }), nothing raised;
+  // a Lua error of the script itself (arguments it cannot read) is the call's.
+  const call = defineScript(redis, CROSS_SLOT_LEAN_SCRIPT)
+  const broken = located(CROSS_SLOT_LEAN_SCRIPT, await call(1, 'k', 1, 'k', 1, 1, 'b.', '1').then(() => null, (err: unknown) => err as Error))
+  const where = named(t, CROSS_SLOT_LEAN_SCRIPT, broken!.message)
+  t.equal(where.file, 'lua/lean-sliding-log.lua', `raised in the lean script: ${broken!.message}`)
 })
 
 t.test('a line as Redis 7 and Redis 6 name it, in a whole call\'s error', async t => {

@@ -11,6 +11,7 @@ import { CommandConflictError } from '../errors.js'
 import { indexOf } from './ban-index.js'
 import type { DecideInput, SettleInput } from './store.js'
 import type { BanPolicy } from '../types.js'
+import { keySlot } from '../slots.js'
 
 /** One file of a joined script: its name (`lua/decide.lua`) and the line of the joined script it starts at (from 1). */
 export interface Part {
@@ -34,6 +35,7 @@ const PRELUDE = read('prelude')
 const BAN_INDEX = read('ban-index')
 const STRIKES = read('strikes')
 const DECIDE = read('decide')
+const CROSS_SLOT = read('cross-slot')
 
 /** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
 function script (name: string, texts: ReadonlyArray<readonly [string, string]>): Script {
@@ -58,6 +60,44 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object
   [algorithm, script(algorithm, [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]])])) as Record<Algorithm, Script>)
 /** The sliding log's lean path (`lua/lean-sliding-log.lua`): the requests `isLean` picks. */
 export const LEAN_SCRIPT = script('lean-sliding-log', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean-sliding-log', read('lean-sliding-log')]])
+/**
+ * The cross-slot variants (Redis 7.0 and later, on a Cluster): each algorithm's script and the lean one with
+ * `lua/cross-slot.lua` in front, whose shebang (`#!lua flags=allow-cross-slot-keys`) is their first line. One
+ * call decides requests of several slots one master serves; its arguments are `crossSlotArgs`'.
+ */
+export const CROSS_SLOT_SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
+  [algorithm, crossSlot(SCRIPTS[algorithm])])) as Record<Algorithm, Script>)
+export const CROSS_SLOT_LEAN_SCRIPT = crossSlot(LEAN_SCRIPT)
+
+/** `inner` with `lua/cross-slot.lua` in front, its files' places moved down by that file's lines. */
+function crossSlot (inner: Script): Script {
+  const lines = CROSS_SLOT.split('\n').length
+  const lua = `${CROSS_SLOT}\n${inner.lua}`
+  const name = inner.command.replace(/^rateGuard|_[0-9a-f]{8}$/g, '')
+  const parts = [{ file: 'lua/cross-slot.lua', first: 1 }, ...inner.parts.map(({ file, first }) => ({ file, first: first + lines }))]
+  return Object.freeze({ lua, command: `rateGuardCrossSlot${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts.map(part => Object.freeze(part))) })
+}
+
+/**
+ * The arguments of a cross-slot call (`lua/cross-slot.lua`) made of a call's own (`scriptArgs`, `leanArgs`: the
+ * number of keys, the keys, the rest): the first key alone as KEYS (it routes the call), then the number of
+ * keys and the keys, then how many runs of keys of one slot follow and each run's length (the script checks
+ * each run with one EXISTS), then the rest.
+ */
+export function crossSlotArgs (args: ReadonlyArray<string | number>): Array<string | number> {
+  const n = Number(args[0])
+  const keys = args.slice(1, n + 1) as string[]
+  const runs: number[] = []
+  let last = -1
+  for (const key of keys) {
+    const slot = keySlot(key)
+    if (slot === last) runs[runs.length - 1]!++
+    else runs.push(1)
+    last = slot
+  }
+  return [1, keys[0]!, n, ...keys, runs.length, ...runs, ...args.slice(n + 1)]
+}
+
 /** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
 export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
 
