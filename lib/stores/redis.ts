@@ -9,7 +9,7 @@ import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
 import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPT, CROSS_SLOT_SCRIPTS, LEAN_SCRIPT, SCRIPTS, crossSlotArgs, defineScript, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
 import type { Script, ScriptCommand } from './scripts.js'
-import { keySlot } from '../slots.js'
+import { Masters } from './masters.js'
 import { HANDED_BACK, toDecisions } from './store.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 import type { RedisLike } from '../types.js'
@@ -18,22 +18,6 @@ import type { RedisLike } from '../types.js'
 // lib/stores/scripts.ts). An error a script raises names the line of its lua/ file. On a Redis Cluster, one
 // call per master the batch's identities live on, with the scripts' cross-slot variants (Redis 7.0 and later);
 // a call that meets a slot on the move falls back to one call per request, which Redis redirects.
-
-/**
- * Whether the cross-slot variants can run: unknown until the masters' versions are read (`INFO server`, once
- * per store, on a Cluster), then yes (every master 7.0 or later) or no. Until it is known, and when not,
- * each request of a batch is a call of its own.
- */
-type CrossSlot = 'unknown' | 'asking' | 'yes' | 'no'
-
-/**
- * A whole call's error that says a key of it is not served where the call went: a redirection of its first key
- * (MOVED, ASK, TRYAGAIN as ioredis gives them up), CROSSSLOT, or the one Redis raises inside a cross-slot
- * script (lua/cross-slot.lua checks every key before writing anything).
- */
-const ELSEWHERE = /^(MOVED|ASK|TRYAGAIN|CROSSSLOT)\b|Script attempted to access a non local key/
-/** A cross-slot script refused as a script (a master older than 7.0 that the version check did not see). */
-const UNSUPPORTED = /Error compiling script|shebang|Unexpected flag/i
 
 /** Whether `client` is an ioredis Cluster (whose scripts may touch one slot, and whose options differ). */
 export function isCluster (client: RedisLike): client is Cluster {
@@ -53,7 +37,8 @@ export class RedisStore implements RemoteStore {
   /** On a Cluster, the cross-slot variants of the algorithms' scripts and of the lean one (null without it). */
   readonly #across: Readonly<Record<Algorithm, ScriptCommand>> | null
   readonly #acrossLean: ScriptCommand | null
-  #crossSlot: CrossSlot = 'unknown'
+  /** On a Cluster, which master serves each request, and whether the cross-slot variants run (null without it). */
+  readonly #masters: Masters | null
   /** Set by close: an operator call still under way stops, with a coded error. */
   #closed = false
   /** Log members are `<random per store><call counter>.<request>`: unique across instances, never client input. */
@@ -76,6 +61,7 @@ export class RedisStore implements RemoteStore {
     this.#lean = lean ? defineScript(client, LEAN_SCRIPT) : null
     this.#across = this.#cluster ? Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm])])) as Record<Algorithm, ScriptCommand> : null
     this.#acrossLean = this.#cluster && lean ? defineScript(client, CROSS_SLOT_LEAN_SCRIPT) : null
+    this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)
   }
@@ -90,7 +76,7 @@ export class RedisStore implements RemoteStore {
   /**
    * Decides requests of one algorithm in one script call, in order, atomically; a request Redis could not
    * decide (a foreign value at its key) gets its error, and the others their decisions. On a Redis Cluster,
-   * whose scripts' keys must be of one slot, one call per master (`#byMaster`) with the cross-slot scripts; a
+   * whose scripts' keys must be of one slot, one call per master (`Masters`) with the cross-slot scripts; a
    * request alone on its master, or every request when they cannot run, is a call of its own. A call that
    * fails gives its error to each of its requests, unless all fail (the batch as a whole failed then: Redis
    * did not answer).
@@ -98,7 +84,7 @@ export class RedisStore implements RemoteStore {
   async decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Array<Decision | Error>> {
     if (!this.#cluster) return await this.#decide(inputs, 'decide', algorithm)
     const results: Array<Decision | Error> = new Array(inputs.length)
-    await Promise.all(this.#byMaster(inputs).map(async indexes => {
+    await Promise.all(this.#masters!.groups(inputs).map(async indexes => {
       const group = indexes.map(i => inputs[i]!)
       const answers = await this.#decide(group, 'decide', algorithm, group.length > 1).catch((err: unknown) => group.map(() => err as Error))
       indexes.forEach((i, j) => { results[i] = answers[j]! })
@@ -106,40 +92,6 @@ export class RedisStore implements RemoteStore {
     const [first] = results
     if (first instanceof Error && results.every(result => result instanceof Error)) throw first
     return results
-  }
-
-  /**
-   * The positions of `inputs` by the master that serves their keys' slot (the client's slot table); each alone
-   * while the cross-slot scripts cannot run, or when the table names no master for its slot.
-   */
-  #byMaster (inputs: readonly DecideInput[]): number[][] {
-    if (this.#crossSlot !== 'yes') {
-      if (this.#crossSlot === 'unknown') this.#askVersions()
-      return inputs.map((_, i) => [i])
-    }
-    const slots = (this.client as Cluster).slots
-    const groups = new Map<string, number[]>()
-    const alone: number[][] = []
-    inputs.forEach((input, i) => {
-      const master = slots[keySlot(input.keys.log)]?.[0]
-      if (master === undefined) alone.push([i])
-      else if (groups.has(master)) groups.get(master)!.push(i)
-      else groups.set(master, [i])
-    })
-    return [...groups.values(), ...alone]
-  }
-
-  /** Reads every master's version, once (again after a failure): the cross-slot scripts need Redis 7.0. */
-  #askVersions (): void {
-    const cluster = this.client as Cluster
-    if (cluster.status !== 'ready') return
-    this.#crossSlot = 'asking'
-    Promise.all(cluster.nodes('master').map(async node => await node.info('server'))).then(infos => {
-      const majors = infos.map(info => Number(/^redis_version:(\d+)\./m.exec(info)?.[1]))
-      this.#crossSlot = majors.length > 0 && majors.every(major => major >= 7) ? 'yes' : 'no'
-    }, () => {
-      if (this.#crossSlot === 'asking') this.#crossSlot = 'unknown'
-    })
   }
 
   /**
@@ -178,7 +130,7 @@ export class RedisStore implements RemoteStore {
       const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode: 'decide', algorithm, batchSize: inputs.length }), () => call(...(across ? crossSlotArgs(args) : args)))
       return toDecisions(reply, members(base, inputs.length), inputs, true)
     } catch (err) {
-      if (across && this.#elsewhere(err)) return await this.#oneByOne(inputs, 'decide', algorithm)
+      if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, 'decide', algorithm)
       throw located(across ? CROSS_SLOT_LEAN_SCRIPT : LEAN_SCRIPT, err)
     }
   }
@@ -198,25 +150,13 @@ export class RedisStore implements RemoteStore {
     try {
       reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...(across ? crossSlotArgs(args) : args)))
     } catch (err) {
-      if (across && this.#elsewhere(err)) return await this.#oneByOne(inputs, mode, algorithm)
+      if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, mode, algorithm)
       throw located(script, err)
     }
     const decisions = toDecisions(reply, members(base, inputs.length), inputs)
     // A request's own error names where the script raised it, too.
     for (const decision of decisions) if (decision instanceof Error) located(script, decision)
     return decisions
-  }
-
-  /**
-   * Whether a cross-slot call's error says to decide its requests one by one: a key of it served elsewhere
-   * (the call wrote nothing: lua/cross-slot.lua checks every key first), or the script refused by a master
-   * too old for it, which the store then stops sending.
-   */
-  #elsewhere (err: unknown): boolean {
-    const message = err instanceof Error ? err.message : ''
-    if (!UNSUPPORTED.test(message)) return ELSEWHERE.test(message)
-    this.#crossSlot = 'no'
-    return true
   }
 
   /** Each of `inputs` in a call of its own, as the store decides on a Cluster without the cross-slot scripts. */
