@@ -16,7 +16,8 @@ import type { RateGuardOptions } from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { DEFAULTS } from '../lib/options/table.js'
 import { GLOBAL_SCOPE, hashIdentity, identityKeys, scopeOf, sharedKeys } from '../lib/stores/key-names.js'
-import { slotTags } from '../lib/slots.js'
+import { keySlot, slotTags } from '../lib/slots.js'
+import { Masters } from '../lib/stores/masters.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import type { Decision, DecideInput } from '../lib/stores/store.js'
@@ -363,6 +364,49 @@ t.test('a batch over the three masters: one call per master (Redis 7 cross-slot 
   t.equal(calls.length, masters.length, 'the general script: one call per master')
 })
 
+t.test('a grouped call refused as a whole (out of memory): each of its requests gets the error, named in its lua/ file; never a request alone', async t => {
+  const nameSpace = uniquePrefix()
+  const store = await groupingStore(t, nameSpace)
+  const calls = callsOf(t, nameSpace)
+  const masters = await cluster.masters()
+  const identities = Array.from({ length: 30 }, (_, i) => `oom-${i}`)
+  // The cross-slot scripts carry flags, so Redis refuses them before they run once memory is over maxmemory.
+  await Promise.all(masters.map(async master => await master.redis.config('SET', 'maxmemory', '1')))
+  t.teardown(async () => { await Promise.all(masters.map(async master => await master.redis.config('SET', 'maxmemory', '0'))) })
+  for (const [what, cost] of [['the lean script', 1], ['the general script', 2]] as const) {
+    calls.length = 0
+    await t.rejects(store.decideMany(identities.map(id => inputOf(nameSpace, id, 3, 'sliding-log', cost)), 'sliding-log'), { message: /^OOM / }, `${what}: every request refused, so the batch is`)
+    t.equal(calls.length, masters.length, `${what}: one call per master, none retried one by one`)
+  }
+  await Promise.all(masters.map(async master => await master.redis.config('SET', 'maxmemory', '0')))
+  t.same([...allowedBy(identities.map(id => inputOf(nameSpace, id, 3)), await store.decideMany(identities.map(id => inputOf(nameSpace, id, 3)), 'sliding-log')).values()], identities.map(() => 1), 'nothing was counted meanwhile')
+})
+
+t.test('the masters\' versions: read once the client is ready, again a second after a failure (an ACL refusing INFO); a master refusing the cross-slot scripts ends them', async t => {
+  const user = `rg-noinfo-${uniquePrefix()}`
+  const acl = async (...rules: string[]): Promise<void> => { await Promise.all(cluster.nodes.map(async node => await node.redis.call('ACL', 'SETUSER', user, ...rules))) }
+  await acl('on', '>secret', '~*', '&*', '+@all', '-info')
+  t.teardown(async () => { await Promise.all(cluster.nodes.map(async node => await node.redis.call('ACL', 'DELUSER', user).catch(() => {}))) })
+  const client = cluster.client({ redisOptions: { username: user, password: 'secret' } })
+  const masters = new Masters(client)
+  const inputs = ['v-a', 'v-b', 'v-c', 'v-d'].map(id => inputOf(uniquePrefix(), id, 1))
+  const alone = inputs.map((_, i) => [i])
+  t.same(masters.groups(inputs), alone, 'not ready: each request alone, and nothing asked')
+  await clusterReady(client)
+  const refused = await client.nodes('master')[0]!.info('server').then(() => 'answered', (err: Error) => err.message)
+  t.match(refused, /NOPERM/, 'INFO is refused to this user')
+  t.same(masters.groups(inputs), alone, 'INFO refused: each request alone')
+  await acl('+info')
+  const granted = performance.now()
+  await pollUntil('batches grouped once the versions are read', 5000, async () => masters.groups(inputs).length < inputs.length)
+  t.ok(performance.now() - granted < 4000, 'read again within a second or so of the failure')
+  t.ok(masters.elsewhere(new Error('MOVED 3999 127.0.0.1:6381')), 'a redirection: one by one')
+  t.notOk(masters.elsewhere(new Error('OOM command not allowed')), 'any other error: the call\'s own')
+  t.ok(masters.elsewhere(new Error('ERR Error compiling script (new function): user_script:1: unexpected symbol near \'#\'')), 'a master that cannot compile the shebang (below 7.0): one by one')
+  t.same(masters.groups(inputs), alone, 'and from then on each request alone')
+  client.disconnect()
+})
+
 t.test('a batch meeting a slot mid-migration: that master\'s call falls back to one call per request; every other identity decided exactly, nothing counted twice', async t => {
   const nameSpace = uniquePrefix()
   const store = await groupingStore(t, nameSpace)
@@ -594,6 +638,13 @@ t.test('bans() on the cluster: one index per slot, beside its identities\' keys,
   }
   await app.rateGuard.unban(earned)
   t.equal(await observer.zscore(indexOf(identityKeys(nameSpace, GLOBAL_SCOPE, earned).banned, true), identityKeys(nameSpace, GLOBAL_SCOPE, earned).banned), null, 'unban takes it out')
+})
+
+t.test('keySlot, which groups a batch by master: the slot the cluster computes, hash tag or none', async t => {
+  const [master] = await cluster.masters()
+  for (const key of ['plain', '{tag}rest', 'x{tag}y', '{}empty', 'open{only', 'a}{b}', '{a}{b}', `${uniquePrefix()}{${hashIdentity('ip:192.0.2.1')}}:log:all`]) {
+    t.equal(keySlot(key), Number(await master!.redis.call('CLUSTER', 'KEYSLOT', key)), key)
+  }
 })
 
 t.test('the slot tags: each of the 16,384 hashes to its own slot, as the cluster computes it', async t => {

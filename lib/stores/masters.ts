@@ -21,10 +21,14 @@ type CrossSlot = 'unknown' | 'asking' | 'yes' | 'no'
 const ELSEWHERE = /^(MOVED|ASK|TRYAGAIN|CROSSSLOT)\b|Script attempted to access a non local key/
 /** A cross-slot script refused as a script (a master older than 7.0 that the version check did not see). */
 const UNSUPPORTED = /Error compiling script|shebang|Unexpected flag/i
+/** After a failed read of the versions (a master unreachable, INFO refused), how long until the next try. */
+const RETRY_MS = 1000
 
 export class Masters {
   readonly #cluster: Cluster
   #crossSlot: CrossSlot = 'unknown'
+  /** Not before this (Date.now()) is the next read of the versions. */
+  #notBefore = 0
 
   constructor (cluster: Cluster) {
     this.#cluster = cluster
@@ -36,7 +40,7 @@ export class Masters {
    */
   groups (inputs: readonly DecideInput[]): number[][] {
     if (this.#crossSlot !== 'yes') {
-      if (this.#crossSlot === 'unknown') this.#askVersions()
+      if (this.#crossSlot === 'unknown' && Date.now() >= this.#notBefore) this.#askVersions()
       return inputs.map((_, i) => [i])
     }
     const slots = this.#cluster.slots
@@ -63,7 +67,10 @@ export class Masters {
     return true
   }
 
-  /** Reads every master's version, once (again after a failure): the cross-slot scripts need Redis 7.0. */
+  /**
+   * Reads every master's version, once, or again a second after a failure (so an INFO an ACL refuses is asked
+   * once a second, not once a batch): the cross-slot scripts need Redis 7.0.
+   */
   #askVersions (): void {
     if (this.#cluster.status !== 'ready') return
     this.#crossSlot = 'asking'
@@ -71,7 +78,8 @@ export class Masters {
       const majors = infos.map(info => Number(/^redis_version:(\d+)\./m.exec(info)?.[1]))
       this.#crossSlot = majors.length > 0 && majors.every(major => major >= 7) ? 'yes' : 'no'
     }, () => {
-      if (this.#crossSlot === 'asking') this.#crossSlot = 'unknown'
+      this.#crossSlot = 'unknown'
+      this.#notBefore = Date.now() + RETRY_MS
     })
   }
 }
