@@ -7,8 +7,9 @@
 //   npm run build && node bench/memory.js                          (1,000,000 identities, 1 request each)
 //   IDENTITIES=100000 REQUESTS=10 node bench/memory.js
 //
-// An exact log keeps one entry per request in its window, so ours grows with REQUESTS where a counter does not:
-// the first row is the cost of an identity, the later ones of its entries.
+// An exact log keeps one entry per request in its window, so ours grows with REQUESTS where a counter does not.
+// `npm run measure:memory` (scripts/memory.js) gives the other view: one budget's keys filled to their max,
+// per algorithm, by MEMORY USAGE; this one counts what the server grows by, dictionaries and all.
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'

@@ -1,0 +1,138 @@
+// The Cluster scenario: what an allowed request costs a Redis Cluster, ours beside @fastify/rate-limit's, on a
+// local cluster of three masters (redis-server processes of its own, no replicas, no persistence) started here.
+// Ours: this plugin's Redis store from dist/ (RedisStore.decideMany on an ioredis Cluster), in batches of 32 as
+// its batcher sends them under load (grouped by master: one call per master, Redis 7.0 and later) and in
+// batches of 1 (low concurrency); theirs: its Redis script, one call per request, 32 in flight. REQUESTS
+// allowed requests over 10,000 identities, limit 1000 per hour. Redis CPU (`INFO cpu`, user + sys) and script
+// time (`INFO commandstats`, EVALSHA + EVAL) summed over the masters, per request.
+//
+//   npm run build && node bench/cluster.js            (REQUESTS, default 100,000)
+import { spawn, spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Cluster, Redis } from 'ioredis'
+
+const REQUESTS = Number(process.env.REQUESTS || 100_000)
+const IDENTITIES = 10_000
+const BATCH = 32
+const MASTERS = 3
+const SLOTS = 16_384
+
+const { RedisStore } = await import(new URL('../dist/stores/redis.js', import.meta.url))
+const { GLOBAL_SCOPE, identityKeys } = await import(new URL('../dist/stores/key-names.js', import.meta.url))
+
+/** Three masters on ports from `base`, each with a third of the slots; resolves once the cluster is ok. */
+async function startCluster (base) {
+  const dir = mkdtempSync(join(tmpdir(), 'rate-guard-cluster-'))
+  const ports = Array.from({ length: MASTERS }, (_, i) => base + i)
+  const servers = ports.map(port => spawn('redis-server', ['--port', String(port), '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' }))
+  const nodes = ports.map(port => new Redis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null }))
+  for (const node of nodes) {
+    node.on('error', () => {})
+    for (let i = 0; ; i++) {
+      try {
+        await node.connect()
+        break
+      } catch (err) {
+        if (i === 100) throw err
+        await sleep(50)
+      }
+    }
+  }
+  for (const [i, node] of nodes.entries()) {
+    const from = Math.floor(i * SLOTS / MASTERS)
+    const to = Math.floor((i + 1) * SLOTS / MASTERS)
+    await node.call('CLUSTER', 'ADDSLOTSRANGE', String(from), String(to - 1))
+    await node.call('CLUSTER', 'SET-CONFIG-EPOCH', String(i + 1))
+  }
+  for (const node of nodes.slice(1)) await node.call('CLUSTER', 'MEET', '127.0.0.1', String(ports[0]))
+  for (let i = 0; ; i++) {
+    const infos = await Promise.all(nodes.map(async node => await node.call('CLUSTER', 'INFO')))
+    if (infos.every(info => /cluster_state:ok/.test(info) && /cluster_known_nodes:3/.test(info))) break
+    if (i === 200) throw new Error('the cluster did not come up')
+    await sleep(50)
+  }
+  const stop = async () => {
+    for (const node of nodes) await node.shutdown('NOSAVE').catch(() => {})
+    for (const node of nodes) node.disconnect()
+    for (const server of servers) if (server.exitCode === null) await new Promise(resolve => server.once('exit', resolve))
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return { ports, nodes, stop }
+}
+
+/** Redis CPU (s) and script time (µs) so far, summed over the masters. */
+async function spent (nodes) {
+  let cpu = 0
+  let script = 0
+  for (const node of nodes) {
+    const info = `${await node.info('cpu')}${await node.info('commandstats')}`
+    cpu += Number(/^used_cpu_user:([\d.]+)/m.exec(info)[1]) + Number(/^used_cpu_sys:([\d.]+)/m.exec(info)[1])
+    for (const command of ['evalsha', 'eval']) script += Number(new RegExp(`^cmdstat_${command}:calls=\\d+,usec=(\\d+)`, 'm').exec(info)?.[1] ?? 0)
+  }
+  return { cpu, script }
+}
+
+const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
+
+/** This plugin's store: REQUESTS decisions in calls of `batch` (32 in flight at a batch of 1). */
+function ours (batch) {
+  return async (client, run) => {
+    const store = new RedisStore(client, false, `rg${run}:`)
+    const input = (j) => ({ keys: identityKeys(`rg${run}:`, GLOBAL_SCOPE, `apikey:key-${j % IDENTITIES}`), limits: LIMITS, ban: null, peek: false, algorithm: 'sliding-log' })
+    // The first batch has the store read the masters' versions; until they are in, each request is a call.
+    await store.decideMany([input(0)], 'sliding-log')
+    await sleep(300)
+    return async (j, n) => {
+      const answers = await store.decideMany(Array.from({ length: n }, (_, k) => input(j + k)), 'sliding-log')
+      for (const answer of answers) if (answer instanceof Error || answer.status !== 'allowed') throw new Error(`not allowed: ${answer.message ?? answer.status}`)
+    }
+  }
+}
+
+/** @fastify/rate-limit's script: one call per request. */
+async function theirs (client, run) {
+  const require = createRequire(import.meta.url)
+  const PeerStore = require('@fastify/rate-limit/store/RedisStore.js')
+  const defined = {}
+  // eslint-disable-next-line no-new
+  new PeerStore(false, false, { defineCommand: (name, { lua }) => { defined[name] = lua } })
+  client.defineCommand('peerRateLimit', { numberOfKeys: 1, lua: defined.rateLimit })
+  return async (j, n) => {
+    await Promise.all(Array.from({ length: n }, (_, k) => client.peerRateLimit(`frl${run}:key-${(j + k) % IDENTITIES}`, 3_600_000, 1000, 'false', 'false')))
+  }
+}
+
+const ROWS = [
+  ['rate-guard sliding-log, batches of 32 (one call per master)', ours(BATCH), BATCH],
+  ['rate-guard sliding-log, batches of 1', ours(1), 1],
+  ['@fastify/rate-limit (Redis), one call per request', theirs, 1]
+]
+
+if (spawnSync('redis-server', ['--version']).status !== 0) throw new Error('bench/cluster.js needs redis-server')
+const { ports, nodes, stop } = await startCluster(44_000 + (process.pid % 500) * 3)
+const client = new Cluster(ports.map(port => ({ host: '127.0.0.1', port })), { scaleReads: 'master', enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } })
+await new Promise((resolve, reject) => { client.once('ready', resolve); client.once('error', reject) })
+console.log(`A local Redis Cluster of ${MASTERS} masters (${spawnSync('redis-server', ['--version'], { encoding: 'utf8' }).stdout.trim().split(' ')[2]}), ${REQUESTS.toLocaleString('en')} allowed requests over ${IDENTITIES.toLocaleString('en')} identities per row, ${new Date().toISOString().slice(0, 10)}\n`)
+console.log('| path | Redis CPU µs per request (summed over the masters) | script µs per request | requests/s |\n|---|--:|--:|--:|')
+try {
+  for (const [run, [name, make, batch]] of ROWS.entries()) {
+    const send = await make(client, run)
+    const before = await spent(nodes)
+    const started = performance.now()
+    // batch 32: BATCH requests per decideMany, 8 batches in flight; batch 1: 32 single requests in flight.
+    for (let j = 0; j < REQUESTS; j += BATCH * (batch > 1 ? 8 : 1)) {
+      await Promise.all(batch > 1 ? Array.from({ length: 8 }, (_, b) => send(j + b * BATCH, BATCH)) : Array.from({ length: BATCH }, (_, k) => send(j + k, 1)))
+    }
+    const seconds = (performance.now() - started) / 1000
+    const after = await spent(nodes)
+    const requests = batch > 1 ? Math.ceil(REQUESTS / (BATCH * 8)) * BATCH * 8 : Math.ceil(REQUESTS / BATCH) * BATCH
+    console.log(`| ${name} | ${((after.cpu - before.cpu) * 1e6 / requests).toFixed(1)} | ${((after.script - before.script) / requests).toFixed(1)} | ${Math.round(requests / seconds).toLocaleString('en')} |`)
+  }
+} finally {
+  client.disconnect()
+  await stop()
+}
