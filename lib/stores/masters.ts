@@ -8,10 +8,12 @@ import type { DecideInput } from './store.js'
 
 /**
  * A whole call's error that says a key of it is not served where the call went: a redirection of its first key
- * (MOVED, ASK, TRYAGAIN as ioredis gives them up), CROSSSLOT, or the one Redis raises inside a cross-slot
- * script (lua/cross-slot.lua checks every key before writing anything).
+ * (MOVED, ASK, TRYAGAIN as ioredis gives them up, or ioredis's own error once it has followed as many as it may,
+ * the last a redirection: an ASK to a node that had not loaded the script, whose EVAL ioredis re-sends without
+ * ASKING, goes round), CROSSSLOT, or the one Redis raises inside a cross-slot script (lua/cross-slot.lua checks
+ * every key before writing anything). None of them ran the script to its first write.
  */
-const ELSEWHERE = /^(MOVED|ASK|TRYAGAIN|CROSSSLOT)\b|Script attempted to access a non local key/
+const ELSEWHERE = /^(MOVED|ASK|TRYAGAIN|CROSSSLOT)\b|^Too many Cluster redirections\. Last error: ReplyError: (MOVED|ASK|TRYAGAIN)\b|Script attempted to access a non local key/
 /**
  * A cross-slot script refused as a script: a server that does not know script flags (Redis below 7.0 reads the
  * shebang as Lua, "unexpected symbol near '#'") or this one.
