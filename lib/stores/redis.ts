@@ -100,11 +100,11 @@ export class RedisStore implements RemoteStore {
    * `across`: with the cross-slot scripts (inputs of several slots of one master).
    */
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm, across = false): Promise<Array<Decision | Error>> {
-    const lean = this.#lean
-    if (lean === null || mode === 'peek') return await this.#general(inputs, mode, algorithm, across)
-    const leaning = inputs.filter(input => isLean(input, algorithm))
+    if (this.#lean === null || mode === 'peek') return await this.#general(inputs, mode, algorithm, across)
+    const lean = inputs.map(input => isLean(input, algorithm))
+    const leaning = inputs.filter((_, i) => lean[i])
     if (leaning.length === 0) return await this.#general(inputs, mode, algorithm, across)
-    const others = leaning.length === inputs.length ? [] : inputs.filter(input => !isLean(input, algorithm))
+    const others = leaning.length === inputs.length ? [] : inputs.filter((_, i) => !lean[i])
     const [leanAnswers, otherAnswers] = await Promise.all([
       this.#leanCall(leaning, algorithm, across),
       others.length === 0 ? [] : this.#general(others, mode, algorithm, across)
@@ -114,8 +114,8 @@ export class RedisStore implements RemoteStore {
     let l = 0
     let o = 0
     let a = 0
-    return inputs.map(input => {
-      if (!isLean(input, algorithm)) return otherAnswers[o++]!
+    return inputs.map((_, i) => {
+      if (!lean[i]) return otherAnswers[o++]!
       const answer = leanAnswers[l++]!
       return answer === HANDED_BACK ? againAnswers[a++]! : answer
     })

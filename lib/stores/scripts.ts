@@ -51,32 +51,28 @@ function script (name: string, texts: ReadonlyArray<readonly [string, string]>):
   return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts) })
 }
 
+/** Each algorithm's files, and the lean path's: what `script` joins, and, behind `lua/cross-slot.lua`, its cross-slot variant. */
+const ALGORITHM_FILES = (algorithm: Algorithm): Array<readonly [string, string]> =>
+  [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]]
+const LEAN_FILES: Array<readonly [string, string]> = [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean-sliding-log', read('lean-sliding-log')]]
+
 /**
  * One script per algorithm, read once: `lua/prelude.lua` (numbers as text for Redis, and the settling bounds),
  * the algorithm's file (its `count` and `settle`), `lua/ban-index.lua`, `lua/strikes.lua`, then
  * `lua/decide.lua` (the bans, strikes and overrides around them, the same for all).
  */
 export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
-  [algorithm, script(algorithm, [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]])])) as Record<Algorithm, Script>)
+  [algorithm, script(algorithm, ALGORITHM_FILES(algorithm))])) as Record<Algorithm, Script>)
 /** The sliding log's lean path (`lua/lean-sliding-log.lua`): the requests `isLean` picks. */
-export const LEAN_SCRIPT = script('lean-sliding-log', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean-sliding-log', read('lean-sliding-log')]])
+export const LEAN_SCRIPT = script('lean-sliding-log', LEAN_FILES)
 /**
  * The cross-slot variants (Redis 7.0 and later, on a Cluster): each algorithm's script and the lean one with
  * `lua/cross-slot.lua` in front, whose shebang (`#!lua flags=allow-cross-slot-keys`) is their first line. One
  * call decides requests of several slots one master serves; its arguments are `crossSlotArgs`'.
  */
 export const CROSS_SLOT_SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
-  [algorithm, crossSlot(SCRIPTS[algorithm])])) as Record<Algorithm, Script>)
-export const CROSS_SLOT_LEAN_SCRIPT = crossSlot(LEAN_SCRIPT)
-
-/** `inner` with `lua/cross-slot.lua` in front, its files' places moved down by that file's lines. */
-function crossSlot (inner: Script): Script {
-  const lines = CROSS_SLOT.split('\n').length
-  const lua = `${CROSS_SLOT}\n${inner.lua}`
-  const name = inner.command.replace(/^rateGuard|_[0-9a-f]{8}$/g, '')
-  const parts = [{ file: 'lua/cross-slot.lua', first: 1 }, ...inner.parts.map(({ file, first }) => ({ file, first: first + lines }))]
-  return Object.freeze({ lua, command: `rateGuardCrossSlot${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts.map(part => Object.freeze(part))) })
-}
+  [algorithm, script(`cross-slot-${algorithm}`, [['cross-slot', CROSS_SLOT], ...ALGORITHM_FILES(algorithm)])])) as Record<Algorithm, Script>)
+export const CROSS_SLOT_LEAN_SCRIPT = script('cross-slot-lean-sliding-log', [['cross-slot', CROSS_SLOT], ...LEAN_FILES])
 
 /**
  * The arguments of a cross-slot call (`lua/cross-slot.lua`) made of a call's own (`scriptArgs`, `leanArgs`: the
