@@ -53,7 +53,7 @@ async function counted (port, work) {
   return summary
 }
 
-const { LEAN_SCRIPT, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { LEAN_SCRIPTS, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
 
 const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
 const BAN = { threshold: 5, ladder: [600_000], forgetMs: 0 }
@@ -91,9 +91,11 @@ function theirs () {
 }
 
 const ROWS = [
-  // The sliding log's lean path (lua/lean-sliding-log.lua): what the plugin sends for one limit at a cost of 1.
-  ['rate-guard sliding-log, lean path', 'no', ours(LEAN_SCRIPT.lua, 'sliding-log', null, leanArgs)],
-  ['rate-guard sliding-log, lean path', 'yes', ours(LEAN_SCRIPT.lua, 'sliding-log', BAN, leanArgs)],
+  // Each lean path (lua/lean.lua around lua/lean-<algorithm>.lua): what the plugin sends for one limit at a cost of 1.
+  ...Object.entries(LEAN_SCRIPTS).flatMap(([algorithm, { lua }]) => [
+    [`rate-guard ${algorithm}, lean path`, 'no', ours(lua, algorithm, null, leanArgs)],
+    [`rate-guard ${algorithm}, lean path`, 'yes', ours(lua, algorithm, BAN, leanArgs)]
+  ]),
   ...Object.keys(SCRIPTS).flatMap(algorithm => [
     [`rate-guard ${algorithm}`, 'no', ours(SCRIPTS[algorithm].lua, algorithm, null)],
     [`rate-guard ${algorithm}`, 'yes', ours(SCRIPTS[algorithm].lua, algorithm, BAN)]

@@ -21,7 +21,7 @@ const IDENTITIES = Number(process.env.IDENTITIES || 1_000_000)
 const REQUESTS = Number(process.env.REQUESTS || 1)
 const BATCH = 32
 
-const { LEAN_SCRIPT, leanArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { LEAN_SCRIPTS, leanArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
 const { GLOBAL_SCOPE, identityKeys } = await import(new URL('../dist/stores/key-names.js', import.meta.url))
 
 /** A redis-server of its own on `port`, and a client; resolves once it answers. */
@@ -51,7 +51,7 @@ async function each (n, call) {
 
 const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
 const ours = async (client) => {
-  const sha = await client.script('LOAD', LEAN_SCRIPT.lua)
+  const sha = await client.script('LOAD', LEAN_SCRIPTS['sliding-log'].lua)
   // Members as RedisStore makes them: 12 random characters per store, a call counter, the request's number.
   const prefix = randomBytes(9).toString('base64url')
   let calls = 0

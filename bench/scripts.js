@@ -118,10 +118,10 @@ export async function scriptCosts (redis, redisUrl, prefix, log = () => {}) {
   const distScripts = new URL('../dist/stores/scripts.js', import.meta.url)
   if (!existsSync(distScripts)) return { skipped: 'dist/ is not built (npm run build)' }
   if (spawnSync('redis-benchmark', ['--version']).status !== 0) return { skipped: 'redis-benchmark is not on PATH' }
-  const { LEAN_SCRIPT, SCRIPTS, leanArgs, scriptArgs } = await import(distScripts)
+  const { LEAN_SCRIPTS, SCRIPTS, leanArgs, scriptArgs } = await import(distScripts)
   const general = (inputs, base) => scriptArgs(inputs, 'decide', base)
-  // The sliding log's lean path (what the plugin sends for one limit at a cost of 1), then every algorithm's script.
-  const scripts = [['sliding-log, lean path', 'sliding-log', LEAN_SCRIPT.lua, leanArgs], ...Object.entries(SCRIPTS).map(([algorithm, { lua }]) => [algorithm, algorithm, lua, general])]
+  // Each lean path (what the plugin sends for one limit at a cost of 1), then every algorithm's script.
+  const scripts = [...Object.entries(LEAN_SCRIPTS).map(([algorithm, { lua }]) => [`${algorithm}, lean path`, algorithm, lua, leanArgs]), ...Object.entries(SCRIPTS).map(([algorithm, { lua }]) => [algorithm, algorithm, lua, general])]
   const calls = Number(process.env.BENCH_SCRIPT_CALLS || 100_000)
   const rows = []
   try {

@@ -1,163 +1,47 @@
--- The lean path: the sliding log's common shape decided with the fewest commands and the least Lua. The last
--- part of its script, after lua/prelude.lua (text, milliseconds), lua/ban-index.lua and lua/strikes.lua (strike,
--- ban). lib/stores/scripts.ts sends a request here when it is decided (not peeked or settled) on one limit, at a
--- cost of 1, with no over-limit wait; every other request goes to lua/decide.lua. Both give the same answer to
--- such a request and write the same keys (the log as lua/sliding-log.lua keeps it): the conformance and
--- differential suites run each request shape through both.
+-- The sliding log's lean count: `lean` for lua/lean.lua, which decides the common shape (one limit, a cost of 1)
+-- around it. Joined after lua/prelude.lua (text), in front of lua/ban-index.lua, lua/strikes.lua and
+-- lua/lean.lua. It reads and writes the log as lua/sliding-log.lua keeps it (a ZSET of members scored by their
+-- time, living two windows past its oldest entry), with that file's commands for this shape: ZRANGE 0 0, ZCARD,
+-- ZADD NX, PTTL. It hands back (4) a log of another type, and one holding costlier entries (member '+').
 --
--- KEYS     each request's in turn: log, banned, override (as lua/decide.lua's state, banned, override), then
---          strikes, offences and index when its policy bans.
--- ARGV[1]  base      request i's member is base .. i
--- ARGV[2]  requests  how many requests follow
--- ARGV[3]  p         how many policies follow, each as: max, window (ms), burst (its capacity, as reported),
---                    threshold (0: bans off), ladder, forget (as lua/decide.lua's)
--- then, when p > 1, each request's policy (1 to p); with one policy, every request has it.
---
--- Reply: each request's answer in turn, as lua/decide.lua's with n = 1, or { 4 }: "decide it with
--- lua/decide.lua" (an override of several limits is set for it, its log holds costlier entries, or a value of
--- another type is at its log, override, strikes or offences); such a request wrote nothing here but, in the
--- last case, its strike. An override of one limit is decided here.
---
--- What makes it lean: the banned and override keys of the whole batch are looked up with one EXISTS (almost
--- every identity has neither); the clock is read once, and each policy's numbers once; and the call makes almost
--- nothing that Redis's Lua allocates: no table per policy or per request (the answers go straight into the
--- reply), and no function of its own but the one pcall needs, as each local a function uses costs an upvalue.
--- Measured in Redis's instructions (bench/instructions.js), a number read from text (tonumber, strtod) costs
--- about 1,500, an upvalue about 700, a table 1,000 and more: as much as a command's plumbing. The log's commands
--- are lua/sliding-log.lua's for this shape (ZRANGE 0 0, ZCARD, ZADD NX, PTTL).
+-- lean(log, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
 
--- A denial's strike, and the ban it may start (lua/strikes.lua): the ban's length and which in a row, or 0 when
--- it started none. k: the last key before the request's; s: where its policy starts in ARGV.
-local function strikeOrBan (k, s, member, window, at)
-  if not strike(KEYS[k + 4], member, window, tonumber(ARGV[s + 3])) then
-    return 0, 0
+local function lean (log, max, window, burst, now, member)
+  local head = redis.pcall('ZRANGE', log, '0', '0', 'WITHSCORES')
+  if head.err or head[1] == '+' then
+    return 4, 0, 0, 0
   end
-  local duration, offence = ban(ARGV[s + 4], tonumber(ARGV[s + 5]), KEYS[k + 2], KEYS[k + 5], KEYS[k + 6], at)
-  redis.call('DEL', KEYS[k + 4])
-  return duration, offence
+  local oldest = tonumber(head[2])
+  if oldest and oldest <= now - window then
+    redis.call('ZREMRANGEBYSCORE', log, '0', text(now - window))
+    oldest = tonumber(redis.call('ZRANGE', log, '0', '0', 'WITHSCORES')[2])
+  end
+  local count = oldest and redis.call('ZCARD', log) or 0
+  -- One more unit is free once the oldest leaves (a clock step back can put it past one window).
+  local reset = oldest and oldest + window - now or 0
+  if count < max then
+    if redis.call('ZADD', log, 'NX', text(now), member) == 1 then
+      if count == 0 or reset > window then
+        reset = window
+      end
+      -- The log must outlive its newest entry by a window.
+      if count == 0 or redis.call('PTTL', log) < window then
+        redis.call('PEXPIRE', log, text(2 * window))
+      end
+      count = count + 1
+    end
+    return 0, count, reset, 0
+  end
+  -- Denied: until the oldest of the newest `max` leaves. Past the limit (an override's entries), that is also
+  -- when one more unit is free.
+  local retry = reset
+  if count > max then
+    retry = tonumber(redis.call('ZRANGE', log, text(count - max), text(count - max), 'WITHSCORES')[2]) + window - now
+    reset = retry
+  end
+  -- A replay of a request that was counted when the log had room: it was allowed, and still is.
+  if redis.call('ZSCORE', log, member) then
+    return 0, count, reset, 0
+  end
+  return 1, count, reset, retry
 end
-
--- Each policy's fields start at ARGV[s], s = 4 + 6 x (its number - 1): max, window, burst, threshold, ladder,
--- forget. Each request's policy follows them (from ARGV[first]) when there are several.
-local one = ARGV[3] == '1'
-local first = one and 0 or 4 + 6 * tonumber(ARGV[3])
-local n = one and #KEYS / (ARGV[7] ~= '0' and 6 or 3) or tonumber(ARGV[2])
-
--- Whether any request's identity is banned or has an override: one EXISTS for the batch.
-local special, policies
-if n == 1 then
-  special = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0
-else
-  local checks, k = {}, 0
-  policies = not one and {}
-  for i = 1, n do
-    local s = 4
-    if policies then
-      policies[i] = 4 + 6 * (tonumber(ARGV[first + i - 1]) - 1)
-      s = policies[i]
-    end
-    checks[2 * i - 1], checks[2 * i] = KEYS[k + 2], KEYS[k + 3]
-    k = k + (ARGV[s + 3] ~= '0' and 6 or 3)
-  end
-  -- A call across slots (lua/cross-slot.lua) is refused one EXISTS over them all: each request looks for itself.
-  special = redis.pcall('EXISTS', unpack(checks))
-  special = type(special) ~= 'number' or special > 0
-end
-
--- Read once, and only when a request needs it (not for a client found banned).
-local now
-local base = ARGV[1]
-local out, o, k = {}, 0, 0
--- The policy in use, read when a request's differs from the last one's (or an override replaced its limit).
-local s, max, window, burst, bans, overridden
-for i = 1, n do
-  local q = policies and policies[i] or 4
-  if q ~= s or overridden then
-    s, max, window, burst, bans, overridden = q, tonumber(ARGV[q]), tonumber(ARGV[q + 1]), ARGV[q + 2], ARGV[q + 3] ~= '0', false
-  end
-  local log = KEYS[k + 1]
-  local status, retry, offence, count, reset = 0, 0, 0, 0, 0
-  repeat
-    if special and (n == 1 or redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3]) > 0) then
-      retry = redis.call('PTTL', KEYS[k + 2])
-      if retry > 0 then
-        status = 2
-        break
-      end
-      -- An override of one limit replaces the policy's for this request; one of several limits, or one that
-      -- is not text, is lua/decide.lua's.
-      local override = redis.pcall('GET', KEYS[k + 3])
-      if override then
-        local m, w, b = string.match(type(override) == 'string' and override or '', '^(%d+) (%d+) (%d+)$')
-        if not m then
-          status = 4
-          break
-        end
-        max, window, burst, overridden = tonumber(m), tonumber(w), b, true
-      end
-      retry = 0
-    end
-    local head = redis.pcall('ZRANGE', log, '0', '0', 'WITHSCORES')
-    if head.err or head[1] == '+' then
-      status = 4
-      break
-    end
-    now = now or milliseconds(redis.call('TIME'))
-    local oldest = tonumber(head[2])
-    if oldest and oldest <= now - window then
-      redis.call('ZREMRANGEBYSCORE', log, '0', text(now - window))
-      oldest = tonumber(redis.call('ZRANGE', log, '0', '0', 'WITHSCORES')[2])
-    end
-    count = oldest and redis.call('ZCARD', log) or 0
-    -- One more unit is free once the oldest leaves (a clock step back can put it past one window).
-    reset = oldest and oldest + window - now or 0
-    local member = base .. text(i)
-    if count < max then
-      if redis.call('ZADD', log, 'NX', text(now), member) == 1 then
-        if count == 0 or reset > window then
-          reset = window
-        end
-        -- The log must outlive its newest entry by a window.
-        if count == 0 or redis.call('PTTL', log) < window then
-          redis.call('PEXPIRE', log, text(2 * window))
-        end
-        count = count + 1
-      end
-      break
-    end
-    -- Denied: until the oldest of the newest `max` leaves. Past the limit (an override's entries), that is
-    -- also when one more unit is free.
-    status, retry = 1, reset
-    if count > max then
-      retry = tonumber(redis.call('ZRANGE', log, text(count - max), text(count - max), 'WITHSCORES')[2]) + window - now
-      reset = retry
-    end
-    -- A replay of a request that was counted when the log had room: it was allowed, and still is.
-    if redis.call('ZSCORE', log, member) then
-      status, retry = 0, 0
-    elseif bans then
-      local ok, duration, started = pcall(strikeOrBan, k, s, member, window, now)
-      if not ok then
-        status = 4
-      elseif duration > 0 then
-        status, retry, offence = 2, duration, started
-        -- Its identity's later requests in this call find the ban.
-        special = true
-      end
-    end
-  until true
-  if status == 4 then
-    out[o + 1] = 4
-    o = o + 1
-  elseif status == 2 and offence == 0 then
-    -- Found banned: the budget's own limits, nothing counted.
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, retry, 0, 0, 0
-    o = o + 5
-  else
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, now, 1
-    out[o + 6], out[o + 7], out[o + 8], out[o + 9] = burst, window, count, reset
-    o = o + 9
-  end
-  k = k + (bans and 6 or 3)
-end
-return out

@@ -8,7 +8,7 @@ import t from 'tap'
 import rateGuard from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { GLOBAL_SCOPE, identityKeys, scopeOf } from '../lib/stores/key-names.js'
-import { LEAN_SCRIPT, SCRIPTS } from '../lib/stores/scripts.js'
+import { LEAN_ALGORITHMS, LEAN_SCRIPTS, SCRIPTS } from '../lib/stores/scripts.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
@@ -21,16 +21,22 @@ t.test('each script is lua/prelude.lua, its algorithm file, lua/ban-index.lua, l
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
   const banIndex = readFileSync(new URL('../lua/ban-index.lua', import.meta.url), 'utf8')
   const strikes = readFileSync(new URL('../lua/strikes.lua', import.meta.url), 'utf8')
-  const lean = readFileSync(new URL('../lua/lean-sliding-log.lua', import.meta.url), 'utf8')
+  const lean = readFileSync(new URL('../lua/lean.lua', import.meta.url), 'utf8')
   t.match(prelude, /^-- The prelude: /, 'the prelude says what it is')
   for (const name of ['text', 'field', 'largest', 'moved', 'milliseconds']) t.match(prelude, new RegExp(`^--\\s+${name}\\(.*\\n[^]*^local function ${name} \\(`, 'm'), `the prelude provides ${name}, as its header says`)
   t.match(decide, /^-- KEYS\s+each request's.*\n--\s+state.*\n--\s+banned.*\n--\s+override.*\n--\s+strikes.*\n--\s+offences.*\n--\s+index/m, 'the frame names the keys')
   t.match(decide, /^-- ARGV\[1\]\s+mode.*\n(--\s{4,}.*\n)*-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
   t.notMatch(decide.replace(/^--.*$/gm, ''), /(KEYS|ARGV)\[\w+ \+ \d/, 'its body names each key\'s and argument\'s place: no bare offsets')
-  t.equal(LEAN_SCRIPT.lua, `${prelude}\n${banIndex}\n${strikes}\n${lean}`, 'the lean script is the prelude, the ban index, the strikes, then lua/lean-sliding-log.lua')
-  t.equal(LEAN_SCRIPT.lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, 'the lean script: Redis TIME is the one clock')
-  t.equal(LEAN_SCRIPT.lua.match(/TIME/g)?.length, 1, 'the lean script: read in one place')
+  t.match(lean, /^--\s+lean\(state, max, window, burst, now, member\) -> status, count, reset, retry\n/m, 'the lean frame names what an algorithm\'s lean file gives it')
+  for (const algorithm of LEAN_ALGORITHMS) {
+    const file = readFileSync(new URL(`../lua/lean-${algorithm}.lua`, import.meta.url), 'utf8')
+    const { lua } = LEAN_SCRIPTS[algorithm]!
+    t.equal(lua, `${prelude}\n${file}\n${banIndex}\n${strikes}\n${lean}`, `${algorithm}: the lean script is the prelude, lua/lean-${algorithm}.lua, the ban index, the strikes, then lua/lean.lua`)
+    t.match(file, /^local function lean \(\w+, max, window, burst, now, member\)$/m, `${algorithm}: its lean file defines lean`)
+    t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: the lean script: Redis TIME is the one clock`)
+    t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: the lean script: read in one place`)
+  }
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
     const { command, lua } = SCRIPTS[algorithm]

@@ -2,7 +2,7 @@
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { LEAN_SCRIPT, defineScript, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
+import { LEAN_SCRIPTS, defineScript, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
 import { toDecision } from '../lib/stores/store.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
@@ -11,7 +11,7 @@ import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 for (const lean of [false, true]) {
   t.test(`replaying a decision with the same member counts nothing twice (${lean ? 'the lean script' : 'lua/decide.lua'})`, async t => {
     const redis = client(t, (await getRedis(t)).url)
-    const script = defineScript(redis, lean ? LEAN_SCRIPT : 'sliding-log')
+    const script = defineScript(redis, lean ? LEAN_SCRIPTS['sliding-log']! : 'sliding-log')
     const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.1')
     // max 2, window 60 s, ban after 2 denials for 60 s
     const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })

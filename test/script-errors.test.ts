@@ -12,7 +12,7 @@ import type { Algorithm } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPT, CROSS_SLOT_SCRIPTS, LEAN_SCRIPT, SCRIPTS, crossSlotArgs, defineScript, located, scriptArgs, sourceLines } from '../lib/stores/scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_ALGORITHMS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, located, scriptArgs, sourceLines } from '../lib/stores/scripts.js'
 import type { Script } from '../lib/stores/scripts.js'
 import type { DecideInput } from '../lib/stores/store.js'
 import { isPermanent } from '../lib/trouble.js'
@@ -42,7 +42,7 @@ function decideInput (keys: DecideInput['keys'], algorithm: Algorithm): DecideIn
 }
 
 t.test('each script keeps where each of its files starts: every line of the joined text is its file\'s', async t => {
-  for (const script of [...Object.values(SCRIPTS), LEAN_SCRIPT, BAN_SCRIPT]) {
+  for (const script of [...Object.values(SCRIPTS), ...Object.values(LEAN_SCRIPTS), BAN_SCRIPT]) {
     const joined = script.lua.split('\n')
     t.equal(script.parts[0]!.first, 1, `${script.command}: the first file starts at line 1`)
     for (const { file, first } of script.parts) {
@@ -52,12 +52,12 @@ t.test('each script keeps where each of its files starts: every line of the join
     t.same(script.parts.map(part => part.file).slice(0, 1), ['lua/prelude.lua'], `${script.command}: the prelude first`)
   }
   t.same(SCRIPTS['token-bucket'].parts.map(part => part.file), ['lua/prelude.lua', 'lua/token-bucket.lua', 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/decide.lua'])
-  t.same(LEAN_SCRIPT.parts.map(part => part.file), ['lua/prelude.lua', 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/lean-sliding-log.lua'])
+  for (const algorithm of LEAN_ALGORITHMS) t.same(LEAN_SCRIPTS[algorithm]!.parts.map(part => part.file), ['lua/prelude.lua', `lua/lean-${algorithm}.lua`, 'lua/ban-index.lua', 'lua/strikes.lua', 'lua/lean.lua'])
   t.same(BAN_SCRIPT.parts.map(part => part.file), ['lua/prelude.lua', 'lua/ban-index.lua', 'lua/ban.lua'])
 })
 
 t.test('the cross-slot variants: the shebang their first line, then the script they wrap, every line its file\'s', async t => {
-  const pairs: Array<[Script, Script]> = [...ALGORITHMS.map(algorithm => [CROSS_SLOT_SCRIPTS[algorithm], SCRIPTS[algorithm]] as [Script, Script]), [CROSS_SLOT_LEAN_SCRIPT, LEAN_SCRIPT]]
+  const pairs: Array<[Script, Script]> = [...ALGORITHMS.map(algorithm => [CROSS_SLOT_SCRIPTS[algorithm], SCRIPTS[algorithm]] as [Script, Script]), ...LEAN_ALGORITHMS.map(algorithm => [CROSS_SLOT_LEAN_SCRIPTS[algorithm]!, LEAN_SCRIPTS[algorithm]!] as [Script, Script])]
   for (const [across, inner] of pairs) {
     const joined = across.lua.split('\n')
     t.equal(joined[0], '#!lua flags=allow-cross-slot-keys', `${across.command}: the shebang is line 1`)
@@ -95,10 +95,13 @@ t.test('on Redis: a cross-slot variant\'s errors name the lines of the files it 
   }
   // The lean variant, whose override of the wrong type is the request's own: handed back ({ 4 }), nothing raised;
   // a Lua error of the script itself (arguments it cannot read) is the call's.
-  const call = defineScript(redis, CROSS_SLOT_LEAN_SCRIPT)
-  const broken = located(CROSS_SLOT_LEAN_SCRIPT, await call(1, 'k', 1, 'k', 1, 1, 'b.', '1').then(() => null, (err: unknown) => err as Error))
-  const where = named(t, CROSS_SLOT_LEAN_SCRIPT, broken!.message)
-  t.equal(where.file, 'lua/lean-sliding-log.lua', `raised in the lean script: ${broken!.message}`)
+  for (const algorithm of LEAN_ALGORITHMS) {
+    const script = CROSS_SLOT_LEAN_SCRIPTS[algorithm]!
+    const call = defineScript(redis, script)
+    const broken = located(script, await call(1, 'k', 1, 'k', 1, 1, 'b.', '1').then(() => null, (err: unknown) => err as Error))
+    const where = named(t, script, broken!.message)
+    t.match(where.file, /^lua\/lean(-[\w-]+)?\.lua$/, `${algorithm}: raised in the lean script: ${broken!.message}`)
+  }
 })
 
 t.test('a line as Redis 7 and Redis 6 name it, in a whole call\'s error', async t => {

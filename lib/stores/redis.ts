@@ -7,7 +7,7 @@ import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPT, CROSS_SLOT_SCRIPTS, LEAN_SCRIPT, SCRIPTS, crossSlotArgs, defineScript, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
 import type { Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
 import { HANDED_BACK, toDecisions } from './store.js'
@@ -24,19 +24,24 @@ export function isCluster (client: RedisLike): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true
 }
 
+/** Each script of `scripts` defined on `client`, by algorithm. */
+function defineScripts (client: RedisLike, scripts: Readonly<Partial<Record<Algorithm, Script>>>): Partial<Record<Algorithm, ScriptCommand>> {
+  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script)]))
+}
+
 export class RedisStore implements RemoteStore {
   readonly client: RedisLike
   readonly #owned: boolean
   readonly #cluster: boolean
   readonly #commands: Readonly<Record<Algorithm, ScriptCommand>>
   readonly #ban: ScriptCommand
-  /** The sliding log's lean script, or null when every request goes to its algorithm's script (`lean: false`). */
-  readonly #lean: ScriptCommand | null
+  /** The lean scripts (`LEAN_SCRIPTS`), or null when every request goes to its algorithm's script (`lean: false`). */
+  readonly #lean: Readonly<Partial<Record<Algorithm, ScriptCommand>>> | null
   /** The ban index of a banned key: the nameSpace's one, or on a Cluster its slot's. */
   readonly #index: (banned: string) => string
-  /** On a Cluster, the cross-slot variants of the algorithms' scripts and of the lean one (null without it). */
+  /** On a Cluster, the cross-slot variants of the algorithms' scripts and of the lean ones (null without it). */
   readonly #across: Readonly<Record<Algorithm, ScriptCommand>> | null
-  readonly #acrossLean: ScriptCommand | null
+  readonly #acrossLean: Readonly<Partial<Record<Algorithm, ScriptCommand>>> | null
   /** On a Cluster, which master serves each request, and whether the cross-slot variants run (null without it). */
   readonly #masters: Masters | null
   /** Set by close: an operator call still under way stops, with a coded error. */
@@ -58,9 +63,9 @@ export class RedisStore implements RemoteStore {
     this.#cluster = isCluster(client)
     this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm)])) as Record<Algorithm, ScriptCommand>
     this.#ban = defineScript(client, BAN_SCRIPT)
-    this.#lean = lean ? defineScript(client, LEAN_SCRIPT) : null
+    this.#lean = lean ? defineScripts(client, LEAN_SCRIPTS) : null
     this.#across = this.#cluster ? Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm])])) as Record<Algorithm, ScriptCommand> : null
-    this.#acrossLean = this.#cluster && lean ? defineScript(client, CROSS_SLOT_LEAN_SCRIPT) : null
+    this.#acrossLean = this.#cluster && lean ? defineScripts(client, CROSS_SLOT_LEAN_SCRIPTS) : null
     this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)
@@ -121,17 +126,17 @@ export class RedisStore implements RemoteStore {
     })
   }
 
-  /** Decides `inputs` (each `isLean`) in one call of the lean script; some may be handed back. */
+  /** Decides `inputs` (each `isLean`) in one call of their algorithm's lean script; some may be handed back. */
   async #leanCall (inputs: readonly DecideInput[], algorithm: Algorithm, across: boolean): Promise<Array<Decision | Error | typeof HANDED_BACK>> {
     const base = this.#base()
-    const call = across ? this.#acrossLean! : this.#lean!
+    const call = (across ? this.#acrossLean! : this.#lean!)[algorithm]!
     const args = leanArgs(inputs, base, this.#index)
     try {
       const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode: 'decide', algorithm, batchSize: inputs.length }), () => call(...(across ? crossSlotArgs(args) : args)))
       return toDecisions(reply, members(base, inputs.length), inputs, true)
     } catch (err) {
       if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, 'decide', algorithm)
-      throw located(across ? CROSS_SLOT_LEAN_SCRIPT : LEAN_SCRIPT, err)
+      throw located((across ? CROSS_SLOT_LEAN_SCRIPTS : LEAN_SCRIPTS)[algorithm]!, err)
     }
   }
 

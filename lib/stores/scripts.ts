@@ -36,6 +36,7 @@ const BAN_INDEX = read('ban-index')
 const STRIKES = read('strikes')
 const DECIDE = read('decide')
 const CROSS_SLOT = read('cross-slot')
+const LEAN = read('lean')
 
 /** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
 function script (name: string, texts: ReadonlyArray<readonly [string, string]>): Script {
@@ -51,10 +52,19 @@ function script (name: string, texts: ReadonlyArray<readonly [string, string]>):
   return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts) })
 }
 
-/** Each algorithm's files, and the lean path's: what `script` joins, and, behind `lua/cross-slot.lua`, its cross-slot variant. */
+/**
+ * The algorithms with a lean path: a file `lua/lean-<algorithm>.lua` giving `lean` to `lua/lean.lua`, which
+ * decides the requests `isLean` picks.
+ */
+export const LEAN_ALGORITHMS: readonly Algorithm[] = Object.freeze(['sliding-log'])
+
+/** Each algorithm's files, and its lean path's: what `script` joins, and, behind `lua/cross-slot.lua`, its cross-slot variant. */
 const ALGORITHM_FILES = (algorithm: Algorithm): Array<readonly [string, string]> =>
   [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]]
-const LEAN_FILES: Array<readonly [string, string]> = [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean-sliding-log', read('lean-sliding-log')]]
+const LEAN_FILES = (algorithm: Algorithm): Array<readonly [string, string]> =>
+  [['prelude', PRELUDE], [`lean-${algorithm}`, read(`lean-${algorithm}`)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean', LEAN]]
+const byLean = (make: (algorithm: Algorithm) => Script): Readonly<Partial<Record<Algorithm, Script>>> =>
+  Object.freeze(Object.fromEntries(LEAN_ALGORITHMS.map(algorithm => [algorithm, make(algorithm)])))
 
 /**
  * One script per algorithm, read once: `lua/prelude.lua` (numbers as text for Redis, and the settling bounds),
@@ -63,8 +73,8 @@ const LEAN_FILES: Array<readonly [string, string]> = [['prelude', PRELUDE], ['ba
  */
 export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
   [algorithm, script(algorithm, ALGORITHM_FILES(algorithm))])) as Record<Algorithm, Script>)
-/** The sliding log's lean path (`lua/lean-sliding-log.lua`): the requests `isLean` picks. */
-export const LEAN_SCRIPT = script('lean-sliding-log', LEAN_FILES)
+/** Each lean path's script (`lua/lean.lua` around `lua/lean-<algorithm>.lua`): the requests `isLean` picks. */
+export const LEAN_SCRIPTS = byLean(algorithm => script(`lean-${algorithm}`, LEAN_FILES(algorithm)))
 /**
  * The cross-slot variants (Redis 7.0 and later, on a Cluster): each algorithm's script and the lean one with
  * `lua/cross-slot.lua` in front, whose shebang (`#!lua flags=allow-cross-slot-keys`) is their first line. One
@@ -72,7 +82,7 @@ export const LEAN_SCRIPT = script('lean-sliding-log', LEAN_FILES)
  */
 export const CROSS_SLOT_SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
   [algorithm, script(`cross-slot-${algorithm}`, [['cross-slot', CROSS_SLOT], ...ALGORITHM_FILES(algorithm)])])) as Record<Algorithm, Script>)
-export const CROSS_SLOT_LEAN_SCRIPT = script('cross-slot-lean-sliding-log', [['cross-slot', CROSS_SLOT], ...LEAN_FILES])
+export const CROSS_SLOT_LEAN_SCRIPTS = byLean(algorithm => script(`cross-slot-lean-${algorithm}`, [['cross-slot', CROSS_SLOT], ...LEAN_FILES(algorithm)]))
 
 /**
  * The arguments of a cross-slot call (`lua/cross-slot.lua`) made of a call's own (`scriptArgs`, `leanArgs`: the
@@ -162,18 +172,19 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
 }
 
 /**
- * Whether the lean script decides `input`: decided (not peeked or settled) by the sliding log on one limit, at
- * a cost of 1, with no over-limit wait. It hands back ('again') the few it cannot: an identity with an
- * override, a log holding costlier entries, a foreign value at a key.
+ * Whether a lean script decides `input`: decided (not peeked or settled) by an algorithm with a lean path
+ * (`LEAN_ALGORITHMS`) on one limit, at a cost of 1, with no over-limit wait. It hands back the few it cannot:
+ * an identity with an override of several limits, a state it does not read (a log holding costlier entries),
+ * a foreign value at a key.
  */
 export function isLean (input: DecideInput, algorithm: Algorithm): boolean {
-  return algorithm === 'sliding-log' && !input.peek && input.limits.length === 1 && (input.cost ?? 1) === 1 && input.overLimit === undefined
+  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && (input.cost ?? 1) === 1 && input.overLimit === undefined
 }
 
 /**
  * The arguments of one call of the lean script deciding `requests` (each `isLean`): the number of keys, each
  * request's three (six under a ban policy), the members' `base`, each distinct policy once (limit and ban), and,
- * when there are several, each request's. See the header of `lua/lean-sliding-log.lua`.
+ * when there are several, each request's. See the header of `lua/lean.lua`.
  */
 export function leanArgs (requests: readonly DecideInput[], base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
   const keys: string[] = []

@@ -153,7 +153,7 @@ export function bannedDecision (limits: readonly Limit[], retryMs: number): Deci
 
 /** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
 export const FAILED = 3
-/** Status of the lean script's answer for a request it leaves to the general script (`lua/lean-sliding-log.lua`). */
+/** Status of the lean script's answer for a request it leaves to the general script (`lua/lean.lua`). */
 const HAND_BACK = 4
 /** What `toDecisions` gives, when asked, for a request the lean script handed back: decide it with the general script. */
 export const HANDED_BACK = Symbol('handed back')

@@ -28,7 +28,7 @@ import { MemoryStore } from '../../lib/stores/memory.js'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/stores/key-names.js'
-import { LEAN_SCRIPT, SCRIPTS, isLean, leanArgs, members, scriptArgs } from '../../lib/stores/scripts.js'
+import { LEAN_ALGORITHMS, LEAN_SCRIPTS, SCRIPTS, isLean, leanArgs, members, scriptArgs } from '../../lib/stores/scripts.js'
 import { HANDED_BACK, toDecision, toDecisions } from '../../lib/stores/store.js'
 import type { DecideInput, Decision, SettleInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
@@ -93,7 +93,7 @@ export type Stored =
 
 /** The test-only command name of an algorithm's time-injected script (`lean`: the sliding log's lean path). */
 export const timedCommand = (algorithm: string): string => `rateGuardTestAt_${algorithm}`
-const LEAN = 'lean'
+const leanName = (algorithm: string): string => `lean-${algorithm}`
 
 const RETRIES = 100
 
@@ -150,12 +150,12 @@ export async function redisStore (t: Teardownable, redis?: Redis, { lean = true 
 }
 
 /**
- * Every Redis path of `algorithm`, as stores under test: the sliding log's lean script (the default) and its
- * general one; the others' one script.
+ * Every Redis path of `algorithm`, as stores under test: its lean script (the default) and its general one,
+ * when it has a lean path (`LEAN_ALGORITHMS`); else its one script.
  */
 export async function redisPaths (t: Teardownable, algorithm: Algorithm = DEFAULT_ALGORITHM): Promise<TimedRedisStore[]> {
-  const lean = await redisStore(t)
-  return algorithm === 'sliding-log' ? [lean, await redisStore(t, undefined, { lean: false })] : [lean]
+  const store = await redisStore(t)
+  return LEAN_ALGORITHMS.includes(algorithm) ? [store, await redisStore(t, undefined, { lean: false })] : [store]
 }
 
 function milliseconds (reply: unknown): number {
@@ -179,7 +179,7 @@ class TimedRedis implements TimedRedisStore {
   constructor (redis: Redis, lean: boolean) {
     this.#redis = redis
     this.#lean = lean
-    for (const [name, lua] of [...ALGORITHMS.map(algorithm => [timedCommand(algorithm), SCRIPTS[algorithm].lua]), [timedCommand(LEAN), LEAN_SCRIPT.lua]]) {
+    for (const [name, lua] of [...ALGORITHMS.map(algorithm => [timedCommand(algorithm), SCRIPTS[algorithm].lua]), ...Object.entries(LEAN_SCRIPTS).map(([algorithm, { lua }]) => [timedCommand(leanName(algorithm)), lua])]) {
       if (!(name! in redis)) redis.defineCommand(name!, { lua: timeVariant(lua!) })
     }
   }
@@ -188,7 +188,7 @@ class TimedRedis implements TimedRedisStore {
     const algorithm = input.algorithm ?? DEFAULT_ALGORITHM
     if (this.#lean && isLean(input, algorithm)) {
       const base = this.#base()
-      const [answer] = toDecisions(await this.#script(input, LEAN, leanArgs([input], base), nowMs), members(base, 1), [input], true)
+      const [answer] = toDecisions(await this.#script(input, leanName(algorithm), leanArgs([input], base), nowMs), members(base, 1), [input], true)
       if (answer instanceof Error) throw answer
       if (answer !== HANDED_BACK) return answer!
     }
@@ -204,7 +204,7 @@ class TimedRedis implements TimedRedisStore {
     return `m${(this.#member++).toString(36)}.`
   }
 
-  /** Runs the time-injected script `script` (an algorithm's, or `lean`) with `args` at `nowMs`. */
+  /** Runs the time-injected script `script` (an algorithm's, or its lean one: `lean-<algorithm>`) with `args` at `nowMs`. */
   async #script (input: DecideInput | SettleInput, script: string, args: Array<string | number>, nowMs: number): Promise<unknown> {
     const { keys } = input
     return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override, keys.backoff], (multi) => {
