@@ -88,12 +88,12 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
       t.strictSame(withOver.filter(command => command.endsWith(over.backoff)).map(command => command.split(' ')[0]), extra, `${algorithm}, ${name}: it only adds ${extra.join(' and ')} on its key`)
     }
   }
-  // The lean path (lua/README.md): one EXISTS for the batch, the oldest entry, the clock; a new log is added to
+  // The lean path (lua/README.md): one EXISTS for the batch, the clock, the oldest entry; a new log is added to
   // and given its TTL; a full one is counted, and its denial checked for a replay.
   const keys = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.11')
   const names = async (): Promise<string[]> => (await commands(decideInput({ keys, max: 1, windowMs: 60_000 }), lean)).map(command => command.split(' ')[0]!)
-  t.strictSame(await names(), ['exists', 'zrange', 'time', 'zadd', 'pexpire'], 'the lean path, allowed on a new log')
-  t.strictSame(await names(), ['exists', 'zrange', 'time', 'zcard', 'zscore'], 'the lean path, denied')
+  t.strictSame(await names(), ['exists', 'time', 'zrange', 'zadd', 'pexpire'], 'the lean path, allowed on a new log')
+  t.strictSame(await names(), ['exists', 'time', 'zrange', 'zcard', 'zscore'], 'the lean path, denied')
 })
 
 t.test('one batch of mixed policies (RedisStore.decideMany): each request finds its own keys, and policies differing only in overLimit stay apart', async t => {
