@@ -23,10 +23,19 @@
 --            path does not read, such as a value of another type). count, reset, retry: as lua/decide.lua
 --            reports them for one limit.
 --
--- Reply: each request's answer in turn, as lua/decide.lua's with n = 1, or { 4 }: "decide it with
--- lua/decide.lua" (an override of several limits is set for it, its state is one `lean` hands back, or a value
--- of another type is at its override, strikes or offences); such a request wrote nothing here but, in the last
--- case, its strike. An override of one limit is decided here.
+-- Reply: at, Redis's time of the call's decisions (ms; 0 when no request read the clock), then each request's
+-- answer in turn, the fewest integers that say it (each one Redis turns into a reply costs it about 800
+-- instructions, as many as a tonumber; lib/stores/store.ts's toLeanDecisions reads them):
+--   0, count, reset                    allowed (counted, or a replay of a request counted)
+--   1, retry, count, reset             limited
+--   2, retry, offence, count, reset    banned by this denial: the ban's length, which ban in a row
+--   5, retry                           found banned: nothing counted (the budget's own limit, as lua/decide.lua's n = 0)
+--   4                                  "decide it with lua/decide.lua": an override of several limits is set for
+--                                      it, its state is one `lean` hands back, or a value of another type is at
+--                                      its override, strikes or offences. It wrote nothing here but, in the last
+--                                      case, its strike.
+--   6, burst, window, then one of 0 to 2: decided under an override of one limit, these its capacity and window
+-- count, reset and retry are lua/decide.lua's for the one limit (the policy's, sent by the caller, unless 6 says).
 --
 -- What makes it lean: the banned and override keys of the whole batch are looked up with one EXISTS (almost
 -- every identity has neither); the clock is read once, and each policy's numbers once; and the call makes almost
@@ -76,7 +85,7 @@ end
 -- Read once, and only when a request needs it (not for a client found banned).
 local now
 local base = ARGV[1]
-local out, o, k = {}, 0, 0
+local out, o, k = { 0 }, 1, 0
 -- The policy in use, read when a request's differs from the last one's (or an override replaced its limit).
 local s, max, window, burst, bans, overridden
 for i = 1, n do
@@ -122,14 +131,25 @@ for i = 1, n do
     out[o + 1] = 4
     o = o + 1
   elseif status == 2 and offence == 0 then
-    -- Found banned: the budget's own limits, nothing counted.
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, retry, 0, 0, 0
-    o = o + 5
+    out[o + 1], out[o + 2] = 5, retry
+    o = o + 2
   else
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, now, 1
-    out[o + 6], out[o + 7], out[o + 8], out[o + 9] = burst, window, count, reset
-    o = o + 9
+    if overridden then
+      out[o + 1], out[o + 2], out[o + 3] = 6, burst, window
+      o = o + 3
+    end
+    if status == 0 then
+      out[o + 1], out[o + 2], out[o + 3] = 0, count, reset
+      o = o + 3
+    elseif status == 1 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, retry, count, reset
+      o = o + 4
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, retry, offence, count, reset
+      o = o + 5
+    end
   end
   k = k + (bans and 6 or 3)
 end
+out[1] = now or 0
 return out

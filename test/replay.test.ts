@@ -3,7 +3,7 @@
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { LEAN_SCRIPTS, defineScript, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
-import { toDecision } from '../lib/stores/store.js'
+import { toDecision, toLeanDecisions } from '../lib/stores/store.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
@@ -16,7 +16,9 @@ for (const lean of [false, true]) {
     // max 2, window 60 s, ban after 2 denials for 60 s
     const input = decideInput({ keys, max: 2, windowMs: 60_000, banThreshold: 2, banMs: 60_000 })
     // A call's one request has the member `<base>1`: the same base is the same request, sent again.
-    const decide = async (base: string) => toDecision(await script(...(lean ? leanArgs([input], base) : scriptArgs([input], 'decide', base))), `${base}1`, input.limits)
+    const decide = async (base: string) => lean
+      ? toLeanDecisions(await script(...leanArgs([input], base)), [`${base}1`], [input])[0]
+      : toDecision(await script(...scriptArgs([input], 'decide', base)), `${base}1`, input.limits)
 
     t.match(await decide('a'), { status: 'allowed', count: 1 })
     t.match(await decide('a'), { status: 'allowed', count: 1 }, 'the replay of an allowed request adds no entry')

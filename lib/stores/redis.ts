@@ -10,7 +10,7 @@ import type { Ban } from './ban-index.js'
 import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
 import type { Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
-import { HANDED_BACK, toDecisions } from './store.js'
+import { HANDED_BACK, toDecisions, toLeanDecisions } from './store.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 import type { RedisLike } from '../types.js'
 
@@ -133,7 +133,7 @@ export class RedisStore implements RemoteStore {
     const args = leanArgs(inputs, base, this.#index)
     try {
       const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode: 'decide', algorithm, batchSize: inputs.length }), () => call(...(across ? crossSlotArgs(args) : args)))
-      return toDecisions(reply, members(base, inputs.length), inputs, true)
+      return toLeanDecisions(reply, members(base, inputs.length), inputs)
     } catch (err) {
       if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, 'decide', algorithm)
       throw located((across ? CROSS_SLOT_LEAN_SCRIPTS : LEAN_SCRIPTS)[algorithm]!, err)

@@ -153,9 +153,7 @@ export function bannedDecision (limits: readonly Limit[], retryMs: number): Deci
 
 /** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
 export const FAILED = 3
-/** Status of the lean script's answer for a request it leaves to the general script (`lua/lean.lua`). */
-const HAND_BACK = 4
-/** What `toDecisions` gives, when asked, for a request the lean script handed back: decide it with the general script. */
+/** What `toLeanDecisions` gives for a request a lean script handed back: decide it with the general script. */
 export const HANDED_BACK = Symbol('handed back')
 
 /**
@@ -163,9 +161,8 @@ export const HANDED_BACK = Symbol('handed back')
  * request Redis could not decide, its error); returns it with the offset of the next answer, or throws a coded
  * error. `limits` are the ones the request was decided by (an answer with none is a client found banned).
  */
-function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[], handBack: boolean): [Decision | Error | typeof HANDED_BACK, number] {
+function readDecision (reply: readonly unknown[], offset: number, member: string, limits: readonly Limit[]): [Decision | Error, number] {
   const code = integer(reply[offset])
-  if (code === HAND_BACK && handBack) return [HANDED_BACK, offset + 1]
   const text = reply[offset + 1]
   if (code === FAILED && (typeof text === 'string' || Buffer.isBuffer(text))) return [new Error(String(text)), offset + 2]
   const status = STATUSES[code]
@@ -204,20 +201,71 @@ export function toDecision (reply: unknown, member: string, limits: readonly Lim
 /**
  * A reply answering each of `inputs` in turn (`members[i]` the id of `inputs[i]`), as decisions, or for a
  * request Redis could not decide, its error; or a coded error when the reply is not one the scripts give.
- * With `handBack` (a reply of the lean script), `HANDED_BACK` for each request it left to the general one.
  */
-export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | Error>
-export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>, handBack: true): Array<Decision | Error | typeof HANDED_BACK>
-export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>, handBack = false): Array<Decision | Error | typeof HANDED_BACK> {
+export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | Error> {
   if (Array.isArray(reply)) {
-    const decisions: Array<Decision | Error | typeof HANDED_BACK> = []
+    const decisions: Array<Decision | Error> = []
     let offset = 0
     for (let i = 0; i < inputs.length; i++) {
-      const [decision, end] = readDecision(reply, offset, members[i]!, inputs[i]!.limits, handBack)
+      const [decision, end] = readDecision(reply, offset, members[i]!, inputs[i]!.limits)
       decisions.push(decision)
       offset = end
     }
     if (offset === reply.length) return decisions
   }
   throw new InvalidReplyError(JSON.stringify(reply)?.slice(0, 200) ?? String(reply))
+}
+
+/** Codes of a lean script's answers (the header of `lua/lean.lua`) beside the statuses 0 to 2. */
+const HAND_BACK = 4
+const FOUND_BANNED = 5
+const OVERRIDDEN = 6
+
+/**
+ * A lean script's reply (`lua/lean.lua`: the time, then each request's answer in the fewest integers) as a
+ * decision per request of `inputs` (each of one limit), or `HANDED_BACK` for one it left to the general
+ * script; or a coded error when the reply is not one it gives.
+ */
+export function toLeanDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | typeof HANDED_BACK> {
+  const at = Array.isArray(reply) ? integer(reply[0]) : NaN
+  if (at >= 0) {
+    const answers = reply as unknown[]
+    const decisions: Array<Decision | typeof HANDED_BACK> = []
+    let offset = 1
+    for (let i = 0; i < inputs.length; i++) {
+      const answer = readLeanAnswer(answers, offset, at, members[i]!, inputs[i]!.limits)
+      if (answer === null) break
+      decisions.push(answer[0])
+      offset = answer[1]
+    }
+    if (decisions.length === inputs.length && offset === answers.length) return decisions
+  }
+  throw new InvalidReplyError(JSON.stringify(reply)?.slice(0, 200) ?? String(reply))
+}
+
+/** One lean answer from `offset` and the offset of the next, or null when it is not one. */
+function readLeanAnswer (reply: readonly unknown[], offset: number, at: number, member: string, limits: readonly Limit[]): [Decision | typeof HANDED_BACK, number] | null {
+  let code = integer(reply[offset])
+  if (code === HAND_BACK) return [HANDED_BACK, offset + 1]
+  if (code === FOUND_BANNED) {
+    const retryMs = integer(reply[offset + 1])
+    return retryMs >= 0 ? [bannedDecision(limits, retryMs), offset + 2] : null
+  }
+  let { burst: limit, windowMs } = limits[0]!
+  if (code === OVERRIDDEN) {
+    limit = integer(reply[offset + 1])
+    windowMs = integer(reply[offset + 2])
+    offset += 3
+    code = integer(reply[offset])
+  }
+  // After the code: the retry (but when allowed), the offence (when this denial started a ban), count, reset.
+  const status = STATUSES[code]
+  let next = offset + 1
+  const retryMs = code === 0 ? 0 : integer(reply[next++])
+  const offence = code === 2 ? integer(reply[next++]) : 0
+  const count = integer(reply[next++])
+  const resetMs = integer(reply[next++])
+  if (status === undefined || !(limit! >= 0 && windowMs >= 0 && retryMs >= 0 && offence >= 0 && count >= 0 && resetMs >= 0)) return null
+  const state = { limit: limit!, windowMs, count, resetMs }
+  return [{ status, limit: limit!, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits: [state], at, member }, next]
 }

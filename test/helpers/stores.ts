@@ -29,7 +29,7 @@ import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/stores/key-names.js'
 import { LEAN_ALGORITHMS, LEAN_SCRIPTS, SCRIPTS, isLean, leanArgs, members, scriptArgs } from '../../lib/stores/scripts.js'
-import { HANDED_BACK, toDecision, toDecisions } from '../../lib/stores/store.js'
+import { HANDED_BACK, toDecision, toLeanDecisions } from '../../lib/stores/store.js'
 import type { DecideInput, Decision, SettleInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
 
@@ -188,8 +188,7 @@ class TimedRedis implements TimedRedisStore {
     const algorithm = input.algorithm ?? DEFAULT_ALGORITHM
     if (this.#lean && isLean(input, algorithm)) {
       const base = this.#base()
-      const [answer] = toDecisions(await this.#script(input, leanName(algorithm), leanArgs([input], base), nowMs), members(base, 1), [input], true)
-      if (answer instanceof Error) throw answer
+      const [answer] = toLeanDecisions(await this.#script(input, leanName(algorithm), leanArgs([input], base), nowMs), members(base, 1), [input])
       if (answer !== HANDED_BACK) return answer!
     }
     const base = this.#base()
