@@ -94,6 +94,16 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
   const names = async (): Promise<string[]> => (await commands(decideInput({ keys, max: 1, windowMs: 60_000 }), lean)).map(command => command.split(' ')[0]!)
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zadd', 'pexpire'], 'the lean path, allowed on a new log')
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zcard', 'zscore'], 'the lean path, denied')
+  // The sliding window's: its counters read in one HMGET; new ones written whole and given their TTL, then c1
+  // alone in the same window (a day long: no window ends between these calls); a denial writes nothing.
+  const counters = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.12', 'sliding-window')
+  const windowed = async (): Promise<string[]> => (await commands(decideInput({ keys: counters, max: 2, windowMs: 86_400_000, algorithm: 'sliding-window' }), lean)).map(command => command.split(' ')[0]!)
+  const written = (): string[] => seen.find(({ args, source }) => source === 'lua' && args[0]!.toLowerCase() === 'hset')!.args.slice(2)
+  t.strictSame(await windowed(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the sliding window\'s lean path, allowed on new counters')
+  t.strictSame(written().filter((_, i) => i % 2 === 0), ['w1', 'p1', 'c1'], '...written whole')
+  t.strictSame(await windowed(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the sliding window\'s lean path, allowed in the same window')
+  t.strictSame(written(), ['c1', '2'], '...its count alone')
+  t.strictSame(await windowed(), ['exists', 'time', 'hmget'], 'the sliding window\'s lean path, denied')
 })
 
 t.test('one batch of mixed policies (RedisStore.decideMany): each request finds its own keys, and policies differing only in overLimit stay apart', async t => {
