@@ -94,6 +94,11 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
   const names = async (): Promise<string[]> => (await commands(decideInput({ keys, max: 1, windowMs: 60_000 }), lean)).map(command => command.split(' ')[0]!)
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zadd', 'pexpire'], 'the lean path, allowed on a new log')
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zcard', 'zscore'], 'the lean path, denied')
+  // The token bucket's: its TAT read; allowed, written with the TTL until the bucket is full; denied, nothing more.
+  const bucket = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.12', 'token-bucket')
+  const bucketNames = async (): Promise<string[]> => (await commands(decideInput({ keys: bucket, max: 1, windowMs: 60_000, algorithm: 'token-bucket' }), lean)).map(command => command.split(' ')[0]!)
+  t.strictSame(await bucketNames(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the token bucket\'s lean path, allowed on a new bucket')
+  t.strictSame(await bucketNames(), ['exists', 'time', 'hmget'], 'the token bucket\'s lean path, denied')
 })
 
 t.test('one batch of mixed policies (RedisStore.decideMany): each request finds its own keys, and policies differing only in overLimit stay apart', async t => {
