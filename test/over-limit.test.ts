@@ -104,6 +104,11 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
   t.strictSame(await windowed(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the sliding window\'s lean path, allowed in the same window')
   t.strictSame(written(), ['c1', '2'], '...its count alone')
   t.strictSame(await windowed(), ['exists', 'time', 'hmget'], 'the sliding window\'s lean path, denied')
+  // The token bucket's: its TAT read; allowed, written with the TTL until the bucket is full; denied, nothing more.
+  const bucket = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.12', 'token-bucket')
+  const bucketNames = async (): Promise<string[]> => (await commands(decideInput({ keys: bucket, max: 1, windowMs: 60_000, algorithm: 'token-bucket' }), lean)).map(command => command.split(' ')[0]!)
+  t.strictSame(await bucketNames(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the token bucket\'s lean path, allowed on a new bucket')
+  t.strictSame(await bucketNames(), ['exists', 'time', 'hmget'], 'the token bucket\'s lean path, denied')
 })
 
 t.test('one batch of mixed policies (RedisStore.decideMany): each request finds its own keys, and policies differing only in overLimit stay apart', async t => {

@@ -159,6 +159,38 @@ t.test('on Redis: a state key of the wrong type', async t => {
   }
 })
 
+t.test('on Redis: a token bucket whose fields are not ours is read as lua/token-bucket.lua reads it, or handed back to it', async t => {
+  const { url } = await getRedis(t)
+  const redis = client(t, url)
+  const lean = new RedisStore(redis, false)
+  const general = new RedisStore(redis, false, '', { lean: false })
+  const script = defineScript(redis, LEAN_SCRIPTS['token-bucket']!)
+  const FUTURE = String(Date.now() + 3_600_000)
+  // Each bucket's fields, and whether the lean script decides it (a t1 that is no number is a full bucket, and
+  // another limit's fields are not limit 1's) or hands it back (a t1 that is a number, an f1 that is not).
+  const buckets: Array<[string, Record<string, string>, boolean]> = [
+    ['a t1 that is no number', { t1: 'soon', f1: '7' }, true],
+    ['only limit 2\'s fields', { t2: FUTURE, f2: '0' }, true],
+    ['no f1', { t1: FUTURE }, false],
+    ['an f1 that is no number', { t1: FUTURE, f1: 'some' }, false]
+  ]
+  for (const [name, fields, decided] of buckets) {
+    const prefix = uniquePrefix()
+    const [mine, theirs, raw] = ['lean', 'general', 'raw'].map(id => identityKeys(prefix, 'all', `ip:${id}`, 'token-bucket'))
+    for (const keys of [mine!, theirs!, raw!]) await redis.hset(keys.log, fields)
+    const reply = await script(...leanArgs([decideInput(raw!, 'token-bucket')], 'b.')) as unknown[]
+    t.equal(reply[0], decided ? 0 : 4, `${name}: ${decided ? 'decided' : 'handed back'} by the lean script`)
+    const answer = async (store: RedisStore, keys: DecideInput['keys']): Promise<unknown> => await store.decide(decideInput(keys, 'token-bucket')).then(({ status, count, resetMs, retryMs }) => ({ status, count, resetMs, retryMs }), (err: Error) => err.message)
+    const [viaLean, viaGeneral] = [await answer(lean, mine!), await answer(general, theirs!)]
+    t.strictSame(viaLean, viaGeneral, `${name}: the same answer on both paths: ${JSON.stringify(viaLean)}`)
+    if (!decided) t.match(viaLean, /^lua\/token-bucket\.lua:\d+ .*: attempt to perform arithmetic on .*a nil value/, `${name}: lua/token-bucket.lua's error for the request`)
+    // The same fields, t1 (Redis's time of each decision, plus the TAT) within the second between the two.
+    const [left, right] = [await redis.hgetall(mine!.log), await redis.hgetall(theirs!.log)]
+    t.strictSame({ ...left, t1: '' }, { ...right, t1: '' }, `${name}: the same fields written`)
+    t.ok(Math.abs(Number(left.t1) - Number(right.t1)) < 1000, `${name}: the same TAT: ${left.t1}, ${right.t1}`)
+  }
+})
+
 t.test('on Redis: raised in lua/decide.lua, in lua/ban-index.lua, and a Lua error of the script itself', async t => {
   const { url } = await getRedis(t)
   const redis = client(t, url)
