@@ -13,6 +13,7 @@ import type { Algorithm, Limit } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { encodeLimits } from '../lib/stores/store.js'
 import type { Decision } from '../lib/stores/store.js'
+import { LEAN_ALGORITHMS } from '../lib/stores/scripts.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisPaths, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest, Stored } from './helpers/stores.js'
@@ -1270,9 +1271,9 @@ const seeds = process.env.CONFORMANCE_SEED !== undefined
   : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
 
 for (const algorithm of ALGORITHMS) {
-  // The sliding log's requests of the lean shape go to its lean script unless `lean` is false: both paths,
-  // the general one on the fixed seed (the random one explores the default path).
-  for (const lean of algorithm === 'sliding-log' ? [true, false] : [true]) {
+  // An algorithm's requests of the lean shape go to its lean script (LEAN_ALGORITHMS) unless `lean` is false:
+  // both paths, the general one on the fixed seed (the random one explores the default path).
+  for (const lean of LEAN_ALGORITHMS.includes(algorithm) ? [true, false] : [true]) {
     for (const seed of lean ? seeds : seeds.slice(0, 1)) {
       t.test(`differential (${algorithm}${lean ? '' : ', general path only'}): several limits, costs, overrides and settling, identical on both stores step by step (seed ${seed})`, async t => {
         await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, lean)

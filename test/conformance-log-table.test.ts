@@ -13,6 +13,7 @@ import { identityKeys } from '../lib/stores/key-names.js'
 import type { IdentityKeys } from '../lib/stores/key-names.js'
 import { MemoryStore, OVERFLOW_BUCKETS } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
+import { LEAN_ALGORITHMS } from '../lib/stores/scripts.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 import { differential } from './helpers/differential.js'
@@ -524,9 +525,9 @@ const seeds = process.env.CONFORMANCE_SEED !== undefined
   : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
 
 for (const algorithm of ALGORITHMS) {
-  // The sliding log's requests of the lean shape go to its lean script unless `lean` is false: both paths,
-  // the general one on the fixed seed (the random one explores the default path).
-  for (const lean of algorithm === 'sliding-log' ? [true, false] : [true]) {
+  // An algorithm's requests of the lean shape go to its lean script (LEAN_ALGORITHMS) unless `lean` is false:
+  // both paths, the general one on the fixed seed (the random one explores the default path).
+  for (const lean of LEAN_ALGORITHMS.includes(algorithm) ? [true, false] : [true]) {
     for (const seed of lean ? seeds : seeds.slice(0, 1)) {
       t.test(`differential (${algorithm}${lean ? '' : ', general path only'}): random traffic gets identical decisions from both stores, step by step (seed ${seed})`, async t => {
         await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, undefined, undefined, lean)
