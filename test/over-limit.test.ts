@@ -57,8 +57,8 @@ t.test('the hot path: without overLimit a request sends its three keys (six unde
 t.test('what a decision costs Redis: without overLimit, not one command more; with it, a PTTL of its key (and a SET on a denial)', async t => {
   const { url } = await getRedis(t)
   const redis = client(t, url)
-  // lua/decide.lua's cost, which overLimit's requests pay: without the lean path (the sliding log's one-limit
-  // requests without overLimit go there, with its own commands: checked last).
+  // lua/decide.lua's cost, which overLimit's requests pay: without the lean path (the one-limit requests
+  // without overLimit of the sliding log and the fixed window go there, with its own commands: checked last).
   const store = new RedisStore(redis, false, '', { lean: false })
   const lean = new RedisStore(redis, false)
   const monitor = await redis.monitor()
@@ -94,10 +94,19 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
   const names = async (): Promise<string[]> => (await commands(decideInput({ keys, max: 1, windowMs: 60_000 }), lean)).map(command => command.split(' ')[0]!)
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zadd', 'pexpire'], 'the lean path, allowed on a new log')
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zcard', 'zscore'], 'the lean path, denied')
+  // Windows aligned to the epoch, one of them from 1970 to 2286: none ends between these calls.
+  const EPOCH_WINDOW = 10_000_000_000_000
+  // The fixed window's: one HMGET of the window's start and count; a new window is written and given its TTL, a
+  // counted one only its count; a denial writes nothing.
+  const fixedCounters = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.12', 'fixed-window')
+  const fixed = async (): Promise<string[]> => (await commands(decideInput({ keys: fixedCounters, max: 2, windowMs: EPOCH_WINDOW, algorithm: 'fixed-window' }), lean)).map(command => command.split(' ')[0]!)
+  t.strictSame(await fixed(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the fixed window\'s lean path, allowed in a new window')
+  t.strictSame(await fixed(), ['exists', 'time', 'hmget', 'hset'], 'the fixed window\'s lean path, allowed in a counted window')
+  t.strictSame(await fixed(), ['exists', 'time', 'hmget'], 'the fixed window\'s lean path, denied')
   // The sliding window's: its counters read in one HMGET; new ones written whole and given their TTL, then c1
-  // alone in the same window (a day long: no window ends between these calls); a denial writes nothing.
+  // alone in the same window; a denial writes nothing.
   const counters = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.12', 'sliding-window')
-  const windowed = async (): Promise<string[]> => (await commands(decideInput({ keys: counters, max: 2, windowMs: 86_400_000, algorithm: 'sliding-window' }), lean)).map(command => command.split(' ')[0]!)
+  const windowed = async (): Promise<string[]> => (await commands(decideInput({ keys: counters, max: 2, windowMs: EPOCH_WINDOW, algorithm: 'sliding-window' }), lean)).map(command => command.split(' ')[0]!)
   const written = (): string[] => seen.find(({ args, source }) => source === 'lua' && args[0]!.toLowerCase() === 'hset')!.args.slice(2)
   t.strictSame(await windowed(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the sliding window\'s lean path, allowed on new counters')
   t.strictSame(written().filter((_, i) => i % 2 === 0), ['w1', 'p1', 'c1'], '...written whole')

@@ -56,7 +56,7 @@ function script (name: string, texts: ReadonlyArray<readonly [string, string]>):
  * The algorithms with a lean path: a file `lua/lean-<algorithm>.lua` giving `lean` to `lua/lean.lua`, which
  * decides the requests `isLean` picks.
  */
-export const LEAN_ALGORITHMS: readonly Algorithm[] = Object.freeze(['sliding-log', 'sliding-window', 'token-bucket'])
+export const LEAN_ALGORITHMS: readonly Algorithm[] = Object.freeze(['sliding-log', 'fixed-window', 'sliding-window', 'token-bucket'])
 
 /** Each algorithm's files, and its lean path's: what `script` joins, and, behind `lua/cross-slot.lua`, its cross-slot variant. */
 const ALGORITHM_FILES = (algorithm: Algorithm): Array<readonly [string, string]> =>

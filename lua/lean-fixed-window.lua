@@ -1,0 +1,41 @@
+-- The fixed window's lean count: `lean` for lua/lean.lua, which decides the common shape (one limit, a cost of 1)
+-- around it. Joined after lua/prelude.lua (text), in front of lua/ban-index.lua, lua/strikes.lua and
+-- lua/lean.lua. It reads and writes the counters as lua/fixed-window.lua keeps them for limit 1 (a HASH: s1 the
+-- start of the window counted, c1 its count; a window's first unit renews the TTL to its end), with HMGET s1 c1,
+-- then, allowed, HSET c1 (a new window, or one counted down to 0: HSET s1 c1 and PEXPIRE). A denial writes
+-- nothing. The start is compared as text: the count is the only number read. It hands back (4) counters of
+-- another type, and those lua/fixed-window.lua reads in its own way: a start it reads as this window's though
+-- spelled otherwise, this window's count that is no number.
+--
+-- lean(counters, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
+
+local function lean (counters, max, window, burst, now, member)
+  local stored = redis.pcall('HMGET', counters, 's1', 'c1')
+  if stored.err then
+    return 4, 0, 0, 0
+  end
+  local start = now - now % window
+  local at = text(start)
+  local n = 0
+  if stored[1] == at then
+    n = tonumber(stored[2])
+    if not n then
+      return 4, 0, 0, 0
+    end
+  elseif stored[1] and tonumber(stored[1]) == start then
+    return 4, 0, 0, 0
+  end
+  -- The window's end: when one more unit is free, and when the counters expire.
+  local reset = start + window - now
+  if n + 1 > max then
+    return 1, n, n > 0 and reset or 0, reset
+  end
+  if n == 0 then
+    redis.call('HSET', counters, 's1', at, 'c1', '1')
+    redis.call('PEXPIRE', counters, text(reset))
+  else
+    -- The window's start is written already.
+    redis.call('HSET', counters, 'c1', text(n + 1))
+  end
+  return 0, n + 1, reset, 0
+end
