@@ -132,7 +132,7 @@ t.test('on Redis: a state key of the wrong type', async t => {
 
     // The lean script, where the algorithm has one, hands the foreign value back ({ 4 }) and raises nothing...
     if (LEAN_ALGORITHMS.includes(algorithm)) {
-      t.strictSame(await defineScript(redis, LEAN_SCRIPTS[algorithm]!)(...leanArgs([decideInput(bad!, algorithm)], 'b.')), [4], `${algorithm}: the lean script hands it back`)
+      t.strictSame((await defineScript(redis, LEAN_SCRIPTS[algorithm]!)(...leanArgs([decideInput(bad!, algorithm)], 'b.')) as unknown[]).slice(1), [4], `${algorithm}: the lean script hands it back (after the call's time)`)
     }
     // ...and decided alone, the request gets its own error, raised by count() in the algorithm's file.
     const err = await store.decide(decideInput(bad!, algorithm)).then(() => null, (err: unknown) => err as Error)
@@ -179,7 +179,7 @@ t.test('on Redis: a token bucket whose fields are not ours is read as lua/token-
     const [mine, theirs, raw] = ['lean', 'general', 'raw'].map(id => identityKeys(prefix, 'all', `ip:${id}`, 'token-bucket'))
     for (const keys of [mine!, theirs!, raw!]) await redis.hset(keys.log, fields)
     const reply = await script(...leanArgs([decideInput(raw!, 'token-bucket')], 'b.')) as unknown[]
-    t.equal(reply[0], decided ? 0 : 4, `${name}: ${decided ? 'decided' : 'handed back'} by the lean script`)
+    t.equal(reply[1], decided ? 0 : 4, `${name}: ${decided ? 'decided' : 'handed back'} by the lean script (its answer after the call's time)`)
     const answer = async (store: RedisStore, keys: DecideInput['keys']): Promise<unknown> => await store.decide(decideInput(keys, 'token-bucket')).then(({ status, count, resetMs, retryMs }) => ({ status, count, resetMs, retryMs }), (err: Error) => err.message)
     const [viaLean, viaGeneral] = [await answer(lean, mine!), await answer(general, theirs!)]
     t.strictSame(viaLean, viaGeneral, `${name}: the same answer on both paths: ${JSON.stringify(viaLean)}`)
