@@ -122,6 +122,8 @@ export class HeldAnswers {
 
 /** What `map` holds at `key` until a time after `now`; an ended one is dropped. */
 function live<T extends Ban> (map: Map<string, T>, key: string, now: number): T | undefined {
+  // Nothing held: `key` (a string joined per request) is not looked up, which would flatten and hash it.
+  if (map.size === 0) return undefined
   const held = map.get(key)
   if (held === undefined || held.until > now) return held
   map.delete(key)

@@ -49,9 +49,32 @@ function kept (request: FastifyRequest, error: Error): Error {
 export function stripCode (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
   const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string }) | null>)[REFUSAL]
   if (error == null || typeof payload !== 'string') return done(null, payload)
-  // Strings joined, not objects stringified: this runs on every refusal (a hot key's flood is nothing else).
   const { statusCode, code, message } = error
+  const bodies = bodiesOf(statusCode, code, message)
+  done(null, payload === bodies.coded ? bodies.stripped : payload)
+}
+
+/** A refusal's body as Fastify's default error handler writes it (`coded`), and without its code (`stripped`). */
+interface Bodies {
+  readonly statusCode: number
+  readonly message: string
+  readonly coded: string
+  readonly stripped: string
+}
+
+/**
+ * The last bodies made, by code: a flood of refusals (a hot key, banned clients) is one message for a second
+ * or more (`retry in 7 seconds`), so its bodies are made once, not once a refusal; one entry per code, so
+ * nothing to bound.
+ */
+const LAST = new Map<string, Bodies>()
+
+function bodiesOf (statusCode: number, code: string, message: string): Bodies {
+  const last = LAST.get(code)
+  if (last !== undefined && last.message === message && last.statusCode === statusCode) return last
   const head = `{"statusCode":${statusCode}`
   const tail = `,"error":${JSON.stringify(STATUS_CODES[statusCode])},"message":${JSON.stringify(message)}}`
-  done(null, payload === `${head},"code":${JSON.stringify(code)}${tail}` ? head + tail : payload)
+  const made = { statusCode, message, coded: `${head},"code":${JSON.stringify(code)}${tail}`, stripped: head + tail }
+  LAST.set(code, made)
+  return made
 }

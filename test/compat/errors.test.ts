@@ -85,3 +85,19 @@ t.test('the default refusal reaches the app\'s error handler too, with statusCod
     t.strictSame(seen, [[429, 'Rate limit exceeded, retry in 5 seconds']], plugin)
   }
 })
+
+t.test('the default body goes out without its code whatever the refusal came to say: an app\'s error handler that changes its status and message, then hands it on', async t => {
+  const app = await appWith(t, 'ours', { max: 1, timeWindow: '1 minute' }, {}, app => {
+    app.setErrorHandler((error: FastifyError, request, reply) => {
+      if (request.headers['x-teapot'] !== undefined) Object.assign(error, { statusCode: 418, message: 'brewing' })
+      // To Fastify's default error handler, which writes the error's code into the body.
+      reply.send(error)
+    })
+  })
+  t.equal((await app.inject('/')).body, 'ok')
+  const bodies: unknown[] = []
+  for (const headers of [{}, { 'x-teapot': '1' }, {}, { 'x-teapot': '1' }]) bodies.push((await app.inject({ url: '/', headers })).json())
+  const refused = { statusCode: 429, error: 'Too Many Requests', message: 'Rate limit exceeded, retry in 1 minute' }
+  const brewing = { statusCode: 418, error: 'I\'m a Teapot', message: 'brewing' }
+  t.strictSame(bodies, [refused, brewing, refused, brewing])
+})
