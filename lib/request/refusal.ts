@@ -64,10 +64,11 @@ interface Bodies {
 
 /**
  * The last bodies made, by code: a flood of refusals (a hot key, banned clients) is one message for a second
- * or more (`retry in 7 seconds`), so its bodies are made once, not once a refusal; one entry per code, so
- * nothing to bound.
+ * or more (`retry in 7 seconds`), so its bodies are made once, not once a refusal. One entry per code: this
+ * plugin's three, unless an app's error handler rewrites `err.code`, so at most `MOST_CODES` are kept.
  */
 const LAST = new Map<string, Bodies>()
+const MOST_CODES = 8
 
 function bodiesOf (statusCode: number, code: string, message: string): Bodies {
   const last = LAST.get(code)
@@ -75,6 +76,7 @@ function bodiesOf (statusCode: number, code: string, message: string): Bodies {
   const head = `{"statusCode":${statusCode}`
   const tail = `,"error":${JSON.stringify(STATUS_CODES[statusCode])},"message":${JSON.stringify(message)}}`
   const made = { statusCode, message, coded: `${head},"code":${JSON.stringify(code)}${tail}`, stripped: head + tail }
+  if (LAST.size >= MOST_CODES && last === undefined) LAST.clear()
   LAST.set(code, made)
   return made
 }

@@ -90,6 +90,7 @@ t.test('the default body goes out without its code whatever the refusal came to 
   const app = await appWith(t, 'ours', { max: 1, timeWindow: '1 minute' }, {}, app => {
     app.setErrorHandler((error: FastifyError, request, reply) => {
       if (request.headers['x-teapot'] !== undefined) Object.assign(error, { statusCode: 418, message: 'brewing' })
+      if (request.headers['x-code'] !== undefined) Object.assign(error, { code: request.headers['x-code'] })
       // To Fastify's default error handler, which writes the error's code into the body.
       reply.send(error)
     })
@@ -100,4 +101,8 @@ t.test('the default body goes out without its code whatever the refusal came to 
   const refused = { statusCode: 429, error: 'Too Many Requests', message: 'Rate limit exceeded, retry in 1 minute' }
   const brewing = { statusCode: 418, error: 'I\'m a Teapot', message: 'brewing' }
   t.strictSame(bodies, [refused, brewing, refused, brewing])
+  // A code of its own on each refusal: each body still goes out without it (the bodies kept per code stay few).
+  const recoded: unknown[] = []
+  for (let i = 0; i < 12; i++) recoded.push((await app.inject({ url: '/', headers: { 'x-code': `E_APP_${i % 10}` } })).json())
+  t.strictSame(recoded, Array(12).fill(refused), 'twelve refusals, ten codes: none in its body')
 })
