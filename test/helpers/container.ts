@@ -1,9 +1,9 @@
 // Redis in a container through testcontainers, tried only when a container
-// engine answers a ping. `testcontainers` is not a dependency (it brings ~70
-// packages, some with install scripts, to every machine, though most have no
-// engine): Docker or Podman users add it with `npm install --no-save
-// testcontainers`. It is imported lazily, and when it is not installed the
-// container path is simply not taken.
+// engine answers a ping. `testcontainers` is not a dependency (with it, `npm
+// ci` put 155 more packages, two with install scripts, on every machine,
+// though most have no engine): Docker or Podman users add it with TESTCONTAINERS_INSTALL below. It
+// is imported lazily, and when it is not installed the container path is
+// simply not taken.
 import { existsSync } from 'node:fs'
 import { request, type RequestOptions } from 'node:http'
 import { homedir } from 'node:os'
@@ -60,6 +60,11 @@ export async function containerEngineAnswers (): Promise<boolean> {
 
 /** The package the container path needs, named in one place for the messages. */
 export const TESTCONTAINERS = 'testcontainers'
+/**
+ * How to add it. The major is pinned: testcontainers 12 brings undici 8, which
+ * does not load on Node 20 (12.0.4 fails at import on 20.20).
+ */
+export const TESTCONTAINERS_INSTALL = 'npm install --no-save testcontainers@^11.14.0'
 
 // The few parts of testcontainers used here, typed locally: the package is not
 // installed by `npm ci`, so its own types cannot be imported.

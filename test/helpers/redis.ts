@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
 import tap from 'tap'
 import { changesChannel } from '../../lib/changes.js'
-import { containerEngineAnswers, startContainerRedis, TESTCONTAINERS } from './container.js'
+import { containerEngineAnswers, startContainerRedis, TESTCONTAINERS, TESTCONTAINERS_INSTALL } from './container.js'
 import { allowing } from './lag.js'
 import { HOW_TO_GET_REDIS, startRedisServer, type Teardownable } from './redis-server.js'
 
@@ -61,7 +61,7 @@ export async function resolveRedis (testcontainers = TESTCONTAINERS): Promise<Re
       }
       // Not a failure: the package is left out of the install on purpose.
       const note = `a container engine answers, but ${testcontainers} is not installed ` +
-        `(\`npm install --no-save ${testcontainers}\` adds the container path)`
+        `(\`${TESTCONTAINERS_INSTALL}\` adds the container path)`
       notes.push(note)
       tap.comment(`${note}; trying redis-server`)
     } catch (err) {
