@@ -4,7 +4,7 @@ import { once } from 'node:events'
 import { createServer } from 'node:http'
 import { connect } from 'node:net'
 import t from 'tap'
-import { containerEngineAnswers } from './helpers/container.js'
+import { containerEngineAnswers, loadTestcontainers, startContainerRedis } from './helpers/container.js'
 import {
   client,
   freePort,
@@ -119,8 +119,8 @@ t.test('REDIS_URL comes first, and must answer', async (t) => {
   await t.rejects(resolveRedis(), /does not answer PING.*apt-get install -y redis-server/s)
 })
 
-t.test('a container engine that answers but cannot run Redis falls back to redis-server', async (t) => {
-  // A fake engine: answers the ping, fails everything else.
+/** A fake container engine on DOCKER_HOST for the rest of `t`: answers the ping, fails everything else. */
+async function fakeEngine (t: Teardownable): Promise<void> {
   const engine = createServer((req, res) => {
     res.statusCode = req.url === '/_ping' ? 200 : 500
     res.end(req.url === '/_ping' ? 'OK' : '{"message":"fake engine"}')
@@ -133,11 +133,43 @@ t.test('a container engine that answers but cannot run Redis falls back to redis
   setEnv(t, 'REDIS_URL', undefined)
   setEnv(t, 'DOCKER_HOST', `tcp://127.0.0.1:${address.port}`)
   setEnv(t, 'DOCKER_TLS_VERIFY', undefined)
+}
 
+/** A stand-in for testcontainers, as a module, whose containers never start. */
+const FAILING_TESTCONTAINERS = 'data:text/javascript,' + encodeURIComponent([
+  'export class GenericContainer {',
+  '  withCommand () { return this }',
+  '  withExposedPorts () { return this }',
+  '  withWaitStrategy () { return this }',
+  '  async start () { throw new Error("no such image") }',
+  '}',
+  'export const Wait = { forLogMessage: () => ({}) }'
+].join('\n'))
+
+t.test('a container engine that answers but cannot run Redis falls back to redis-server', async (t) => {
+  await fakeEngine(t)
   t.equal(await containerEngineAnswers(), true, 'the ping is seen')
-  const found = await resolveRedis()
+  await t.rejects(startContainerRedis(FAILING_TESTCONTAINERS), /no such image/, 'the container path is tried')
+  const found = await resolveRedis(FAILING_TESTCONTAINERS)
   t.match(found.url, /^redis:\/\/127\.0\.0\.1:\d+$/, 'a redis-server on loopback instead')
   t.equal(await client(t, found.url).ping(), 'PONG')
+})
+
+t.test('a container engine that answers, testcontainers not installed: redis-server, no error', async (t) => {
+  await fakeEngine(t)
+  const absent = `testcontainers-absent-${uniquePrefix().slice(2, -1)}`
+  t.equal(await loadTestcontainers(absent), undefined, 'a package that is not installed loads as undefined')
+  t.equal(await startContainerRedis(absent), undefined, 'no container, and no error')
+  const found = await resolveRedis(absent)
+  t.match(found.url, /^redis:\/\/127\.0\.0\.1:\d+$/, 'a redis-server on loopback instead')
+  t.equal(await client(t, found.url).ping(), 'PONG')
+})
+
+t.test('loadTestcontainers: installed but broken is an error, not "not installed"', async (t) => {
+  await t.rejects(loadTestcontainers('data:text/javascript,throw new Error("a dependency is missing")'),
+    /does not load on Node .*a dependency is missing/)
+  await t.rejects(loadTestcontainers('node:os'), /not the testcontainers API/)
+  t.equal(typeof (await loadTestcontainers(FAILING_TESTCONTAINERS))?.GenericContainer, 'function', 'the API is returned')
 })
 
 const SCRIPT = [

@@ -1,6 +1,9 @@
 // Redis in a container through testcontainers, tried only when a container
-// engine answers a ping: `testcontainers` is imported lazily so machines
-// without Docker/Podman never load it.
+// engine answers a ping. `testcontainers` is not a dependency (with it, `npm
+// ci` put 155 more packages, two with install scripts, on every machine,
+// though most have no engine): Docker or Podman users add it with TESTCONTAINERS_INSTALL below. It
+// is imported lazily, and when it is not installed the container path is
+// simply not taken.
 import { existsSync } from 'node:fs'
 import { request, type RequestOptions } from 'node:http'
 import { homedir } from 'node:os'
@@ -55,14 +58,66 @@ export async function containerEngineAnswers (): Promise<boolean> {
   return false
 }
 
-/** Start `redis:7-alpine` (or REDIS_IMAGE) and wait for its ready log line. */
-export async function startContainerRedis (): Promise<ContainerRedis> {
-  let testcontainers: typeof import('testcontainers')
+/** The package the container path needs, named in one place for the messages. */
+export const TESTCONTAINERS = 'testcontainers'
+/**
+ * How to add it. The major is pinned: testcontainers 12 brings undici 8, which
+ * does not load on Node 20 (12.0.4 fails at import on 20.20).
+ */
+export const TESTCONTAINERS_INSTALL = 'npm install --no-save testcontainers@^11.14.0'
+
+// The few parts of testcontainers used here, typed locally: the package is not
+// installed by `npm ci`, so its own types cannot be imported.
+interface StartedContainer {
+  getHost (): string
+  getMappedPort (port: number): number
+  stop (): Promise<unknown>
+}
+interface ContainerBuilder {
+  withCommand (command: string[]): ContainerBuilder
+  withExposedPorts (...ports: number[]): ContainerBuilder
+  withWaitStrategy (strategy: unknown): ContainerBuilder
+  start (): Promise<StartedContainer>
+}
+interface Testcontainers {
+  GenericContainer: new (image: string) => ContainerBuilder
+  Wait: { forLogMessage (message: string): unknown }
+}
+
+/**
+ * The testcontainers module, or undefined when the package is not installed.
+ * A package that is installed but fails to load (a missing dependency of its
+ * own, a Node it does not support) throws: that is not "not installed".
+ * `specifier` is for the harness's own tests.
+ */
+export async function loadTestcontainers (specifier = TESTCONTAINERS): Promise<Testcontainers | undefined> {
   try {
-    testcontainers = await import('testcontainers')
+    import.meta.resolve(specifier)
   } catch (err) {
-    throw new Error(`testcontainers does not load on Node ${process.version}: ${(err as Error).message}`)
+    // Told by the message: the error's code (ERR_MODULE_NOT_FOUND) is lost when
+    // it crosses tap's TypeScript loader, which runs on a thread of its own.
+    if ((err as Error).message.startsWith(`Cannot find package '${specifier}' `)) return undefined
+    throw err
   }
+  let loaded: Partial<Testcontainers>
+  try {
+    loaded = await import(specifier)
+  } catch (err) {
+    throw new Error(`${specifier} does not load on Node ${process.version}: ${(err as Error).message}`)
+  }
+  if (typeof loaded.GenericContainer !== 'function' || typeof loaded.Wait?.forLogMessage !== 'function') {
+    throw new Error(`${specifier} has no GenericContainer and Wait.forLogMessage: not the testcontainers API`)
+  }
+  return loaded as Testcontainers
+}
+
+/**
+ * Start `redis:7-alpine` (or REDIS_IMAGE) and wait for its ready log line;
+ * undefined when testcontainers is not installed.
+ */
+export async function startContainerRedis (specifier = TESTCONTAINERS): Promise<ContainerRedis | undefined> {
+  const testcontainers = await loadTestcontainers(specifier)
+  if (testcontainers === undefined) return undefined
   const { GenericContainer, Wait } = testcontainers
   const container = await new GenericContainer(process.env.REDIS_IMAGE ?? 'redis:7-alpine')
     .withCommand(['redis-server', '--save', '', '--appendonly', 'no'])

@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
 import tap from 'tap'
 import { changesChannel } from '../../lib/changes.js'
-import { containerEngineAnswers, startContainerRedis } from './container.js'
+import { containerEngineAnswers, startContainerRedis, TESTCONTAINERS, TESTCONTAINERS_INSTALL } from './container.js'
 import { allowing } from './lag.js'
 import { HOW_TO_GET_REDIS, startRedisServer, type Teardownable } from './redis-server.js'
 
@@ -44,18 +44,26 @@ export async function getRedis (t: Teardownable): Promise<RedisInfo> {
 
 /**
  * getRedis without the cache: finds (or starts) a Redis every call. Only
- * for the harness's own tests; anything started stops with the root test.
+ * for the harness's own tests (which also name the testcontainers package,
+ * to try one that is not installed); anything started stops with the root test.
  */
-export async function resolveRedis (): Promise<RedisInfo> {
+export async function resolveRedis (testcontainers = TESTCONTAINERS): Promise<RedisInfo> {
   const fromEnv = process.env.REDIS_URL
   if (fromEnv !== undefined && fromEnv !== '') return await checkUrl(fromEnv)
 
   const notes: string[] = []
   if (await containerEngineAnswers()) {
     try {
-      const container = await startContainerRedis()
-      tap.teardown(async () => { await container.stop() })
-      return { url: `redis://${container.host}:${container.port}`, host: container.host, port: container.port }
+      const container = await startContainerRedis(testcontainers)
+      if (container !== undefined) {
+        tap.teardown(async () => { await container.stop() })
+        return { url: `redis://${container.host}:${container.port}`, host: container.host, port: container.port }
+      }
+      // Not a failure: the package is left out of the install on purpose.
+      const note = `a container engine answers, but ${testcontainers} is not installed ` +
+        `(\`${TESTCONTAINERS_INSTALL}\` adds the container path)`
+      notes.push(note)
+      tap.comment(`${note}; trying redis-server`)
     } catch (err) {
       // Loud, not silent: the run goes on with redis-server, but says why.
       const note = `a container engine answers, but no Redis container: ${(err as Error).message}`
