@@ -2,11 +2,12 @@
 // tsc would compile it against the BUILT package (npm run build first; `npm test` does it in pretest):
 // `import rateGuard from 'fastify-rate-guard'` resolves by the package's own name through package.json
 // "exports" to dist/index.d.ts, as in types/. The settings are test/fixtures/snippets/tsconfig.json (strict,
-// skipLibCheck false, checkJs), under two resolutions: node16, and esnext + bundler. Each block is a module
-// of its own; the names a fragment takes from the text around it (`app`, `search`, …) are declared once in
-// PRELUDE below. A block whose fence says ```ts fragment is not code and is not held to compile, but it
+// skipLibCheck false, checkJs), under three resolutions: node16, nodenext, and esnext + bundler. Each block is
+// a module of its own; the names a fragment takes from the text around it (`app`, `search`, …) are declared
+// once in PRELUDE below. A block whose fence says ```ts fragment is not code and is not held to compile, but it
 // must fail to: a fragment that compiles has its marker removed. SNIPPETS_README=<file> reads that file in
-// place of README.md (to try an edited copy).
+// place of README.md (to try an edited copy). A CommonJS TypeScript app, test/fixtures/snippets/consumer.cts,
+// is compiled with the same settings: clean under node20 and nodenext, refused under node16 (see CONSUMER).
 import t from 'tap'
 import ts from 'typescript'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
@@ -125,6 +126,7 @@ const BASE = ((): ts.CompilerOptions => {
 
 const CONFIGS: Record<string, ts.CompilerOptions> = {
   node16: { ...BASE, module: ts.ModuleKind.Node16, moduleResolution: ts.ModuleResolutionKind.Node16 },
+  nodenext: { ...BASE, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext },
   bundler: { ...BASE, module: ts.ModuleKind.ESNext, moduleResolution: ts.ModuleResolutionKind.Bundler }
 }
 
@@ -223,10 +225,18 @@ t.test('fences: info strings, longer fences, the fragment marker', async t => {
 
 const blocks = markdownFiles().flatMap(({ name, path }) => extractBlocks(name, readFileSync(path, 'utf8')))
 
+// A `.cts` compiles to require(), which loads this ES module from Node 20.19 on. TypeScript models that under
+// `module` node20 and nodenext (TypeScript 5.9 or later), where `import x = require(…)` gives what the package
+// exports as 'module.exports'; node16 and node18 model a Node that cannot, and refuse the import (TS1471).
+// docs/migrating.md tells CommonJS apps so; the app is compiled in the node16 and nodenext programs below (one
+// program less each) and alone under node20.
+const CONSUMER = join(FIXTURE, 'consumer.cts')
+const REFUSED = /consumer\.cts:4: TS1471 Module 'fastify-rate-guard' cannot be imported using this construct/
+
 for (const [config, options] of Object.entries(CONFIGS)) {
   t.test(`${config}: every ts and js block of README.md and docs/*.md, every file of examples/`, async t => {
     t.ok(blocks.length > 0, 'the README has blocks to check')
-    const found = check(options, blocks, examples)
+    const found = check(options, blocks, config === 'bundler' ? examples : [...examples, CONSUMER])
     t.strictSame(found.elsewhere, [], 'no error in the prelude or in a typing the package ships (dist/*.d.ts)')
     for (const [block, own] of found.blocks) {
       const first = block.code.slice(0, block.code.indexOf('\n'))
@@ -238,7 +248,13 @@ for (const [config, options] of Object.entries(CONFIGS)) {
     }
     for (const [file, own] of found.files) {
       const name = relative(ROOT, file)
-      t.strictSame(own, [], name)
+      if (file === CONSUMER && config === 'node16') t.match(own[0], REFUSED, `${name}: require() of the package is refused`)
+      else t.strictSame(own, [], name)
     }
   })
 }
+
+t.test('node20: a CommonJS TypeScript app (.cts) requires the package, typed as require() answers', async t => {
+  const node20 = { ...BASE, module: ts.ModuleKind.Node20, moduleResolution: ts.ModuleResolutionKind.Node16 }
+  t.strictSame(Object.fromEntries(compile(node20, new Map(), [CONSUMER])), {}, 'no error in consumer.cts nor in a typing it meets')
+})
