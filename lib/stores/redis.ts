@@ -7,7 +7,7 @@ import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
 import type { Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
 import { HANDED_BACK, toDecisions, toLeanDecisions } from './store.js'
@@ -22,11 +22,6 @@ import type { RedisLike } from '../types.js'
 /** Whether `client` is an ioredis Cluster (whose scripts may touch one slot, and whose options differ). */
 export function isCluster (client: RedisLike): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true
-}
-
-/** Each script of `scripts` defined on `client`, by algorithm. */
-function defineScripts (client: RedisLike, scripts: Readonly<Partial<Record<Algorithm, Script>>>): Partial<Record<Algorithm, ScriptCommand>> {
-  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script)]))
 }
 
 export class RedisStore implements RemoteStore {

@@ -226,3 +226,8 @@ export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Sc
   const command = (client as unknown as Record<string, ScriptCommand>)[name]!
   return command.bind(client)
 }
+
+/** Each script of `scripts` (`LEAN_SCRIPTS`, `CROSS_SLOT_LEAN_SCRIPTS`) defined on `client`, by algorithm. */
+export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>): Partial<Record<Algorithm, ScriptCommand>> {
+  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script)]))
+}
