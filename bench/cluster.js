@@ -13,7 +13,8 @@ import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Cluster, Redis } from 'ioredis'
+import { Cluster } from 'ioredis'
+import { connectWhenUp } from './processes.js'
 
 const REQUESTS = Number(process.env.REQUESTS || 100_000)
 const IDENTITIES = 10_000
@@ -32,19 +33,8 @@ async function startCluster (base) {
   // A start that fails (a port taken) leaves no redis-server behind.
   const killAll = () => { for (const server of servers) server.kill() }
   process.once('exit', killAll)
-  const nodes = ports.map(port => new Redis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null }))
-  for (const node of nodes) {
-    node.on('error', () => {})
-    for (let i = 0; ; i++) {
-      try {
-        await node.connect()
-        break
-      } catch (err) {
-        if (i === 100) throw err
-        await sleep(50)
-      }
-    }
-  }
+  const nodes = []
+  for (const port of ports) nodes.push(await connectWhenUp(port, { waitMs: 50 }))
   for (const [i, node] of nodes.entries()) {
     const from = Math.floor(i * SLOTS / MASTERS)
     const to = Math.floor((i + 1) * SLOTS / MASTERS)

@@ -19,8 +19,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { setTimeout as sleep } from 'node:timers/promises'
-import { Redis } from 'ioredis'
+import { connectWhenUp } from './processes.js'
 
 const CALLS = Number(process.env.CALLS || 200)
 const BATCH = 32
@@ -32,18 +31,9 @@ const ONLY = (process.env.ONLY || '').split(',').filter(Boolean)
 async function counted (port, work) {
   const out = `/tmp/rate-guard-callgrind.${process.pid}.${port}.out`
   const server = spawn('valgrind', ['--tool=callgrind', `--callgrind-out-file=${out}`, 'redis-server', '--port', String(port), '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const client = new Redis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
-  // Refused while valgrind starts redis-server: each attempt's error is the connect() below's.
-  client.on('error', () => {})
-  for (let i = 0; ; i++) {
-    try {
-      await client.connect()
-      break
-    } catch (err) {
-      if (i === 100) throw new Error(`redis-server under valgrind did not start on ${port}: ${err.message}`)
-      await sleep(300)
-    }
-  }
+  const client = await connectWhenUp(port, { waitMs: 300 }).catch((err) => {
+    throw new Error(`redis-server under valgrind did not start on ${port}: ${err.message}`)
+  })
   await work(client)
   await client.shutdown('NOSAVE').catch(() => {})
   client.disconnect()

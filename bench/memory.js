@@ -14,8 +14,7 @@ import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { createRequire } from 'node:module'
-import { setTimeout as sleep } from 'node:timers/promises'
-import { Redis } from 'ioredis'
+import { connectWhenUp } from './processes.js'
 
 const IDENTITIES = Number(process.env.IDENTITIES || 1_000_000)
 const REQUESTS = Number(process.env.REQUESTS || 1)
@@ -27,17 +26,7 @@ const { GLOBAL_SCOPE, identityKeys } = await import(new URL('../dist/stores/key-
 /** A redis-server of its own on `port`, and a client; resolves once it answers. */
 async function start (port) {
   const server = spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const client = new Redis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
-  client.on('error', () => {})
-  for (let i = 0; ; i++) {
-    try {
-      await client.connect()
-      return { server, client }
-    } catch (err) {
-      if (i === 100) throw err
-      await sleep(100)
-    }
-  }
+  return { server, client: await connectWhenUp(port) }
 }
 
 async function usedMemory (client) {

@@ -83,6 +83,25 @@ async function freePort () {
 }
 
 /**
+ * A client of the redis-server just started on `port`, once it takes a connection: up to `tries` more attempts
+ * `waitMs` apart (fewer once `gaveUp()` says the server is gone), or the last attempt's error.
+ */
+export async function connectWhenUp (port, { tries = 100, waitMs = 100, gaveUp = () => false } = {}) {
+  const client = new Redis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  // Refused while the server starts: each attempt's error is connect()'s.
+  client.on('error', () => {})
+  for (let i = 0; ; i++) {
+    try {
+      await client.connect()
+      return client
+    } catch (err) {
+      if (i === tries || gaveUp()) throw err
+      await sleep(waitMs)
+    }
+  }
+}
+
+/**
  * A redis-server of the bench's own (`BENCH_REDIS=start`), without persistence, pinned with the load generator
  * (so it never takes the server's core). Resolves { url, stop }.
  */
@@ -92,22 +111,14 @@ export async function startRedis (pin) {
   const command = pin.taskset ? ['taskset', '-c', pin.load, 'redis-server', ...args] : ['redis-server', ...args]
   const child = spawn(command[0], command.slice(1), { stdio: 'ignore' })
   const url = `redis://127.0.0.1:${port}`
-  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
-  probe.on('error', () => {})
-  for (let i = 0; ; i++) {
-    try {
-      await probe.connect()
-      await probe.ping()
-      break
-    } catch (err) {
-      if (i === 50 || child.exitCode !== null) {
-        child.kill()
-        throw new Error(`redis-server did not start on port ${port}: ${err.message}`)
-      }
-      await sleep(100)
-    }
+  try {
+    const probe = await connectWhenUp(port, { tries: 50, waitMs: 100, gaveUp: () => child.exitCode !== null })
+    await probe.ping()
+    probe.disconnect()
+  } catch (err) {
+    child.kill()
+    throw new Error(`redis-server did not start on port ${port}: ${err.message}`)
   }
-  probe.disconnect()
   return {
     url,
     note: `its own redis-server on port ${port}${pin.taskset ? `, pinned to CPU ${pin.load} with the load generator` : ''}`,
