@@ -265,7 +265,7 @@ function readLeanAnswer (reply: readonly unknown[], offset: number, at: number, 
   const offence = code === 2 ? integer(reply[next++]) : 0
   const count = integer(reply[next++])
   const resetMs = integer(reply[next++])
-  if (status === undefined || !(limit! >= 0 && windowMs >= 0 && retryMs >= 0 && offence >= 0 && count >= 0 && resetMs >= 0)) return null
-  const state = { limit: limit!, windowMs, count, resetMs }
-  return [{ status, limit: limit!, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits: [state], at, member }, next]
+  if (status === undefined || !(limit >= 0 && windowMs >= 0 && retryMs >= 0 && offence >= 0 && count >= 0 && resetMs >= 0)) return null
+  const state = { limit, windowMs, count, resetMs }
+  return [{ status, limit, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits: [state], at, member }, next]
 }
