@@ -1,7 +1,8 @@
 // Before `npm test`: what the suite needs beyond Node and npm, checked in a second, each missing piece named
-// with the one command that gets it. A Redis (redis-server on PATH, or REDIS_URL, or a container engine the
-// harness can use) and Debian's chromium for the operator page's browser test (CHROMIUM_PATH, else
-// /usr/bin/chromium). `bash .ci/run` installs both with apt-get and then runs the suite.
+// with the one command that gets it. A Redis (redis-server on PATH, or REDIS_URL) and Debian's chromium for
+// the operator page's browser test (CHROMIUM_PATH, else /usr/bin/chromium). `bash .ci/run` installs both with
+// apt-get and then runs the suite. (The harness can also start Redis in a container when testcontainers is
+// installed and an engine answers, but the suite's Cluster and fault tests start redis-server themselves.)
 import { existsSync } from 'node:fs'
 import { delimiter, join } from 'node:path'
 
