@@ -27,6 +27,8 @@ export type Outcome =
   | 'ban-started'
   /** Refused: the request costs more than a limit holds. */
   | 'too-costly'
+  /** Refused: `concurrency`'s units of the client's requests are in flight. */
+  | 'in-flight'
   /** Let through unenforced (failMode 'open': Redis did not decide). */
   | 'unenforced'
   /** Refused 503 (failMode 'closed'). */
@@ -79,7 +81,7 @@ export interface TroubleMessage {
 
 export interface RedisCallContext {
   readonly nameSpace: string
-  /** `decide`, `peek` or `settle`. */
+  /** `decide`, `peek` or `settle`; for `concurrency`'s leases, `acquire`, `release` or `renew`. */
   readonly mode: string
   readonly algorithm: Algorithm
   /** Requests in the call (a batch decides up to 32). */

@@ -82,6 +82,11 @@ export class Decider {
     this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log)) : undefined
   }
 
+  /** The deadline of a call to Redis, ms. */
+  get timeout (): number {
+    return this.#timeout
+  }
+
   /** What watches the connection through its batches: silence (a dead connection) and late replies (a slow Redis, ghosts). */
   #watch (timeout: number, silent: DeciderOptions['silent'], log: FastifyBaseLogger | undefined): BatchWatch {
     const afterMs = silenceAfter(timeout)
@@ -170,17 +175,25 @@ export class Decider {
     const refused = refusedOutright(input)
     if (refused !== undefined) return refused
     const peek: Decidable = { ...input, peek: true }
-    if (this.#remote === undefined) return this.store.decide(peek) as Decision
-    if (this.#breaker?.allow() === false) return this.#failModeDecides(peek)
-    try {
-      const decision = await deadline(this.#remote.decide(peek), this.#timeout)
+    return await this.guarded(peek.failMode, store => store.decide(peek), log)
+  }
+
+  /**
+   * `call` on the store that decides, one request's call alone (not batched): the in-process store at once;
+   * Redis under the breaker and the deadline, and when it cannot answer in time, what `failMode` says instead
+   * (`local`: `call` on the in-process twin). `call` learns which store it runs on.
+   */
+  guarded<T> (failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger): T | Verdict | Promise<T | Verdict> {
+    if (this.#remote === undefined) return call(this.store)
+    if (this.#breaker?.allow() === false) return this.#instead(failMode, call)
+    return deadline(Promise.resolve(call(this.store)), this.#timeout).then(result => {
       this.#settled(undefined)
-      return decision
-    } catch (err) {
+      return result
+    }, (err: unknown) => {
       this.#settled(err as Error)
-      this.report(err as Error, log, peek.failMode)
-      return this.#failModeDecides(peek, err as Error)
-    }
+      this.report(err as Error, log, failMode)
+      return this.#instead(failMode, call, err as Error)
+    })
   }
 
   /** Redis replied to a batch (even with an error of its own, or for one request alone: it is there), or did not. */
@@ -224,10 +237,15 @@ export class Decider {
   }
 
   #failModeDecides (input: Decidable, error?: Error): Verdict {
-    if (input.failMode === 'open') return UNENFORCED
-    if (input.failMode === 'closed') return error === undefined ? UNAVAILABLE : { status: 'unavailable', error }
+    return this.#instead(input.failMode, store => store.decide(input) as Decision, error)
+  }
+
+  /** What `failMode` says when Redis cannot: through unenforced, refused, or `call` on the in-process twin. */
+  #instead<T> (failMode: FailMode, call: (store: Store) => T, error?: Error): T | Verdict {
+    if (failMode === 'open') return UNENFORCED
+    if (failMode === 'closed') return error === undefined ? UNAVAILABLE : { status: 'unavailable', error }
     this.#fallback ??= this.#local()
-    return this.#fallback.decide(input)
+    return call(this.#fallback)
   }
 
   /** Logs Redis trouble at most once per interval, with how much was held back since the last line (and what decided, when a request was refused by it). */

@@ -72,6 +72,18 @@ export const TooManyRequestsError = createError<'FST_RATE_GUARD_TOO_MANY_REQUEST
   false
 )
 
+/**
+ * A request past its client's `concurrency`: `max` units of its requests are in flight on the budget. It may
+ * retry in a second (`Retry-After: 1`), when one of them may have ended.
+ */
+export const TooManyInFlightError = createError<'FST_RATE_GUARD_TOO_MANY_IN_FLIGHT', []>(
+  'FST_RATE_GUARD_TOO_MANY_IN_FLIGHT',
+  'Too many requests in flight: retry when one of yours has ended',
+  429,
+  Error,
+  false
+)
+
 /** A request that costs more than a limit holds (`cost`): it would never pass, so it gets no `Retry-After`. */
 export const TooCostlyError = createError<'FST_RATE_GUARD_TOO_COSTLY', []>(
   'FST_RATE_GUARD_TOO_COSTLY',

@@ -14,6 +14,7 @@ import { createHooks } from './request/pipeline.js'
 import type { BudgetHooks } from './request/pipeline.js'
 import { REFUSAL, stripCode } from './request/refusal.js'
 import { openDecider } from './connect.js'
+import { Leases } from './leases.js'
 import { createLimiters } from './limiters.js'
 import { limitRoutes } from './routes.js'
 import type { RateLimitCheck } from './limiters.js'
@@ -79,6 +80,8 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   }
   const decider = await openDecider(fastify, opts)
   fastify.addHook('onClose', async () => await decider.close())
+  const leases = new Leases(decider, fastify.log)
+  fastify.addHook('onClose', async () => { leases.close() })
 
   const budgets = new Budgets()
   const undoneScopes = new Set<string>()
@@ -92,7 +95,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const hooks = (made: RouteBudget, routeInfo?: object, config?: object): BudgetHooks => {
     if (made.route.shared !== null) undoneScopes.add(made.scope)
     const store = routeInfo === undefined ? theirs : theirs?.child({ ...config, ...theirParams(made.route), routeInfo })
-    return createHooks(decider, opts, made, undoneScopes, ran, store)
+    return createHooks(decider, leases, opts, made, undoneScopes, ran, store)
   }
   const pluginHooks = hooks(budgets.plugin(opts.route))
 

@@ -197,6 +197,15 @@ export interface RouteRateLimitOptions {
    */
   cost?: number | CostFunction
   /**
+   * At most `max` of a client's requests in flight on this budget, across every instance (a request of `cost`
+   * units takes as many): the one past it is refused at once (429, `FST_RATE_GUARD_TOO_MANY_IN_FLIGHT`,
+   * `Retry-After: 1`) and strikes toward bans as any refusal. A request holds its slots until its response
+   * ends (sent, failed or aborted); each is a lease Redis ends `lease` (default 30 s) after it was last
+   * renewed, so slots held by a process that died come free. A request still running renews its lease.
+   * Default false. See docs/options.md, concurrency.
+   */
+  concurrency?: false | { max: number, lease?: number | string }
+  /**
    * After the response: whether the request counts. One that does not is given back its charge on every
    * budget. Until then it counts: requests in flight count, whatever their outcome (see docs/algorithms.md, costs and settling).
    */

@@ -165,6 +165,7 @@ t.test('fastify.rateGuard.stats(): this instance\'s decisions by outcome, the sa
     banned: 0,
     'ban-started': 0,
     'too-costly': 0,
+    'in-flight': 0,
     unenforced: 0,
     unavailable: 0,
     'shadow-limited': 1,

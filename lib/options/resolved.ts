@@ -1,5 +1,6 @@
 import type { Algorithm } from '../algorithms/index.js'
 import type { Callbacks } from '../callbacks.js'
+import type { ResolvedConcurrency } from './concurrency.js'
 import type {
   Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, FailMode,
   FastifyRateLimitStoreCtor, FieldNames, HeaderSwitches, HookName, KeyCallback, KeyGenerator, MaxFunction, Mode, OverLimit, RedisLike,
@@ -35,6 +36,8 @@ export interface ResolvedRoute {
   readonly overLimit: OverLimit
   /** A request's units: 1 unless the route says. */
   readonly cost: number | CostFunction
+  /** At most this many units of a client's requests in flight (`concurrency`); null: no such limit. */
+  readonly concurrency: ResolvedConcurrency | null
   /** Whether a response counts (`countWhen`, or what `skipSuccessfulRequests` / `skipFailedRequests` make of the status). */
   readonly countWhen: CountWhenFunction | undefined
   readonly settle: SettleFunction | undefined

@@ -1,5 +1,6 @@
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import { checkBanOption } from './bans.js'
+import { checkConcurrency } from './concurrency.js'
 import { checkBoolean, checkDeadline, checkFunction, checkMax, checkOneOf, checkShadow } from './checks.js'
 import { ADDRESSLESS, API_KEY_HEADER, checkAllowList, checkApiKeyHeader, checkSubnet } from './clients.js'
 import { THEIR_DEFAULTS } from './compat.js'
@@ -75,6 +76,7 @@ export const OPTIONS = {
   algorithm: over((value, name) => checkOneOf(value, name, ALGORITHMS), DEFAULT_ALGORITHM),
   shared: over(checkShared, false),
   cost: over(checkCost, 1),
+  concurrency: over(checkConcurrency, false),
   settle: over(checkFunction<SettleFunction>, undefined, 'refused'),
   refundAborted: over(checkBoolean, false, 'refused'),
   mode: over((value, name) => checkOneOf(value, name, MODES), 'enforce'),

@@ -18,6 +18,8 @@ export interface Decided {
   readonly headers: HeaderStyle
   /** The budgets that counted the request, which it holds until it settles (./charge.ts); none when refused. */
   readonly charged: readonly ChargedBudget[]
+  /** Refused because its client's requests in flight fill its budget's `concurrency` (./hold.ts). */
+  readonly inFlight?: true
 }
 
 const NOTHING: readonly ChargedBudget[] = Object.freeze([])
@@ -27,6 +29,15 @@ export function ask (plan: Plan, input: Decidable, given: Given, log: FastifyBas
   const { appStore, decider, route } = plan
   if (appStore !== undefined) return appStore.decide(input, route.groupId === undefined ? given : `${given}${route.groupId}`, log)
   return input.peek ? decider.peek(input, log) : decider.decide(input, log)
+}
+
+/**
+ * Gives back what a budget counted of a request refused after all (by the shared budget, or its client's
+ * requests in flight): no instance holds a denial for its client past it (see `Decider.givenBack`).
+ */
+export function giveBack (plan: Plan, { input, decision }: ChargedBudget, log: FastifyBaseLogger): void {
+  const settled = plan.decider.settle(costing({ keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, final: 0 }, input.cost), log)
+  if (input.holdDenials) plan.decider.givenBack(input.keys.log, settled, log).catch(() => {})
 }
 
 export function decide (plan: Plan, input: Decidable, given: Given, log: FastifyBaseLogger): Decided | PromiseLike<Decided> {
@@ -44,8 +55,7 @@ export function decide (plan: Plan, input: Decidable, given: Given, log: Fastify
         const charged = verdict.status === 'allowed' ? [{ input, decision: own }, { input: whole, decision: verdict }] : [{ input, decision: own }]
         return { verdict: own, input, headers: budget.headers, charged }
       }
-      const giveBack = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: own.member, at: own.at, final: 0 }
-      plan.decider.settle(costing(giveBack, input.cost), log)
+      giveBack(plan, { input, decision: own }, log)
       return { verdict, input: whole, headers: budget.sharedHeaders, charged: NOTHING }
     })
   })

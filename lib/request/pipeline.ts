@@ -9,7 +9,9 @@ import { isAllowListed } from './allow.js'
 import { charge } from './charge.js'
 import { ask, decide } from './decide.js'
 import type { Given } from './identify.js'
+import { hold } from './hold.js'
 import { decidableFor } from './limits.js'
+import type { Leases } from '../leases.js'
 import { planBudget } from './plan.js'
 import type { Plan } from './plan.js'
 import { SENT, respond } from './respond.js'
@@ -17,7 +19,7 @@ import type { HookResult } from './respond.js'
 import { watch } from './watch.js'
 
 // A request, as one budget limits it, in named stages:
-//   identify → allow → limits and cost → decide → charge → respond → watch
+//   identify → allow → limits and cost → decide → hold → charge → respond → watch
 // over the budget's plan, worked out once at onRoute (./plan.ts). Every stage runs at once when its answer is
 // at hand (a static allow list and limits, a ban held in process, the in-process store) and waits only for
 // what must be waited for (Redis, an async key generator): a client refused in process costs no promise.
@@ -55,8 +57,8 @@ export interface BudgetHooks {
 }
 
 /** `ran`: the request decoration saying one of the registration's hooks has limited it. */
-export function createHooks (decider: Decider, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, appStore?: TheirStore): BudgetHooks {
-  const plan = planBudget(decider, opts, budget, undoneScopes, appStore)
+export function createHooks (decider: Decider, leases: Leases, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, appStore?: TheirStore): BudgetHooks {
+  const plan = planBudget(decider, leases, opts, budget, undoneScopes, appStore)
   const run = (request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> => {
     // Limited once: a route's own hook and a limiter the app put on it too count the request once, the first.
     const marked = request as unknown as Record<symbol, boolean>
@@ -88,9 +90,9 @@ function prepare (plan: Plan, request: FastifyRequest): Prepared | PromiseLike<P
   })
 }
 
-/** Decide → charge → respond → watch. */
+/** Decide → hold → charge → respond → watch. */
 function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyReply, given: Given, input: Decidable): HookResult | PromiseLike<HookResult> {
-  return then(decide(plan, input, given, request.log), decided => {
+  return then(then(decide(plan, input, given, request.log), decided => hold(plan, request, reply, decided)), decided => {
     if (decided.charged.length > 0) charge(request, plan.decider, decided.charged)
     const result = respond(plan, request, reply, given, decided)
     if (plan.watched !== null && decided.verdict.status === 'allowed') watch(plan, request, given, decided.input)

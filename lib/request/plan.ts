@@ -15,6 +15,10 @@ import { settlesItself } from '../options/resolved.js'
 import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
 import type { BanPolicy, TheirStore } from '../types.js'
 import { keyerOf } from './identify.js'
+import { headerStyle } from '../headers.js'
+import type { HeaderStyle } from '../headers.js'
+import type { Leases } from '../leases.js'
+import type { ResolvedConcurrency } from '../options/concurrency.js'
 import type { Keyed } from './identify.js'
 
 // What a budget's requests are decided with, worked out once when its route is added (onRoute): every stage
@@ -50,11 +54,15 @@ export interface Plan {
   readonly shared: Decidable | null
   /** The app's own store (`@fastify/rate-limit`'s `store`), when it counts this budget instead. */
   readonly appStore: TheirBudget | undefined
+  /** `concurrency`, with where slots are taken (`leases`) and the headers of a refusal for it (null: none). */
+  readonly concurrency: ResolvedConcurrency | null
+  readonly leases: Leases
+  readonly inFlightHeaders: HeaderStyle
   /** The 503 of a budget that cannot decide (`failMode: 'closed'`): `Retry-After` one deadline from now, and its body. */
   readonly unavailable: { readonly after: number, readonly body: string }
 }
 
-export function planBudget (decider: Decider, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
+export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
   const { route, scope } = budget
   const { algorithm, failMode, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
@@ -93,6 +101,10 @@ export function planBudget (decider: Decider, opts: ResolvedOptions, budget: Rou
     watched,
     shared,
     appStore: appStore === undefined ? undefined : new TheirBudget(appStore, route.banDenials, opts.callbackTimeout, decider.failed),
+    concurrency: route.concurrency,
+    leases,
+    // The IETF fields name it, in concurrent requests (draft-10's `qu`).
+    inFlightHeaders: Object.freeze({ ...headerStyle(route, ['concurrency']), unit: ';qu="concurrent-requests"' }),
     // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
     // be one log line per request.
     unavailable: {

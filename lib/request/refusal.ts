@@ -2,7 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Outcome } from '../channels.js'
 import { formatDuration } from '../duration.js'
-import { BannedError, InvalidOptionError, TooCostlyError, TooManyRequestsError } from '../errors.js'
+import { BannedError, InvalidOptionError, TooCostlyError, TooManyInFlightError, TooManyRequestsError } from '../errors.js'
 import { retryAfterSeconds } from '../headers.js'
 import type { Decidable, Decision } from '../stores/store.js'
 import type { Plan } from './plan.js'
@@ -20,7 +20,9 @@ export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, 
   const banned = outcome === 'banned' || outcome === 'ban-started'
   const never = outcome === 'too-costly'
   const after = never ? 'never' : formatDuration(retryAfterSeconds(verdict.retryMs) * 1000)
-  if (route.errorResponseBuilder === undefined) return kept(request, banned ? new BannedError(after) : never ? new TooCostlyError() : new TooManyRequestsError(after))
+  if (route.errorResponseBuilder === undefined) {
+    return kept(request, banned ? new BannedError(after) : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : new TooManyRequestsError(after))
+  }
   const statusCode = banned ? 403 : 429
   const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max: verdict.limit, ttl: verdict.retryMs, after })
   if (typeof error !== 'object' || error === null) {

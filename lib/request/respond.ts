@@ -22,7 +22,7 @@ const UNENFORCED_HEADER = 'x-ratelimit-enforced'
 export const SHADOW = Object.freeze({ shadow: true })
 const ENFORCED = Object.freeze({ shadow: false })
 
-export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers }: Decided): HookResult {
+export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers, inFlight }: Decided): HookResult {
   const { route } = plan
   switch (verdict.status) {
     case 'allowed':
@@ -51,7 +51,7 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
     if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
     return undefined
   }
-  const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : 'limited'
+  const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : inFlight === true ? 'in-flight' : 'limited'
   report(plan, outcome, key, verdict, input, headers)
   writeHeaders(reply, headers, verdict)
   route.onExceeded?.(request, key as string, ENFORCED)

@@ -103,6 +103,8 @@ export interface IdentityKeys {
   readonly override: string
   /** Per identity and budget, under continueExceeding or exponentialBackoff: the denials in a row, alive while the client waits. */
   readonly backoff: string
+  /** Per identity and budget, under `concurrency`: the leases of its requests in flight (lua/lease.lua). */
+  readonly leases: string
 }
 
 /**
@@ -164,7 +166,8 @@ function keysUnder (prefix: string, scope: string, algorithm: Algorithm, family:
     banned: `${own}banned`,
     offences: `${own}offences`,
     override: `${prefix}override:${scope}`,
-    backoff: `${own}backoff:${scope}`
+    backoff: `${own}backoff:${scope}`,
+    leases: `${own}leases:${scope}`
   }
 }
 

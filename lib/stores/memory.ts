@@ -7,6 +7,7 @@ import { isBanKey } from './key-names.js'
 import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
 import type { Ban } from './ban-index.js'
 import type { BanPolicy } from '../types.js'
+import { MemoryLeases } from './memory-leases.js'
 
 // The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
 // Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
@@ -74,6 +75,8 @@ export class MemoryStore implements Store {
   readonly #now: () => number
   readonly #timer: NodeJS.Timeout
   readonly #onFull: (() => void) | undefined
+  /** `concurrency`'s leases, in process. */
+  readonly leases: MemoryLeases
   #lastFullSweep = -Infinity
   #lastFullWarning = -Infinity
 
@@ -81,6 +84,7 @@ export class MemoryStore implements Store {
     this.#cache = cache
     this.#now = now
     this.#onFull = onFull
+    this.leases = new MemoryLeases(this, now)
     this.#timer = setInterval(() => this.sweep(), sweepInterval).unref()
   }
 
@@ -162,12 +166,12 @@ export class MemoryStore implements Store {
     // An overflow log is shared by strangers: it limits them, but never strikes or bans any one of them.
     if (peek || ban === null || !own) return raw(1, retry, 0, now, limits, entries)
 
-    const started = this.#strike(keys, ban, now, strikeWindow)
+    const started = this.strike(keys, ban, now, strikeWindow)
     return started === undefined ? raw(1, retry, 0, now, limits, entries) : raw(2, started.duration, started.offence, now, limits, entries)
   }
 
   /** A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban the identity earns before the last is forgotten. */
-  #strike (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number): { duration: number, offence: number } | undefined {
+  strike (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number): { duration: number, offence: number } | undefined {
     const strikes = this.#count(keys.strikes, now, now + strikeWindow, false)
     if ((strikes.value as number) < ban.threshold) return undefined
     const { ladder } = ban
@@ -204,6 +208,12 @@ export class MemoryStore implements Store {
     }
     mark.value = (mark.value as number) + 1
     return mark
+  }
+
+  /** The ms left of the ban at `bannedKey` (0: none), read as the scripts read it (`PTTL > 0`). */
+  banLeft (bannedKey: string, now: number): number {
+    const banned = this.#live(this.#marks, bannedKey, now, false)
+    return banned === undefined ? 0 : banned.expiresAt - now
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
@@ -247,6 +257,7 @@ export class MemoryStore implements Store {
     for (const map of [this.#logs, this.#marks]) {
       for (const [key, entry] of map) if (entry.expiresAt < now) map.delete(key)
     }
+    this.leases.sweep(now)
   }
 
   /**

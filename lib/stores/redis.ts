@@ -10,6 +10,7 @@ import type { Ban } from './ban-index.js'
 import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
 import type { Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
+import { RedisLeases } from './redis-leases.js'
 import { HANDED_BACK, toDecisions, toLeanDecisions } from './store.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 import type { RedisLike } from '../types.js'
@@ -46,6 +47,7 @@ export class RedisStore implements RemoteStore {
   #counter = 0
 
   readonly #nameSpace: string
+  readonly leases: RedisLeases
 
   /**
    * `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). `lean: false`
@@ -64,6 +66,7 @@ export class RedisStore implements RemoteStore {
     this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)
+    this.leases = new RedisLeases(client, nameSpace, this.#index)
   }
 
   /** Decides (or, with `peek`, reports) one request. */

@@ -37,6 +37,7 @@ const STRIKES = read('strikes')
 const DECIDE = read('decide')
 const CROSS_SLOT = read('cross-slot')
 const LEAN = read('lean')
+const LEASE = read('lease')
 
 /** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
 function script (name: string, texts: ReadonlyArray<readonly [string, string]>): Script {
@@ -75,6 +76,8 @@ export const SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object
   [algorithm, script(algorithm, ALGORITHM_FILES(algorithm))])) as Record<Algorithm, Script>)
 /** Each lean path's script (`lua/lean.lua` around `lua/lean-<algorithm>.lua`): the requests `isLean` picks. */
 export const LEAN_SCRIPTS = byLean(algorithm => script(`lean-${algorithm}`, LEAN_FILES(algorithm)))
+/** `concurrency`'s leases (lua/lease.lua), with the strikes and bans a refusal may count. */
+export const LEASE_SCRIPT = script('lease', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lease', LEASE]])
 /**
  * The cross-slot variants (Redis 7.0 and later, on a Cluster): each algorithm's script and the lean one with
  * `lua/cross-slot.lua` in front, whose shebang (`#!lua flags=allow-cross-slot-keys`) is their first line. One

@@ -114,7 +114,45 @@ export interface Store {
    * ban's `…:shadow:banned`) and the ms it has left. Stops once `signal` aborts.
    */
   bans (nameSpace: string, limit: number, signal: AbortSignal): Promise<Ban[]>
+  /** `concurrency`'s leases, kept where this store counts. */
+  readonly leases: LeaseStore
   close (): Promise<void>
+}
+
+// `concurrency`: at most `max` units of a client's requests in flight on a budget. A request in flight holds a
+// lease per unit, which ends `leaseMs` after it was taken or last renewed: a process that dies holding leases
+// frees them then, on the store's clock (Redis's `TIME`). See lua/lease.lua.
+
+export interface LeaseInput {
+  readonly keys: IdentityKeys
+  /** The budget's (what the Redis tracing channel names). */
+  readonly algorithm: Algorithm
+  /** The request's id among the client's leases (unique across instances). */
+  readonly id: string
+  /** Its units: its cost. */
+  readonly units: number
+  readonly max: number
+  readonly leaseMs: number
+  /** Under a ban policy, a refusal strikes toward a ban within `strikeWindowMs`; `null`: refusals never ban. */
+  readonly ban: BanPolicy | null
+  readonly strikeWindowMs: number
+}
+
+/** A request's leases on a client's budget: what releasing and renewing them name. */
+export interface Held {
+  readonly key: string
+  readonly algorithm: Algorithm
+  readonly id: string
+  readonly units: number
+}
+
+export interface LeaseStore {
+  /** Takes the request's units when they fit beside those in flight; else refuses (and strikes, under a ban policy). */
+  acquire (input: LeaseInput): Decision | Promise<Decision>
+  /** Ends a request's leases; resolves the units given back (0: they had ended). */
+  release (held: Held): number | Promise<number>
+  /** Renews the leases of `held` (all at one key) for `leaseMs` from now; resolves the units still held. */
+  renew (key: string, held: readonly Held[], leaseMs: number): number | Promise<number>
 }
 
 /** A store across the network (Redis): it also decides several requests of one algorithm in one call. */

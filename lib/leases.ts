@@ -1,0 +1,123 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Algorithm } from './algorithms/index.js'
+import { then } from './awaitable.js'
+import type { Decider } from './decider.js'
+import { deadline } from './deadline.js'
+import type { Decision, Held, LeaseInput, LeaseStore, Store, Verdict } from './stores/store.js'
+import type { BanPolicy, FailMode } from './types.js'
+import type { IdentityKeys } from './stores/key-names.js'
+
+// `concurrency`'s slots as this process holds them: a request's leases taken where its decisions are made
+// (Redis under the breaker and the deadline, or in process; when Redis cannot answer, `failMode`: `open` lets
+// the request through holding nothing, `closed` refuses it, `local` takes them on the in-process twin), renewed
+// while it runs, a third of a lease before they would end, and released once, when its response is over.
+
+/** What a request asks for: its client's keys, its units, and the budget's concurrency. */
+export interface SlotRequest {
+  readonly keys: IdentityKeys
+  readonly algorithm: Algorithm
+  readonly units: number
+  readonly max: number
+  readonly leaseMs: number
+  readonly ban: BanPolicy | null
+  readonly strikeWindowMs: number
+  readonly failMode: FailMode
+}
+
+/** A verdict on a request's slots, and, when it holds them, how to give them back (once; later calls do nothing). */
+export interface Slots {
+  readonly verdict: Verdict
+  readonly release: (() => void) | null
+}
+
+interface Holding extends Held {
+  readonly store: LeaseStore
+  readonly leaseMs: number
+}
+
+export class Leases {
+  readonly #decider: Decider
+  readonly #log: FastifyBaseLogger
+  /** The leases this process holds, by store and key (renewed together), then by request id. */
+  readonly #held = new Map<LeaseStore, Map<string, Map<string, Holding>>>()
+  /** One renewal timer per lease length in use, and how many requests hold leases of that length. */
+  readonly #timers = new Map<number, { readonly timer: NodeJS.Timeout, holders: number }>()
+  /** Lease ids: `<random per process><counter>`, unique across instances, never client input. */
+  readonly #prefix = randomBytes(9).toString('base64url')
+  #counter = 0
+
+  constructor (decider: Decider, log: FastifyBaseLogger) {
+    this.#decider = decider
+    this.#log = log
+  }
+
+  /** Takes `request`'s slots, or says why not. */
+  acquire (request: SlotRequest, log: FastifyBaseLogger): Slots | PromiseLike<Slots> {
+    const input: LeaseInput = { ...request, id: `${this.#prefix}${(this.#counter++).toString(36)}` }
+    const holding: Holding = { key: input.keys.leases, algorithm: input.algorithm, id: input.id, units: input.units, leaseMs: input.leaseMs, store: this.#decider.store.leases }
+    // The store the answer came from (the in-process twin, under failMode 'local'), and Redis's call, if made.
+    let on: Store | undefined
+    let asked: Promise<Decision> | undefined
+    const verdict = this.#decider.guarded(request.failMode, store => {
+      on = store
+      const answer = store.leases.acquire(input)
+      if (answer instanceof Promise) asked = answer
+      return answer
+    }, log)
+    return then(verdict, answer => {
+      // Redis took the slots after failMode answered (past the deadline): given back at once, not held a lease long.
+      if (asked !== undefined && (on !== this.#decider.store || !('at' in answer))) {
+        asked.then(late => { if (late.status === 'allowed') this.#call(() => holding.store.release(holding)) }, () => {})
+      }
+      return { verdict: answer, release: answer.status === 'allowed' && on !== undefined ? this.#hold({ ...holding, store: on.leases }) : null }
+    })
+  }
+
+  #hold (holding: Holding): () => void {
+    const { store } = holding
+    let byKey = this.#held.get(store)
+    if (byKey === undefined) this.#held.set(store, byKey = new Map())
+    let byId = byKey.get(holding.key)
+    if (byId === undefined) byKey.set(holding.key, byId = new Map())
+    byId.set(holding.id, holding)
+    const { leaseMs } = holding
+    const renewing = this.#timers.get(leaseMs)
+    if (renewing !== undefined) renewing.holders++
+    else this.#timers.set(leaseMs, { timer: setInterval(() => this.#renew(leaseMs), Math.floor(leaseMs / 3)).unref(), holders: 1 })
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      byId.delete(holding.id)
+      if (byId.size === 0) byKey.delete(holding.key)
+      const timer = this.#timers.get(leaseMs)!
+      // The last request holding leases of this length: nothing left to renew.
+      if (--timer.holders === 0) {
+        clearInterval(timer.timer)
+        this.#timers.delete(leaseMs)
+      }
+      this.#call(() => store.release(holding))
+    }
+  }
+
+  /** Renews every lease of `leaseMs` held here: one call per key. */
+  #renew (leaseMs: number): void {
+    for (const [store, byKey] of this.#held) {
+      for (const [key, byId] of byKey) {
+        const due = [...byId.values()].filter(held => held.leaseMs === leaseMs)
+        if (due.length > 0) this.#call(() => store.renew(key, due, leaseMs))
+      }
+    }
+  }
+
+  /** A release or a renewal, bounded by the deadline; its failure is reported (a request does not wait for it). */
+  #call (call: () => number | Promise<number>): void {
+    deadline(Promise.resolve().then(call), this.#decider.timeout).catch((err: unknown) => this.#decider.report(err as Error, this.#log))
+  }
+
+  /** Stops renewing: what is still held ends with its lease, or is released when its response ends. */
+  close (): void {
+    for (const { timer } of this.#timers.values()) clearInterval(timer)
+  }
+}

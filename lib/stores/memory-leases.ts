@@ -1,0 +1,87 @@
+import { BAN_STARTED, FOUND_BANNED, NEVER_FITS, REFUSED, TAKEN, toLeaseDecision } from './leases.js'
+import type { DecideInput, Decision, Held, LeaseInput, LeaseStore } from './store.js'
+import type { BanPolicy } from '../types.js'
+
+// The in-process twin of lua/lease.lua: a client's leases on a budget, in this process, answered as the script
+// answers (the same reply, read by the same reader), on this process's clock. Bans and strikes are the
+// in-process store's (`Bans`), so a ban started here holds for its decisions too. It holds only requests in
+// flight in this process, each until it is released or its lease ends: what it holds is bounded by them.
+
+/** What the in-process store lends the twin: its bans and strikes. */
+export interface Bans {
+  banLeft: (bannedKey: string, now: number) => number
+  strike: (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number) => { duration: number, offence: number } | undefined
+}
+
+interface Lease {
+  readonly units: number
+  endsAt: number
+}
+
+export class MemoryLeases implements LeaseStore {
+  /** Per key, its leases by request id. */
+  readonly #leases = new Map<string, Map<string, Lease>>()
+  readonly #bans: Bans
+  readonly #now: () => number
+
+  constructor (bans: Bans, now: () => number) {
+    this.#bans = bans
+    this.#now = now
+  }
+
+  acquire (input: LeaseInput): Decision {
+    return toLeaseDecision(this.#acquire(input), input)
+  }
+
+  #acquire ({ keys, id, units, max, leaseMs, ban, strikeWindowMs }: LeaseInput): number[] {
+    const now = this.#now()
+    const banned = this.#bans.banLeft(keys.banned, now)
+    if (banned > 0) return [FOUND_BANNED, 0, banned, 0, now]
+    const leases = this.#live(keys.leases, now)
+    let inUse = 0
+    for (const lease of leases?.values() ?? []) inUse += lease.units
+    if (units > max) return [NEVER_FITS, inUse, 0, 0, now]
+    if (inUse + units <= max) {
+      if (leases === undefined) this.#leases.set(keys.leases, new Map([[id, { units, endsAt: now + leaseMs }]]))
+      else leases.set(id, { units, endsAt: now + leaseMs })
+      return [TAKEN, inUse + units, 0, 0, now]
+    }
+    const started = ban === null ? undefined : this.#bans.strike(keys, ban, now, strikeWindowMs)
+    return started === undefined ? [REFUSED, inUse, 0, 0, now] : [BAN_STARTED, inUse, started.duration, started.offence, now]
+  }
+
+  release ({ key, id, units }: Held): number {
+    const leases = this.#leases.get(key)
+    if (leases?.delete(id) !== true) return 0
+    if (leases.size === 0) this.#leases.delete(key)
+    return units
+  }
+
+  renew (key: string, held: readonly Held[], leaseMs: number): number {
+    const now = this.#now()
+    const leases = this.#live(key, now)
+    let renewed = 0
+    for (const { id, units } of held) {
+      const lease = leases?.get(id)
+      if (lease === undefined) continue
+      lease.endsAt = now + leaseMs
+      renewed += units
+    }
+    return renewed
+  }
+
+  /** The leases at `key` that have not ended (a lease ends at its last millisecond, as the script's `-inf now`). */
+  #live (key: string, now: number): Map<string, Lease> | undefined {
+    const leases = this.#leases.get(key)
+    if (leases === undefined) return undefined
+    for (const [id, lease] of leases) if (lease.endsAt <= now) leases.delete(id)
+    if (leases.size > 0) return leases
+    this.#leases.delete(key)
+    return undefined
+  }
+
+  /** Drops the leases that have ended (their holders stopped renewing them). */
+  sweep (now: number): void {
+    for (const key of [...this.#leases.keys()]) this.#live(key, now)
+  }
+}
