@@ -7,11 +7,12 @@ import type { ResolvedOptions, ResolvedRoute } from './options/resolved.js'
 import { handlerStarts, refundAborted, settleOnResponse } from './request/charge.js'
 import type { BudgetHooks, RequestHook } from './request/pipeline.js'
 import type { Callbacks } from './callbacks.js'
+import { declaredIn } from './declared.js'
 import type { HookName } from './types.js'
 
 // Where a registration's budgets meet Fastify's routes: each route added gets its budget's hook (the
 // plugin-wide one, its own or its group's) in its own hook list, and the hooks that settle it when it settles
-// by itself; unmatched URLs get the ban check.
+// by itself; unmatched URLs get the ban check. At start-up, the routes of its scopes it never saw are named.
 
 /** The hooks of a budget a route declares, with the route's options and its `config.rateLimit`. */
 type HooksFor = (made: RouteBudget, routeOptions: RouteOptions, config: object) => BudgetHooks
@@ -22,7 +23,10 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
   // not-found handler.
   if (opts.global) fastify.addHook('onRequest', pluginHooks.notFound)
 
+  const seen = new WeakSet<RouteOptions>()
+  fastify.addHook('onReady', () => { unseen(fastify, opts, seen, warn) })
   fastify.addHook('onRoute', (routeOptions) => {
+    seen.add(routeOptions)
     // `rateLimit` beside `config`, not in it: Fastify keeps it and nobody reads it. Said, once per route.
     if ('rateLimit' in routeOptions) {
       warn(`rate-guard: route ${routeOptions.url} gives rateLimit beside config, where it is not read: move it into config: { rateLimit: { ... } }`)
@@ -42,6 +46,29 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
     addHook(routeOptions, route.hook, hooksFor(made, routeOptions, config as object).hook)
     settling(routeOptions, route, opts.callbacks)
   })
+}
+
+/** How many routes a warning names before it counts the rest. */
+const NAMED = 5
+
+/**
+ * Says, once, which routes of the registration's scopes were declared before it and so are not limited: the
+ * routes its `onRoute` would have limited had it seen them. Those the app left out on purpose (`config: {
+ * rateLimit: false }`, or no config while `global` is false) are read from their options as declared, so
+ * they are told apart and not named, early or not. Fastify's 404 handler is no route; a GET's HEAD twin is named
+ * with its GET.
+ */
+function unseen (fastify: FastifyInstance, opts: ResolvedOptions, seen: WeakSet<RouteOptions>, warn: Warn): void {
+  const missed = (declaredIn(fastify) ?? []).filter(({ options }) => {
+    if (seen.has(options)) return false
+    const config = options.config?.rateLimit
+    return config === undefined || config === null ? opts.global : config !== false
+  })
+  const names = new Set(missed.flatMap(({ options }) => [options.method].flat().map(method => `${method} ${options.url}`)))
+  const named = [...names].filter(name => !(name.startsWith('HEAD ') && names.has(`GET ${name.slice(5)}`)))
+  if (named.length === 0) return
+  const more = named.length > NAMED ? ` and ${named.length - NAMED} more` : ''
+  warn(`rate-guard: ${named.length} route(s) declared before the plugin was registered, never seen by it and so not limited: ${named.slice(0, NAMED).join(', ')}${more}. Register the plugin first, with await (await fastify.register(rateGuard, options)), then declare the routes and register the plugins that declare them`)
 }
 
 /** A route that settles by itself (countWhen, settle, refundAborted) gets the hooks that do it; others none. */
