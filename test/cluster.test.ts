@@ -618,6 +618,56 @@ t.test('shadow mode on the cluster: every request goes on, counted and banned as
   t.strictSame((await app.rateGuard.bans()).map(({ keyHash, shadow }) => ({ keyHash, shadow })), [{ keyHash: hashIdentity(identity), shadow: true }], 'bans() lists it as shadow')
 })
 
+t.test('concurrency on the cluster: two instances, an identity on each master, max 2: exactly 2 of each run; an in-flight refusal bans on the identity\'s shard', async t => {
+  const masters = await cluster.masters()
+  const nameSpace = uniquePrefix()
+  let open = (): void => {}
+  const held = new Promise<void>(resolve => { open = resolve })
+  const running = new Map<string, number>()
+  let started = 0
+  let allStarted = (): void => {}
+  const everyStarted = new Promise<void>(resolve => { allStarted = resolve })
+  const apps = await Promise.all([0, 1].map(async () => {
+    const app = Fastify()
+    t.teardown(async () => { await app.close() })
+    await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator, max: 100, timeWindow: '1 minute', ban: { threshold: 4, duration: '1 minute' } })
+    app.get('/stream', { config: { rateLimit: { concurrency: { max: 2 } } } }, async request => {
+      const identity = keyGenerator(request)
+      running.set(identity, (running.get(identity) ?? 0) + 1)
+      if (++started === 2 * masters.length) allStarted()
+      await held
+      return 'ok'
+    })
+    await app.ready()
+    return app
+  }))
+  const identities = await Promise.all(masters.map(async (owner, i) => await identityOn(cluster, owner, nameSpace, `streams${i}`)))
+  const answers = identities.flatMap(identity => Array.from({ length: 5 }, (_, i) => apps[i % 2]!.inject({ url: '/stream', headers: idHeaders(identity) })))
+  await everyStarted
+  // Whichever two of each identity's five run, the other three are answered while they are held.
+  const refused: LightMyRequestResponse[] = []
+  await new Promise<void>(resolve => {
+    for (const answer of answers) {
+      answer.then(res => {
+        refused.push(res)
+        if (refused.length === 3 * identities.length) resolve()
+      }, () => {})
+    }
+  })
+  t.strictSame([...running.values()], identities.map(() => 2), 'two of each identity\'s requests run, across both instances')
+  t.ok(refused.every(res => res.statusCode === 429 && /in flight/.test(res.json<{ message: string }>().message)), 'the other three of each are refused, in flight')
+  t.ok(refused.some(res => res.statusCode === 429 && res.headers['retry-after'] === '1'), 'in flight: Retry-After 1')
+  // Three refusals per identity strike three times (threshold 4): one more refusal bans.
+  const fourth = await apps[0]!.inject({ url: '/stream', headers: idHeaders(identities[0]!) })
+  t.equal(fourth.statusCode, 403, 'the fourth refusal starts a ban')
+  const keys = identityKeys(nameSpace, scopeOf('route', 'GET /stream'), identities[0]!)
+  t.equal(await cluster.keySlot(keys.leases), await cluster.keySlot(keys.banned), 'the leases and the ban in the identity\'s slot')
+  open()
+  t.ok((await Promise.all(answers)).filter(res => res.statusCode === 200).length === 2 * masters.length, 'the held requests end 200')
+  const again = await apps[1]!.inject({ url: '/stream', headers: idHeaders(identities[1]!) })
+  t.equal(again.statusCode, 200, 'their slots were released: the next request runs')
+})
+
 t.test('bans() on the cluster: one index per slot, beside its identities\' keys, read master by master, never a SCAN', async t => {
   const masters = await cluster.masters()
   const observer = cluster.client()
