@@ -12,8 +12,8 @@ import Fastify from 'fastify'
 import rateGuard from 'fastify-rate-guard'
 import { operatorPage } from './operator-page.js'
 
-/** The API keys this toy service has issued; a real one would look them up (and cache the answer). */
-export const API_KEYS = new Set(['key-acme-0001', 'key-globex-0002'])
+/** The API keys this toy service has issued, and to whom; a real one would look them up (and cache the answer). */
+export const API_KEYS = new Map([['key-acme-0001', 'acme'], ['key-globex-0002', 'globex']])
 
 /** Requests per window, by the kind of key the plugin made: `apikey:…`, `user:…`, or an address. */
 export const TIERS = Object.freeze({ apikey: 40, user: 20, ip: 10 })
@@ -23,10 +23,15 @@ export const SEARCH_LIMIT = Object.freeze({ max: 5, timeWindow: '5s', ban: false
 
 /**
  * `operatorPassword` (or OPERATOR_PASSWORD in the environment) turns on the operator's page, GET /rate-guard,
- * for the user `operator` (HTTP Basic): without one there is no page.
- * @param {{ redis?: string | import('ioredis').Redis, logger?: boolean | object, nameSpace?: string, operatorPassword?: string }} options
+ * for the user `operator` (HTTP Basic): without one there is no page. `operatorClientNames` (or
+ * OPERATOR_CLIENT_NAMES: `masked` or `full`) shows there the clients refused as the operator knows them,
+ * an API key as its owner (see examples/operator-page.js); by default, by hash alone.
+ * @param {{ redis?: string | import('ioredis').Redis, logger?: boolean | object, nameSpace?: string, operatorPassword?: string, operatorClientNames?: boolean | 'masked' | 'full' }} options
  */
-export async function buildApp ({ redis, logger = false, nameSpace, operatorPassword = process.env.OPERATOR_PASSWORD } = {}) {
+export async function buildApp ({
+  redis, logger = false, nameSpace, operatorPassword = process.env.OPERATOR_PASSWORD,
+  operatorClientNames = /** @type {'masked' | 'full' | undefined} */ (process.env.OPERATOR_CLIENT_NAMES || undefined)
+} = {}) {
   // The demo's clients connect from loopback; X-Forwarded-For is believed only from there.
   const app = Fastify({ logger, trustProxy: ['127.0.0.1', '::1'] })
 
@@ -59,7 +64,13 @@ export async function buildApp ({ redis, logger = false, nameSpace, operatorPass
 
   app.get('/health', { config: { rateLimit: false } }, async () => ({ ok: true }))
 
-  if (operatorPassword) await app.register(operatorPage, { credentials: { user: 'operator', password: operatorPassword } })
+  if (operatorPassword) {
+    await app.register(operatorPage, {
+      credentials: { user: 'operator', password: operatorPassword },
+      clientNames: operatorClientNames,
+      apiKeyOwner: (apiKey) => API_KEYS.get(apiKey)
+    })
+  }
 
   return app
 }

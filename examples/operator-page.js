@@ -7,8 +7,18 @@
 //   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
 //   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button.
 // What the browser gets, and how it draws, is examples/operator-view.js.
-// Guarded by HTTP Basic authentication (`credentials`): an example; put your own operators' check there. Its
-// data only ever names clients by hash. Hardened as a page that can lift bans should be:
+// Guarded by HTTP Basic authentication (`credentials`): an example; put your own operators' check there.
+//
+// Its data names clients by hash alone, unless the app opts in with `clientNames`: `true` (or 'masked') shows
+// beside a hash, in both tables, the client as the operator knows it, masked (203.0.113.x, 2001:db8:1::/48,
+// a user id's first and last characters: an operator's screen is often shared); 'full' shows it whole. An
+// API key is never shown: its owner is, as `apiKeyOwner(apiKey)` names it, else the key masked. The page
+// learns a name from the refused requests it sees, by hashing their identities with the plugin's `keyHash`,
+// so a name it shows is always the hash's (how, and what is shown: examples/operator-names.js). Names are
+// kept with the refusal counts and forgotten with them (TRACKED clients at most); they go nowhere but to this
+// page. Off, no hook is added; on, every response of the app costs a status check, a refused one a few hashes.
+//
+// Hardened as a page that can lift bans should be:
 //   - failed logins are limited by the plugin itself, per client address, before the password is checked:
 //     5 per 15 minutes, then a ban of an hour from this page (a banned client is refused even with the right
 //     password, or guessing would go on through the ban). Only a wrong Authorization counts: a browser's
@@ -23,7 +33,9 @@
 
 import diagnostics from 'node:diagnostics_channel'
 import { createHash, timingSafeEqual } from 'node:crypto'
-import { CHANNELS, normalizeIP } from 'fastify-rate-guard'
+import fp from 'fastify-plugin'
+import { CHANNELS, keyHash as hashOf, normalizeIP } from 'fastify-rate-guard'
+import { identitiesOf } from './operator-names.js'
 import { DecisionSeries, REFUSED } from './operator-series.js'
 import { PAGE, SCRIPT, STYLE } from './operator-view.js'
 
@@ -32,6 +44,11 @@ const TRACKED = 10_000
 
 /** Failed logins per client address, and the ban past them (the first refusal starts it). */
 export const LOGIN_LIMIT = Object.freeze({ max: 5, timeWindow: '15 minutes', ban: Object.freeze({ threshold: 1, duration: '1 hour' }) })
+
+/** @param {import('fastify').FastifyRequest} request */
+function loginKey (request) {
+  return `operator-login:${normalizeIP(request.ip)}`
+}
 
 /**
  * The page's routes share one budget of failed logins per client address (its own identity, so a ban here
@@ -48,19 +65,57 @@ const LOGIN = Object.freeze({
     mode: 'enforce',
     allowList: [],
     groupId: 'rate-guard-operator',
-    keyGenerator: (request) => `operator-login:${normalizeIP(request.ip)}`,
+    keyGenerator: loginKey,
     countWhen: (request, reply) => reply.statusCode === 401 && request.headers.authorization !== undefined,
     failMode: 'local'
   }
 })
 
 /**
- * @param {import('fastify').FastifyInstance} app
- * @param {{ credentials: { user: string, password: string } }} options
+ * @typedef {object} OperatorPageOptions
+ * @property {{ user: string, password: string }} credentials
+ * @property {boolean | 'masked' | 'full'} [clientNames] show clients as the operator knows them (default false)
+ * @property {(apiKey: string) => string | undefined} [apiKeyOwner] who an API key belongs to, shown in its place
  */
-export async function operatorPage (app, { credentials }) {
-  const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
+
+/**
+ * The clients refused, by hash: how often, and (with clientNames) who, once the page has seen it.
+ * @typedef {Map<string, { keyHash: string, keyKind: string, refused: number, client?: string }>} Refused
+ */
+
+const CLIENT_NAMES = [false, true, 'masked', 'full']
+
+/**
+ * The page (its routes encapsulated, their hooks theirs alone) and, with `clientNames`, the app-wide hook that
+ * names the clients it sees refused: fastify-plugin lets that one hook reach every route of the app.
+ * @param {import('fastify').FastifyInstance} app
+ * @param {OperatorPageOptions} options
+ */
+async function pageAndNames (app, { credentials, clientNames = false, apiKeyOwner }) {
+  if (!CLIENT_NAMES.includes(clientNames)) throw new TypeError(`operatorPage: clientNames is false, true, 'masked' or 'full', got ${JSON.stringify(clientNames)}`)
+  /** @type {Refused} */
   const refused = new Map()
+  if (clientNames !== false) {
+    const identities = identitiesOf({ full: clientNames === 'full', apiKeyOwner, addressKeys: [loginKey] })
+    // After the response: the refusal's decision was published (and counted) before it.
+    app.addHook('onResponse', async (request, reply) => {
+      if (reply.statusCode !== 429 && reply.statusCode !== 403) return
+      for (const { key, name } of identities(request)) {
+        const seen = refused.get(hashOf(key))
+        if (seen !== undefined) seen.client ??= name()
+      }
+    })
+  }
+  await app.register(page, { credentials, refused, clientNames: clientNames === 'full' ? 'full' : clientNames === false ? undefined : 'masked' })
+}
+export const operatorPage = fp(pageAndNames, { fastify: '5.x' })
+
+/**
+ * @param {import('fastify').FastifyInstance} app
+ * @param {{ credentials: { user: string, password: string }, refused: Refused, clientNames: 'masked' | 'full' | undefined }} options
+ */
+async function page (app, { credentials, refused, clientNames }) {
+  const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
   const series = new DecisionSeries()
   /** @param {unknown} message a DecisionMessage */
   const onDecision = (message) => {
@@ -91,13 +146,19 @@ export async function operatorPage (app, { credentials }) {
 
   app.get('/rate-guard', { config: LOGIN, preParsing }, async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
 
-  app.get('/rate-guard/data', { config: LOGIN, preParsing }, async () => ({
-    at: Date.now(),
-    stats: app.rateGuard.stats(),
-    series: series.snapshot(),
-    top: [...refused.values()].sort((a, b) => b.refused - a.refused).slice(0, 10),
-    bans: await app.rateGuard.bans({ limit: 50 })
-  }))
+  app.get('/rate-guard/data', { config: LOGIN, preParsing }, async () => {
+    const bans = await app.rateGuard.bans({ limit: 50 })
+    return {
+      at: Date.now(),
+      stats: app.rateGuard.stats(),
+      series: series.snapshot(),
+      top: [...refused.values()].sort((a, b) => b.refused - a.refused).slice(0, 10),
+      // With clientNames only: how names are shown, and each ban's client when the page knows it.
+      ...(clientNames === undefined
+        ? { bans }
+        : { clientNames, bans: bans.map(ban => ({ ...ban, client: refused.get(ban.keyHash)?.client })) })
+    }
+  })
 
   app.post('/rate-guard/unban', { config: LOGIN, preParsing }, async (request) => {
     // Checked by unban itself: anything but a key hash is refused with a coded error (400).

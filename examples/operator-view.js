@@ -8,7 +8,8 @@
 //   - a chart of decisions per second by outcome over the last few minutes (one line per outcome, the table
 //     under it as the legend: its colour, the rate now and the count since start, from stats());
 //   - the decisions per second by budget over the last seconds, and how many of them were refused;
-//   - the clients refused most, and the active bans with their unban buttons.
+//   - the clients refused most, and the active bans with their unban buttons; with `clientNames`, a column
+//     "known as" beside the hash (masked, or whole), blank where the page knows no name for it.
 // A request that fails says so in the status line at the top (in red), and the last data stays on the page.
 
 import { RECENT, SECONDS } from './operator-series.js'
@@ -142,17 +143,24 @@ export const SCRIPT = `
       tr.dataset.budget = b.budget
       return tr
     }), 4)
-    fill('top', data.top.map(t => row(cell(t.keyHash), cell(t.keyKind), cell(String(t.refused), 'n'))), 3)
+    // The names column only when the page names clients (data.clientNames: 'masked' or 'full').
+    const named = data.clientNames !== undefined
+    for (const th of document.querySelectorAll('th.named')) {
+      th.hidden = !named
+      th.textContent = data.clientNames === 'full' ? 'known as' : 'known as (masked)'
+    }
+    const name = client => named ? [cell(client ?? '')] : []
+    fill('top', data.top.map(t => row(cell(t.keyHash), ...name(t.client), cell(t.keyKind), cell(String(t.refused), 'n'))), named ? 4 : 3)
     fill('bans', data.bans.map(b => {
       const button = document.createElement('button')
       button.textContent = 'unban'
       button.dataset.keyHash = b.keyHash
       button.onclick = () => unban(b.keyHash).then(refresh).catch(failed)
       const td = document.createElement('td'); td.append(button)
-      const tr = row(cell(b.keyHash), cell(left(b.retryMs), 'n'), td)
+      const tr = row(cell(b.keyHash), ...name(b.client), cell(left(b.retryMs), 'n'), td)
       tr.dataset.keyHash = b.keyHash
       return tr
-    }), 3)
+    }), named ? 4 : 3)
     last = data
     status('live, ' + new Date(data.at).toLocaleTimeString() + (notice === '' ? '' : '; ' + notice), notice !== '')
   }
@@ -179,9 +187,9 @@ export const PAGE = `<!doctype html>
 <h2>By budget (the last ${RECENT} seconds)</h2>
 <table><thead><tr><th>budget</th><th>per second</th><th>refused per second</th><th>decisions, last ${SECONDS / 60} min</th></tr></thead><tbody id="budgets"></tbody></table>
 <h2>Clients refused most</h2>
-<table><thead><tr><th>client (hash)</th><th>kind</th><th>refusals</th></tr></thead><tbody id="top"></tbody></table>
+<table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>kind</th><th>refusals</th></tr></thead><tbody id="top"></tbody></table>
 <h2>Active bans</h2>
-<table><thead><tr><th>client (hash)</th><th>time left</th><th></th></tr></thead><tbody id="bans"></tbody></table>
+<table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>time left</th><th></th></tr></thead><tbody id="bans"></tbody></table>
 <script>${SCRIPT}</script>
 </body>
 </html>

@@ -22,6 +22,7 @@ import { InvalidOptionError } from './errors.js'
 import * as errors from './errors.js'
 import { normalizeIP, trustsEveryAddress } from './ip.js'
 import { CHANNELS } from './channels.js'
+import { keyHash } from './stores/key-names.js'
 import { resolveOptions } from './options/plugin.js'
 import { resolveLimiterOptions } from './options/route.js'
 import type { FastifyRateLimitStoreCtor, RateGuardOptions, RouteRateLimitOptions, TheirStore } from './types.js'
@@ -153,13 +154,13 @@ export const rateGuard: FastifyPluginAsync<RateGuardOptions> = fp(rateGuardPlugi
 export default rateGuard
 /** `@fastify/rate-limit`'s name for the plugin, so `import { fastifyRateLimit } from …` only changes the package. */
 export { rateGuard as fastifyRateLimit }
-export { normalizeIP }
+export { normalizeIP, keyHash }
 export { errors }
 
 // CommonJS: `require('fastify-rate-guard')` (Node >= 20.19 loads this module for it) returns the plugin itself,
 // as `require('@fastify/rate-limit')` does, carrying every named export too. Exported under its own name so
 // its declared type says so: `import rateGuard = require(…)` in a `.cts` then types `rateGuard.CHANNELS`.
-const required = Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, errors, CHANNELS })
+const required = Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, keyHash, errors, CHANNELS })
 export { required as 'module.exports' }
 export type { RateGuardDecorator, Registration } from './registrations.js'
 export type { BudgetOptions } from './budgets.js'

@@ -1,14 +1,15 @@
 // Who a client is: the key hierarchy end to end (API key -> user -> IP) through fastify.inject against a
 // real Redis, IP handling (trustProxy, IPv6 subnets, IPv4-mapped), and what reaches Redis key names.
 import { createHash } from 'node:crypto'
+import diagnostics from 'node:diagnostics_channel'
 import { createRequire } from 'node:module'
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
-import rateGuard, { normalizeIP } from '../lib/index.js'
-import type { RateGuardOptions } from '../lib/index.js'
+import rateGuard, { CHANNELS, keyHash, normalizeIP } from '../lib/index.js'
+import type { DecisionMessage, RateGuardOptions } from '../lib/index.js'
 import { hashIdentity, identityKeys, scopeOf } from '../lib/stores/key-names.js'
 import { client, getRedis, scanKeys, uniquePrefix } from './helpers/redis.js'
 
@@ -281,6 +282,33 @@ t.test('normalizeIP', async t => {
     const name = `${String(ip)}${subnet === undefined ? '' : ` /${subnet}`}`
     t.equal(subnet === undefined ? normalizeIP(ip) : normalizeIP(ip, subnet), expected, name)
     if (ip !== undefined && ip !== '') t.equal(expected, theirs.normalizeIP(ip, subnet), `${name}: as @fastify/rate-limit writes it`)
+  }
+})
+
+t.test('keyHash: the hash the decision channel and bans() name a client by, from its key', async t => {
+  const s = await setup(t, {}, {}, app => {
+    app.addHook('onRequest', async (request) => {
+      const user = request.headers['x-user']
+      if (user !== undefined) Object.assign(request, { user: { id: user } })
+    })
+    app.get('/', async () => 'ok')
+  })
+  const hashes: Array<string | undefined> = []
+  const onDecision = (message: unknown): void => { hashes.push((message as DecisionMessage).keyHash) }
+  diagnostics.subscribe(CHANNELS.decision, onDecision)
+  t.teardown(() => diagnostics.unsubscribe(CHANNELS.decision, onDecision))
+  await codes(s.app, 1, { headers: { 'x-api-key': 'k-9' } })
+  await codes(s.app, 1, { headers: { 'x-user': 'u9' } })
+  await codes(s.app, 1, { remoteAddress: '2001:db8:5:6::7' })
+  t.same(s.keys, ['apikey:k-9', 'user:u9', '2001:db8:5:6::'])
+  t.same(hashes, s.keys.map(key => keyHash(key)), 'each decision\'s keyHash is its key\'s')
+  t.equal(keyHash(normalizeIP('2001:db8:5:6::7')), hashes[2], 'an address: as normalizeIP writes it')
+
+  await s.app.rateGuard.ban('user:u10', '1 minute')
+  t.same((await s.app.rateGuard.bans()).map(ban => ban.keyHash), [keyHash('user:u10')], 'the hash bans() lists')
+  t.equal(keyHash(42), keyHash('42'), 'a number: as a key generator\'s number is counted, its string')
+  for (const bad of [undefined, null, {}, Number.NaN, Infinity]) {
+    t.throws(() => keyHash(bad as unknown as string), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /"keyHash": expected a key/ }, `${String(bad)}: a coded error`)
   }
 })
 

@@ -1,8 +1,10 @@
 // The example app's operator page (examples/operator-page.js) in a real browser: Debian's chromium, driven by
 // playwright-core (no browser download: .ci/run installs the chromium package when it is missing). Real
 // traffic on Redis makes decisions, refusals and a ban; the page charts them live, by outcome and by budget,
-// says so when it cannot reach its data, and its unban button lifts the ban. A screenshot is written to
-// OPERATOR_SCREENSHOT when set, else to a fresh temporary directory (named in the test's output).
+// names the clients refused beside their hash (masked: the app opts in with clientNames; what the page's data
+// holds, off, masked or whole, is test/operator-names.test.ts), says so when it cannot reach its data, and its
+// unban button lifts the ban. A screenshot is written to OPERATOR_SCREENSHOT when set, else to a fresh
+// temporary directory (named in the test's output).
 import { existsSync, mkdtempSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -16,13 +18,13 @@ import { getRedis, uniquePrefix } from './helpers/redis.js'
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const PASSWORD = 'operator-test-password'
 
-interface Example { buildApp: (options: { redis: string, nameSpace: string, operatorPassword: string }) => Promise<FastifyInstance> }
+interface Example { buildApp: (options: { redis: string, nameSpace: string, operatorPassword: string, operatorClientNames: true }) => Promise<FastifyInstance> }
 
 t.test('the operator page: live decisions, the clients refused most, the bans, and unban', async t => {
   t.ok(existsSync(CHROMIUM), `chromium at ${CHROMIUM} (apt-get install chromium; .ci/run does)`)
   const example = 'app.js'
   const { buildApp } = await import(`../examples/${example}`) as Example
-  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD })
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD, operatorClientNames: true })
   t.teardown(() => app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
@@ -57,12 +59,14 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   const banRow = page.locator(`#bans tr[data-key-hash="${longBan}"]`)
   await banRow.waitFor({ timeout: 10_000 })
   t.match(await banRow.textContent(), /60 min/, 'the operator\'s ban, with its time left')
-  t.match(await page.locator('#bans').textContent(), new RegExp(`${banned}\\s*\\d+ s`), 'the ban the traffic earned')
+  t.match(await page.locator('#bans').textContent(), new RegExp(`${banned}198\\.51\\.100\\.x\\d+ s`), 'the ban the traffic earned, its client named (masked)')
   const top = page.locator('#top tr').first()
-  t.match(await top.textContent(), new RegExp(`${banned}\\s*ip\\s*\\d+`), 'the client refused most, by hash and kind')
+  t.match(await top.textContent(), new RegExp(`^${banned}198\\.51\\.100\\.xip\\d+$`), 'the client refused most, by hash, name (masked) and kind')
+  t.strictSame(await page.locator('th.named').allTextContents(), ['known as (masked)', 'known as (masked)'], 'a column of names, said to be masked')
+  t.ok(await page.locator('th.named').first().isVisible(), 'shown')
   t.match(await page.locator('#rates').textContent(), /allowed/, 'decisions by outcome')
   t.match(await page.locator('#rates').textContent(), /limited/)
-  t.notOk((await page.content()).includes('198.51.100.7'), 'the page never names a client by its address')
+  t.notOk((await page.content()).includes('198.51.100.7'), 'the page never names a client by its whole address (masked)')
 
   // The chart: a line per outcome the traffic had, over the last minutes, drawn once its second is whole.
   const outcomes = ['allowed', 'limited', 'ban-started', 'banned']

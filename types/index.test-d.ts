@@ -8,7 +8,7 @@ import type {
   FastifyContextConfig, FastifyError, FastifyInstance, FastifyRequest, RouteOptions, RouteShorthandOptions
 } from 'fastify'
 import { Redis, Cluster } from 'ioredis'
-import rateGuard, { rateGuard as named, fastifyRateLimit, normalizeIP, errors } from 'fastify-rate-guard'
+import rateGuard, { rateGuard as named, fastifyRateLimit, normalizeIP, keyHash, errors } from 'fastify-rate-guard'
 import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
@@ -37,6 +37,8 @@ expectType<string>(normalizeIP('::1'))
 expectType<string>(normalizeIP(undefined, 48))
 // @ts-expect-error the subnet is a number of bits
 normalizeIP('::1', '64')
+expectType<string>(keyHash('user:42'))
+expectType<string>(keyHash(42))
 
 const tooMany = new errors.TooManyRequestsError('7 seconds')
 assertEqual<typeof tooMany.code, 'FST_RATE_GUARD_TOO_MANY_REQUESTS'>(true)

@@ -1,6 +1,7 @@
 import { createHash, hash as digest } from 'node:crypto'
 import { DEFAULT_ALGORITHM, STATE_SEGMENT } from '../algorithms/index.js'
 import type { Algorithm } from '../algorithms/index.js'
+import { InvalidOptionError } from '../errors.js'
 
 // Where an identity lives in Redis (and in the in-process store): its hash, its budget's scope and the names
 // of its keys, all under one hash tag.
@@ -15,6 +16,18 @@ const ILL_FORMED = Buffer.from([0xff])
  */
 export function hashIdentity (key: string): string {
   return HASHES.hash(key)
+}
+
+/**
+ * The hash `bans()`, `unban({ keyHash })` and the `rate-guard:decision` channel name a client by, from its key
+ * as the key generator made it (`user:42`, `apikey:…`, an address as `normalizeIP` writes it, an app's own
+ * key as its generator returns it): how an app tells which of those hashes is a client it knows.
+ */
+export function keyHash (key: string | number): string {
+  if (typeof key === 'number' ? !Number.isFinite(key) : typeof key !== 'string') {
+    throw new InvalidOptionError('keyHash', `expected a key as the key generator makes it (a string or a finite number), got ${typeof key === 'number' ? String(key) : typeof key}`)
+  }
+  return hashIdentity(String(key))
 }
 
 /**
