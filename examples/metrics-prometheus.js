@@ -3,7 +3,7 @@
 // subscribes.
 //
 //   rate_guard_decisions_total{namespace, budget, limit, outcome}   every decision (outcome: allowed, limited,
-//                                                             banned, ban-started, too-costly, unenforced,
+//                                                             banned, ban-started, too-costly, in-flight, unenforced,
 //                                                             unavailable, shadow-limited, shadow-banned, ...)
 //   rate_guard_redis_call_seconds{namespace, mode, algorithm}  each script call (a batch of decisions)
 //   rate_guard_breaker_open{namespace}                       1 while the breaker is open
