@@ -56,6 +56,11 @@ export interface DecisionMessage {
   /** Which kind of key: the default hierarchy's `apikey`, `user` or `ip`, else `custom` (the app's key generator's). */
   readonly keyKind: 'apikey' | 'user' | 'ip' | 'custom'
   readonly mode: 'enforce' | 'shadow' | 'report'
+  /**
+   * Under the budget's `concurrency`: the units of the client's requests in flight after this decision (its
+   * own among them when it took slots); undefined without it, or when no slot was asked for (refused first).
+   */
+  readonly inFlight: number | undefined
 }
 
 export interface BreakerMessage {

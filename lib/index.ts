@@ -164,7 +164,7 @@ const required = Object.assign(rateGuard, { default: rateGuard, rateGuard, fasti
 export { required as 'module.exports' }
 export type { RateGuardDecorator, Registration } from './registrations.js'
 export type { BudgetOptions } from './budgets.js'
-export type { RateGuardAdmin, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin.js'
+export type { RateGuardAdmin, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin-api.js'
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,

@@ -1,4 +1,4 @@
-import type { OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin.js'
+import type { OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin } from './admin-api.js'
 import type { BudgetOptions } from './budgets.js'
 import { budgetName } from './budgets.js'
 import { InvalidOptionError } from './errors.js'

@@ -8,7 +8,7 @@
 --                    Redis's time). It lives at least as long as its last lease.
 -- KEYS[2]  banned    STRING present while the identity is banned (lua/decide.lua's)
 --          under a ban policy, to acquire: KEYS[3] strikes, KEYS[4] offences, KEYS[5] index (lua/decide.lua's)
--- ARGV[1]  mode      'acquire', 'release' or 'renew'
+-- ARGV[1]  mode      'acquire', 'release', 'renew' or 'count'
 --   acquire  ARGV[2] id, ARGV[3] units (its cost), ARGV[4] max, ARGV[5] lease (ms); under a ban policy
 --            ARGV[6] threshold, ARGV[7] ladder, ARGV[8] forget, ARGV[9] the strikes' window (ms), as
 --            lua/decide.lua's
@@ -16,6 +16,7 @@
 --   renew    ARGV[2] lease (ms), ARGV[3] n, then n requests' id and units each: their leases end `lease` ms
 --            from now, if they are still held
 --
+--   count    nothing more
 -- Reply, to acquire: { status, inUse, retry, offence, at }
 --   status   0 taken (its units are held), 1 refused: its units do not fit beside those in flight (it wrote
 --            nothing but, under a ban policy, its strike), 2 refused, and banned by this refusal, 5 found
@@ -25,7 +26,8 @@
 --   retry    the ban's remaining ms (2, 5), else 0
 --   offence  which ban in a row this refusal started (2), else 0
 --   at       Redis's time (ms)
--- To release: the units given back. To renew: the units still held, now renewed.
+-- To release: the units given back. To renew: the units still held, now renewed. To count: the units held
+-- (leases that have not ended), writing nothing.
 
 local mode, leases = ARGV[1], KEYS[1]
 
@@ -50,6 +52,10 @@ if mode == 'release' then
 end
 
 local now = milliseconds(redis.call('TIME'))
+
+if mode == 'count' then
+  return redis.call('ZCOUNT', leases, '(' .. text(now), '+inf')
+end
 
 if mode == 'renew' then
   local lease = tonumber(ARGV[2])

@@ -3,6 +3,7 @@
 // a request running three times its lease keeps its slot. (How it meets bans, costs, shadow mode, failMode
 // and the rest: test/in-flight-features.test.ts; the stores' leases: test/leases-conformance.test.ts.)
 import { fork } from 'node:child_process'
+import diagnostics from 'node:diagnostics_channel'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -11,6 +12,7 @@ import type { Test } from 'tap'
 import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
 import rateGuard from '../lib/index.js'
+import { CHANNELS } from '../lib/channels.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
 const HOLDER = fileURLToPath(new URL('./fixtures/in-flight-holder.ts', import.meta.url))
@@ -146,4 +148,35 @@ t.test('a request running three times its lease keeps its slot', async t => {
   held.open()
   t.equal((await long).status, 200)
   t.equal((await get(`${base}/long`)).status, 200, 'its slot was released with its response')
+})
+
+t.test('peek and the decision channel report the slots in use', async t => {
+  const { url } = await getRedis(t)
+  const held = gate()
+  const seen: Array<{ outcome: string, inFlight: number | undefined }> = []
+  const listener = (message: unknown): void => {
+    const { outcome, inFlight } = message as { outcome: string, inFlight: number | undefined }
+    seen.push({ outcome, inFlight })
+  }
+  diagnostics.subscribe(CHANNELS.decision, listener)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.decision, listener) })
+  let started = 0
+  let bothStarted = (): void => {}
+  const both = new Promise<void>(resolve => { bothStarted = resolve })
+  const { app, base } = await listening(t, url, uniquePrefix(), app => {
+    app.get('/streams', { config: { rateLimit: { concurrency: { max: 2 } } } }, async () => {
+      if (++started === 2) bothStarted()
+      await held.wait
+      return 'done'
+    })
+  })
+  t.match(await app.rateGuard.peek('127.0.0.1', { route: 'GET /streams' }), { inFlight: { max: 2, count: 0 } }, 'none in flight yet')
+  const streams = [get(`${base}/streams`), get(`${base}/streams`)]
+  await both
+  t.match(await app.rateGuard.peek('127.0.0.1', { route: 'GET /streams' }), { inFlight: { max: 2, count: 2 } }, 'two in flight')
+  t.equal((await get(`${base}/streams`)).status, 429)
+  t.equal((await app.rateGuard.peek('127.0.0.1')).inFlight, null, 'a budget without concurrency has none')
+  held.open()
+  await Promise.all(streams)
+  t.strictSame(seen.map(({ outcome, inFlight }) => `${outcome} ${String(inFlight)}`).sort(), ['allowed 1', 'allowed 2', 'in-flight 2'], 'each decision says the units in flight after it')
 })

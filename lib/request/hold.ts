@@ -33,11 +33,11 @@ export function hold (plan: Plan, request: FastifyRequest, reply: FastifyReply, 
       reply.raw.once('close', release)
       // Its client may have left while the slots were taken.
       if (reply.raw.destroyed || reply.raw.writableFinished) release()
-      return decided
+      return { ...decided, slots: held }
     }
     // Redis could not answer, and failMode 'open' lets the request through holding nothing.
-    if (held.status === 'unenforced') return decided
+    if (held.status === 'unenforced') return { ...decided, slots: held }
     for (const charged of decided.charged) giveBack(plan, charged, request.log)
-    return { verdict: held, input, headers: plan.inFlightHeaders, charged: [], inFlight: true }
+    return { verdict: held, input, headers: plan.inFlightHeaders, charged: [], inFlight: true, slots: held }
   })
 }

@@ -10,7 +10,7 @@ import type { Plan } from './plan.js'
 // channel when anyone listens.
 
 /** A decision on `input` (the budget's own, its shared one's or its watched one's): counted, and published. */
-export function report (plan: Plan, outcome: Outcome, key: Given, verdict: Verdict, input: Decidable, headers: HeaderStyle): void {
+export function report (plan: Plan, outcome: Outcome, key: Given, verdict: Verdict, input: Decidable, headers: HeaderStyle, inFlight?: number): void {
   plan.decider.stats.count(outcome)
   if (!decisionChannel.hasSubscribers) return
   decisionChannel.publish({
@@ -24,7 +24,8 @@ export function report (plan: Plan, outcome: Outcome, key: Given, verdict: Verdi
     batchSize: 'batchSize' in verdict ? verdict.batchSize : undefined,
     keyHash: hashOf(input),
     keyKind: keyKindOf(key),
-    mode: plan.route.mode
+    mode: plan.route.mode,
+    inFlight
   } satisfies DecisionMessage)
 }
 

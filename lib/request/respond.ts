@@ -22,20 +22,22 @@ const UNENFORCED_HEADER = 'x-ratelimit-enforced'
 export const SHADOW = Object.freeze({ shadow: true })
 const ENFORCED = Object.freeze({ shadow: false })
 
-export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers, inFlight }: Decided): HookResult {
+export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers, inFlight, slots }: Decided): HookResult {
   const { route } = plan
+  // Under `concurrency`, the units in flight after its slots were asked for.
+  const inUse = slots !== undefined && 'count' in slots ? slots.count : undefined
   switch (verdict.status) {
     case 'allowed':
-      report(plan, 'allowed', key, verdict, input, headers)
+      report(plan, 'allowed', key, verdict, input, headers, inUse)
       writeHeaders(reply, headers, verdict)
       route.onExceeding?.(request, key as string)
       return undefined
     case 'unenforced':
-      report(plan, 'unenforced', key, verdict, input, headers)
+      report(plan, 'unenforced', key, verdict, input, headers, inUse)
       reply.header(UNENFORCED_HEADER, 'false')
       return undefined
     case 'unavailable':
-      report(plan, 'unavailable', key, verdict, input, headers)
+      report(plan, 'unavailable', key, verdict, input, headers, inUse)
       reply.code(503).header('retry-after', plan.unavailable.after).type('application/json; charset=utf-8').send(plan.unavailable.body)
       return SENT
   }
@@ -45,14 +47,14 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
   const never = !banned && verdict.retryMs === 0
   if (route.mode === 'shadow') {
     // Decided as enforce would, and let through: the client sees an allowed request's headers.
-    report(plan, banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', key, verdict, input, headers)
+    report(plan, banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', key, verdict, input, headers, inUse)
     writeHeaders(reply, headers, { ...verdict, status: 'allowed' })
     route.onExceeded?.(request, key as string, SHADOW)
     if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
     return undefined
   }
   const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : inFlight === true ? 'in-flight' : 'limited'
-  report(plan, outcome, key, verdict, input, headers)
+  report(plan, outcome, key, verdict, input, headers, inUse)
   writeHeaders(reply, headers, verdict)
   route.onExceeded?.(request, key as string, ENFORCED)
   if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: false })

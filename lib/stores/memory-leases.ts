@@ -18,6 +18,13 @@ interface Lease {
   endsAt: number
 }
 
+/** The units of `leases`. */
+function unitsOf (leases: Map<string, Lease> | undefined): number {
+  let units = 0
+  for (const lease of leases?.values() ?? []) units += lease.units
+  return units
+}
+
 export class MemoryLeases implements LeaseStore {
   /** Per key, its leases by request id. */
   readonly #leases = new Map<string, Map<string, Lease>>()
@@ -38,8 +45,7 @@ export class MemoryLeases implements LeaseStore {
     const banned = this.#bans.banLeft(keys.banned, now)
     if (banned > 0) return [FOUND_BANNED, 0, banned, 0, now]
     const leases = this.#live(keys.leases, now)
-    let inUse = 0
-    for (const lease of leases?.values() ?? []) inUse += lease.units
+    const inUse = unitsOf(leases)
     if (units > max) return [NEVER_FITS, inUse, 0, 0, now]
     if (inUse + units <= max) {
       if (leases === undefined) this.#leases.set(keys.leases, new Map([[id, { units, endsAt: now + leaseMs }]]))
@@ -68,6 +74,10 @@ export class MemoryLeases implements LeaseStore {
       renewed += units
     }
     return renewed
+  }
+
+  inUse (key: string): number {
+    return unitsOf(this.#live(key, this.#now()))
   }
 
   /** The leases at `key` that have not ended (a lease ends at its last millisecond, as the script's `-inf now`). */

@@ -31,6 +31,10 @@ export class RedisLeases implements LeaseStore {
     return Number(await this.#run('renew', held[0]!.algorithm, held.length, renewArgs(key, held, leaseMs)))
   }
 
+  async inUse (key: string): Promise<number> {
+    return Number(await this.#call(1, key, 'count'))
+  }
+
   async #run (mode: string, algorithm: Held['algorithm'], batchSize: number, args: Array<string | number>): Promise<unknown> {
     try {
       return await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize }), () => this.#call(...args))

@@ -153,6 +153,8 @@ export interface LeaseStore {
   release (held: Held): number | Promise<number>
   /** Renews the leases of `held` (all at one key) for `leaseMs` from now; resolves the units still held. */
   renew (key: string, held: readonly Held[], leaseMs: number): number | Promise<number>
+  /** The units held at `key` now (leases that have not ended), changing nothing. */
+  inUse (key: string): number | Promise<number>
 }
 
 /** A store across the network (Redis): it also decides several requests of one algorithm in one call. */
