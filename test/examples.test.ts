@@ -1,5 +1,6 @@
-// The two examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js), run against a
-// real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+// The examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js) and of requests in flight
+// (examples/streams.js), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+import http from 'node:http'
 import t from 'tap'
 import type { Test } from 'tap'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
@@ -52,4 +53,35 @@ t.test('LLM tokens: a request reserves 500 and is charged what it used', async t
   const over = await chat('hi')
   t.equal(over.statusCode, 429, 'the fourth was charged its 3,000 though 1,000 were left: the budget is spent')
   t.ok(Number(over.headers['retry-after']) > 0)
+})
+
+t.test('streams: at most three open per API key; one that disconnects frees its slot', async t => {
+  const { buildApp } = await import('../examples/streams.js') as { buildApp: (options: { redis: string, nameSpace: string, everyMs: number }) => Promise<FastifyInstance> }
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), everyMs: 50 })
+  t.teardown(() => app.close())
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const port = (app.server.address() as { port: number }).port
+  const agent = new http.Agent({ keepAlive: false })
+  interface Opened { status: number, retryAfter?: string, first?: string, close: () => void }
+  // A stream, read up to its first event; `close` hangs up, as a client that leaves.
+  const open = async (): Promise<Opened> => await new Promise((resolve, reject) => {
+    const request = http.get({ host: '127.0.0.1', port, path: '/events', agent, headers: { 'x-api-key': 'key-acme-0001' } }, res => {
+      if (res.statusCode !== 200) {
+        res.resume()
+        resolve({ status: res.statusCode!, retryAfter: res.headers['retry-after'], close: () => {} })
+      } else {
+        res.once('data', (chunk: Buffer) => resolve({ status: 200, first: String(chunk), close: () => request.destroy() }))
+      }
+    })
+    request.on('error', reject)
+  })
+  const streams = [await open(), await open(), await open()]
+  t.strictSame(streams.map(stream => [stream.status, stream.first]), [[200, 'data: 1\n\n'], [200, 'data: 1\n\n'], [200, 'data: 1\n\n']], 'three streams run')
+  t.match(await open(), { status: 429, retryAfter: '1' }, 'the fourth is refused while they run')
+  streams[0]!.close()
+  // Its slot is released when the server sees the connection close: the next open that finds it free runs.
+  let again = await open()
+  for (let i = 0; again.status !== 200 && i < 100; i++) again = await open()
+  t.equal(again.status, 200, 'a stream whose client left gave its slot back')
+  for (const stream of [again, ...streams]) stream.close()
 })
