@@ -168,7 +168,7 @@ export type { RateGuardAdmin, PeekOptions, PeekResult, PeekLimit, OverrideOption
 export type {
   RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
-  HookName, FailMode, Addressless, CostFunction, CountWhenFunction, SettleFunction
+  HookName, FailMode, ErrorFormat, Addressless, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
 export type { RequestCharge } from './request/charge.js'
 export type { StatsSnapshot } from './stats.js'

@@ -93,6 +93,9 @@ export type Mode = 'enforce' | 'shadow' | 'report'
 export type BanCallback = (request: FastifyRequest, key: string, ban: BanInfo) => void
 export type HookName = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
 export type FailMode = 'open' | 'closed' | 'local'
+
+/** The bodies of refusals: `@fastify/rate-limit`'s, or RFC 9457 problem details. */
+export type ErrorFormat = 'default' | 'problem'
 /** Who a request without a client address is (a Unix socket, `trustProxy` giving none): one shared client, or its connection. */
 export type Addressless = 'shared' | 'connection'
 
@@ -168,6 +171,12 @@ export interface RouteRateLimitOptions {
   allowList?: readonly string[] | AllowListFunction
   groupId?: string
   errorResponseBuilder?: ErrorResponseBuilder
+  /**
+   * The bodies of 429, 403 and 503 answers: `'default'`, `@fastify/rate-limit`'s; `'problem'`, RFC 9457 problem
+   * details (`application/problem+json`) with the problem types of the IETF rate-limit draft, the names of the
+   * violated limits and `retry-after`. An app's `errorResponseBuilder` or error handler still shapes its own.
+   */
+  errorFormat?: ErrorFormat
   /** Called on each allowed request (`@fastify/rate-limit`'s name: the request did not exceed the limit). */
   onExceeding?: KeyCallback
   onExceeded?: ExceededCallback

@@ -2,7 +2,7 @@ import type { Algorithm } from '../algorithms/index.js'
 import type { Callbacks } from '../callbacks.js'
 import type { ResolvedConcurrency } from './concurrency.js'
 import type {
-  Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, FailMode,
+  Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode,
   FastifyRateLimitStoreCtor, FieldNames, HeaderSwitches, HookName, KeyCallback, KeyGenerator, MaxFunction, Mode, OverLimit, RedisLike,
   SettleFunction, TimeWindowFunction
 } from '../types.js'
@@ -56,6 +56,8 @@ export interface ResolvedRoute {
   readonly allowListGiven: readonly string[] | AllowListFunction | undefined
   readonly groupId: string | undefined
   readonly errorResponseBuilder: ErrorResponseBuilder | undefined
+  /** The bodies of refusals: `@fastify/rate-limit`'s (`'default'`), or RFC 9457 problem details (`'problem'`). */
+  readonly errorFormat: ErrorFormat
   readonly onExceeding: KeyCallback | undefined
   readonly onExceeded: ExceededCallback | undefined
   readonly onBanReach: BanCallback | undefined

@@ -10,7 +10,7 @@ import { checkCost, checkLimitMax, checkLimitWindow, checkRouteLimits, checkShar
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
 import { checkBreaker, checkNameSpace, checkRedis, checkStoreClass } from './stores.js'
 import type {
-  BanCallback, CountWhenFunction, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
+  BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
   RouteRateLimitOptions, SettleFunction
 } from '../types.js'
 
@@ -63,6 +63,7 @@ const pluginWith = option('plugin', 'with')
 const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
 const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
+const ERROR_FORMATS: readonly ErrorFormat[] = ['default', 'problem']
 
 /** Any string names a group, as theirs; the empty one none (theirs: `if (groupId)`). */
 function checkGroupId (value: unknown): string | undefined {
@@ -82,6 +83,7 @@ export const OPTIONS = {
   mode: over((value, name) => checkOneOf(value, name, MODES), 'enforce'),
   shadow: over(checkShadow, { ban: false }),
   errorResponseBuilder: over(checkFunction<ErrorResponseBuilder>),
+  errorFormat: over((value, name) => checkOneOf(value, name, ERROR_FORMATS), 'default'),
   onExceeding: over(checkFunction<KeyCallback>),
   onExceeded: over(checkFunction<ExceededCallback>),
   onBanReach: over(checkFunction<BanCallback>),

@@ -16,6 +16,7 @@ import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
 import type { BanPolicy, TheirStore } from '../types.js'
 import { keyerOf } from './identify.js'
 import { headerStyle } from '../headers.js'
+import { PROBLEM_TYPE, unavailableProblem } from './problem.js'
 import type { HeaderStyle } from '../headers.js'
 import type { Leases } from '../leases.js'
 import type { ResolvedConcurrency } from '../options/concurrency.js'
@@ -59,7 +60,7 @@ export interface Plan {
   readonly leases: Leases
   readonly inFlightHeaders: HeaderStyle
   /** The 503 of a budget that cannot decide (`failMode: 'closed'`): `Retry-After` one deadline from now, and its body. */
-  readonly unavailable: { readonly after: number, readonly body: string }
+  readonly unavailable: { readonly after: number, readonly body: string, readonly type: string }
 }
 
 export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
@@ -107,10 +108,13 @@ export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOpti
     inFlightHeaders: Object.freeze({ ...headerStyle(route, ['concurrency']), unit: ';qu="concurrent-requests"' }),
     // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
     // be one log line per request.
-    unavailable: {
-      after: retryAfterSeconds(opts.timeout),
-      body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message })
-    }
+    unavailable: route.errorFormat === 'problem'
+      ? { after: retryAfterSeconds(opts.timeout), body: unavailableProblem(retryAfterSeconds(opts.timeout), unavailable.message), type: PROBLEM_TYPE }
+      : {
+          after: retryAfterSeconds(opts.timeout),
+          body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message }),
+          type: 'application/json; charset=utf-8'
+        }
   })
 }
 

@@ -7,6 +7,8 @@ import { retryAfterSeconds } from '../headers.js'
 import type { Decidable, Decision } from '../stores/store.js'
 import type { Plan } from './plan.js'
 import { hashOf } from './report.js'
+import { PROBLEM_TYPE, refusalProblem } from './problem.js'
+import type { HeaderStyle } from '../headers.js'
 
 // The error a refused request is handed to Fastify with: this plugin's (429, 403, or 429 "never" for a request
 // costing more than a limit holds), or the app's `errorResponseBuilder`'s; and, after Fastify's default error
@@ -14,16 +16,19 @@ import { hashOf } from './report.js'
 // `done`, never thrown: a throw inside an async function costs V8 several microseconds, more than the rest
 // of the refusal.
 
-export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, outcome: Outcome, input: Decidable): Error {
+export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, outcome: Outcome, input: Decidable, headers: HeaderStyle): Error {
   const { route, budget } = plan
   if (route.mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: hashOf(input) } }, 'rate-guard: refused')
   const banned = outcome === 'banned' || outcome === 'ban-started'
   const never = outcome === 'too-costly'
   const after = never ? 'never' : formatDuration(retryAfterSeconds(verdict.retryMs) * 1000)
-  if (route.errorResponseBuilder === undefined) {
-    return kept(request, banned ? new BannedError(after) : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : new TooManyRequestsError(after))
-  }
   const statusCode = banned ? 403 : 429
+  if (route.errorResponseBuilder === undefined) {
+    const error = banned ? new BannedError(after) : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : new TooManyRequestsError(after)
+    // Its problem details, for `stripCode` to send instead of the default body (never serialized with the error).
+    if (route.errorFormat === 'problem') Object.defineProperty(error, PROBLEM, { value: refusalProblem(verdict, input.cost ?? 1, headers, statusCode, error.message) })
+    return kept(request, error)
+  }
   const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max: verdict.limit, ttl: verdict.retryMs, after })
   if (typeof error !== 'object' || error === null) {
     return new InvalidOptionError('errorResponseBuilder', `expected it to return an object, got ${error === null ? 'null' : typeof error}`)
@@ -37,6 +42,8 @@ export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, 
  * error's `code` into the body, and `@fastify/rate-limit`'s bodies are `{ statusCode, error, message }`.
  */
 export const REFUSAL = Symbol('rate-guard.refusal')
+/** Where a refusal keeps its problem details under `errorFormat: 'problem'`. */
+const PROBLEM = Symbol('rate-guard.problem')
 
 function kept (request: FastifyRequest, error: Error): Error {
   (request as unknown as Record<symbol, Error | null>)[REFUSAL] = error
@@ -46,14 +53,19 @@ function kept (request: FastifyRequest, error: Error): Error {
 /**
  * An `onSend` hook: the body Fastify's default error handler made of a refusal of this plugin, without its
  * `code`, so it is byte for byte `@fastify/rate-limit`'s; the code stays on the error an app's error handler
- * gets (`err.code`). Any other payload (an app's error handler's own) goes out untouched.
+ * gets (`err.code`). Under `errorFormat: 'problem'`, its problem details instead. Any other payload (an app's
+ * error handler's own) goes out untouched.
  */
-export function stripCode (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
-  const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string }) | null>)[REFUSAL]
+export function stripCode (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
+  const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string, [PROBLEM]?: string }) | null>)[REFUSAL]
   if (error == null || typeof payload !== 'string') return done(null, payload)
   const { statusCode, code, message } = error
   const bodies = bodiesOf(statusCode, code, message)
-  done(null, payload === bodies.coded ? bodies.stripped : payload)
+  if (payload !== bodies.coded) return done(null, payload)
+  const problem = error[PROBLEM]
+  if (problem === undefined) return done(null, bodies.stripped)
+  reply.type(PROBLEM_TYPE)
+  done(null, problem)
 }
 
 /** A refusal's body as Fastify's default error handler writes it (`coded`), and without its code (`stripped`). */

@@ -38,7 +38,7 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
       return undefined
     case 'unavailable':
       report(plan, 'unavailable', key, verdict, input, headers, inUse)
-      reply.code(503).header('retry-after', plan.unavailable.after).type('application/json; charset=utf-8').send(plan.unavailable.body)
+      reply.code(503).header('retry-after', plan.unavailable.after).type(plan.unavailable.type).send(plan.unavailable.body)
       return SENT
   }
 
@@ -58,5 +58,5 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
   writeHeaders(reply, headers, verdict)
   route.onExceeded?.(request, key as string, ENFORCED)
   if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: false })
-  return refuse(plan, request, verdict, outcome, input)
+  return refuse(plan, request, verdict, outcome, input, headers)
 }
