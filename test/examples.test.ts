@@ -56,7 +56,8 @@ t.test('LLM tokens: a request reserves 500 and is charged what it used', async t
 })
 
 t.test('streams: at most three open per API key; one that disconnects frees its slot', async t => {
-  const { buildApp } = await import('../examples/streams.js') as { buildApp: (options: { redis: string, nameSpace: string, everyMs: number }) => Promise<FastifyInstance> }
+  const file = 'streams.js'
+  const { buildApp } = await import(`../examples/${file}`) as { buildApp: (options: { redis: string, nameSpace: string, everyMs: number }) => Promise<FastifyInstance> }
   const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), everyMs: 50 })
   t.teardown(() => app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })

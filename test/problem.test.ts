@@ -107,5 +107,5 @@ t.test('errorFormat must be one of the two', async t => {
   const app = Fastify()
   t.teardown(() => app.close())
   app.register(rateGuard, { errorFormat: 'xml' as 'problem' })
-  await t.rejects(app.ready(), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /errorFormat/ })
+  await t.rejects(async () => { await app.ready() }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /errorFormat/ })
 })
