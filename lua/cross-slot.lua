@@ -29,7 +29,8 @@ local KEYS, ARGV = (function (given)
   local k = 0
   for r = 1, m do
     local c = tonumber(given[n + 2 + r])
-    redis.call('EXISTS', unpack(keys, k + 1, k + c))
+    -- Lua 5.4 (Dragonfly) has table.unpack and no global unpack; Redis's Lua 5.1 the other way round.
+    redis.call('EXISTS', (table.unpack or unpack)(keys, k + 1, k + c))
     k = k + c
   end
   for i = n + m + 3, #given do

@@ -6,6 +6,7 @@
 --   largest(limits)           the largest capacity (burst) of a budget's limits: a number
 --   moved(n, delta, ceiling)  what a settlement of `delta` moves a count `n` by: a number (see below)
 --   milliseconds(time)        Redis's clock as ms, from its reply (seconds, microseconds): a number
+--   unpack(t, i, j)           table.unpack where the Lua is 5.4, else 5.1's global
 --
 -- Numbers as the scripts hand them to Redis. Redis 7.0 formats a number given to redis.call with '%.17g'
 -- (glibc's costly floating-point path), and Lua turns a number joined to a string ('c' .. i) into text with
@@ -57,6 +58,9 @@ end
 local function moved (n, delta, ceiling)
   return math.max(-n, math.min(delta, math.max(ceiling - n, 0)))
 end
+
+-- One dialect for Lua 5.1 (Redis, Valkey) and 5.4 (Dragonfly): 5.4 has table.unpack and no global unpack.
+local unpack = table.unpack or unpack
 
 -- Redis's clock (its reply: seconds, microseconds) as milliseconds, as every decision reads it.
 local function milliseconds (time)
