@@ -17,6 +17,7 @@ import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
 import type { IdentityKeys } from '../lib/stores/key-names.js'
 import { client, commandCalls, getRedis, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 import { lend } from './helpers/faults.js'
+import { allowing, inTime } from './helpers/lag.js'
 
 /** What inject's clients are: their address is their key. */
 const CLIENT = '127.0.0.1'
@@ -464,6 +465,7 @@ t.test('redis: failMode while Redis is unreachable: open lets all through, close
     apps[failMode] = await makeApp(t, { redis: server.url, timeout: 200, failMode, concurrency: { max: 2 } })
   }
   await server.kill()
+  const calls = [...Object.values(apps)].map(({ nameSpace }) => scriptCalls(t, nameSpace))
 
   const { open, closed, local } = apps as Record<'open' | 'closed' | 'local', App>
   const through = injectAll(open.app, 4)
@@ -486,6 +488,7 @@ t.test('redis: failMode while Redis is unreachable: open lets all through, close
   t.equal(third!.statusCode, 429, 'local: the slots taken in process were released in process: 2 run again')
   await local.held.endAll()
   await Promise.all([...limited, ...again])
+  t.strictSame(calls.map(made => made.filter(call => call.mode !== 'decide')), [[], [], []], 'Redis, which did not decide, was not asked for slots')
 })
 
 t.test('redis: an acquire Redis answers after the deadline: failMode answered, and the slot Redis took is given back at once', async t => {
@@ -535,6 +538,29 @@ t.test('redis: an acquire Redis answers after the deadline: failMode answered, a
   await held.endAll()
   for (const res of await Promise.all(answers)) t.equal(res.statusCode, 200)
   t.equal(await commandCalls(redis, 'zrem'), 1, 'requests holding nothing release nothing')
+})
+
+t.test('redis: a frozen Redis costs a request one deadline, not one for its rate limits and another for its slots', async t => {
+  const TIMEOUT = 300
+  const server = await startRedisServer(t)
+  const apps: Array<[string, App]> = []
+  for (const failMode of ['open', 'local'] as const) {
+    const made = await makeApp(t, { redis: server.url, timeout: TIMEOUT, failMode, breaker: false, concurrency: { max: 2 } })
+    t.equal((await made.app.inject('/quick')).headers['x-ratelimit-remaining'], '99', `${failMode}: Redis decides while it answers`)
+    apps.push([failMode, made])
+  }
+  server.freeze()
+  t.teardown(() => { server.thaw() })
+  for (const [failMode, { app }] of apps) {
+    for (let i = 0; i < 2; i++) {
+      const at = performance.now()
+      const res = await app.inject('/quick')
+      const span = { at, ms: performance.now() - at }
+      t.equal(res.statusCode, 200, `${failMode}: let through`)
+      t.ok(inTime(TIMEOUT, span), `${failMode}: answered in ${span.ms.toFixed(0)} ms (bound ${allowing(TIMEOUT, span.at, span.at + span.ms).toFixed(0)} ms)`)
+    }
+  }
+  server.thaw()
 })
 
 t.test('redis: a response destroyed as its slots are taken, before it says so (close), gives them back once', async t => {
