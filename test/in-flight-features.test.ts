@@ -395,6 +395,20 @@ for (const where of ['redis', 'memory'] as const) {
     t.equal((await fetch(`${url}/quick`)).status, 200, 'its slot was given back: the client\'s next request passes')
   })
 
+  t.test(`${where}: a limiter the app places (fastify.rateLimit()) holds slots as a route does; createRateLimit's check takes no concurrency`, async t => {
+    const placed = new Held()
+    const { app } = await makeApp(t, { ...await storeFor(t, where), global: false }, app => {
+      app.get('/placed', { onRequest: app.rateLimit({ concurrency: { max: 1 } }) }, async (request, reply) => await placed.handle(request, reply))
+    })
+    const running = app.inject('/placed')
+    await placed.entered(1)
+    t.equal((await app.inject('/placed')).statusCode, 429, 'its slot taken while it runs')
+    await placed.endAll()
+    t.equal((await running).statusCode, 200)
+    t.throws(() => app.createRateLimit({ concurrency: { max: 1 } }), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /^Invalid rate-guard option "createRateLimit\.concurrency": expected false: a check holds no slot/ })
+    t.doesNotThrow(() => app.createRateLimit({ concurrency: false }))
+  })
+
   t.test(`${where}: concurrency false on a route turns the plugin's off there; a route may have its own`, async t => {
     const own = new Held()
     const { app, held } = await makeApp(t, { ...await storeFor(t, where), concurrency: { max: 1 } }, app => {
