@@ -181,11 +181,13 @@ export class Decider {
   /**
    * `call` on the store that decides, one request's call alone (not batched): the in-process store at once;
    * Redis under the breaker and the deadline, and when it cannot answer in time, what `failMode` says instead
-   * (`local`: `call` on the in-process twin). `call` learns which store it runs on.
+   * (`local`: `call` on the in-process twin). `call` learns which store it runs on. `failed`: Redis already
+   * failed the request (`failMode` made its decision), so `failMode` answers this call too, at once: a request
+   * waits for Redis one deadline, not one per call.
    */
-  guarded<T> (failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger): T | Verdict | Promise<T | Verdict> {
+  guarded<T> (failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger, failed = false): T | Verdict | Promise<T | Verdict> {
     if (this.#remote === undefined) return call(this.store)
-    if (this.#breaker?.allow() === false) return this.#instead(failMode, call)
+    if (failed || this.#breaker?.allow() === false) return this.#instead(failMode, call)
     return deadline(Promise.resolve(call(this.store)), this.#timeout).then(result => {
       this.#settled(undefined)
       return result

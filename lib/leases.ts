@@ -10,7 +10,8 @@ import type { IdentityKeys } from './stores/key-names.js'
 
 // `concurrency`'s slots as this process holds them: a request's leases taken where its decisions are made
 // (Redis under the breaker and the deadline, or in process; when Redis cannot answer, `failMode`: `open` lets
-// the request through holding nothing, `closed` refuses it, `local` takes them on the in-process twin), renewed
+// the request through holding nothing, `closed` refuses it, `local` takes them on the in-process twin; when
+// Redis could not decide its rate limits either, `failMode` answers without asking it again), renewed
 // while it runs, a third of a lease before they would end, and released once, when its response is over.
 
 /** What a request asks for: its client's keys, its units, and the budget's concurrency. */
@@ -23,6 +24,8 @@ export interface SlotRequest {
   readonly ban: BanPolicy | null
   readonly strikeWindowMs: number
   readonly failMode: FailMode
+  /** Redis did not decide the request's rate limits (`failMode: 'local'` did, or there is no Redis): its slots are taken in process, Redis not asked. */
+  readonly failed: boolean
 }
 
 /** A verdict on a request's slots, and, when it holds them, how to give them back (once; later calls do nothing). */
@@ -53,7 +56,7 @@ export class Leases {
   }
 
   /** Takes `request`'s slots, or says why not. */
-  acquire (request: SlotRequest, log: FastifyBaseLogger): Slots | PromiseLike<Slots> {
+  acquire ({ failed, ...request }: SlotRequest, log: FastifyBaseLogger): Slots | PromiseLike<Slots> {
     const input: LeaseInput = { ...request, id: `${this.#prefix}${(this.#counter++).toString(36)}` }
     const holding: Holding = { key: input.keys.leases, algorithm: input.algorithm, id: input.id, units: input.units, leaseMs: input.leaseMs, store: this.#decider.store.leases }
     // The store the answer came from (the in-process twin, under failMode 'local'), and Redis's call, if made.
@@ -64,7 +67,7 @@ export class Leases {
       const answer = store.leases.acquire(input)
       if (answer instanceof Promise) asked = answer
       return answer
-    }, log)
+    }, log, failed)
     return then(verdict, answer => {
       // Redis took the slots after failMode answered (past the deadline): given back at once, not held a lease long.
       if (asked !== undefined && (on !== this.#decider.store || !('at' in answer))) {

@@ -8,6 +8,7 @@ import { identityKeys } from '../lib/stores/key-names.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { toLeaseDecision } from '../lib/stores/leases.js'
+import { InvalidReplyError } from '../lib/errors.js'
 import { acquireArgs, releaseArgs, renewArgs } from '../lib/stores/redis-leases.js'
 import { LEASE_SCRIPT } from '../lib/stores/scripts.js'
 import type { Decision, Held, LeaseInput } from '../lib/stores/store.js'
@@ -162,3 +163,26 @@ for (const make of [memory, redis]) {
     })
   }
 }
+
+t.test('a reply to acquire that is not the script\'s is refused, not read', async t => {
+  const input: LeaseInput = { keys: identityKeys(uniquePrefix(), 'all', '192.0.2.7'), algorithm: 'sliding-log', id: 'a', units: 1, max: 1, leaseMs: LEASE, ban: null, strikeWindowMs: 60_000 }
+  t.match(toLeaseDecision([0, '1', 0, 0, '1700000000000'], input), taken(1), 'integers as RESP2 strings are read')
+  for (const reply of [null, 'OK', [0, 1, 0, 0], [3, 1, 0, 0, T0], [0, -1, 0, 0, T0], [0, 1.5, 0, 0, T0], [0, '1x', 0, 0, T0]]) {
+    t.throws(() => toLeaseDecision(reply, input), InvalidReplyError, JSON.stringify(reply))
+  }
+})
+
+t.test('in process, a sweep drops the leases that ended and keeps those that have not', async t => {
+  let clock = T0
+  const store = new MemoryStore({ cache: 1000, now: () => clock })
+  t.teardown(() => store.close())
+  const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.7')
+  const input = (id: string): LeaseInput => ({ keys, algorithm: 'sliding-log', id, units: 1, max: 2, leaseMs: LEASE, ban: null, strikeWindowMs: 60_000 })
+  t.match(store.leases.acquire(input('a')), taken(1))
+  clock = T0 + 500
+  t.match(store.leases.acquire(input('b')), taken(2))
+  clock = T0 + LEASE
+  store.sweep()
+  t.equal(store.leases.release({ key: keys.leases, algorithm: 'sliding-log', id: 'a', units: 1 }), 0, 'a ended: swept')
+  t.match(store.leases.acquire(input('c')), taken(2), 'b is held still')
+})

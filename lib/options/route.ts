@@ -82,7 +82,12 @@ export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, warn
 export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string, warn: Warn): ResolvedRoute {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
   const where = `${call}.`
-  return counted(resolveRoute(readOptions(options, 'limiter', where, warn, opts.store !== undefined), opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
+  const read = readOptions(options, 'limiter', where, warn, opts.store !== undefined)
+  // A check answers and is done: no response of its own holds slots until it ends (a hook's does: rateLimit()).
+  if (call === 'createRateLimit' && read.given.concurrency != null) {
+    fail(`${where}concurrency`, read.input.concurrency, 'false: a check holds no slot, having no response to hold it until; give concurrency to a route or to fastify.rateLimit()')
+  }
+  return counted(resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
 }
 
 /** A budget as the plugin's store counts it: any, or, with a store of the app's own, what it can count. */
