@@ -262,7 +262,8 @@ export class Decider {
     this.#lastLogged = now
     this.#heldBack = 0
     const level = isPermanent(err) ? 'error' : 'warn'
-    log[level]({ err, failMode, heldBack }, 'rate-guard: Redis did not decide; failMode decides')
+    // A call that decides nothing (a settlement, a lease's release or renewal) has no failMode to answer it.
+    log[level]({ err, failMode, heldBack }, failMode === undefined ? 'rate-guard: Redis did not answer a call that decides no request (a settlement, a lease released or renewed)' : 'rate-guard: Redis did not decide; failMode decides')
   }
 
   /** Tells the trouble channel, when someone listens. */

@@ -30,6 +30,8 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
     case 'allowed':
       report(plan, 'allowed', key, verdict, input, headers, inUse)
       writeHeaders(reply, headers, verdict)
+      // Its rate limits decided, its slots not (Redis missed their deadline, failMode 'open'): not all enforced.
+      if (slots?.status === 'unenforced') reply.header(UNENFORCED_HEADER, 'false')
       route.onExceeding?.(request, key as string)
       return undefined
     case 'unenforced':
