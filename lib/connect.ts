@@ -11,6 +11,7 @@ import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
+import type { Clock } from './stores/scripts.js'
 import type { ResolvedOptions } from './options/resolved.js'
 import type { RedisLike } from './types.js'
 
@@ -48,8 +49,12 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
   const held = opts.banCache ? new HeldAnswers(cache) : undefined
   let stopListening = (): void => {}
   try {
+    const clock = opts.clock === 'app' ? 'app' : await serverClock(client)
+    if (clock === 'app') {
+      fastify.log.warn({ clock }, `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`)
+    }
     // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
-    const store = new RedisStore(client, owned, opts.nameSpace)
+    const store = new RedisStore(client, owned, opts.nameSpace, { clock })
     if (held !== undefined) {
       stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
@@ -85,6 +90,21 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
     stopListening()
     if (owned) client.disconnect()
     throw err
+  }
+}
+
+/**
+ * Whose clock a Redis lets the scripts read: its own, unless a script calling `TIME` is refused (a server with
+ * TIME disabled or renamed). A Redis not ready within the start-up wait is taken to have one (what it refuses
+ * later is a request's error, and failMode's).
+ */
+async function serverClock (client: RedisLike): Promise<Clock> {
+  if (await whenReady(client, READY_WAIT) !== true) return 'redis'
+  try {
+    await deadline(client.eval("return redis.call('TIME')[1]", 0) as Promise<unknown>, READY_WAIT)
+    return 'redis'
+  } catch (err) {
+    return /\bTIME\b|unknown (redis )?command|not allowed from script/i.test((err as Error).message) ? 'app' : 'redis'
   }
 }
 

@@ -258,6 +258,13 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
   /** How long Redis has to answer a decision (ms, 1 to 60,000) before `failMode` decides; time the request waits for the app's own event loop is not counted. */
   timeout?: number
   /**
+   * Whose clock decides: `'redis'` (default), Redis's `TIME`, one clock for every instance; `'app'`, each
+   * instance's own (`Date.now()`), sent with every call, for a server that refuses `TIME` in scripts
+   * (ElastiCache Serverless). A Redis found refusing it at start is read on the app's clock, with a warning:
+   * every instance's clock must then be in sync (NTP).
+   */
+  clock?: 'redis' | 'app'
+  /**
    * How long the app's own code that decides a request has (ms, 1 to 60,000; default 10,000): the key
    * generator, `verifyApiKey`, `userId`, the allow list, limit and cost functions, and the app's `store`. One
    * that is later is replaced by its fallback (a store's call by `failMode`).

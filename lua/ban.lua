@@ -7,6 +7,7 @@
 -- Reply: 1.
 
 local banned, index, ms = KEYS[1], KEYS[2], ARGV[1]
+local now = milliseconds(redis.call('TIME'))
 redis.call('SET', banned, '1', 'PX', ms)
-indexBan(index, banned, milliseconds(redis.call('TIME')), tonumber(ms))
+indexBan(index, banned, now, tonumber(ms))
 return 1

@@ -82,6 +82,8 @@ export interface ResolvedOptions {
   /** The draft's header names (`RateLimit-Limit`…) for the binding limit's fields (see `route.fieldNames`). */
   readonly enableDraftSpec: boolean
   readonly timeout: number
+  /** Whose clock the scripts read: Redis's `TIME`, or the app's (a server that refuses `TIME` in scripts). */
+  readonly clock: 'redis' | 'app'
   readonly callbackTimeout: number
   readonly strict: boolean
   readonly breaker: ResolvedBreaker | null

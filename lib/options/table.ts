@@ -64,6 +64,7 @@ const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 
 const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
 const ERROR_FORMATS: readonly ErrorFormat[] = ['default', 'problem']
+const CLOCKS: ReadonlyArray<'redis' | 'app'> = ['redis', 'app']
 
 /** Any string names a group, as theirs; the empty one none (theirs: `if (groupId)`). */
 function checkGroupId (value: unknown): string | undefined {
@@ -116,6 +117,7 @@ export const OPTIONS = {
   nameSpace: plugin(checkNameSpace, 'rate-guard:'),
   enableDraftSpec: plugin(checkBoolean, false),
   timeout: plugin(checkDeadline, 100),
+  clock: plugin((value, name) => checkOneOf(value, name, CLOCKS), 'redis'),
   callbackTimeout: plugin(checkDeadline, 10_000),
   strict: plugin(checkBoolean, false),
   breaker: plugin(checkBreaker, { threshold: 5, coolDown: 500 }),

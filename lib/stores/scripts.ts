@@ -212,12 +212,49 @@ export function members (base: string, n: number): string[] {
   return Array.from({ length: n }, (_, i) => `${base}${i + 1}`)
 }
 
+/**
+ * Whose clock the scripts read: Redis's `TIME` (the default: one clock for every instance), or, for a server
+ * that refuses `TIME` in scripts (ElastiCache Serverless), the app's, sent as each call's last argument.
+ */
+export type Clock = 'redis' | 'app'
+
+/** A script's one line that reads the clock: `now = ...redis.call('TIME')...`, `local` or not. */
+const NOW_LINE = /^([ \t]*)(local )?now = [^\r\n]*redis\.call\(\s*(['"])TIME\3\s*\)[^\r\n]*$/gm
+
+/**
+ * `lua` reading the app's clock: its one `now = ...redis.call('TIME')...` line made `now = tonumber(ARGV[#ARGV])`
+ * (the caller sends the time, ms, last), on the same line, so errors still name their file's lines. Throws
+ * unless there is exactly one such line: every script reads the clock in one place.
+ */
+export function appClockVariant (lua: string): string {
+  const found = lua.match(NOW_LINE) ?? []
+  if (found.length !== 1) throw new Error(`appClockVariant: expected exactly one line "now = ...redis.call('TIME')...", found ${found.length}`)
+  return lua.replace(NOW_LINE, '$1$2now = tonumber(ARGV[#ARGV])')
+}
+
+const APP_CLOCK = new WeakMap<Script, Script>()
+
+/** `script` as it reads `clock`: itself, or its app-clock variant (a command of its own name). */
+export function onClock (script: Script, clock: Clock): Script {
+  if (clock === 'redis') return script
+  let variant = APP_CLOCK.get(script)
+  if (variant === undefined) {
+    const lua = appClockVariant(script.lua)
+    variant = Object.freeze({ lua, command: `${script.command.replace(/_[0-9a-f]{8}$/, '')}AppClock_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: script.parts })
+    APP_CLOCK.set(script, variant)
+  }
+  return variant
+}
+
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
 const defined = new WeakMap<object, Set<string>>()
 
-/** Defines `algorithm`'s script (or another `Script`) on `client` once; refuses a command of the same name that is not ours. */
-export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script): ScriptCommand {
-  const { command: name, lua } = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
+/**
+ * Defines `algorithm`'s script (or another `Script`) on `client` once, as it reads `clock`; refuses a command
+ * of the same name that is not ours. On the app's clock, each call sends `Date.now()` last.
+ */
+export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis'): ScriptCommand {
+  const { command: name, lua } = onClock(typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm, clock)
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
@@ -226,11 +263,11 @@ export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Sc
     if (ours === undefined) defined.set(client, ours = new Set())
     ours.add(name)
   }
-  const command = (client as unknown as Record<string, ScriptCommand>)[name]!
-  return command.bind(client)
+  const command = (client as unknown as Record<string, ScriptCommand>)[name]!.bind(client)
+  return clock === 'redis' ? command : async (...args) => await command(...args, Date.now())
 }
 
 /** Each script of `scripts` (`LEAN_SCRIPTS`, `CROSS_SLOT_LEAN_SCRIPTS`) defined on `client`, by algorithm. */
-export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>): Partial<Record<Algorithm, ScriptCommand>> {
-  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script)]))
+export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis'): Partial<Record<Algorithm, ScriptCommand>> {
+  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script, clock)]))
 }

@@ -1,0 +1,79 @@
+// A server that refuses TIME in scripts (ElastiCache Serverless does; here a redis-server with TIME renamed
+// away): the plugin finds it at start, says so, and decides on the app's clock, exactly, on every script path:
+// each algorithm's lean and general scripts, settling, leases, the operator's ban. `clock: 'app'` asks for it on
+// any Redis. (The conformance tables run every algorithm's scripts on a time the test sends, the same variant.)
+import Fastify from 'fastify'
+import type { FastifyInstance } from 'fastify'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import { ALGORITHMS } from '../lib/algorithms/index.js'
+import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+
+interface LogLine { level: number, msg: string }
+
+async function makeApp (t: Test, options: RateGuardOptions): Promise<{ app: FastifyInstance, logs: LogLine[] }> {
+  const logs: LogLine[] = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } } } })
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { nameSpace: uniquePrefix(), max: 3, timeWindow: '1 minute', failMode: 'closed', timeout: 2000, ...options })
+  for (const algorithm of ALGORITHMS) {
+    app.get(`/${algorithm}`, { config: { rateLimit: { algorithm } } }, async () => 'ok')
+    app.get(`/${algorithm}/costly`, { config: { rateLimit: { algorithm, cost: 2, max: 4 } } }, async () => 'ok')
+    app.get(`/${algorithm}/free`, { config: { rateLimit: { algorithm, max: 1, countWhen: () => false } } }, async () => 'ok')
+  }
+  app.get('/slots', { config: { rateLimit: { concurrency: { max: 1 } } } }, async () => 'ok')
+  await app.ready()
+  return { app, logs }
+}
+
+async function codes (app: FastifyInstance, url: string, n: number): Promise<number[]> {
+  const got: number[] = []
+  for (let i = 0; i < n; i++) got.push((await app.inject(url)).statusCode)
+  return got
+}
+
+async function exactEverywhere (t: Test, app: FastifyInstance): Promise<void> {
+  for (const algorithm of ALGORITHMS) {
+    t.strictSame(await codes(app, `/${algorithm}`, 4), [200, 200, 200, 429], `${algorithm}: max 3, exactly one 429 (the lean script)`)
+    t.strictSame(await codes(app, `/${algorithm}/costly`, 3), [200, 200, 429], `${algorithm}: 2 units of 4, the third refused (the general script)`)
+    t.strictSame(await codes(app, `/${algorithm}/free`, 3), [200, 200, 200], `${algorithm}: every request given back (settled on the app's clock)`)
+  }
+  t.strictSame(await codes(app, '/slots', 2), [200, 200], 'leases taken and released')
+  await app.rateGuard.ban('192.0.2.44', '1 minute')
+  t.equal((await app.inject({ url: '/sliding-log', remoteAddress: '192.0.2.44' })).statusCode, 403, 'the operator\'s ban (its own script)')
+}
+
+t.test('a Redis that refuses TIME in scripts: found at start, said once, and every path decides exactly on the app\'s clock', async t => {
+  const server = await startRedisServer(t, ['--rename-command', 'TIME', '""'])
+  const redis = await ready(client(t, server.url))
+  await t.rejects(redis.eval("return redis.call('TIME')", 0), /unknown redis command/i, 'this Redis refuses TIME in a script')
+  const { app, logs } = await makeApp(t, { redis: server.url })
+  t.match(logs.filter(line => line.msg.includes('clock')), [{ level: 40, msg: /this Redis refuses TIME in scripts.*keep every instance's clock in sync/ }], 'the warning names the clock mode, once')
+  await exactEverywhere(t, app)
+  const [log] = await redis.keys('*:log:*')
+  const [, score] = await redis.zrange(log!, 0, 0, 'WITHSCORES')
+  t.ok(Math.abs(Number(score) - Date.now()) < 60_000, 'the log\'s entries are the app\'s times')
+})
+
+t.test('clock: \'app\' on any Redis: the app\'s clock, with the warning', async t => {
+  const server = await startRedisServer(t)
+  const { app, logs } = await makeApp(t, { redis: server.url, clock: 'app' })
+  t.match(logs.filter(line => line.msg.includes('clock')), [{ msg: /clock: 'app'/ }])
+  await exactEverywhere(t, app)
+})
+
+t.test('clock: \'redis\' on a Redis that has TIME: no warning', async t => {
+  const server = await startRedisServer(t)
+  const { app, logs } = await makeApp(t, { redis: server.url })
+  t.strictSame(logs.filter(line => line.msg.includes('clock')), [])
+  t.strictSame(await codes(app, '/sliding-log', 4), [200, 200, 200, 429])
+})
+
+t.test('clock must be redis or app', async t => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  app.register(rateGuard, { clock: 'ntp' as 'app' })
+  await t.rejects(async () => { await app.ready() }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /clock/ })
+})
