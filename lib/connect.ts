@@ -11,7 +11,6 @@ import { MemoryStore } from './stores/memory.js'
 import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
 import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
-import type { Clock } from './stores/scripts.js'
 import type { ResolvedOptions } from './options/resolved.js'
 import type { RedisLike } from './types.js'
 
@@ -49,7 +48,14 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
   const held = opts.banCache ? new HeldAnswers(cache) : undefined
   let stopListening = (): void => {}
   try {
-    const clock = opts.clock === 'app' ? 'app' : await serverClock(client)
+    // Registration waits for Redis once, boundedly: a Redis down or hung is failMode's from the start.
+    let readiness = await whenReady(client, READY_WAIT)
+    let clock = opts.clock
+    if (clock === 'redis' && readiness === true) {
+      const time = await timeInScripts(client)
+      if (time === 'refused') clock = 'app'
+      else if (time !== true) readiness = time
+    }
     if (clock === 'app') {
       fastify.log.warn({ clock }, `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`)
     }
@@ -84,7 +90,7 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
         fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
       }
     }
-    await checkStartup(fastify, opts, store)
+    await checkStartup(fastify, opts, store, readiness)
     return decider
   } catch (err) {
     stopListening()
@@ -94,17 +100,17 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
 }
 
 /**
- * Whose clock a Redis lets the scripts read: its own, unless a script calling `TIME` is refused (a server with
- * TIME disabled or renamed). A Redis not ready within the start-up wait is taken to have one (what it refuses
- * later is a request's error, and failMode's).
+ * Whether a ready Redis lets a script call `TIME`: `true`, `'refused'` (a server with TIME disabled or renamed:
+ * the scripts read the app's clock), or the error of a Redis that did not answer within the wait (it starts
+ * degraded, as one not ready). Another refusal (an ACL user without EVAL) is the start-up check's to report.
  */
-async function serverClock (client: RedisLike): Promise<Clock> {
-  if (await whenReady(client, READY_WAIT) !== true) return 'redis'
+async function timeInScripts (client: RedisLike): Promise<true | 'refused' | Error> {
   try {
     await deadline(client.eval("return redis.call('TIME')[1]", 0) as Promise<unknown>, READY_WAIT)
-    return 'redis'
+    return true
   } catch (err) {
-    return /\bTIME\b|unknown (redis )?command|not allowed from script/i.test((err as Error).message) ? 'app' : 'redis'
+    if (/\bTIME\b|unknown (redis )?command|not allowed from script/i.test((err as Error).message)) return 'refused'
+    return isPermanent(err as Error) ? true : err as Error
   }
 }
 
@@ -112,12 +118,12 @@ async function serverClock (client: RedisLike): Promise<Clock> {
 const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst: 1 }], ban: null, peek: true }
 
 /**
- * Waits (boundedly) for Redis, then runs the script once read-only: a Redis that refuses it (an ACL user
- * without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
+ * Once Redis was ready within the wait (`readiness`), runs the script once read-only: a Redis that refuses it
+ * (an ACL user without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
  * the plugin starts degraded, `failMode` deciding until Redis answers.
  */
-async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore): Promise<void> {
-  let outcome = await whenReady(store.client, READY_WAIT)
+async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore, readiness: true | Error): Promise<void> {
+  let outcome = readiness
   if (outcome === true) {
     try {
       await deadline(store.decide({ ...PROBE, keys: identityKeys(opts.nameSpace, 'probe', 'rate-guard:probe') }), READY_WAIT)

@@ -53,6 +53,11 @@ export function retryAfterSeconds (ms: number): number {
   return Math.max(1, seconds(ms))
 }
 
+/** The IETF name of a decision's limit `i`: the style's, or, past its list (an override's more limits), `<first>-<i + 1>`. */
+export function policyName (style: HeaderStyle, i: number): string {
+  return style.policies[i] ?? `${style.policies[0]!}-${i + 1}`
+}
+
 export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision: Decision): void {
   const banned = decision.status === 'banned'
   // A ban resets when it ends; otherwise when one more unit is free (see LimitState.resetMs).
@@ -62,9 +67,8 @@ export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision:
   if (fields.remaining !== null) reply.header(fields.remaining, remainingOf(decision.limit, decision.count, banned))
   if (fields.reset !== null) reply.header(fields.reset, resetOf(decision.resetMs))
   if (style.standard) {
-    const name = (i: number): string => style.policies[i] ?? `${style.policies[0]!}-${i + 1}`
-    reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${name(i)}";q=${l.limit}${style.unit};w=${seconds(l.windowMs)}`).join(', '))
-    reply.header('ratelimit', decision.limits.map((l, i) => `"${name(i)}";r=${remainingOf(l.limit, l.count, banned)};t=${resetOf(l.resetMs)}`).join(', '))
+    reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${policyName(style, i)}";q=${l.limit}${style.unit};w=${seconds(l.windowMs)}`).join(', '))
+    reply.header('ratelimit', decision.limits.map((l, i) => `"${policyName(style, i)}";r=${remainingOf(l.limit, l.count, banned)};t=${resetOf(l.resetMs)}`).join(', '))
   }
   // A refusal with no wait (a request costing more than a limit holds) never passes: no time to retry after.
   if (decision.status !== 'allowed' && style.retryAfter && decision.retryMs > 0) reply.header('retry-after', retryAfterSeconds(decision.retryMs))

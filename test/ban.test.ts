@@ -232,7 +232,7 @@ t.test('admin: peek reports without counting', async t => {
   })
 
   const empty = await app.rateGuard.peek(LOCAL)
-  t.strictSame(empty, { key: LOCAL, status: 'allowed', max: 3, count: 0, remaining: 3, resetMs: 0, retryMs: 0, limits: [{ max: 3, windowMs: 10_000, count: 0, remaining: 3, resetMs: 0 }], shadow: false, shadowBanMs: 0 })
+  t.strictSame(empty, { key: LOCAL, status: 'allowed', max: 3, count: 0, remaining: 3, resetMs: 0, retryMs: 0, limits: [{ max: 3, windowMs: 10_000, count: 0, remaining: 3, resetMs: 0 }], shadow: false, shadowBanMs: 0, inFlight: null })
   for (let i = 0; i < 3; i++) await app.rateGuard.peek(LOCAL)
   const first = await app.inject('/')
   t.equal(first.headers['x-ratelimit-remaining'], '2', 'peeks did not count')

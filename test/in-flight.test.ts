@@ -180,3 +180,23 @@ t.test('peek and the decision channel report the slots in use', async t => {
   await Promise.all(streams)
   t.strictSame(seen.map(({ outcome, inFlight }) => `${outcome} ${String(inFlight)}`).sort(), ['allowed 1', 'allowed 2', 'in-flight 2'], 'each decision says the units in flight after it')
 })
+
+t.test('in process, peek reports the slots in use too', async t => {
+  const held = gate()
+  let began = (): void => {}
+  const running = new Promise<void>(resolve => { began = resolve })
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(rateGuard, { max: 100, timeWindow: '1 hour' })
+  app.get('/streams', { config: { rateLimit: { concurrency: { max: 2 } } } }, async () => {
+    began()
+    await held.wait
+    return 'done'
+  })
+  const stream = app.inject('/streams')
+  await running
+  t.match(await app.rateGuard.peek('127.0.0.1', { route: 'GET /streams' }), { inFlight: { max: 2, count: 1 } }, 'one in flight, in process')
+  held.open()
+  await stream
+  t.match(await app.rateGuard.peek('127.0.0.1', { route: 'GET /streams' }), { inFlight: { max: 2, count: 0 } }, 'none once it ended')
+})

@@ -1,5 +1,5 @@
 import type { HeaderStyle } from '../headers.js'
-import { retryAfterSeconds } from '../headers.js'
+import { policyName, retryAfterSeconds } from '../headers.js'
 import type { Decision } from '../stores/store.js'
 
 // `errorFormat: 'problem'`: refusals as RFC 9457 problem details (`application/problem+json`), with the problem
@@ -19,7 +19,7 @@ const REDUCED_CAPACITY = { type: `${TYPES}temporary-reduced-capacity`, title: 'R
 export function refusalProblem (verdict: Decision, cost: number, headers: HeaderStyle, statusCode: number, message: string): string {
   const banned = verdict.status === 'banned'
   // The limits it did not fit: each one's count (after the decision, which counted nothing) and its cost past it.
-  const violated = verdict.limits.flatMap((limit, i) => limit.count + cost > limit.limit ? [headers.policies[i] ?? `${headers.policies[0]!}-${i + 1}`] : [])
+  const violated = verdict.limits.flatMap((limit, i) => limit.count + cost > limit.limit ? [policyName(headers, i)] : [])
   return JSON.stringify({
     ...(banned ? ABNORMAL_USAGE : QUOTA_EXCEEDED),
     status: statusCode,

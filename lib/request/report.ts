@@ -1,5 +1,6 @@
 import { decisionChannel, keyKindOf } from '../channels.js'
 import type { DecisionMessage, Outcome } from '../channels.js'
+import { policyName } from '../headers.js'
 import type { HeaderStyle } from '../headers.js'
 import { keyHashOf } from '../stores/key-names.js'
 import type { Decidable, Decision, Verdict } from '../stores/store.js'
@@ -37,5 +38,5 @@ export function hashOf (input: Decidable): string | undefined {
 /** The name of a decision's binding limit, as the IETF fields name it. */
 function bindingName (decision: Decision, headers: HeaderStyle): string {
   const i = Math.max(0, decision.limits.findIndex(l => l.limit === decision.limit && l.windowMs === decision.windowMs && l.count === decision.count && l.resetMs === decision.resetMs))
-  return headers.policies[i] ?? `${headers.policies[0]!}-${i + 1}`
+  return policyName(headers, i)
 }
