@@ -2,24 +2,27 @@
 // enforcing and shadow routes, bans, costs (static, a function of the body, of a header: including ones that
 // throw, reject or give no valid cost), settlements from the handler (0 to Number.MAX_SAFE_INTEGER, and
 // amounts that are no amount), countWhen and skipFailedRequests, refundAborted, and aborts over real sockets
-// before and after the handler started; run on the in-process store and on Redis (a server of the run's own,
-// stopped for a few requests late in the run and started again), under each failMode. After
-// every request the answer is checked against the model of test/helpers/combination-model.ts: nothing a client
-// controls, and no feature that only watches traffic, may loosen a limit that is enforced.
+// before and after the handler started, and requests in flight (`concurrency`, enforced and in shadow mode:
+// requests held open in their handlers, refused past their slots, then let finish or hung up, some across the
+// outage); run on the in-process store and on Redis (a server of the run's own, stopped for a few requests late
+// in the run and started again), under each failMode. After every request the answer is checked against the
+// model of test/helpers/combination-model.ts: nothing a client controls, and no feature that only watches
+// traffic, may loosen a limit that is enforced.
 //
-// Every window is an hour, so "never more than max units per client in the run" is the limit: no model of
-// Redis's clock is needed. Each step waits for the events it causes (its handler, its settle, the plugin's
-// response and abort hooks, told by the app: test/helpers/combination-app.ts), never for time.
+// Every window is an hour and every lease 30 s, so "never more than max units per client in the run" is the
+// limit: no model of Redis's clock is needed. Each step waits for the events it causes (its handler, its
+// settle, the plugin's response and abort hooks, its response's close, told by the app:
+// test/helpers/combination-app.ts), never for time.
 //
 // Seeds: a few fixed ones (which must reach every kind of step and answer) and one fresh one per run;
 // COMBO_SEED=<n> replays one seed alone (every store and failMode); COMBO_HISTORY=1 prints every step. The
-// whole file takes about 20 s (30 runs of 140 requests), within .taprc's 60 s.
+// whole file takes about 20 s (30 runs of 200 steps), within .taprc's 60 s.
 import t from 'tap'
 import type { Test } from 'tap'
 import { changesChannel } from '../lib/changes.js'
 import type { FailMode } from '../lib/index.js'
-import { comboApp, hangUp, ROUTES, waitFor } from './helpers/combination-app.js'
-import type { ComboApp, Events, Path } from './helpers/combination-app.js'
+import { comboApp, hangUp, ROUTES, send, waitFor } from './helpers/combination-app.js'
+import type { ComboApp, Events, Path, Sent } from './helpers/combination-app.js'
 import { INVARIANTS, Model } from './helpers/combination-model.js'
 import type { Invariant, Seen, Step } from './helpers/combination-model.js'
 import { draws } from './helpers/random.js'
@@ -45,7 +48,18 @@ interface Planned extends Step {
   readonly body: object | undefined
 }
 
-type Kind = (draw: Draws, client: string) => Planned
+/**
+ * The end of a request held open: which of those held on `path` when it comes (a fraction of their number),
+ * and how. /ban's least often: a client's request held there, the next one it sends is refused in flight.
+ */
+interface Release {
+  readonly release: 'finish' | 'hang up'
+  readonly path: Path
+  readonly which: number
+}
+const HELD_ON: readonly Path[] = ['/hold', '/hold', '/hold-shadow', '/ban']
+
+type Kind = (draw: Draws, client: string) => Planned | Release
 
 /** A cost named in `x-cost`, as the model reads it: a positive safe integer is itself; anything else fails and counts 1. */
 function costOf (given: string): number {
@@ -57,7 +71,9 @@ function plan (client: string, path: Path, method: 'GET' | 'POST', headers: Reco
   const shown = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join(', ')
   const body = extra.body === undefined ? '' : ` ${JSON.stringify(extra.body).slice(0, 40)}`
   const ends = extra.ends ?? 'answered'
+  const hold = headers['x-hold'] === '1'
   return {
+    hold,
     client,
     path,
     method,
@@ -106,13 +122,24 @@ const KINDS: Record<string, Kind> = {
   search: ({ pick }, client) => {
     const cost = pick(['1', '1', '1', '2', 'throw', 'reject'])
     return plan(client, '/search', 'GET', { 'x-cost': cost }, { cost: costOf(cost) })
-  }
+  },
+  // Requests held open in their handlers (concurrency), until a later step lets one finish or hangs it up;
+  // mostly from the clients /ban never bans, so their slots fill, and their rate limit is reached.
+  hold: ({ pick }, client) => {
+    const cost = pick(['1', '1', '1', '2', '3'])
+    return plan(pick(['c0', 'c1', client]), '/hold', 'GET', { 'x-hold': '1', 'x-cost': cost }, { cost: Number(cost) })
+  },
+  holdShadow: ({ pick }, client) => plan(pick(['c0', 'c1', client]), '/hold-shadow', 'GET', { 'x-hold': '1' }),
+  holdBan: ({ pick }) => plan(pick(['c2', 'c2', 'c3']), '/ban', 'GET', { 'x-hold': '1' }),
+  finish: ({ pick, random }) => ({ release: 'finish', path: pick(HELD_ON), which: random() }),
+  hangUpHeld: ({ pick, random }) => ({ release: 'hang up', path: pick(HELD_ON), which: random() })
 }
-// Shadow mode and /ban twice as often: their bans need a client's second and third request there; and
-// settlements, the most varied.
+// Shadow mode and /ban twice as often: their bans need a client's second and third request there;
+// settlements, the most varied; and /hold, whose slots fill only while a client holds several there.
 KINDS.searchAgain = KINDS.search!
 KINDS.banAgain = KINDS.ban!
 KINDS.settleAgain = KINDS.settle!
+KINDS.holdAgain = KINDS.hold!
 
 const KINDS_PER_BLOCK = Object.keys(KINDS).length
 
@@ -120,9 +147,9 @@ const KINDS_PER_BLOCK = Object.keys(KINDS).length
 type Outage = 'redis down' | 'redis up'
 
 /** The seed's sequence: the same for every store and failMode. */
-function sequence (seed: number): Array<Planned | Outage> {
+function sequence (seed: number): Array<Planned | Release | Outage> {
   const draw = draws(seed, 0)
-  const steps: Array<Planned | Outage> = []
+  const steps: Array<Planned | Release | Outage> = []
   const names = Object.keys(KINDS)
   // One outage of 8 to 13 requests, late in the run (what comes before has Redis to itself).
   const outage = draw.int(BLOCKS - 3, BLOCKS - 2)
@@ -140,15 +167,36 @@ function sequence (seed: number): Array<Planned | Outage> {
 }
 
 /** Sends one step and waits for everything it starts on the server to finish. */
-async function perform (combo: ComboApp, step: Planned, id: number): Promise<Seen> {
+async function perform (combo: ComboApp, step: Planned, id: number, held: Map<number, Held>): Promise<Seen> {
   const events = combo.events(id)
   const what = `step ${id} (${step.text}):`
   const headers = { ...step.headers, 'x-api-key': step.client, 'x-step': String(id) }
+  if (step.hold) {
+    // Over a connection of its own: answered at once (refused), or held in its handler until a later step.
+    const sent = await send(combo.port, step.method, step.path, headers, events.entered.promise)
+    if (sent.answer === null) {
+      held.set(id, { step, events, sent })
+      return { status: null, held: true, ran: true, passed: false, unenforced: false, settled: undefined, entry: events.entered.value! }
+    }
+    await waitFor(events.responded.promise, `${what} the onResponse hooks`)
+    const { status, headers: answered } = sent.answer
+    return { status, ran: false, passed: false, unenforced: answered['x-ratelimit-enforced'] === 'false', settled: undefined, ...refusal(events, answered) }
+  }
   if (step.ends === 'answered') {
     const res = await combo.app.inject({ method: step.method, url: step.path, headers, ...(step.body === undefined ? {} : { payload: step.body }) })
     await waitFor(events.responded.promise, `${what} the onResponse hooks`)
+    if (events.entered.done) await waitFor(events.finished.promise, `${what} the response's close`)
     const note = res.statusCode >= 500 && !events.entered.done ? res.body.slice(0, 160) : undefined
-    return { status: res.statusCode, ran: events.entered.done, passed: false, unenforced: res.headers['x-ratelimit-enforced'] === 'false', settled: handled(events), ...(note === undefined ? {} : { note }) }
+    return {
+      status: res.statusCode,
+      ran: events.entered.done,
+      passed: false,
+      unenforced: res.headers['x-ratelimit-enforced'] === 'false',
+      settled: handled(events),
+      ...(events.entered.value === undefined ? {} : { entry: events.entered.value }),
+      ...refusal(events, res.headers),
+      ...(note === undefined ? {} : { note })
+    }
   }
   const before = step.ends === 'before-handler'
   const head = [
@@ -165,6 +213,41 @@ async function perform (combo: ComboApp, step: Planned, id: number): Promise<See
   return { status, ran: events.entered.done, passed: before && status === null, unenforced: false, settled: handled(events) }
 }
 
+/** A refusal's code (as Fastify's `onError` saw it) and headers. */
+function refusal (events: Events, headers: Record<string, unknown>): Pick<Seen, 'code' | 'headers'> {
+  const header = (name: string): string | undefined => headers[name] === undefined ? undefined : String(headers[name])
+  return {
+    ...(events.code === undefined ? {} : { code: events.code }),
+    headers: { retryAfter: header('retry-after'), limit: header('x-ratelimit-limit'), remaining: header('x-ratelimit-remaining') }
+  }
+}
+
+/** A request held open in its handler, by the step that sent it. */
+interface Held {
+  readonly step: Planned
+  readonly events: Events
+  readonly sent: Sent
+}
+
+/** Ends a request held open, and waits until its slots are given back: its answer's status, or null when hung up. */
+async function release (held: Map<number, Held>, id: number, how: Release['release']): Promise<number | null> {
+  const { events, sent } = held.get(id)!
+  held.delete(id)
+  const what = `held step ${id}:`
+  let status: number | null = null
+  if (how === 'finish') {
+    events.release.resolve()
+    status = (await waitFor(sent.answered, `${what} its answer`)).status
+    await waitFor(events.responded.promise, `${what} the onResponse hooks`)
+  } else {
+    sent.request.destroy()
+    if (await waitFor(events.closed.promise, `${what} the close`)) await waitFor(events.aborted.promise, `${what} the onRequestAbort hooks`)
+  }
+  await waitFor(events.handled.promise, `${what} the handler's end`)
+  await waitFor(events.finished.promise, `${what} the response's close`)
+  return status
+}
+
 function handled (events: Events): string | undefined {
   return events.handled.done ? events.handled.value : undefined
 }
@@ -178,6 +261,13 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   const combo = await comboApp(t, lent === null ? null : { redis: lent, nameSpace }, failMode)
   const model = new Model(failMode)
   const history: Array<[number, string]> = []
+  const held = new Map<number, Held>()
+  const end = async (of: number, how: Release['release'], at: number | null): Promise<void> => {
+    const { text } = held.get(of)!.step
+    const status = await release(held, of, how)
+    history.push([at ?? -1, `${at === null ? 'at the end' : `#${at}`} ${how === 'finish' ? 'let finish' : 'hung up'} #${of} (${text}) -> ${status ?? 'hung up'}`])
+    model.end(`#${of}`, text, how === 'finish' ? 'finished' : 'hung up', status)
+  }
   let keys: string[] = []
   for (const [id, step] of sequence(seed).entries()) {
     if (typeof step === 'string') {
@@ -200,10 +290,19 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
       model.redisFails(step === 'redis down')
       continue
     }
-    const seen = await perform(combo, step, id)
-    history.push([id, `#${id} ${step.text} -> ${seen.status ?? 'hung up'}${seen.ran ? ' (ran)' : ''}${seen.settled === undefined ? '' : ` settle: ${seen.settled}`}`])
+    if ('release' in step) {
+      // The held request `which` points at, in the order they were sent; none held, nothing to do.
+      const ids = [...held].filter(([, { step: sent }]) => sent.path === step.path).map(([of]) => of)
+      if (ids.length > 0) await end(ids[Math.floor(step.which * ids.length)]!, step.release, id)
+      continue
+    }
+    const seen = await perform(combo, step, id, held)
+    const answer = seen.held === true ? `held (${seen.entry!.running} running${seen.entry!.limit === undefined ? '' : `, limit ${seen.entry!.limit}`})` : seen.status ?? 'hung up'
+    history.push([id, `#${id} ${step.text} -> ${answer}${seen.ran ? ' (ran)' : ''}${seen.code === undefined ? '' : ` ${seen.code}`}${seen.settled === undefined ? '' : ` settle: ${seen.settled}`}`])
     model.observe(step, seen, `#${id}`)
   }
+  // What is still held is let finish, so the app closes with nothing in flight.
+  for (const id of [...held.keys()]) await end(id, 'finish', null)
   if (process.env.COMBO_HISTORY !== undefined) t.comment(history.map(([, line]) => line).join('\n'))
   const lines = (name: Invariant): string[] => model.violations.get(name) ?? []
   for (const name of Object.keys(INVARIANTS) as Invariant[]) {
@@ -228,7 +327,8 @@ for (const seed of seeds) {
         if (!FIXED_SEEDS.includes(seed) && seeds.length > 1) return
         const outage = where === 'memory' ? [] : [{ open: 'unenforced while Redis fails', closed: '503 while Redis fails', local: 'admitted in process while Redis fails' }[failMode]]
         for (const kind of [...Object.keys(ROUTES).filter(path => !ROUTES[path as Path].shadow).map(path => `admitted ${path}`),
-          'refused for its count', 'refused under an enforced ban', 'hung up before the handler', 'hung up after the handler started', 'settled', 'settle refused', ...outage]) {
+          'refused for its count', 'refused under an enforced ban', 'hung up before the handler', 'hung up after the handler started', 'settled', 'settle refused',
+          'refused in flight', 'a refusal in flight struck toward a ban', 'let through in flight (shadow)', 'a slot freed: finished', 'a slot freed: hung up', ...outage]) {
           t.ok(model.reached.has(kind), `the traffic reached: ${kind}`)
         }
       })

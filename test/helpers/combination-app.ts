@@ -4,11 +4,18 @@
 //
 // The test's own hooks are appended to each route after the plugin's (an `onRoute` hook added after the plugin's
 // runs after it, and each appends to the route's list): when ours has run, the plugin's `onResponse` settlement
-// or `onRequestAbort` refund has finished.
+// or `onRequestAbort` refund has finished. Likewise, the handler's own `close` listener on the response comes
+// after the one the plugin's hook put there to give its slots back (`concurrency`).
+//
+// A request sent with `x-hold: 1` stays in its handler until the test lets it finish (its `release` event) or
+// its client hangs up; the handler counts each client's units running on each route, for the test to hold
+// `concurrency` to.
+import { request as httpRequest } from 'node:http'
+import type { ClientRequest, IncomingHttpHeaders, IncomingMessage } from 'node:http'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import rateGuard from '../../lib/index.js'
 import type { FailMode } from '../../lib/index.js'
@@ -16,17 +23,24 @@ import type { Teardownable } from './redis-server.js'
 
 const HOUR = '1 hour'
 
-/** Each route's enforced limit (units per client per hour), its static cost, and whether it only watches. */
+/**
+ * Each route's enforced limit (units per client per hour), its static cost, whether it only watches, and its
+ * `concurrency.max` (units of a client's requests in flight at once; null: none). `/hold`'s cost is `x-cost`.
+ */
 export const ROUTES = {
-  '/plain': { max: 2, cost: 1, shadow: false },
-  '/bulk': { max: 6, cost: null, shadow: false },
-  '/cost': { max: 4, cost: null, shadow: false },
-  '/settle': { max: 6, cost: 2, shadow: false },
-  '/ban': { max: 1, cost: 1, shadow: false },
-  '/abort': { max: 2, cost: 1, shadow: false },
-  '/watched': { max: 3, cost: 1, shadow: false },
-  '/search': { max: 1, cost: null, shadow: true }
-} as const
+  '/plain': { max: 2, cost: 1, shadow: false, concurrency: null },
+  '/bulk': { max: 6, cost: null, shadow: false, concurrency: null },
+  '/cost': { max: 4, cost: null, shadow: false, concurrency: null },
+  '/settle': { max: 6, cost: 2, shadow: false, concurrency: null },
+  // Room for more requests while one is held: refused in flight, they strike toward the ban.
+  '/ban': { max: 3, cost: 1, shadow: false, concurrency: 1 },
+  '/abort': { max: 2, cost: 1, shadow: false, concurrency: null },
+  '/watched': { max: 3, cost: 1, shadow: false, concurrency: null },
+  '/search': { max: 1, cost: null, shadow: true, concurrency: null },
+  '/hold': { max: 5, cost: null, shadow: false, concurrency: 2 },
+  // A rate no run reaches: what shadow mode lets through is the slots' alone.
+  '/hold-shadow': { max: 50, cost: 1, shadow: true, concurrency: 1 }
+} as const satisfies Record<string, { max: number, cost: number | null, shadow: boolean, concurrency: number | null }>
 export type Path = keyof typeof ROUTES
 /** `/ban`'s policy: denials within the hour that start a ban of an hour. */
 export const BAN_THRESHOLD = 2
@@ -53,9 +67,17 @@ class Deferred<T = void> {
   }
 }
 
+/** What the handler saw as it started: its client's units running on the route (its own included), and headers. */
+export interface Started {
+  readonly running: number
+  /** `X-RateLimit-Limit` as the plugin set it: under shadow mode, a slot refused shows `concurrency.max`. */
+  readonly limit: string | undefined
+  readonly unenforced: boolean
+}
+
 /** The events of one request, by its `x-step`. */
 export class Events {
-  readonly entered = new Deferred()
+  readonly entered = new Deferred<Started>()
   /** The route's `onRequest` hooks are done (the plugin's decision there allowed it). */
   readonly passed = new Deferred()
   readonly handled = new Deferred<SettleOutcome | undefined>()
@@ -63,6 +85,12 @@ export class Events {
   /** The server saw the request close; whether it was aborted. */
   readonly closed = new Deferred<boolean>()
   readonly aborted = new Deferred()
+  /** A held request (`x-hold`): the test lets its handler finish. */
+  readonly release = new Deferred()
+  /** Its response is over (`close`, heard after the plugin's: its slots are given back). */
+  readonly finished = new Deferred()
+  /** The code of the error the request was refused with (Fastify's `onError`), if any. */
+  code: string | undefined
 }
 
 /** How long a step waits for an event it caused before it says which never came (a deadline, not a pause). */
@@ -116,18 +144,38 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     append('onRequestAbort', async (request) => { of(request)?.aborted.resolve() })
   })
 
-  const handler = async (request: FastifyRequest, reply: { code: (n: number) => unknown, header: (k: string, v: string) => unknown }): Promise<object> => {
+  app.addHook('onError', async (request, _reply, error) => {
     const events = of(request)
-    events?.entered.resolve()
-    if (request.headers['x-hang'] === '1') await new Promise(resolve => request.raw.once('close', resolve))
-    const amount = request.headers['x-settle']
-    const settled = amount === undefined
-      ? undefined
-      : await request.rateGuard.settle(Number(amount)).then(() => 'ok', (err: { code?: string }) => err.code ?? String(err))
-    events?.handled.resolve(settled)
-    if (request.headers['x-status'] !== undefined) reply.code(Number(request.headers['x-status']))
-    if (request.headers['x-free'] !== undefined) reply.header('x-free', String(request.headers['x-free']))
-    return { settled }
+    if (events !== undefined) events.code = (error as { code?: string }).code
+  })
+
+  // The app's own count of each client's units running on each route (`x-cost`'s, on /hold): what the slots bound.
+  const running = new Map<string, number>()
+  const handler = async (request: FastifyRequest, reply: FastifyReply): Promise<object> => {
+    const events = of(request)
+    const held = `${request.routeOptions.url} ${String(request.headers['x-api-key'])}`
+    const units = request.routeOptions.url === '/hold' ? Number(request.headers['x-cost']) : 1
+    running.set(held, (running.get(held) ?? 0) + units)
+    try {
+      reply.raw.once('close', () => events?.finished.resolve())
+      const header = (name: string): string | undefined => {
+        const value = reply.getHeader(name)
+        return value === undefined ? undefined : String(value)
+      }
+      events?.entered.resolve({ running: running.get(held)!, limit: header('x-ratelimit-limit'), unenforced: header('x-ratelimit-enforced') === 'false' })
+      if (request.headers['x-hang'] === '1') await new Promise(resolve => request.raw.once('close', resolve))
+      if (request.headers['x-hold'] === '1') await Promise.race([events?.release.promise, new Promise(resolve => reply.raw.once('close', resolve))])
+      const amount = request.headers['x-settle']
+      const settled = amount === undefined
+        ? undefined
+        : await request.rateGuard.settle(Number(amount)).then(() => 'ok', (err: { code?: string }) => err.code ?? String(err))
+      events?.handled.resolve(settled)
+      if (request.headers['x-status'] !== undefined) reply.code(Number(request.headers['x-status']))
+      if (request.headers['x-free'] !== undefined) reply.header('x-free', String(request.headers['x-free']))
+      return { settled }
+    } finally {
+      running.set(held, running.get(held)! - units)
+    }
   }
   const limit = (path: Path): { max: number, timeWindow: string } => ({ max: ROUTES[path].max, timeWindow: HOUR })
 
@@ -148,10 +196,15 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     }
   }, handler)
   app.get('/settle', { config: { rateLimit: { ...limit('/settle'), cost: ROUTES['/settle'].cost } } }, handler)
-  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
+  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
   app.route({ method: ['GET', 'POST'], url: '/abort', config: { rateLimit: { ...limit('/abort'), refundAborted: true } }, handler })
   app.get('/watched', { config: { rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
   app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
+  app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency } } } }, handler)
+  // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
+  app.get('/hold-shadow', {
+    config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency } } }
+  }, handler)
   await app.listen({ port: 0, host: '127.0.0.1' })
   return {
     app,
@@ -183,4 +236,34 @@ export async function hangUp (port: number, head: string, until: Promise<unknown
   const status = await Promise.race([answered, until.then(() => null)])
   socket.destroy()
   return status
+}
+
+/** A request's answer, as the client read it. */
+export interface Answer {
+  readonly status: number
+  readonly headers: IncomingHttpHeaders
+}
+
+/** A request sent over a real socket that may be held open: its answer once it comes, and the request, to abort it. */
+export interface Sent {
+  /** Its answer, if it came before `until` (a refusal); null while it is held. */
+  readonly answer: Answer | null
+  /** Its answer whenever it comes (a held one's, once its handler is let finish). */
+  readonly answered: Promise<Answer>
+  readonly request: ClientRequest
+}
+
+/** Sends a request over a connection of its own and waits for its answer or for `until` (its handler started). */
+export async function send (port: number, method: string, path: string, headers: Record<string, string>, until: Promise<unknown>): Promise<Sent> {
+  const request = httpRequest({ host: '127.0.0.1', port, method, path, headers, agent: false })
+  request.on('error', () => {})
+  const answered = new Promise<Answer>(resolve => {
+    request.once('response', (res: IncomingMessage) => {
+      res.resume()
+      res.once('end', () => { resolve({ status: res.statusCode!, headers: res.headers }) })
+    })
+  })
+  request.end()
+  const answer = await Promise.race([answered, until.then(() => null)])
+  return { answer, answered, request }
 }
