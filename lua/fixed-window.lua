@@ -55,17 +55,19 @@ local function count (counters, limits, now, member, peek, entries, cost)
     return allowed
   end
 
-  -- The TTL only changes when a limit starts a new window: the last of the windows counted ends then.
-  local ttl, renewed = 0, false
+  -- The counters live until the last of the windows counted ends. A TTL already longer stays (fields of
+  -- limits not in this decision: an override's, kept for when it ends); one shorter is a window's count left by
+  -- a shorter window that began at the same moment (a window lengthened by an override or a configuration),
+  -- which would otherwise vanish mid-window.
+  local ttl = 0
   for i = 1, #limits do
     local entry = entries[i]
-    renewed = renewed or entry.count == 0
     entry.count = entry.count + cost
     entry.reset = entry.start + limits[i].window - now
     ttl = math.max(ttl, entry.reset)
     redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count))
   end
-  if renewed then
+  if #stored == 0 or redis.call('PTTL', counters) < ttl then
     redis.call('PEXPIRE', counters, text(ttl))
   end
   return true

@@ -1,9 +1,9 @@
 -- The fixed window's lean count: `lean` for lua/lean.lua, which decides the common shape (one limit, a cost of 1)
 -- around it. Joined after lua/prelude.lua (text), in front of lua/ban-index.lua, lua/strikes.lua and
 -- lua/lean.lua. It reads and writes the counters as lua/fixed-window.lua keeps them for limit 1 (a HASH: s1 the
--- start of the window counted, c1 its count; a window's first unit renews the TTL to its end), with HMGET s1 c1,
--- then, allowed, HSET c1 (a new window, or one counted down to 0: HSET s1 c1 and PEXPIRE). A denial writes
--- nothing. The start is compared as text: the count is the only number read. It hands back (4) counters of
+-- start of the window counted, c1 its count; living at least to the end of the window counted), with HMGET
+-- s1 c1, then, allowed, HSET c1 (a new window, or one counted down to 0: HSET s1 c1), and PEXPIRE when the
+-- counters are new or their TTL ends before this window does (PTTL). A denial writes nothing. The start is compared as text: the count is the only number read. It hands back (4) counters of
 -- another type, and those lua/fixed-window.lua reads in its own way: a start it reads as this window's though
 -- spelled otherwise, this window's count that is no number.
 --
@@ -32,10 +32,15 @@ local function lean (counters, max, window, burst, now, member)
   end
   if n == 0 then
     redis.call('HSET', counters, 's1', at, 'c1', '1')
-    redis.call('PEXPIRE', counters, text(reset))
   else
     -- The window's start is written already.
     redis.call('HSET', counters, 'c1', text(n + 1))
+  end
+  -- The counters outlive this window. A TTL already longer stays (another limit's fields, kept for when an
+  -- override ends); one shorter is this window's count left by a shorter window that began at the same moment
+  -- (a window lengthened by an override or a new configuration), which would otherwise vanish mid-window.
+  if not stored[1] or redis.call('PTTL', counters) < reset then
+    redis.call('PEXPIRE', counters, text(reset))
   end
   return 0, n + 1, reset, 0
 end

@@ -321,6 +321,21 @@ const TABLES: Record<Algorithm, Case[]> = {
       ]
     },
     {
+      // A longer window that begins at the same moment as the shorter one counted (T0 is a multiple of both):
+      // its count goes on to the longer window's end, the counters' TTL with it (set for the short window, they
+      // once vanished at its end, and the count started over mid-window).
+      name: 'a window lengthened by an override at the same start keeps its count, and its counters, to its end',
+      limits: [lim(5, 100)],
+      steps: [
+        { at: 0, expect: allowed(1, 100) },
+        { at: 10, override: '3 1000 3', ttl: null },
+        { at: 50, expect: allowed(2, 950), each: [[3, 1000, 2, 950]] },
+        { at: 150, expect: allowed(3, 850), each: [[3, 1000, 3, 850]] },
+        { at: 200, expect: limited(3, 800), each: [[3, 1000, 3, 800]] },
+        { at: 1000, expect: allowed(1, 1000), each: [[3, 1000, 1, 1000]] }
+      ]
+    },
+    {
       name: 'undo gives one back on every limit whose window is still the one counted; from a passed window, nothing',
       limits: [lim(2, 1000), lim(3, 5000)],
       steps: [

@@ -96,12 +96,12 @@ t.test('what a decision costs Redis: without overLimit, not one command more; wi
   t.strictSame(await names(), ['exists', 'time', 'zrange', 'zcard', 'zscore'], 'the lean path, denied')
   // Windows aligned to the epoch, one of them from 1970 to 2286: none ends between these calls.
   const EPOCH_WINDOW = 10_000_000_000_000
-  // The fixed window's: one HMGET of the window's start and count; a new window is written and given its TTL, a
-  // counted one only its count; a denial writes nothing.
+  // The fixed window's: one HMGET of the window's start and count; new counters are written and given their TTL,
+  // a counted window its count and, when its TTL is shorter than the window (PTTL), the TTL; a denial writes nothing.
   const fixedCounters = identityKeys(uniquePrefix(), 'all', 'ip:192.0.2.12', 'fixed-window')
   const fixed = async (): Promise<string[]> => (await commands(decideInput({ keys: fixedCounters, max: 2, windowMs: EPOCH_WINDOW, algorithm: 'fixed-window' }), lean)).map(command => command.split(' ')[0]!)
   t.strictSame(await fixed(), ['exists', 'time', 'hmget', 'hset', 'pexpire'], 'the fixed window\'s lean path, allowed in a new window')
-  t.strictSame(await fixed(), ['exists', 'time', 'hmget', 'hset'], 'the fixed window\'s lean path, allowed in a counted window')
+  t.strictSame(await fixed(), ['exists', 'time', 'hmget', 'hset', 'pttl'], 'the fixed window\'s lean path, allowed in a counted window')
   t.strictSame(await fixed(), ['exists', 'time', 'hmget'], 'the fixed window\'s lean path, denied')
   // The sliding window's: its counters read in one HMGET; new ones written whole and given their TTL, then c1
   // alone in the same window; a denial writes nothing.
