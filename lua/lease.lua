@@ -40,6 +40,15 @@ local function unitsOf (id, units)
   return members
 end
 
+-- ZADD's arguments: each of request `id`'s `units` leases, ending at `ends` (text).
+local function ending (id, units, ends)
+  local args = {}
+  for u, member in ipairs(unitsOf(id, units)) do
+    args[2 * u - 1], args[2 * u] = ends, member
+  end
+  return args
+end
+
 -- The lease key outlives its last lease: `lease` ms from now at least.
 local function outlive (lease)
   if redis.call('PTTL', leases) < lease then
@@ -63,12 +72,7 @@ if mode == 'renew' then
   -- A lease that ended (its holder was silent past it) is over, and not taken again by renewing it.
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', text(now))
   for i = 4, 2 + 2 * tonumber(ARGV[3]), 2 do
-    local members = unitsOf(ARGV[i], tonumber(ARGV[i + 1]))
-    local args = {}
-    for u = 1, #members do
-      args[2 * u - 1], args[2 * u] = ends, members[u]
-    end
-    renewed = renewed + redis.call('ZADD', leases, 'XX', 'CH', unpack(args))
+    renewed = renewed + redis.call('ZADD', leases, 'XX', 'CH', unpack(ending(ARGV[i], tonumber(ARGV[i + 1]), ends)))
   end
   if renewed > 0 then
     outlive(lease)
@@ -89,12 +93,7 @@ if units > max then
   return { 6, inUse, 0, 0, now }
 end
 if inUse + units <= max then
-  local members = unitsOf(id, units)
-  local args = {}
-  for u = 1, #members do
-    args[2 * u - 1], args[2 * u] = text(now + lease), members[u]
-  end
-  redis.call('ZADD', leases, unpack(args))
+  redis.call('ZADD', leases, unpack(ending(id, units, text(now + lease))))
   outlive(lease)
   return { 0, inUse + units, 0, 0, now }
 end
