@@ -28,6 +28,7 @@ import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { commandCalls, scanKeys, uniquePrefix } from './helpers/redis.js'
 import { watchEscapes } from './helpers/faults.js'
+import { firstFulfilled } from './helpers/first.js'
 import { allowing, overdue } from './helpers/lag.js'
 import { prng } from './helpers/random.js'
 
@@ -645,15 +646,7 @@ t.test('concurrency on the cluster: two instances, an identity on each master, m
   const answers = identities.flatMap(identity => Array.from({ length: 5 }, (_, i) => apps[i % 2]!.inject({ url: '/stream', headers: idHeaders(identity) })))
   await everyStarted
   // Whichever two of each identity's five run, the other three are answered while they are held.
-  const refused: LightMyRequestResponse[] = []
-  await new Promise<void>(resolve => {
-    for (const answer of answers) {
-      answer.then(res => {
-        refused.push(res)
-        if (refused.length === 3 * identities.length) resolve()
-      }, () => {})
-    }
-  })
+  const refused = await firstFulfilled(answers, 3 * identities.length)
   t.strictSame([...running.values()], identities.map(() => 2), 'two of each identity\'s requests run, across both instances')
   t.ok(refused.every(res => res.statusCode === 429 && /in flight/.test(res.json<{ message: string }>().message)), 'the other three of each are refused, in flight')
   t.ok(refused.some(res => res.statusCode === 429 && res.headers['retry-after'] === '1'), 'in flight: Retry-After 1')

@@ -14,6 +14,7 @@ import type { FastifyInstance } from 'fastify'
 import rateGuard from '../lib/index.js'
 import { CHANNELS } from '../lib/channels.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { firstFulfilled } from './helpers/first.js'
 
 const HOLDER = fileURLToPath(new URL('./fixtures/in-flight-holder.ts', import.meta.url))
 
@@ -63,15 +64,7 @@ t.test('two instances on one Redis: max 3, 8 simultaneous slow requests → exac
   const answers = Array.from({ length: 8 }, (_, i) => get(`${(i % 2 === 0 ? a : b).base}/slow`))
   await threeRunning
   // The five refusals come while the three are held.
-  const early: Answer[] = []
-  await new Promise<void>(resolve => {
-    for (const answer of answers) {
-      answer.then(got => {
-        early.push(got)
-        if (early.length === 5) resolve()
-      }, () => {})
-    }
-  })
+  const early = await firstFulfilled(answers, 5)
   t.equal(running, 3, 'three handlers are running')
   t.strictSame(early.map(answer => answer.status), [429, 429, 429, 429, 429], 'the other five are refused at once')
   t.ok(early.every(answer => answer.retryAfter === '1' && /in flight/.test(answer.code!)), 'each a 429 in flight, Retry-After: 1')
