@@ -58,7 +58,9 @@ local function count (counters, limits, now, member, peek, entries, cost)
   -- The counters live until the last of the windows counted ends. A TTL already longer stays (fields of
   -- limits not in this decision: an override's, kept for when it ends); one shorter is a window's count left by
   -- a shorter window that began at the same moment (a window lengthened by an override or a configuration),
-  -- which would otherwise vanish mid-window.
+  -- which would otherwise vanish mid-window. The TTL given runs past that end by up to a second (at most the
+  -- time left), so a later request of the window, whose clock read and PTTL a millisecond's tick or a pause may part,
+  -- still reads it as long enough (lua/lean-fixed-window.lua does the same).
   local ttl = 0
   for i = 1, #limits do
     local entry = entries[i]
@@ -68,7 +70,7 @@ local function count (counters, limits, now, member, peek, entries, cost)
     redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count))
   end
   if #stored == 0 or redis.call('PTTL', counters) < ttl then
-    redis.call('PEXPIRE', counters, text(ttl))
+    redis.call('PEXPIRE', counters, text(ttl + math.min(ttl, 1000)))
   end
   return true
 end

@@ -38,9 +38,11 @@ local function lean (counters, max, window, burst, now, member)
   end
   -- The counters outlive this window. A TTL already longer stays (another limit's fields, kept for when an
   -- override ends); one shorter is this window's count left by a shorter window that began at the same moment
-  -- (a window lengthened by an override or a new configuration), which would otherwise vanish mid-window.
+  -- (a window lengthened by an override or a new configuration), which would otherwise vanish mid-window. The
+  -- TTL given runs past the window's end by up to a second (at most the time left), so a later request of this
+  -- window, whose clock read and PTTL a millisecond's tick or a pause may part, still reads it as long enough.
   if not stored[1] or redis.call('PTTL', counters) < reset then
-    redis.call('PEXPIRE', counters, text(reset))
+    redis.call('PEXPIRE', counters, text(reset + math.min(reset, 1000)))
   end
   return 0, n + 1, reset, 0
 end
