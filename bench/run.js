@@ -146,6 +146,7 @@ try {
         // A fresh process: its first warm-up is the JIT's, not the first scenario's.
         await measure(load, server, { scenario: 'allowed', prefix: 'warm-' }, settings.connections, 0, false)
         for (const scenario of scenarios) {
+          if (variant.scenarios !== undefined && !variant.scenarios.includes(scenario)) continue
           const run = await runScenario(load, server, variant, scenario, round)
           runs.push(run)
           log(`round ${round}/${settings.rounds} ${variant.id.padEnd(36)} ${scenario.padEnd(8)} ${Math.round(run.rps).toString().padStart(6)} req/s  ` +

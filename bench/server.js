@@ -56,6 +56,24 @@ switch (variant.kind) {
     app.get('/banned', handler)
     app.get('/realistic', handler)
     break
+  case 'bare-refusal': {
+    // No limiter: Fastify's own refusal, the floor under any limiter's banned flood. `/banned` is answered
+    // 403 from an onRequest hook with the headers a ban sends, its error through Fastify's error handler.
+    const refuse = (request, reply, done) => {
+      reply.code(403).header('x-ratelimit-limit', MAX).header('x-ratelimit-remaining', 0).header('x-ratelimit-reset', 600).header('retry-after', 600)
+      // An error without a stack trace, as this plugin's refusals are (capturing one costs more than the rest).
+      const limit = Error.stackTraceLimit
+      Error.stackTraceLimit = 0
+      const error = new Error('Rate limit exceeded, retry in 10 minutes')
+      Error.stackTraceLimit = limit
+      error.statusCode = 403
+      done(error)
+    }
+    app.get('/', handler)
+    app.get('/banned', { onRequest: refuse }, handler)
+    app.get('/realistic', handler)
+    break
+  }
   case 'rate-guard': {
     const { rateGuard, CHANNELS } = await import('../dist/index.js')
     const client = await redisClient({ enableOfflineQueue: false, enableAutoPipelining: variant.autopipelining })

@@ -6,6 +6,8 @@
 /** `@fastify/rate-limit`'s Redis store: the peer every ratio is also taken against. */
 export const REFERENCE = '@fastify/rate-limit redis'
 export const BARE = 'bare'
+/** No limiter, and every banned-flood request refused by Fastify itself: the floor under any limiter's refusal. */
+export const BARE_REFUSAL = 'bare refusal'
 
 /**
  * Every variant, in the order of each round. `algorithms` is this plugin's ALGORITHMS (from dist/), or null
@@ -25,6 +27,8 @@ export function allVariants (algorithms) {
       : [{ id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }])
   return [
     { id: BARE, kind: 'bare', redis: false },
+    // Only where it is a floor: the banned flood.
+    { id: BARE_REFUSAL, kind: 'bare-refusal', redis: false, scenarios: ['banned'] },
     ...ours,
     { id: REFERENCE, kind: 'frl-redis', redis: true },
     { id: '@fastify/rate-limit memory', kind: 'frl-memory', redis: false },
@@ -35,6 +39,7 @@ export function allVariants (algorithms) {
 /** How each kind bans, for the notes under the table. */
 export const BANS = Object.freeze({
   bare: 'no limiter: every request is answered 200',
+  'bare-refusal': 'no limiter: `/banned` is answered 403 from an onRequest hook, with the four headers a ban sends and an error without a stack trace through Fastify\'s error handler, as this plugin refuses (run in the banned flood only)',
   'rate-guard': 'each client banned first with `fastify.rateGuard.ban(key, \'10 minutes\')`; a banned request is answered 403',
   'frl-redis': '`/banned` has `max: 1, timeWindow: 10 min, ban: 0`, and each client sends 2 requests first: every later request is 403 (the store still counts it in Redis)',
   'frl-memory': 'as the Redis store, in the in-memory store (`cache: 100000`)',
