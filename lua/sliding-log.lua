@@ -9,6 +9,12 @@
 --            reset (below), and retry, the ms until the request fits that limit (0: it does). Returns true
 --            when allowed (or when it replays a request that was counted), false when denied (a denial
 --            writes nothing).
+--   reserve(log, limits, now, member, cost, wait, queue, entries) -> wait, or nil
+--            a request count() denied, which every limit would allow `wait` ms from now (its retry, within
+--            the policy's maxWait), is counted at now + wait: an entry ahead of the clock, which every later
+--            decision counts as it counts the others (so the requests waiting never pass a limit, and are let
+--            through in the order they came). Not when `queue` requests of the log wait already: nil. Adds
+--            the request's cost to entries[i].count. Returns the ms the request waits.
 --   settle(log, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
@@ -33,7 +39,7 @@
 --
 -- Safe to replay: run again with the same member (a client re-sending a command whose reply it lost), a
 -- decision counts nothing twice: the entry is added once (ZADD NX), and a denied replay of a request that
--- was counted is answered as allowed, as it was.
+-- was counted is answered as allowed, as it was (one counted ahead of the clock: as waiting until then).
 
 local UNITS = '+'
 
@@ -178,14 +184,42 @@ local function count (log, limits, now, member, peek, entries, cost)
     return true
   end
 
-  -- A replay of a request that was counted when the log had room: it was allowed, and still is.
-  if not peek and redis.call('ZSCORE', log, name) then
+  -- A replay of a request that was counted when the log had room: it was allowed, and still is. One counted
+  -- ahead of the clock waits until then (reserve).
+  local counted = not peek and tonumber(redis.call('ZSCORE', log, name))
+  if counted then
     for i = 1, #limits do
-      entries[i].retry = 0
+      entries[i].retry = math.max(counted - now, 0)
     end
-    return true
+    return counted <= now
   end
   return false
+end
+
+local function reserve (log, limits, now, member, cost, wait, queue, entries)
+  local name = cost > 1 and member .. '*' .. text(cost) or member
+  -- A replay of a request counted ahead of the clock: it waits until then, as it did.
+  local counted = tonumber(redis.call('ZSCORE', log, name))
+  if counted then
+    return counted - now
+  end
+  if redis.call('ZCOUNT', log, '(' .. text(now), '+inf') >= queue then
+    return nil
+  end
+  redis.call('ZADD', log, text(now + wait), name)
+  if cost > 1 then
+    setUnits(log, head(log) + cost - 1)
+  end
+  local longest = 0
+  for i = 1, #limits do
+    longest = math.max(longest, limits[i].window)
+    entries[i].count = entries[i].count + cost
+  end
+  -- The log must outlive its newest entry by a window.
+  if redis.call('PTTL', log) < wait + longest then
+    redis.call('PEXPIRE', log, text(wait + 2 * longest))
+  end
+  return wait
 end
 
 -- The entry a request of `cost` counted at `at` becomes one of `final` units (0: removed), at the same time.

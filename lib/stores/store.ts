@@ -31,6 +31,19 @@ export interface DecideInput {
    * limited, with a retry of 0, counting nothing and no strike.
    */
   readonly cost?: number
+  /**
+   * `maxWait`: a request the limits deny, which every one of them would allow within `maxMs`, is allowed
+   * after that wait instead (`Decision.waitMs`), counted at the end of it, so the requests waiting never pass
+   * a limit; at most `maxQueue` requests of one client's budget wait at once, and one more is denied. Not with
+   * `overLimit`, and only on an algorithm that can reserve (the sliding log). See `lua/decide.lua`.
+   */
+  readonly wait?: WaitPolicy
+}
+
+/** `maxWait` and `maxQueue`, as a budget's decisions take them (`DecideInput.wait`). */
+export interface WaitPolicy {
+  readonly maxMs: number
+  readonly maxQueue: number
 }
 
 /**
@@ -87,7 +100,12 @@ export interface Decision {
   readonly offence: number
   /** Every limit, in order (an override's when one is set for the identity). */
   readonly limits: readonly LimitState[]
-  /** The store's time of the decision (ms): with `member`, what `settle` needs. */
+  /**
+   * Allowed once this many ms have passed (`maxWait`): the request was counted at the end of its wait. Absent
+   * for every other decision.
+   */
+  readonly waitMs?: number
+  /** The store's time of the decision (ms), or of its wait's end (`waitMs`): with `member`, what `settle` needs. */
   readonly at: number
   /** The id of this request in the store (`''` from the in-process store, which needs none). */
   readonly member: string
@@ -193,6 +211,8 @@ export function bannedDecision (limits: readonly Limit[], retryMs: number): Deci
 
 /** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
 export const FAILED = 3
+/** Status of a request allowed once it has waited its `retry` (`maxWait`), counted at its wait's end (`at`). */
+export const WAITS = 4
 /** What `toLeanDecisions` gives for a request a lean script handed back: decide it with the general script. */
 export const HANDED_BACK = Symbol('handed back')
 
@@ -205,7 +225,8 @@ function readDecision (reply: readonly unknown[], offset: number, member: string
   const code = integer(reply[offset])
   const text = reply[offset + 1]
   if (code === FAILED && (typeof text === 'string' || Buffer.isBuffer(text))) return [new Error(String(text)), offset + 2]
-  const status = STATUSES[code]
+  const waits = code === WAITS
+  const status = waits ? 'allowed' : STATUSES[code]
   const retryMs = integer(reply[offset + 1])
   const offence = integer(reply[offset + 2])
   const at = integer(reply[offset + 3])
@@ -225,7 +246,8 @@ function readDecision (reply: readonly unknown[], offset: number, member: string
     }
     if (states.length === n && n >= 1) {
       const { limit, windowMs, count, resetMs } = states[binding]!
-      return [{ status, limit, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits: states, at, member }, end]
+      const decision: Decision = { status, limit, windowMs, count, resetMs, retryMs: waits ? 0 : retryMs, banStarted: offence > 0, offence, limits: states, at, member }
+      return [waits ? { ...decision, waitMs: retryMs } : decision, end]
     }
   }
   throw new InvalidReplyError(JSON.stringify(reply.slice(offset)).slice(0, 200))
