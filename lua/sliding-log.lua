@@ -13,8 +13,8 @@
 --            a request count() denied, which every limit would allow `wait` ms from now (its retry, within
 --            the policy's maxWait), is counted at now + wait: an entry ahead of the clock, which every later
 --            decision counts as it counts the others (so the requests waiting never pass a limit, and are let
---            through in the order they came). Not when `queue` requests of the log wait already: nil. Adds
---            the request's cost to entries[i].count. Returns the ms the request waits.
+--            through in the order they came). Not when `queue` requests of the log wait already: nil. Fills
+--            entries as they will be when the wait ends (count() peeking then). Returns the ms it waits.
 --   settle(log, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
@@ -210,15 +210,16 @@ local function reserve (log, limits, now, member, cost, wait, queue, entries)
   if cost > 1 then
     setUnits(log, head(log) + cost - 1)
   end
+  -- The log must outlive its newest entry by a window.
   local longest = 0
   for i = 1, #limits do
     longest = math.max(longest, limits[i].window)
-    entries[i].count = entries[i].count + cost
   end
-  -- The log must outlive its newest entry by a window.
   if redis.call('PTTL', log) < wait + longest then
     redis.call('PEXPIRE', log, text(wait + 2 * longest))
   end
+  -- What its limits will say when it is let through.
+  count(log, limits, now + wait, member, true, entries, 0)
   return wait
 end
 

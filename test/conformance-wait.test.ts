@@ -39,6 +39,7 @@ interface Case {
   name: string
   max: number
   windowMs: number
+  limits?: Array<{ max: number, windowMs: number }>
   wait: WaitPolicy
   steps: Step[]
 }
@@ -52,15 +53,16 @@ const CASES: Case[] = [
     steps: [
       { at: 0, expect: allowed(1, 1000) },
       { at: 0, expect: allowed(2, 1000) },
-      { at: 10, expect: waits(3, 990, 990, 1000) },
-      { at: 20, expect: waits(4, 980, 980, 1000) },
+      // Its limit as it will be when it is let through: the first two gone, itself counted.
+      { at: 10, expect: waits(1, 1000, 990, 1000) },
+      { at: 20, expect: waits(2, 1000, 980, 1000) },
       // Its place is after the two waiting, one window on: 1970 ms away. Past the limit, one more unit is free
       // then too (reset: the count one below the limit).
       { at: 30, expect: limited(4, 1970, 1970) },
       // A peek reports, and never waits.
       { at: 40, peek: true, expect: limited(4, 1960, 1960) },
       // At 1000 the first two have left and the two waiting count: the next one waits a window.
-      { at: 1000, expect: waits(3, 1000, 1000, 2000) }
+      { at: 1000, expect: waits(1, 1000, 1000, 2000) }
     ]
   },
   {
@@ -71,11 +73,11 @@ const CASES: Case[] = [
     steps: [
       { at: 0, expect: allowed(1, 1000) },
       { at: 500, expect: allowed(2, 500) },
-      { at: 600, expect: waits(3, 400, 400, 1000) },
+      { at: 600, expect: waits(2, 500, 400, 1000) },
       { at: 700, expect: limited(3, 800, 800) },
       // Its client left while it waited.
       { at: 800, giveBack: 2 },
-      { at: 800, expect: waits(3, 200, 200, 1000) }
+      { at: 800, expect: waits(2, 500, 200, 1000) }
     ]
   },
   {
@@ -85,8 +87,22 @@ const CASES: Case[] = [
     wait: { maxMs: 1000, maxQueue: 3 },
     steps: [
       { at: 0, cost: 2, expect: allowed(2, 1000) },
-      { at: 100, cost: 2, expect: waits(4, 900, 900, 1000) },
+      { at: 100, cost: 2, expect: waits(2, 1000, 900, 1000) },
       { at: 200, cost: 4, expect: limited(4, 800, 0) }
+    ]
+  },
+  {
+    name: 'every limit must allow it within maxWait: 2 per second would in 980 ms, 3 per 10 s not for 9980 ms',
+    max: 2,
+    windowMs: 1000,
+    limits: [{ max: 2, windowMs: 1000 }, { max: 3, windowMs: 10_000 }],
+    wait: { maxMs: 1000, maxQueue: 5 },
+    steps: [
+      { at: 0, expect: allowed(1, 1000) },
+      { at: 0, expect: allowed(2, 1000) },
+      // The binding limit when it is let through: the longer one, full.
+      { at: 10, expect: waits(3, 9000, 990, 1000) },
+      { at: 20, expect: limited(3, 980, 9980) }
     ]
   },
   {
@@ -105,7 +121,7 @@ const CASES: Case[] = [
 for (const kind of ['redis', 'memory'] as const) {
   t.test(`maxWait, step by step (${kind})`, async t => {
     const store: StoreUnderTest = kind === 'redis' ? await redisStore(t) : memoryStore(t)
-    for (const { name, max, windowMs, wait, steps } of CASES) {
+    for (const { name, max, windowMs, limits, wait, steps } of CASES) {
       const keys = identityKeys(uniquePrefix(), 'all', 'user:waits')
       const decisions: Array<{ decision: Decision, input: DecideInput }> = []
       for (const [i, step] of steps.entries()) {
@@ -114,7 +130,7 @@ for (const kind of ['redis', 'memory'] as const) {
           await store.settle({ keys, limits: input.limits, algorithm: 'sliding-log', member: decision.member, at: decision.at, cost: input.cost ?? 1, final: 0 }, T0 + step.at)
           continue
         }
-        const input = { ...decideInput({ keys, max, windowMs, peek: step.peek, cost: step.cost, algorithm: 'sliding-log' }), wait }
+        const input = { ...decideInput({ keys, max, windowMs, limits, peek: step.peek, cost: step.cost, algorithm: 'sliding-log' }), wait }
         const decision = await store.decide(input, T0 + step.at)
         decisions[i] = { decision, input }
         t.strictSame(seen(decision), step.expect, `${name}: step ${i} at ${step.at} ms`)

@@ -83,10 +83,11 @@ export const slidingLog: Step = {
     const costs = log.weights ?? (cost > 1 ? new Array<number>(times.length - 1).fill(1) : undefined)
     costs?.splice(at, 0, cost)
     log.weights = costs
-    for (const entry of entries) entry.count += cost
     // As in the script: the log outlives its newest entry by a window.
     const longest = Math.max(...limits.map(limit => limit.windowMs))
     if (log.expiresAt - now < wait + longest) log.expiresAt = now + wait + 2 * longest
+    // What its limits will say when it is let through.
+    entries.splice(0, entries.length, ...slidingLog.count(log, limits, now + wait, true, 0).entries)
     return true
   },
 
