@@ -9,23 +9,25 @@
 --            reset (below), and retry, the ms until the request fits that limit (0: it does). Returns true
 --            when allowed (or when it replays a request that was counted), false when denied (a denial
 --            writes nothing).
+--   settle(log, limits, member, at, now, cost, final)
+--            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
+--            counts `final` instead (0: given back): see settle below. Returns nothing.
 --   reserve(log, limits, now, member, cost, wait, queue, entries) -> wait, or nil
 --            a request count() denied, which every limit would allow `wait` ms from now (its retry, within
 --            the policy's maxWait), is counted at now + wait: an entry ahead of the clock, which every later
 --            decision counts as it counts the others (so the requests waiting never pass a limit, and are let
 --            through in the order they came). Not when `queue` requests of the log wait already: nil. Fills
 --            entries as they will be when the wait ends (count() peeking then). Returns the ms it waits.
---   settle(log, limits, member, at, now, cost, final)
---            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
---            counts `final` instead (0: given back): see settle below. Returns nothing.
 -- Uses lua/prelude.lua's text and largest.
 --
--- state    log  ZSET of the requests counted: score = arrival (ms, Redis time), member = the request's id,
+-- state    log  ZSET of the requests counted: score = arrival (ms, Redis time; for a request that waits, the end
+--               of its wait, ahead of the clock), member = the request's id,
 --               followed by '*' and its cost when that is more than 1 ('<id>*15'). While any entry costs more
 --               than 1, the member UNITS ('+', no request's id: those always hold a '.') is first in the log,
 --               at score -(the sum over the entries of cost - 1): the log's units are its entries plus that.
 --               One log serves every limit of the budget: it keeps the longest window, and a limit counts
---               the units inside its own window. It never holds more than the longest window's max units. It
+--               the units inside its own window. It never holds more than the longest window's max units, and
+--               the requests waiting (up to maxQueue) ahead of the clock. It
 --               lives until its newest entry leaves, and at most one longest window more: its TTL is set
 --               to two windows when less than one is left, not on every request.
 -- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.

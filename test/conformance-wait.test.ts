@@ -6,7 +6,7 @@
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { SCRIPTS, members, scriptArgs } from '../lib/stores/scripts.js'
-import { toDecision } from '../lib/stores/store.js'
+import { toDecision } from '../lib/stores/replies.js'
 import type { DecideInput, Decision, WaitPolicy } from '../lib/stores/store.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisStore } from './helpers/stores.js'
@@ -89,6 +89,17 @@ const CASES: Case[] = [
       { at: 0, cost: 2, expect: allowed(2, 1000) },
       { at: 100, cost: 2, expect: waits(2, 1000, 900, 1000) },
       { at: 200, cost: 4, expect: limited(4, 800, 0) }
+    ]
+  },
+  {
+    name: 'the first request of several units on a log of single ones waits as one',
+    max: 3,
+    windowMs: 1000,
+    wait: { maxMs: 1000, maxQueue: 3 },
+    steps: [
+      { at: 0, expect: allowed(1, 1000) },
+      { at: 100, expect: allowed(2, 900) },
+      { at: 200, cost: 2, expect: waits(3, 100, 800, 1000) }
     ]
   },
   {

@@ -134,7 +134,12 @@ t.test('options that cannot meet maxWait are refused at register, with the code'
     ['maxQueue without maxWait', { maxQueue: 3 }],
     ['a duration that is none', { maxWait: 'soon' as unknown as number }],
     ['a negative wait', { maxWait: -1 }],
-    ['a queue of none', { maxWait: '1 second', maxQueue: 0 }]
+    ['a queue of none', { maxWait: '1 second', maxQueue: 0 }],
+    ['a wait longer than a timer can', { maxWait: '30 days' }],
+    ['an app\'s own store', { maxWait: '1 second', store: class Store {
+      incr (_key: string, callback: (err: Error | null, result?: { current: number, ttl: number }) => void): void { callback(null, { current: 1, ttl: 1000 }) }
+      child (): Store { return new Store() }
+    } as unknown as RateGuardOptions['store'] }]
   ]
   for (const [name, opts] of cases) {
     const app = Fastify()

@@ -5,6 +5,7 @@ import type { Decider } from '../decider.js'
 import type { Decidable, Verdict } from '../stores/store.js'
 import type { ResolvedOptions } from '../options/resolved.js'
 import type { TheirStore } from '../types.js'
+import { AbandonedError } from '../errors.js'
 import { isAllowListed } from './allow.js'
 import { charge } from './charge.js'
 import { ask, decide } from './decide.js'
@@ -95,8 +96,8 @@ function prepare (plan: Plan, request: FastifyRequest): Prepared | PromiseLike<P
 function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyReply, given: Given, input: Decidable): HookResult | PromiseLike<HookResult> {
   const waited = then(decide(plan, input, given, request.log), decided => wait(plan, request, reply, decided))
   return then(then(waited, decided => decided === LEFT ? decided : hold(plan, request, reply, decided)), decided => {
-    // Its client left while it waited: it gave its place back, and nothing is sent.
-    if (decided === LEFT) return SENT
+    // Its client left while it waited: it gave its place back, and is not handled.
+    if (decided === LEFT) return new AbandonedError()
     if (decided.charged.length > 0) charge(request, plan.decider, decided.charged)
     const result = respond(plan, request, reply, given, decided)
     if (plan.watched !== null && decided.verdict.status === 'allowed') watch(plan, request, given, decided.input)

@@ -6,8 +6,9 @@ import type { Plan } from './plan.js'
 // Stage 4a, wait: a request its limits let through after a wait (`maxWait`, lib/options/wait.ts) waits here
 // for it, its place already counted at the wait's end, and goes on to hold and respond once it is over; its
 // limits are reported as they stand then (the stores fill them so). A client that leaves meanwhile (the
-// response's `close`) gives its place back, and its request goes no further: nothing is sent to a client that
-// is gone. In shadow mode nothing waits: the decision says what enforce would have done.
+// response's `close`) gives its place back, and its request goes no further: it ends as one left before its
+// handler under `refundAborted` does (499 `FST_RATE_GUARD_ABANDONED`, which nobody reads). In shadow mode
+// nothing waits: the decision says what enforce would have done.
 
 /** A request whose client left while it waited: it goes no further. */
 export const LEFT = Symbol('left while waiting')
