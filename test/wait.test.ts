@@ -18,8 +18,9 @@ import { getRedis, uniquePrefix } from './helpers/redis.js'
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 
 /** An app listening on loopback with the plugin (`opts`), a GET `/` that records when each handler starts. */
-async function listening (t: Test, opts: RateGuardOptions, starts: number[] = []): Promise<{ app: FastifyInstance, base: string }> {
+async function listening (t: Test, opts: RateGuardOptions, starts: number[] = [], onError?: (code: string) => void): Promise<{ app: FastifyInstance, base: string }> {
   const app = Fastify()
+  if (onError !== undefined) app.addHook('onError', async (_request, _reply, err) => { onError((err as Error & { code: string }).code) })
   await app.register(rateGuard, opts)
   app.get('/', async () => {
     starts.push(Date.now())
@@ -91,6 +92,49 @@ t.test('a client that leaves while it waits gives its place back: its handler ne
   for (let i = 0; next.status === 429 && i < 50; i++) next = await get(`${base}/`)
   t.equal(next.status, 200, 'the next request takes its place')
   t.ok(next.waited !== null && next.waited > 0, `and waited (${next.waited} ms)`)
+  t.equal(starts.length, 2, 'the handler of the one that left never ran')
+})
+
+t.test('a client gone before its wait began gives its place back at once; limits the app computes per request wait as static ones', async t => {
+  const { url } = await getRedis(t)
+  let opened = (): void => {}
+  const gate = new Promise<void>(resolve => { opened = resolve })
+  let closed = (): void => {}
+  const gone = new Promise<void>(resolve => { closed = resolve })
+  let gated = false
+  let abandoned = (): void => {}
+  const givenBack = new Promise<void>(resolve => { abandoned = resolve })
+  const starts: number[] = []
+  const { base } = await listening(t, {
+    redis: url,
+    nameSpace: uniquePrefix(),
+    // A max the app computes: the queue's default is worked out per request.
+    max: async () => 1,
+    timeWindow: '2 seconds',
+    maxWait: '3 seconds',
+    keyGenerator: async request => {
+      if (request.headers['x-gate'] === '1') {
+        gated = true
+        request.raw.once('close', closed)
+        await gate
+      }
+      return 'one client'
+    }
+  }, starts, code => { if (code === 'FST_RATE_GUARD_ABANDONED') abandoned() })
+  t.equal((await get(`${base}/`)).status, 200, 'the first goes at once')
+  const leaving = new AbortController()
+  const left = fetch(`${base}/`, { signal: leaving.signal, headers: { 'x-gate': '1' } }).catch((err: Error) => err)
+  while (!gated) await new Promise(resolve => setImmediate(resolve))
+  leaving.abort()
+  await gone
+  opened()
+  t.ok(await left instanceof Error, 'its client left before it was decided')
+  // Decided after its client left: it would wait, finds its response closed, gives its place back at once, and
+  // ends abandoned (its settle sent before the next request's decision).
+  await givenBack
+  const next = await get(`${base}/`)
+  t.equal(next.status, 200, 'the next request finds the place free')
+  t.ok(next.waited !== null && next.waited > 1000, `and waits for it, as the first in the queue (${next.waited} ms)`)
   t.equal(starts.length, 2, 'the handler of the one that left never ran')
 })
 
