@@ -101,7 +101,8 @@ t.test('a client gone before its wait began gives its place back at once; limits
   const gate = new Promise<void>(resolve => { opened = resolve })
   let closed = (): void => {}
   const gone = new Promise<void>(resolve => { closed = resolve })
-  let gated = false
+  let arrived = (): void => {}
+  const gated = new Promise<void>(resolve => { arrived = resolve })
   let abandoned = (): void => {}
   const givenBack = new Promise<void>(resolve => { abandoned = resolve })
   const starts: number[] = []
@@ -114,8 +115,8 @@ t.test('a client gone before its wait began gives its place back at once; limits
     maxWait: '3 seconds',
     keyGenerator: async request => {
       if (request.headers['x-gate'] === '1') {
-        gated = true
         request.raw.once('close', closed)
+        arrived()
         await gate
       }
       return 'one client'
@@ -124,7 +125,7 @@ t.test('a client gone before its wait began gives its place back at once; limits
   t.equal((await get(`${base}/`)).status, 200, 'the first goes at once')
   const leaving = new AbortController()
   const left = fetch(`${base}/`, { signal: leaving.signal, headers: { 'x-gate': '1' } }).catch((err: Error) => err)
-  while (!gated) await new Promise(resolve => setImmediate(resolve))
+  await gated
   leaving.abort()
   await gone
   opened()
@@ -169,6 +170,12 @@ t.test('the in-process store waits as Redis does', async t => {
   t.equal(answers.filter(answer => answer.waited !== null).length, 2, 'two waited')
 })
 
+/** A store of the app's own (`@fastify/rate-limit`'s interface). */
+class TheirStore {
+  incr (_key: string, callback: (err: Error | null, result?: { current: number, ttl: number }) => void): void { callback(null, { current: 1, ttl: 1000 }) }
+  child (): TheirStore { return new TheirStore() }
+}
+
 t.test('options that cannot meet maxWait are refused at register, with the code', async t => {
   const cases: Array<[string, RateGuardOptions]> = [
     ['an algorithm that keeps no places', { maxWait: '1 second', algorithm: 'fixed-window' }],
@@ -180,10 +187,7 @@ t.test('options that cannot meet maxWait are refused at register, with the code'
     ['a negative wait', { maxWait: -1 }],
     ['a queue of none', { maxWait: '1 second', maxQueue: 0 }],
     ['a wait longer than a timer can', { maxWait: '30 days' }],
-    ['an app\'s own store', { maxWait: '1 second', store: class Store {
-      incr (_key: string, callback: (err: Error | null, result?: { current: number, ttl: number }) => void): void { callback(null, { current: 1, ttl: 1000 }) }
-      child (): Store { return new Store() }
-    } as unknown as RateGuardOptions['store'] }]
+    ['an app\'s own store', { maxWait: '1 second', store: TheirStore as unknown as RateGuardOptions['store'] }]
   ]
   for (const [name, opts] of cases) {
     const app = Fastify()
