@@ -89,7 +89,8 @@ t.test('streams: at most three open per API key; one that disconnects frees its 
 
 t.test('webhooks: a burst of 10 from one sender is paced at 5 a second, none refused; the 11th to 15th are', async t => {
   const received: number[] = []
-  const { buildApp } = await import('../examples/webhooks.js') as { buildApp: (options: { redis: string, nameSpace: string, onEvent: () => void }) => Promise<FastifyInstance> }
+  const file = 'webhooks.js'
+  const { buildApp } = await import(`../examples/${file}`) as { buildApp: (options: { redis: string, nameSpace: string, onEvent: () => void }) => Promise<FastifyInstance> }
   const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), onEvent: () => { received.push(Date.now()) } })
   t.teardown(() => app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })
