@@ -1,13 +1,14 @@
 // maxWait on both stores, one table: the Lua script on a real Redis (time injected, see helpers/stores.ts) and
 // the in-process twin. A request the limits deny, which every one of them would allow within maxWait, is
 // allowed after that wait, counted at its end (an entry ahead of the clock), so the requests waiting never pass
-// a limit; at most maxQueue wait at once; a request given back frees its place; a peek never waits. Then a
-// replayed call (Redis only) that answers a waiting request as it was.
+// a limit; at most maxQueue wait at once; a request given back frees its place; a peek never waits. Then the
+// seeded differential under maxWait, and a replayed call (Redis only) that answers a waiting request as it was.
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { SCRIPTS, members, scriptArgs } from '../lib/stores/scripts.js'
 import { toDecision } from '../lib/stores/replies.js'
 import type { DecideInput, Decision, WaitPolicy } from '../lib/stores/store.js'
+import { differential } from './helpers/differential.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisStore } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
@@ -147,6 +148,16 @@ for (const kind of ['redis', 'memory'] as const) {
         t.strictSame(seen(decision), step.expect, `${name}: step ${i} at ${step.at} ms`)
       }
     }
+  })
+}
+
+// A fixed seed whose traffic reaches every kind of answer, waits and places given back among them, and a fresh
+// one each run. CONFORMANCE_SEED=<n> replays one.
+const FIXED_SEED = 1
+const seeds = process.env.CONFORMANCE_SEED !== undefined ? [Number(process.env.CONFORMANCE_SEED)] : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
+for (const seed of seeds) {
+  t.test(`differential (sliding log, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
+    await differential(t, 'sliding-log', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
   })
 }
 

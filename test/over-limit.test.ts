@@ -30,7 +30,7 @@ for (const algorithm of ALGORITHMS) {
   for (const overLimit of ['continue', 'backoff'] as const) {
     for (const seed of seeds) {
       t.test(`differential (${algorithm}, overLimit '${overLimit}'): random traffic gets identical decisions from both stores (seed ${seed})`, async t => {
-        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, overLimit, 400)
+        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, { overLimit, steps: 400 })
       })
     }
   }
