@@ -45,8 +45,9 @@ export interface Step {
   settle (state: State | undefined, limits: readonly Limit[], at: number, now: number, cost: number, final: number): State | undefined
   /**
    * `maxWait`: a request `count` denied, which every limit allows `wait` ms from now, is counted at now + wait
-   * (ahead of the clock; `entries`' counts take its cost), unless `maxQueue` requests of the state wait already
-   * (false). Absent on an algorithm that cannot (maxWait is refused at registration for it).
+   * (ahead of the clock; `entries` then say what its limits will be when the wait ends), unless `maxQueue`
+   * requests of the state wait already (false). Absent on an algorithm that cannot (maxWait is refused at
+   * registration for it).
    */
   reserve?: (state: State | undefined, limits: readonly Limit[], now: number, cost: number, wait: number, maxQueue: number, entries: Entry[]) => boolean
 }
