@@ -61,6 +61,11 @@ export interface DecisionMessage {
    * own among them when it took slots); undefined without it, or when no slot was asked for (refused first).
    */
   readonly inFlight: number | undefined
+  /**
+   * `maxWait`: the ms the request waited before it went on (its limits allowed it then, not at once); in shadow
+   * mode, what enforce would have waited (the request did not). Undefined for every other decision.
+   */
+  readonly waitedMs: number | undefined
 }
 
 export interface BreakerMessage {

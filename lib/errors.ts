@@ -106,8 +106,8 @@ export const AlreadySettledError = createError<'FST_RATE_GUARD_ALREADY_SETTLED',
 )
 
 /**
- * A request its client left before its handler started, under `refundAborted`: its charge was given back, so
- * it is not handled. 499, nginx's "client closed request": nobody reads it.
+ * A request its client left before its handler started, under `refundAborted` or while it waited (`maxWait`):
+ * its charge was given back, so it is not handled. 499, nginx's "client closed request": nobody reads it.
  */
 export const AbandonedError = createError<'FST_RATE_GUARD_ABANDONED', []>(
   'FST_RATE_GUARD_ABANDONED',

@@ -215,6 +215,17 @@ export interface RouteRateLimitOptions {
    */
   concurrency?: false | { max: number, lease?: number | string }
   /**
+   * A request its limits deny, which every one of them would allow within this long, waits and goes on then
+   * instead of being refused: its place is counted at the end of the wait in the same decision (so the requests
+   * waiting never pass a limit, across instances), a client that leaves gives it back, and the response says
+   * `X-RateLimit-Waited-Ms`. A request that would wait longer, or finds `maxQueue` waiting, is refused as
+   * before. On the sliding log (the default algorithm); not with `continueExceeding`, `exponentialBackoff` or
+   * `shared`. Default false. See docs/options.md, maxWait.
+   */
+  maxWait?: false | number | string
+  /** With `maxWait`: at most this many of a client's requests wait at once (default: the smallest `max` of its limits). */
+  maxQueue?: number
+  /**
    * After the response: whether the request counts. One that does not is given back its charge on every
    * budget. Until then it counts: requests in flight count, whatever their outcome (see docs/algorithms.md, costs and settling).
    */

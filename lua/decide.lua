@@ -26,6 +26,9 @@
 --   forget    ms after a ban ends that it still counts toward the next one's length
 --   over      what a request over the limit does: 'none' (counts nothing, its algorithm alone decides);
 --             'continue' or 'backoff' (it holds the client off, see below)
+--   wait      maxWait, ms (0: none): a request denied that every limit would allow within it waits instead,
+--             counted ahead of the clock by the algorithm's reserve (see below); never under an over
+--   queue     maxQueue: at most this many of the state's requests wait at once
 --   n         how many limits follow, each: max (units), window (ms), burst (units; max but for the
 --             token bucket). A request is allowed when every limit allows it.
 -- then, for each request, the policy that decides it (1 to p), followed by '*' and its cost when that is not
@@ -38,11 +41,13 @@
 --   limit), { 3, error }: that request alone gets its error text, and the others are decided as usual. The
 --   text ends with where it was raised, ' at user_script:<line>' (a line of the joined script, which
 --   lib/stores/scripts.ts names as its file's line), but for this file's own 'ERR rate-guard: ' errors.
---   status   0 allowed, 1 rate limited, 2 banned
---   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned);
---            0 when limited: its cost is more than a limit's capacity, so it never passes (no strike counted)
+--   status   0 allowed, 1 rate limited, 2 banned, 4 allowed once it has waited `retry` ms (maxWait)
+--   retry    ms until this request would pass every limit (0 when allowed; the remaining ban when banned; the
+--            wait when it waits); 0 when limited: its cost is more than a limit's capacity, so it never
+--            passes (no strike counted)
 --   offence  the ban this request started: 1 for the first in a row, 2 for the next...; 0 when it started none
---   at       Redis's time of the decision (ms); 0 for a client found banned, who is answered before the clock is read
+--   at       Redis's time of the decision (ms), or, for a request that waits, of its wait's end (when it is
+--            counted); 0 for a client found banned, who is answered before the clock is read
 --   n        how many limits follow, each: its capacity (burst, requests), window (ms), the count after this
 --            decision and the ms until one more unit is free than now (reset: the count falls by one, or, past
 --            the capacity, below it; 0: nothing counted). A client found banned gets n = 0: the budget's own
@@ -87,8 +92,8 @@ local STRIKES, OFFENCES, INDEX = 4, 5, 6
 local ALWAYS, BANNING = 3, 6
 -- A policy's fields, counted from s, where it starts: ARGV[s + THRESHOLD]...; then its limits, from
 -- s + FIELDS, PER_LIMIT arguments each: ARGV[l + MAX]...
-local THRESHOLD, LADDER, FORGET, OVER, LIMITS = 0, 1, 2, 3, 4
-local FIELDS = 5
+local THRESHOLD, LADDER, FORGET, OVER, WAIT, QUEUE, LIMITS = 0, 1, 2, 3, 4, 5, 6
+local FIELDS = 7
 local MAX, WINDOW, BURST = 0, 1, 2
 local PER_LIMIT = 3
 -- A request to settle: its policy at r, then ARGV[r + MEMBER]...; PER_SETTLE arguments in all. A request
@@ -140,8 +145,10 @@ end
 -- One answer table per limit, filled by count() for each request in turn.
 local entries = {}
 local out, o = {}, 0
+-- The status of a request let through once it has waited (its retry): counted at the end of the wait.
+local WAITS = 4
 local function reply (status, retry, offence, limits)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, now, #limits
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, status == WAITS and now + retry or now, #limits
   o = o + 5
   for i = 1, #limits do
     local limit, entry = limits[i], entries[i]
@@ -231,6 +238,15 @@ local function decide ()
     for i = 1, #limits do
       if entries[i].retry > retry then
         retry, strikeWindow = entries[i].retry, limits[i].window
+      end
+    end
+    -- Allowed within maxWait: it waits, counted at the end of its wait (not under an over, a peek, or a cost no
+    -- wait lets through), unless its queue is full.
+    local most = tonumber(ARGV[s + WAIT])
+    if most > 0 and not peek and retry > 0 and retry <= most then
+      local waited = reserve(KEYS[k + STATE], limits, now, member, cost, retry, tonumber(ARGV[s + QUEUE]), entries)
+      if waited then
+        return reply(WAITS, waited, 0, limits)
       end
     end
     -- Over the limit: held off for the longest window, from now.

@@ -15,6 +15,7 @@
 --   settle(counters, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
+--   reserve  none: no request waits on this algorithm yet (maxWait is refused at registration for it).
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
 -- state    counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = units counted in it.
@@ -78,6 +79,9 @@ end
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in;
 -- once that window is over, nothing changes. A counter ends it at most at its max plus the largest
 -- (lua/prelude.lua), and below 2^52 (a max above that stays its own ceiling).
+-- maxWait: not built for this algorithm (see the header).
+local reserve = nil
+
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)
   for i, limit in ipairs(limits) do

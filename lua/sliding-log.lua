@@ -12,14 +12,22 @@
 --   settle(log, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
+--   reserve(log, limits, now, member, cost, wait, queue, entries) -> wait, or nil
+--            a request count() denied, which every limit would allow `wait` ms from now (its retry, within
+--            the policy's maxWait), is counted at now + wait: an entry ahead of the clock, which every later
+--            decision counts as it counts the others (so the requests waiting never pass a limit, and are let
+--            through in the order they came). Not when `queue` requests of the log wait already: nil. Fills
+--            entries as they will be when the wait ends (count() peeking then). Returns the ms it waits.
 -- Uses lua/prelude.lua's text and largest.
 --
--- state    log  ZSET of the requests counted: score = arrival (ms, Redis time), member = the request's id,
+-- state    log  ZSET of the requests counted: score = arrival (ms, Redis time; for a request that waits, the end
+--               of its wait, ahead of the clock), member = the request's id,
 --               followed by '*' and its cost when that is more than 1 ('<id>*15'). While any entry costs more
 --               than 1, the member UNITS ('+', no request's id: those always hold a '.') is first in the log,
 --               at score -(the sum over the entries of cost - 1): the log's units are its entries plus that.
 --               One log serves every limit of the budget: it keeps the longest window, and a limit counts
---               the units inside its own window. It never holds more than the longest window's max units. It
+--               the units inside its own window. It never holds more than the longest window's max units, and
+--               the requests waiting (up to maxQueue) ahead of the clock. It
 --               lives until its newest entry leaves, and at most one longest window more: its TTL is set
 --               to two windows when less than one is left, not on every request.
 -- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
@@ -33,7 +41,7 @@
 --
 -- Safe to replay: run again with the same member (a client re-sending a command whose reply it lost), a
 -- decision counts nothing twice: the entry is added once (ZADD NX), and a denied replay of a request that
--- was counted is answered as allowed, as it was.
+-- was counted is answered as allowed, as it was (one counted ahead of the clock: as waiting until then).
 
 local UNITS = '+'
 
@@ -178,14 +186,43 @@ local function count (log, limits, now, member, peek, entries, cost)
     return true
   end
 
-  -- A replay of a request that was counted when the log had room: it was allowed, and still is.
-  if not peek and redis.call('ZSCORE', log, name) then
+  -- A replay of a request that was counted when the log had room: it was allowed, and still is. One counted
+  -- ahead of the clock waits until then (reserve).
+  local counted = not peek and tonumber(redis.call('ZSCORE', log, name))
+  if counted then
     for i = 1, #limits do
-      entries[i].retry = 0
+      entries[i].retry = math.max(counted - now, 0)
     end
-    return true
+    return counted <= now
   end
   return false
+end
+
+local function reserve (log, limits, now, member, cost, wait, queue, entries)
+  local name = cost > 1 and member .. '*' .. text(cost) or member
+  -- A replay of a request counted ahead of the clock: it waits until then, as it did.
+  local counted = tonumber(redis.call('ZSCORE', log, name))
+  if counted then
+    return counted - now
+  end
+  if redis.call('ZCOUNT', log, '(' .. text(now), '+inf') >= queue then
+    return nil
+  end
+  redis.call('ZADD', log, text(now + wait), name)
+  if cost > 1 then
+    setUnits(log, head(log) + cost - 1)
+  end
+  -- The log must outlive its newest entry by a window.
+  local longest = 0
+  for i = 1, #limits do
+    longest = math.max(longest, limits[i].window)
+  end
+  if redis.call('PTTL', log) < wait + longest then
+    redis.call('PEXPIRE', log, text(wait + 2 * longest))
+  end
+  -- What its limits will say when it is let through.
+  count(log, limits, now + wait, member, true, entries, 0)
+  return wait
 end
 
 -- The entry a request of `cost` counted at `at` becomes one of `final` units (0: removed), at the same time.

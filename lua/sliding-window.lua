@@ -17,6 +17,7 @@
 --   settle(counters, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
+--   reserve  none: no request waits on this algorithm yet (maxWait is refused at registration for it).
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
 -- state    counters  HASH, per limit i: w<i> = current window's start (ms), p<i> = previous window's count,
@@ -99,6 +100,9 @@ end
 -- (now the current or the previous one); after that, nothing changes. A counter ends it at most at its max
 -- plus the largest (lua/prelude.lua), and at 2^51 / window: a count times its window stays below 2^51
 -- (at least twice max, which the options bound by 2^50 / window), so the weighing above stays exact.
+-- maxWait: not built for this algorithm (see the header).
+local reserve = nil
+
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)
   for i, limit in ipairs(limits) do

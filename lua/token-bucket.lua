@@ -15,6 +15,7 @@
 --   settle(bucket, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
+--   reserve  none: no request waits on this algorithm yet (maxWait is refused at registration for it).
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
 -- state    bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
@@ -97,6 +98,9 @@ end
 -- back, now. A bucket that has refilled takes only what is more. A TAT ends it at most at the bucket's burst
 -- plus the largest (lua/prelude.lua) in ticks, and at 2^51 ticks (at least twice burst x window, which the
 -- options bound by 2^50): the bucket is empty and owes at most one largest capacity, exactly.
+-- maxWait: not built for this algorithm (see the header).
+local reserve = nil
+
 local function settle (bucket, limits, member, at, now, cost, final)
   local delta, ttl, most = final - cost, 0, largest(limits)
   for i, limit in ipairs(limits) do

@@ -55,7 +55,7 @@ t.test('a decision message for each outcome, with the budget, algorithm, limit, 
     (await app.inject({ url, headers: { 'x-api-key': apiKey, ...(units === undefined ? {} : { 'x-units': units }) } })).statusCode
 
   const hash = hashIdentity('apikey:k1')
-  const base = { nameSpace, algorithm: 'sliding-log', cost: 1, keyKind: 'apikey', mode: 'enforce', inFlight: undefined }
+  const base = { nameSpace, algorithm: 'sliding-log', cost: 1, keyKind: 'apikey', mode: 'enforce', inFlight: undefined, waitedMs: undefined }
   await call('/', 'k1')
   await call('/', 'k1')
   await call('/', 'k1')

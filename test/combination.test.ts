@@ -2,9 +2,9 @@
 // enforcing and shadow routes, bans, costs (static, a function of the body, of a header: including ones that
 // throw, reject or give no valid cost), settlements from the handler (0 to Number.MAX_SAFE_INTEGER, and
 // amounts that are no amount), countWhen and skipFailedRequests, refundAborted, and aborts over real sockets
-// before and after the handler started, and requests in flight (`concurrency`, enforced and in shadow mode:
+// before and after the handler started, requests in flight (`concurrency`, enforced and in shadow mode:
 // requests held open in their handlers, refused past their slots, then let finish or hung up, some across the
-// outage); run on the in-process store and on Redis (a server of the run's own, stopped for a few requests late
+// outage), and a route under `maxWait` (shorter than an hour's window: over its limit, refused as before); run on the in-process store and on Redis (a server of the run's own, stopped for a few requests late
 // in the run and started again), under each failMode. After every request the answer is checked against the
 // model of test/helpers/combination-model.ts: nothing a client controls, and no feature that only watches
 // traffic, may loosen a limit that is enforced.
@@ -149,6 +149,8 @@ type Outage = 'redis down' | 'redis up'
 /** The seed's sequence: the same for every store and failMode. */
 function sequence (seed: number): Array<Planned | Release | Outage> {
   const draw = draws(seed, 0)
+  // Its own stream: another seed of the same run's.
+  const waits = draws(seed ^ 0x2545f491, 0)
   const steps: Array<Planned | Release | Outage> = []
   const names = Object.keys(KINDS)
   // One outage of 8 to 13 requests, late in the run (what comes before has Redis to itself).
@@ -162,6 +164,9 @@ function sequence (seed: number): Array<Planned | Release | Outage> {
       ;[order[i], order[j]] = [order[j]!, order[i]!]
     }
     for (const name of order) steps.push(KINDS[name]!(draw, draw.pick(CLIENTS)))
+    // One request to /wait a block, placed by a stream of its own: every other step is the one the seed made
+    // before /wait was added, so a seed reaches what it reached.
+    steps.splice(steps.length - waits.int(0, KINDS_PER_BLOCK - 1), 0, plan(waits.pick(CLIENTS), '/wait', 'GET', {}))
   }
   return steps
 }

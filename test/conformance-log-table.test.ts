@@ -530,7 +530,7 @@ for (const algorithm of ALGORITHMS) {
   for (const lean of LEAN_ALGORITHMS.includes(algorithm) ? [true, false] : [true]) {
     for (const seed of lean ? seeds : seeds.slice(0, 1)) {
       t.test(`differential (${algorithm}${lean ? '' : ', general path only'}): random traffic gets identical decisions from both stores, step by step (seed ${seed})`, async t => {
-        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, undefined, undefined, lean)
+        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, { lean })
       })
     }
   }

@@ -1,5 +1,5 @@
-// The examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js) and of requests in flight
-// (examples/streams.js), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+// The examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js), of requests in flight
+// (examples/streams.js) and of waiting instead of 429 (examples/webhooks.js), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
 import http from 'node:http'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -85,4 +85,26 @@ t.test('streams: at most three open per API key; one that disconnects frees its 
   for (let i = 0; again.status !== 200 && i < 100; i++) again = await open()
   t.equal(again.status, 200, 'a stream whose client left gave its slot back')
   for (const stream of [again, ...streams]) stream.close()
+})
+
+t.test('webhooks: a burst of 10 from one sender is paced at 5 a second, none refused; the 11th to 15th are', async t => {
+  const received: number[] = []
+  const file = 'webhooks.js'
+  const { buildApp } = await import(`../examples/${file}`) as { buildApp: (options: { redis: string, nameSpace: string, onEvent: () => void }) => Promise<FastifyInstance> }
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), onEvent: () => { received.push(Date.now()) } })
+  t.teardown(() => app.close())
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/hooks`
+  const deliver = async (): Promise<{ status: number, waited: string | null }> => {
+    const res = await fetch(url, { method: 'POST', headers: { 'x-api-key': 'sender-0001', 'content-type': 'application/json' }, body: '{}' })
+    await res.text()
+    return { status: res.status, waited: res.headers.get('x-ratelimit-waited-ms') }
+  }
+  const sent = Date.now()
+  const answers = await Promise.all(Array.from({ length: 15 }, deliver))
+  t.equal(answers.filter(answer => answer.status === 200).length, 10, 'ten delivered')
+  t.equal(answers.filter(answer => answer.status === 429).length, 5, 'five refused: they would wait more than a second, or find five waiting')
+  t.equal(answers.filter(answer => answer.waited !== null).length, 5, 'five waited, and say so')
+  const sorted = [...received].sort((a, b) => a - b)
+  t.ok(sorted[5]! >= sent + 999, `the second five were handled a second after the first (${sorted[5]! - sent} ms after sending)`)
 })

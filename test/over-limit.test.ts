@@ -10,7 +10,7 @@ import { identityKeys } from '../lib/stores/key-names.js'
 import { MemoryStore } from '../lib/stores/memory.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import { defineScript, scriptArgs } from '../lib/stores/scripts.js'
-import { toDecision } from '../lib/stores/store.js'
+import { toDecision } from '../lib/stores/replies.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
 import type { BanPolicy } from '../lib/types.js'
 import { differential } from './helpers/differential.js'
@@ -30,7 +30,7 @@ for (const algorithm of ALGORITHMS) {
   for (const overLimit of ['continue', 'backoff'] as const) {
     for (const seed of seeds) {
       t.test(`differential (${algorithm}, overLimit '${overLimit}'): random traffic gets identical decisions from both stores (seed ${seed})`, async t => {
-        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, overLimit, 400)
+        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, { overLimit, steps: 400 })
       })
     }
   }
@@ -49,9 +49,9 @@ t.test('the hot path: without overLimit a request sends its three keys (six unde
     t.equal(count([decideInput({ keys, overLimit, banThreshold: 2, peek: true })], 'peek'), 4, `${overLimit}: a peek reads the over-limit key, and counts no strike`)
   }
   const args = scriptArgs([decideInput({ keys, max: 2, windowMs: 1000 })], 'decide', 'b.')
-  t.strictSame(args.slice(4), ['decide', 'b.', 1, 1, 0, '0', 0, 'none', 1, 2, 1000, 2, 1], 'the policy: threshold, ladder, forget, over, n, then each limit')
+  t.strictSame(args.slice(4), ['decide', 'b.', 1, 1, 0, '0', 0, 'none', 0, 0, 1, 2, 1000, 2, 1], 'the policy: threshold, ladder, forget, over, wait, queue, n, then each limit')
   const undo = scriptArgs([{ keys, limits: [{ max: 2, windowMs: 1000, burst: 2 }], algorithm: 'sliding-log', member: 'm1', at: T0, final: 0 }], 'settle', '')
-  t.strictSame(undo, [3, keys.log, keys.banned, keys.override, 'settle', '', 1, 1, 0, '0', 0, 'none', 1, 2, 1000, 2, 1, 'm1', T0, 0], 'an undo sends no over-limit key')
+  t.strictSame(undo, [3, keys.log, keys.banned, keys.override, 'settle', '', 1, 1, 0, '0', 0, 'none', 0, 0, 1, 2, 1000, 2, 1, 'm1', T0, 0], 'an undo sends no over-limit key')
 })
 
 t.test('what a decision costs Redis: without overLimit, not one command more; with it, a PTTL of its key (and a SET on a denial)', async t => {

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { LEAN_SCRIPTS, defineScript, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
-import { toDecision, toLeanDecisions } from '../lib/stores/store.js'
+import { toDecision, toLeanDecisions } from '../lib/stores/replies.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 

@@ -1,7 +1,7 @@
 // The one place a script reply becomes a decision: what it accepts (RESP2, RESP3, stringNumbers), which
 // limit it reports as binding, and what it refuses with a coded error instead of a wrong decision.
 import t from 'tap'
-import { HANDED_BACK, toDecision, toDecisions, toLeanDecisions } from '../lib/stores/store.js'
+import { HANDED_BACK, toDecision, toDecisions, toLeanDecisions } from '../lib/stores/replies.js'
 import { matchList } from './helpers/match-list.js'
 
 const LIMITS = [{ max: 5, windowMs: 1000, burst: 5 }]

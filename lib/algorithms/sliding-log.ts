@@ -72,6 +72,25 @@ export const slidingLog: Step = {
     return { allowed, entries }
   },
 
+  reserve (state, limits, now, cost, wait, maxQueue, entries) {
+    // A denial leaves a log: a request fits an empty one, or costs more than a limit holds (never waits).
+    const log = state as Log
+    const { times } = log
+    let waiting = 0
+    for (let i = times.length - 1; i >= 0 && times[i]! > now; i--) waiting++
+    if (waiting >= maxQueue) return false
+    const at = insertSorted(times, now + wait)
+    const costs = log.weights ?? (cost > 1 ? new Array<number>(times.length - 1).fill(1) : undefined)
+    costs?.splice(at, 0, cost)
+    log.weights = costs
+    // As in the script: the log outlives its newest entry by a window.
+    const longest = Math.max(...limits.map(limit => limit.windowMs))
+    if (log.expiresAt - now < wait + longest) log.expiresAt = now + wait + 2 * longest
+    // What its limits will say when it is let through.
+    entries.splice(0, entries.length, ...slidingLog.count(log, limits, now + wait, true, 0).entries)
+    return true
+  },
+
   settle (state, limits, at, _now, cost, asked) {
     // As the script: an entry that has left the log stays gone, and weighs at most the largest capacity.
     const final = Math.min(asked, Math.max(largest(limits), cost))

@@ -43,6 +43,13 @@ export interface Step {
    * but refused by another budget, a response that does not count), more charges what it really cost.
    */
   settle (state: State | undefined, limits: readonly Limit[], at: number, now: number, cost: number, final: number): State | undefined
+  /**
+   * `maxWait`: a request `count` denied, which every limit allows `wait` ms from now, is counted at now + wait
+   * (ahead of the clock; `entries` then say what its limits will be when the wait ends), unless `maxQueue`
+   * requests of the state wait already (false). Absent on an algorithm that cannot (maxWait is refused at
+   * registration for it).
+   */
+  reserve?: (state: State | undefined, limits: readonly Limit[], now: number, cost: number, wait: number, maxQueue: number, entries: Entry[]) => boolean
 }
 
 /**

@@ -38,6 +38,10 @@ export interface ResolvedRoute {
   readonly cost: number | CostFunction
   /** At most this many units of a client's requests in flight (`concurrency`); null: no such limit. */
   readonly concurrency: ResolvedConcurrency | null
+  /** A request its limits would allow within this many ms waits instead of being refused (`maxWait`); null: none does. */
+  readonly maxWait: number | null
+  /** At most this many of a client's requests wait at once; undefined: the smallest max of its limits. */
+  readonly maxQueue: number | undefined
   /** Whether a response counts (`countWhen`, or what `skipSuccessfulRequests` / `skipFailedRequests` make of the status). */
   readonly countWhen: CountWhenFunction | undefined
   readonly settle: SettleFunction | undefined

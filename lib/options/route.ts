@@ -11,6 +11,7 @@ import type { Read } from './read.js'
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
 import { checkAppStoreRoute } from './stores.js'
 import { OPTIONS } from './table.js'
+import { checkWaiting } from './wait.js'
 import type { FieldNames, KeyGenerator } from '../types.js'
 
 // A budget's options, the second half of the pass: the plugin's over the defaults, and a route's
@@ -32,7 +33,7 @@ export function resolveRoute ({ input, given }: Read, base: ResolvedRoute, where
   const alone = readAlone('route', given, base)
   const limits = resolveLimits(given, input, base, where)
   checkLimitsFit({ ...alone, ...limits }, where)
-  return Object.freeze({
+  const route: ResolvedRoute = Object.freeze({
     ...alone,
     ...limits,
     ...resolveKeys(given, base, context.keyGeneratorFor),
@@ -43,6 +44,8 @@ export function resolveRoute ({ input, given }: Read, base: ResolvedRoute, where
     fieldNames: base.fieldNames,
     headerSwitches: resolveHeaderSwitches(given, base.fieldNames, base.headerSwitches, where, where !== '', context.warn)
   })
+  checkWaiting(route, given, where)
+  return route
 }
 
 /**
@@ -86,6 +89,9 @@ export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, 
   // A check answers and is done: no response of its own holds slots until it ends (a hook's does: rateLimit()).
   if (call === 'createRateLimit' && read.given.concurrency != null) {
     fail(`${where}concurrency`, read.input.concurrency, 'false: a check holds no slot, having no response to hold it until; give concurrency to a route or to fastify.rateLimit()')
+  }
+  if (call === 'createRateLimit' && read.given.maxWait != null) {
+    fail(`${where}maxWait`, read.input.maxWait, 'false: a check answers at once; give maxWait to a route or to fastify.rateLimit()')
   }
   return counted(resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
 }

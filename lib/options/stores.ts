@@ -67,6 +67,7 @@ export function checkAppStoreRoute (route: ResolvedRoute): ResolvedRoute {
   if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
   if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
   if (route.concurrency !== null) throw new InvalidOptionError('concurrency', 'false with store: requests in flight are counted in Redis or in process, not in the app\'s store')
+  if (route.maxWait !== null) throw new InvalidOptionError('maxWait', 'false with store: a place ahead of the clock is kept in Redis or in process, not in the app\'s store')
   if (settlesItself(route)) {
     throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
   }

@@ -9,6 +9,7 @@ import { checkStandardHeaders, checkSwitches } from './headers.js'
 import { checkCost, checkLimitMax, checkLimitWindow, checkRouteLimits, checkShared } from './limits.js'
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
 import { checkBreaker, checkNameSpace, checkRedis, checkStoreClass } from './stores.js'
+import { checkMaxWait } from './wait.js'
 import type {
   BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
   RouteRateLimitOptions, SettleFunction
@@ -79,6 +80,8 @@ export const OPTIONS = {
   shared: over(checkShared, false),
   cost: over(checkCost, 1),
   concurrency: over(checkConcurrency, false),
+  maxWait: over(checkMaxWait, false),
+  maxQueue: over(checkMax),
   settle: over(checkFunction<SettleFunction>, undefined, 'refused'),
   refundAborted: over(checkBoolean, false, 'refused'),
   mode: over((value, name) => checkOneOf(value, name, MODES), 'enforce'),

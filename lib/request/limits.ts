@@ -32,6 +32,7 @@ function decidable (plan: Plan, key: string, limits: readonly Limit[], units: nu
   const ban = plan.banEach === null ? plan.ban : banPerWindow(plan.banEach, limits.map(limit => limit.windowMs))
   let input: Decidable = { keys: identityKeys(plan.nameSpace, budget.scope, key, route.algorithm, plan.family), limits, ban, peek: false, algorithm: route.algorithm, holdDenials, failMode: route.failMode }
   if (route.overLimit !== undefined) input = { ...input, overLimit: route.overLimit }
+  if (plan.waitFor !== null) input = { ...input, wait: plan.waitFor(limits) }
   // A request of one unit says nothing: the common path sends what it always did.
   if (units !== 1) input = { ...input, cost: units }
   return input

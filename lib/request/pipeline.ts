@@ -5,6 +5,7 @@ import type { Decider } from '../decider.js'
 import type { Decidable, Verdict } from '../stores/store.js'
 import type { ResolvedOptions } from '../options/resolved.js'
 import type { TheirStore } from '../types.js'
+import { AbandonedError } from '../errors.js'
 import { isAllowListed } from './allow.js'
 import { charge } from './charge.js'
 import { ask, decide } from './decide.js'
@@ -17,9 +18,10 @@ import type { Plan } from './plan.js'
 import { SENT, respond } from './respond.js'
 import type { HookResult } from './respond.js'
 import { watch } from './watch.js'
+import { LEFT, wait } from './wait.js'
 
 // A request, as one budget limits it, in named stages:
-//   identify → allow → limits and cost → decide → hold → charge → respond → watch
+//   identify → allow → limits and cost → decide → wait → hold → charge → respond → watch
 // over the budget's plan, worked out once at onRoute (./plan.ts). Every stage runs at once when its answer is
 // at hand (a static allow list and limits, a ban held in process, the in-process store) and waits only for
 // what must be waited for (Redis, an async key generator): a client refused in process costs no promise.
@@ -90,9 +92,12 @@ function prepare (plan: Plan, request: FastifyRequest): Prepared | PromiseLike<P
   })
 }
 
-/** Decide → hold → charge → respond → watch. */
+/** Decide → wait → hold → charge → respond → watch. */
 function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyReply, given: Given, input: Decidable): HookResult | PromiseLike<HookResult> {
-  return then(then(decide(plan, input, given, request.log), decided => hold(plan, request, reply, decided)), decided => {
+  const waited = then(decide(plan, input, given, request.log), decided => wait(plan, request, reply, decided))
+  return then(then(waited, decided => decided === LEFT ? decided : hold(plan, request, reply, decided)), decided => {
+    // Its client left while it waited: it gave its place back, and is not handled.
+    if (decided === LEFT) return new AbandonedError()
     if (decided.charged.length > 0) charge(request, plan.decider, decided.charged)
     const result = respond(plan, request, reply, given, decided)
     if (plan.watched !== null && decided.verdict.status === 'allowed') watch(plan, request, given, decided.input)

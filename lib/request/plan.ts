@@ -10,7 +10,7 @@ import { retryAfterSeconds } from '../headers.js'
 import { TheirBudget } from '../stores/app-store.js'
 import { sharedKeys } from '../stores/key-names.js'
 import type { Family } from '../stores/key-names.js'
-import type { Decidable } from '../stores/store.js'
+import type { Decidable, WaitPolicy } from '../stores/store.js'
 import { settlesItself } from '../options/resolved.js'
 import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
 import type { BanPolicy, TheirStore } from '../types.js'
@@ -47,6 +47,8 @@ export interface Plan {
   readonly fallbacks: readonly Fallback[]
   /** Whether only time can change a denial (see HeldAnswers); per request also: no route gives counts back to the scope. */
   readonly holdable: boolean
+  /** `maxWait` and `maxQueue` for a request decided on `limits` (null: no request waits). */
+  readonly waitFor: ((limits: readonly Limit[]) => WaitPolicy) | null
   /** The scopes some route gives counts back to (it has a shared budget): complete once the app is ready. */
   readonly undoneScopes: ReadonlySet<string>
   /** The limits the route watches (`mode: 'shadow'` per limit), as a budget of their own; its keys per request. */
@@ -74,9 +76,10 @@ export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOpti
   const ban = strikes ? route.ban : null
   const fixedLimits = staticLimits(route.limits)
   // Only time can change a denial when it counts no strike, no request's limits or cost differ, a denial sets
-  // no over-limit wait and the route gives nothing back after its responses (see HeldAnswers); a shared
-  // budget's denials, too: nothing is ever given back to it. (A handler that settles lower says so: ./charge.ts.)
-  const holdable = ban === null && fixedLimits !== null && route.overLimit === undefined && typeof route.cost === 'number' && !settlesItself(route)
+  // no over-limit wait, no request waits (one whose client leaves gives its place back) and the route gives
+  // nothing back after its responses (see HeldAnswers); a shared budget's denials, too: nothing is ever given
+  // back to it. (A handler that settles lower says so: ./charge.ts.)
+  const holdable = ban === null && fixedLimits !== null && route.overLimit === undefined && route.maxWait === null && typeof route.cost === 'number' && !settlesItself(route)
   // Watched limits write only their state, under a scope no enforcing budget has (`~`), and never a strike, a
   // ban or an over-limit wait: nothing an enforcing decision reads.
   const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
@@ -98,6 +101,7 @@ export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOpti
     // A limit function that fails gives a static limit, never none (./computed.ts): failMode is Redis's.
     fallbacks: fixedLimits === null ? fallbacksOf(route.limits, opts.route.limits) : [],
     holdable,
+    waitFor: waitPolicy(route, fixedLimits),
     undoneScopes,
     watched,
     shared,
@@ -116,6 +120,18 @@ export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOpti
           type: 'application/json; charset=utf-8'
         }
   })
+}
+
+/**
+ * `maxWait` and `maxQueue` as a decision takes them: one object for static limits (a batch sends a policy once),
+ * else made per request, whose limits give the default queue (the smallest max).
+ */
+function waitPolicy ({ maxWait, maxQueue }: ResolvedRoute, fixedLimits: readonly Limit[] | null): Plan['waitFor'] {
+  if (maxWait === null) return null
+  const policy = (limits: readonly Limit[]): WaitPolicy => Object.freeze({ maxMs: maxWait, maxQueue: maxQueue ?? Math.min(...limits.map(limit => limit.max)) })
+  if (fixedLimits === null) return policy
+  const fixed = policy(fixedLimits)
+  return () => fixed
 }
 
 /** What a budget that cannot decide answers (`failMode: 'closed'`): try again one deadline from now, in whole seconds. */

@@ -26,7 +26,8 @@ export function report (plan: Plan, outcome: Outcome, key: Given, verdict: Verdi
     keyHash: hashOf(input),
     keyKind: keyKindOf(key),
     mode: plan.route.mode,
-    inFlight
+    inFlight,
+    waitedMs: 'waitMs' in verdict ? verdict.waitMs : undefined
   } satisfies DecisionMessage)
 }
 

@@ -17,6 +17,8 @@ export const SENT = Symbol('sent')
 
 /** The header that says a request went through because Redis could not decide (`failMode: 'open'`). */
 const UNENFORCED_HEADER = 'x-ratelimit-enforced'
+/** The header that says a request waited before it went on (`maxWait`), and for how many ms. */
+const WAITED_HEADER = 'x-ratelimit-waited-ms'
 
 /** What `onExceeded` is told: whether the request was let through all the same (shadow mode). */
 export const SHADOW = Object.freeze({ shadow: true })
@@ -32,6 +34,8 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
       writeHeaders(reply, headers, verdict)
       // Its rate limits decided, its slots not (Redis missed their deadline, failMode 'open'): not all enforced.
       if (slots?.status === 'unenforced') reply.header(UNENFORCED_HEADER, 'false')
+      // In shadow mode nothing waits (./wait.ts): the channel alone says what enforce would have waited.
+      if (verdict.waitMs !== undefined && route.mode !== 'shadow') reply.header(WAITED_HEADER, verdict.waitMs)
       route.onExceeding?.(request, key as string)
       return undefined
     case 'unenforced':

@@ -1,10 +1,12 @@
 import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
 import type { Entry, Limit, State } from '../algorithms/index.js'
-import { FAILED, parseLimits, toDecision } from './store.js'
+import { FAILED, WAITS, toDecision } from './replies.js'
+import type { RawDecision } from './replies.js'
+import { parseLimits } from './store.js'
 import { LONGEST } from '../duration.js'
 import { Oldest } from '../oldest.js'
 import { isBanKey } from './key-names.js'
-import type { DecideInput, Decision, RawDecision, SettleInput, Store } from './store.js'
+import type { DecideInput, Decision, SettleInput, Store } from './store.js'
 import type { Ban } from './ban-index.js'
 import type { BanPolicy } from '../types.js'
 import { MemoryLeases } from './memory-leases.js'
@@ -56,7 +58,8 @@ function wait (longest: number, k: number, doubles: boolean): number {
 
 /** The reply of a decision made `now`, as the scripts give it (see the header of `lua/decide.lua`), in one array. */
 function raw (status: number, retry: number, offence: number, now: number, limits: readonly Limit[], entries: readonly Entry[]): RawDecision {
-  const reply: Array<number | string> = [status, retry, offence, now, limits.length]
+  // A request that waits is counted at the end of its wait.
+  const reply: Array<number | string> = [status, retry, offence, status === WAITS ? now + retry : now, limits.length]
   for (let i = 0; i < limits.length; i++) reply.push(limits[i]!.burst, limits[i]!.windowMs, entries[i]!.count, entries[i]!.reset)
   return reply
 }
@@ -97,7 +100,7 @@ export class MemoryStore implements Store {
     return toDecision(this.#decide(input), '', input.limits)
   }
 
-  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit, cost = 1 }: DecideInput): RawDecision {
+  #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit, cost = 1, wait: waits }: DecideInput): RawDecision {
     const now = this.#now()
     let limits = given
 
@@ -155,6 +158,13 @@ export class MemoryStore implements Store {
       entries.forEach((entry, i) => {
         if (entry.retry > retry) [retry, strikeWindow] = [entry.retry, limits[i]!.windowMs]
       })
+      // Allowed within maxWait: it waits, counted at the end of its wait, unless its queue is full (not on a log
+      // strangers share, nor for a peek or a cost no wait lets through).
+      if (waits !== undefined && !peek && own && retry > 0 && retry <= waits.maxMs && STEPS[algorithm].reserve?.(tracked, limits, now, cost, retry, waits.maxQueue, entries) === true) {
+        // Kept while a request waits on it, and through its window after.
+        tracked!.keepUntil = Math.max(tracked!.keepUntil ?? 0, now + retry + Math.max(...limits.map(limit => limit.windowMs)))
+        return raw(WAITS, retry, 0, now, limits, entries)
+      }
       // Over the limit: held off for the longest window, from now (not strangers sharing a log).
       if (overLimit !== undefined && !peek && own) {
         retry = wait(longest, 1, false)

@@ -11,7 +11,7 @@ import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, 
 import type { Clock, Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
 import { RedisLeases } from './redis-leases.js'
-import { HANDED_BACK, toDecisions, toLeanDecisions } from './store.js'
+import { HANDED_BACK, toDecisions, toLeanDecisions } from './replies.js'
 import type { DecideInput, Decision, RemoteStore, SettleInput } from './store.js'
 import type { RedisLike } from '../types.js'
 

@@ -9,7 +9,7 @@ import { ALGORITHMS } from '../algorithms/index.js'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { CommandConflictError } from '../errors.js'
 import { indexOf } from './ban-index.js'
-import type { DecideInput, SettleInput } from './store.js'
+import type { DecideInput, SettleInput, WaitPolicy } from './store.js'
 import type { BanPolicy } from '../types.js'
 import { keySlot } from '../slots.js'
 
@@ -152,19 +152,20 @@ export type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<
 export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
   const keys: string[] = []
   const policies: Array<string | number> = []
-  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit]> = []
+  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit, WaitPolicy | undefined]> = []
   const each: Array<string | number> = []
   for (const input of requests) {
     const { keys: k, limits } = input
     const ban = 'ban' in input ? input.ban : null
     const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
+    const wait = 'ban' in input ? input.wait : undefined
     keys.push(k.log, k.banned, k.override)
     if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
     if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
-    let policy = seen.findIndex(([l, b, o]) => l === limits && b === ban && o === over)
+    let policy = seen.findIndex(([l, b, o, w]) => l === limits && b === ban && o === over && w === wait)
     if (policy === -1) {
-      policy = seen.push([limits, ban, over]) - 1
-      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, limits.length)
+      policy = seen.push([limits, ban, over, wait]) - 1
+      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, wait?.maxMs ?? 0, wait?.maxQueue ?? 0, limits.length)
       for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
     }
     const cost = input.cost ?? 1
@@ -176,12 +177,12 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
 
 /**
  * Whether a lean script decides `input`: decided (not peeked or settled) by an algorithm with a lean path
- * (`LEAN_ALGORITHMS`) on one limit, at a cost of 1, with no over-limit wait. It hands back the few it cannot:
+ * (`LEAN_ALGORITHMS`) on one limit, at a cost of 1, with no over-limit wait and no maxWait. It hands back the few it cannot:
  * an identity with an override of several limits, a state it does not read (a log holding costlier entries),
  * a foreign value at a key.
  */
 export function isLean (input: DecideInput, algorithm: Algorithm): boolean {
-  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && (input.cost ?? 1) === 1 && input.overLimit === undefined
+  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && (input.cost ?? 1) === 1 && input.overLimit === undefined && input.wait === undefined
 }
 
 /**

@@ -39,7 +39,10 @@ export const ROUTES = {
   '/search': { max: 1, cost: null, shadow: true, concurrency: null },
   '/hold': { max: 5, cost: null, shadow: false, concurrency: 2 },
   // A rate no run reaches: what shadow mode lets through is the slots' alone.
-  '/hold-shadow': { max: 50, cost: 1, shadow: true, concurrency: 1 }
+  '/hold-shadow': { max: 50, cost: 1, shadow: true, concurrency: 1 },
+  // maxWait shorter than any wait an hour's window gives: every request over the limit is refused as before,
+  // on a budget whose denials are never held in process.
+  '/wait': { max: 2, cost: 1, shadow: false, concurrency: null }
 } as const satisfies Record<string, { max: number, cost: number | null, shadow: boolean, concurrency: number | null }>
 export type Path = keyof typeof ROUTES
 /** `/ban`'s policy: denials within the hour that start a ban of an hour. */
@@ -201,6 +204,7 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
   app.get('/watched', { config: { rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
   app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
   app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency } } } }, handler)
+  app.get('/wait', { config: { rateLimit: { ...limit('/wait'), maxWait: '1 second', maxQueue: 1 } } }, handler)
   // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
   app.get('/hold-shadow', {
     config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency } } }

@@ -4,7 +4,7 @@ import type { Test } from 'tap'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import { identityKeys } from '../../lib/stores/key-names.js'
 import type { IdentityKeys } from '../../lib/stores/key-names.js'
-import type { DecideInput } from '../../lib/stores/store.js'
+import type { DecideInput, Decision } from '../../lib/stores/store.js'
 import { uniquePrefix } from './redis.js'
 import { decideInput, memoryStore, redisStore } from './stores.js'
 import { draws } from './random.js'
@@ -14,12 +14,21 @@ const T0 = 1_700_000_000_000
 
 type KeyName = keyof IdentityKeys
 
+/** What a differential run decides under: an over-limit policy, `maxWait` (each budget its own, drawn), how many steps, and whether the lean path may take them. */
+export interface Traffic {
+  readonly overLimit?: DecideInput['overLimit']
+  readonly waits?: boolean
+  readonly steps?: number
+  readonly lean?: boolean
+}
+
 /**
- * Random traffic (three identities, two budgets each, bans, admin calls, peeks, clock steps back) decided by
- * both stores, step by step: every decision must be identical. With `requireEveryKind`, the traffic must
- * also have reached every kind of answer (so agreement means something).
+ * Random traffic (three identities, two budgets each, bans, admin calls, peeks, clock steps back; under
+ * `waits`, requests that wait and places given back) decided by both stores, step by step: every decision must
+ * be identical. With `requireEveryKind`, the traffic must also have reached every kind of answer (so agreement
+ * means something).
  */
-export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, overLimit?: DecideInput['overLimit'], STEPS = 2000, lean = true): Promise<void> {
+export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, steps: STEPS = 2000, lean = true }: Traffic = {}): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
   // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
   // entry, a strike or a ban ends: the edges are where two implementations part.
@@ -29,8 +38,14 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
     name: `ip:198.51.100.${i}`,
     threshold: [0, pick([1, 2]), pick([2, 3, 4])][i % 3]!,
     banMs: ms(10, 1500, 0.2),
-    budgets: Array.from({ length: 2 }, (_, j) => ({ scope: `s${j}`, max: int(1, 6), windowMs: ms(10, 800, 0.2), varyMax: random() < 0.3 }))
+    budgets: Array.from({ length: 2 }, (_, j) => {
+      const windowMs = ms(10, 800, 0.2)
+      const wait = waits ? { maxMs: ms(0, 2 * windowMs, 0.2), maxQueue: int(1, 3) } : undefined
+      return { scope: `s${j}`, max: int(1, 6), windowMs, varyMax: random() < 0.3, wait }
+    })
   }))
+  // The last request of each budget that waits: a later step may give its place back (its client left).
+  const waiting = new Map<string, { decision: Decision, input: DecideInput }>()
   const redis = await redisStore(t, undefined, { lean })
   const stores = [redis, memoryStore(t)] as const
   let now = T0
@@ -59,6 +74,13 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
       action = `setBan(${who.name}, ${banMs})`
       for (const store of stores) await store.setBan(keys.banned, banMs, now)
       results = ['', '']
+    } else if (admin < 0.05 && waiting.has(keys.log)) {
+      const { decision, input } = waiting.get(keys.log)!
+      waiting.delete(keys.log)
+      action = `giveBack(${who.name}/${budget.scope}, counted at T0+${decision.at - T0})`
+      for (const store of stores) await store.settle({ keys, limits: input.limits, algorithm, member: decision.member, at: decision.at, final: 0 }, now)
+      results = ['', '']
+      seen.add('given back')
     } else if (admin < 0.02) {
       const names = pick<KeyName[]>(overLimit !== undefined
         ? [['log', 'backoff'], ['strikes'], ['banned', 'strikes'], ['backoff']]
@@ -77,7 +99,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
         algorithm,
         overLimit
       }
-      const input = decideInput(simple)
+      const input = budget.wait === undefined ? decideInput(simple) : { ...decideInput(simple), wait: budget.wait }
       action = `decide(${who.name}/${budget.scope}, max ${simple.max}, window ${simple.windowMs}, threshold ${simple.banThreshold}, ban ${simple.banMs}${simple.peek ? ', peek' : ''})`
       const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
       results = decisions.map(({ member, ...d }) => JSON.stringify(d))
@@ -86,6 +108,11 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
       if (decisions[1]!.status === 'limited' && decisions[1]!.retryMs >= 2 * budget.windowMs) seen.add('backoff doubled')
       // A peek under the over-limit key: the client one over its limit.
       if (input.peek && decisions[1]!.count > decisions[1]!.limit) seen.add('exceeded peek')
+      if (decisions[1]!.waitMs !== undefined) {
+        seen.add('waits')
+        // Redis's decision names its member, which settling there needs; the twin settles by time.
+        waiting.set(keys.log, { decision: decisions[0]!, input })
+      }
     }
     if (!record.step(step, now - T0, action, results)) {
       lastDecisions = results
@@ -96,7 +123,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
   // The traffic reached every kind of answer, so agreement means something.
   if (!requireEveryKind) return
   const over = overLimit === undefined ? [] : ['exceeded peek', ...(overLimit === 'backoff' ? ['backoff doubled'] : [])]
-  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek', ...over]) {
+  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek', ...over, ...(waits ? ['waits', 'given back'] : [])]) {
     t.ok(seen.has(kind), `the random traffic produced ${kind}`)
   }
 }

@@ -29,7 +29,7 @@ import { ALGORITHMS, DEFAULT_ALGORITHM } from '../../lib/algorithms/index.js'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import type { IdentityKeys } from '../../lib/stores/key-names.js'
 import { LEAN_ALGORITHMS, LEAN_SCRIPTS, SCRIPTS, isLean, leanArgs, members, scriptArgs } from '../../lib/stores/scripts.js'
-import { HANDED_BACK, toDecision, toLeanDecisions } from '../../lib/stores/store.js'
+import { HANDED_BACK, toDecision, toLeanDecisions } from '../../lib/stores/replies.js'
 import type { DecideInput, Decision, SettleInput } from '../../lib/stores/store.js'
 import { client, getRedis, timeVariant, type Teardownable } from './redis.js'
 

@@ -1,0 +1,39 @@
+import { fail } from './checks.js'
+import { toMilliseconds } from '../duration.js'
+import { InvalidOptionError } from '../errors.js'
+import type { ResolvedRoute } from './resolved.js'
+
+// `maxWait` and `maxQueue`: a request its limits deny, which every one of them would allow within `maxWait`, is
+// not refused: its place is counted at the end of that wait, in the same decision (so the requests waiting
+// never pass a limit, across instances), and it goes on once the wait is over (lib/request/wait.ts). At most
+// `maxQueue` requests of one client's budget wait at once (default: the smallest `max` of its limits); one
+// that would wait longer, or find the queue full, is refused as before. The algorithm keeps the places
+// (`reserve` in lua/<algorithm>.lua and its twin): the sliding log so far.
+
+/** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once). */
+const LONGEST_WAIT_MS = 2 ** 31 - 1
+
+/** `maxWait`: `false` (the default, no request waits) or a duration; resolved to ms, or null. */
+export function checkMaxWait (value: unknown, name: string): number | null {
+  if (value === false) return null
+  const ms = toMilliseconds(value)
+  if (ms === undefined || ms > LONGEST_WAIT_MS) fail(name, value, `false, or a duration up to ${LONGEST_WAIT_MS} ms, such as '1 second'`)
+  return ms
+}
+
+/**
+ * How `maxWait` meets a budget's other options, once they are merged (`where` prefixes the names): on the
+ * sliding log, which keeps places ahead of the clock; not with `continueExceeding` / `exponentialBackoff`, which
+ * hold a client off where `maxWait` lets it through; not with `shared`, whose budget would count the request
+ * when it is decided and the client's when its wait ends. `maxQueue` given where no request waits says nothing.
+ */
+export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?: unknown }, where: string): void {
+  if (route.maxWait === null) {
+    if (given.maxQueue !== undefined) throw new InvalidOptionError(`${where}maxQueue`, 'maxWait too: maxQueue bounds the requests that wait')
+    return
+  }
+  const refuse = (why: string): never => { throw new InvalidOptionError(`${where}maxWait`, why) }
+  if (route.algorithm !== 'sliding-log') refuse(`false with algorithm '${route.algorithm}': requests wait on the sliding log (the default) so far`)
+  if (route.overLimit !== undefined) refuse('false with continueExceeding or exponentialBackoff: they hold a client off over the limit, maxWait lets it through')
+  if (route.shared !== null) refuse('false with shared: the shared budget would count the request when it is decided, the client\'s when its wait ends')
+}
