@@ -219,8 +219,8 @@ export interface RouteRateLimitOptions {
    * instead of being refused: its place is counted at the end of the wait in the same decision (so the requests
    * waiting never pass a limit, across instances), a client that leaves gives it back, and the response says
    * `X-RateLimit-Waited-Ms`. A request that would wait longer, or finds `maxQueue` waiting, is refused as
-   * before. On the sliding log (the default algorithm); not with `continueExceeding`, `exponentialBackoff` or
-   * `shared`. Default false. See docs/options.md, maxWait.
+   * before. On the sliding log (the default algorithm) and the token bucket; not with `continueExceeding`,
+   * `exponentialBackoff` or `shared`. Default false. See docs/options.md, maxWait.
    */
   maxWait?: false | number | string
   /** With `maxWait`: at most this many of a client's requests wait at once (default: the smallest `max` of its limits). */

@@ -15,7 +15,11 @@
 --   settle(bucket, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
---   reserve  none: no request waits on this algorithm yet (maxWait is refused at registration for it).
+--   reserve(bucket, limits, now, member, cost, wait, queue, entries) -> wait, or nil
+--            a request count() denied, which every limit lets through `wait` ms from now (within the
+--            policy's maxWait), takes its tokens now, past the bucket's size: a debt the drip pays off by the
+--            end of its wait, which every later decision counts. Not when a limit owes `queue` units already
+--            (the requests waiting, in units): nil. Fills entries as they will be when the wait ends.
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
 -- state    bucket  HASH, per limit i: t<i> = the TAT's whole ms, f<i> = its ticks past t<i> (0 to max - 1).
@@ -98,8 +102,26 @@ end
 -- back, now. A bucket that has refilled takes only what is more. A TAT ends it at most at the bucket's burst
 -- plus the largest (lua/prelude.lua) in ticks, and at 2^51 ticks (at least twice burst x window, which the
 -- options bound by 2^50): the bucket is empty and owes at most one largest capacity, exactly.
--- maxWait: not built for this algorithm (see the header).
-local reserve = nil
+local function reserve (bucket, limits, now, member, cost, wait, queue, entries)
+  for i = 1, #limits do
+    local owed = entries[i].tat - limits[i].burst * limits[i].window
+    if owed > 0 and ceildiv(owed, limits[i].window) >= queue then
+      return nil
+    end
+  end
+  -- The key lives until the last limit's bucket is full again.
+  local ttl = 0
+  for i = 1, #limits do
+    local max, window = limits[i].max, limits[i].window
+    local tat = entries[i].tat + cost * window
+    ttl = math.max(ttl, ceildiv(tat, max))
+    store(bucket, i, now, tat, max)
+  end
+  redis.call('PEXPIRE', bucket, text(ttl))
+  -- What its limits will say when it is let through.
+  count(bucket, limits, now + wait, member, true, entries, 0)
+  return wait
+end
 
 local function settle (bucket, limits, member, at, now, cost, final)
   local delta, ttl, most = final - cost, 0, largest(limits)

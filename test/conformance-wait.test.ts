@@ -4,6 +4,7 @@
 // a limit; at most maxQueue wait at once; a request given back frees its place; a peek never waits. Then the
 // seeded differential under maxWait, and a replayed call (Redis only) that answers a waiting request as it was.
 import t from 'tap'
+import type { Algorithm } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { SCRIPTS, members, scriptArgs } from '../lib/stores/scripts.js'
 import { toDecision } from '../lib/stores/replies.js'
@@ -38,6 +39,8 @@ type Step =
 
 interface Case {
   name: string
+  /** The sliding log unless said. */
+  algorithm?: Algorithm
   max: number
   windowMs: number
   limits?: Array<{ max: number, windowMs: number }>
@@ -118,6 +121,40 @@ const CASES: Case[] = [
     ]
   },
   {
+    name: 'token bucket, 2 a second: a request over the bucket takes its tokens now and waits for the drip to pay them off; two owed fill a queue of 2',
+    algorithm: 'token-bucket',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 1000, maxQueue: 2 },
+    steps: [
+      { at: 0, expect: allowed(1, 500) },
+      { at: 0, expect: allowed(2, 500) },
+      // A token back every 500 ms: the third waits 500, the fourth 1000 (each let through with the bucket full).
+      { at: 0, expect: waits(2, 500, 500, 500) },
+      { at: 0, expect: waits(2, 500, 1000, 1000) },
+      // The fifth would wait 1500 ms, past maxWait.
+      { at: 0, expect: limited(4, 1500, 1500) },
+      // The fourth's client left: its tokens back.
+      { at: 100, giveBack: 3 },
+      { at: 100, expect: waits(2, 500, 900, 1000) }
+    ]
+  },
+  {
+    name: 'token bucket: a full queue refuses, though the wait would be short',
+    algorithm: 'token-bucket',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 5000, maxQueue: 1 },
+    steps: [
+      { at: 0, expect: allowed(1, 500) },
+      { at: 0, expect: allowed(2, 500) },
+      { at: 0, expect: waits(2, 500, 500, 500) },
+      { at: 0, expect: limited(3, 1000, 1000) },
+      // Once the first owed token is paid off, the queue has room again.
+      { at: 500, expect: waits(2, 500, 500, 1000) }
+    ]
+  },
+  {
     name: 'a request that fits is never held: the wait is for requests over the limit',
     max: 2,
     windowMs: 1000,
@@ -133,16 +170,16 @@ const CASES: Case[] = [
 for (const kind of ['redis', 'memory'] as const) {
   t.test(`maxWait, step by step (${kind})`, async t => {
     const store: StoreUnderTest = kind === 'redis' ? await redisStore(t) : memoryStore(t)
-    for (const { name, max, windowMs, limits, wait, steps } of CASES) {
-      const keys = identityKeys(uniquePrefix(), 'all', 'user:waits')
+    for (const { name, algorithm = 'sliding-log', max, windowMs, limits, wait, steps } of CASES) {
+      const keys = identityKeys(uniquePrefix(), 'all', 'user:waits', algorithm)
       const decisions: Array<{ decision: Decision, input: DecideInput }> = []
       for (const [i, step] of steps.entries()) {
         if ('giveBack' in step) {
           const { decision, input } = decisions[step.giveBack]!
-          await store.settle({ keys, limits: input.limits, algorithm: 'sliding-log', member: decision.member, at: decision.at, cost: input.cost ?? 1, final: 0 }, T0 + step.at)
+          await store.settle({ keys, limits: input.limits, algorithm, member: decision.member, at: decision.at, cost: input.cost ?? 1, final: 0 }, T0 + step.at)
           continue
         }
-        const input = { ...decideInput({ keys, max, windowMs, limits, peek: step.peek, cost: step.cost, algorithm: 'sliding-log' }), wait }
+        const input = { ...decideInput({ keys, max, windowMs, limits, peek: step.peek, cost: step.cost, algorithm }), wait }
         const decision = await store.decide(input, T0 + step.at)
         decisions[i] = { decision, input }
         t.strictSame(seen(decision), step.expect, `${name}: step ${i} at ${step.at} ms`)
@@ -156,6 +193,9 @@ for (const kind of ['redis', 'memory'] as const) {
 const FIXED_SEED = 1
 const seeds = process.env.CONFORMANCE_SEED !== undefined ? [Number(process.env.CONFORMANCE_SEED)] : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
 for (const seed of seeds) {
+  t.test(`differential (token bucket, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
+    await differential(t, 'token-bucket', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
+  })
   t.test(`differential (sliding log, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
     await differential(t, 'sliding-log', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
   })

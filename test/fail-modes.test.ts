@@ -11,7 +11,8 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
-import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { changesChannel } from '../lib/changes.js'
+import { client, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 import { watchEscapes } from './helpers/faults.js'
 import { allowing, inTime, overdue } from './helpers/lag.js'
 import type { Span } from './helpers/lag.js'
@@ -229,8 +230,13 @@ t.test('after a restart on the same port, limiting is exact again', async t => {
 t.test('Redis trouble is logged once per interval, not once per request', async t => {
   for (const [kind, redisFor] of Object.entries(KINDS)) {
     const server = await startRedisServer(t)
-    const { app, logs } = await makeApp(t, { redis: redisFor(t, server.url), failMode: 'open' })
+    const nameSpace = uniquePrefix()
+    const { app, logs } = await makeApp(t, { redis: redisFor(t, server.url), failMode: 'open', nameSpace })
     await app.rateGuard.peek('127.0.0.1') // loads the script, outside the deadline
+    // Subscribed to operators' changes before Redis goes: a subscription cut short says so in a line of its own.
+    const observer = lend(t, server.url)
+    await until(async () => ((await observer.pubsub('NUMSUB', changesChannel(nameSpace))) as [string, number])[1] === 1, 'the changes subscription')
+    observer.disconnect()
     t.equal((await app.inject('/')).statusCode, 200)
     t.notOk(logs.some(line => /Redis did not decide/.test(line.msg)), `${kind}: no trouble logged while Redis is up`)
     const start = logs.length

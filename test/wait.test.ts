@@ -3,7 +3,7 @@
 // than five handlers starting in any second), the other five refused at once. A client that leaves while it
 // waits gives its place back and its handler never runs; the header and the channel say how long a request
 // waited; shadow mode never waits; the in-process store waits as Redis does; options that cannot meet are
-// refused at register. (The stores' places: test/conformance-wait.test.ts.)
+// refused at register; the token bucket paces. (The stores' places: test/conformance-wait.test.ts.)
 import diagnostics from 'node:diagnostics_channel'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -72,6 +72,22 @@ t.test('two instances on one Redis, max 5 per second, maxWait 1 s: of 15 simulta
   t.ok(sorted[5]! >= sent + 999, `the second five start no earlier than the window allows (${sorted[5]! - sent} ms after the requests were sent)`)
   // A handler starts a little after its decision: a window shortened by that lag (up to 200 ms here) holds no more than five.
   t.ok(busiest(starts, 800) <= 5, `never more than five handler starts in a second (${busiest(starts, 800)} in the busiest 800 ms)`)
+})
+
+t.test('the token bucket paces: 5 a second, maxWait 1 s: of 15 simultaneous requests 5 go at once, 5 one every 200 ms, 5 are refused', async t => {
+  const { url } = await getRedis(t)
+  const starts: number[] = []
+  const { base } = await listening(t, { redis: url, nameSpace: uniquePrefix(), algorithm: 'token-bucket', max: 5, timeWindow: '1 second', maxWait: '1 second' }, starts)
+  const sent = Date.now()
+  const answers = await Promise.all(Array.from({ length: 15 }, async () => await get(`${base}/`)))
+  t.equal(answers.filter(answer => answer.status === 200).length, 10, 'ten answered 200')
+  t.equal(answers.filter(answer => answer.status === 429).length, 5, 'five refused')
+  const waited = answers.map(answer => answer.waited).filter(waited => waited !== null).sort((a, b) => a! - b!)
+  t.equal(waited.length, 5, 'five waited')
+  // A token back every 200 ms: the nth waits at most n × 200 ms (less the time until it was decided).
+  t.ok(waited.every((ms, i) => ms! > 0 && ms! <= (i + 1) * 200), `one every 200 ms: ${waited.join(', ')} ms`)
+  const later = [...starts].sort((a, b) => a - b).slice(5)
+  t.ok(later.every((start, i) => start >= sent + (i + 1) * 200 - 1), `each starts no earlier than its token is back (${later.map(start => start - sent).join(', ')} ms after sending)`)
 })
 
 t.test('a client that leaves while it waits gives its place back: its handler never runs, and the next request takes its place', async t => {
@@ -198,5 +214,5 @@ t.test('options that cannot meet maxWait are refused at register, with the code'
   t.teardown(async () => await app.close())
   await app.register(rateGuard, {})
   t.throws(() => app.createRateLimit({ maxWait: '1 second' }), { code: INVALID, message: /"createRateLimit\.maxWait": expected false: a check answers at once/ }, 'a check (createRateLimit) answers at once: no maxWait')
-  t.throws(() => app.get('/', { config: { rateLimit: { maxWait: '1 second', algorithm: 'token-bucket' } } }, async () => 'ok'), { code: INVALID, message: /"config\.rateLimit\.maxWait"/ }, 'a route, as the plugin')
+  t.throws(() => app.get('/', { config: { rateLimit: { maxWait: '1 second', algorithm: 'sliding-window' } } }, async () => 'ok'), { code: INVALID, message: /"config\.rateLimit\.maxWait"/ }, 'a route, as the plugin')
 })

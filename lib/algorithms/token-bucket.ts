@@ -23,17 +23,19 @@ function store ({ fields }: Fields, i: number, now: number, tat: number, max: nu
   fields.set(`t${i}`, now + ms).set(`f${i}`, tat - ms * max)
 }
 
+/** Ticks from `now` until limit `i`'s bucket is full again (0: full). */
+function ticksAhead ({ fields }: Fields, i: number, now: number, max: number): number {
+  const at = fields.get(`t${i}`)
+  return at === undefined ? 0 : Math.max(0, (at - now) * max + fields.get(`f${i}`)!)
+}
+
 export const tokenBucket: Step = {
   count (state, limits, now, peek, cost) {
     const hash = fieldsOf(state)
-    const { fields } = hash
     let allowed = true
     const ahead: number[] = []
     const entries = limits.map(({ max, windowMs: window, burst }, index): Entry => {
-      const i = index + 1
-      // Ticks from now until the bucket is full again (0: full).
-      const at = fields.get(`t${i}`)
-      const tat = at === undefined ? 0 : Math.max(0, (at - now) * max + fields.get(`f${i}`)!)
+      const tat = ticksAhead(hash, index + 1, now, max)
       const entry = { count: ceildiv(tat, window), reset: 0, retry: 0 }
       const over = tat + cost * window - burst * window
       if (over > 0) {
@@ -62,6 +64,24 @@ export const tokenBucket: Step = {
     }
     hash.expiresAt = now + ttl
     return { allowed, entries, state: hash }
+  },
+
+  reserve (state, limits, now, cost, wait, maxQueue, entries) {
+    // A denial leaves a bucket: an empty one lets any request through that fits its size.
+    const hash = state as Fields
+    const ahead = limits.map(({ max }, index) => ticksAhead(hash, index + 1, now, max))
+    // As in the script: not when a limit owes maxQueue units already.
+    if (limits.some(({ windowMs, burst }, index) => ahead[index]! - burst * windowMs > 0 && ceildiv(ahead[index]! - burst * windowMs, windowMs) >= maxQueue)) return false
+    let ttl = 0
+    limits.forEach(({ max, windowMs }, index) => {
+      const tat = ahead[index]! + cost * windowMs
+      ttl = Math.max(ttl, ceildiv(tat, max))
+      store(hash, index + 1, now, tat, max)
+    })
+    hash.expiresAt = now + ttl
+    // What its limits will say when it is let through.
+    entries.splice(0, entries.length, ...tokenBucket.count(hash, limits, now + wait, true, 0).entries)
+    return true
   },
 
   settle (state, limits, _at, now, cost, final) {

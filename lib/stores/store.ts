@@ -34,7 +34,7 @@ export interface DecideInput {
    * `maxWait`: a request the limits deny, which every one of them would allow within `maxMs`, is allowed
    * after that wait instead (`Decision.waitMs`), counted at the end of it, so the requests waiting never pass
    * a limit; at most `maxQueue` requests of one client's budget wait at once, and one more is denied. Not with
-   * `overLimit`, and only on an algorithm that can reserve (the sliding log). See `lua/decide.lua`.
+   * `overLimit`, and only on an algorithm that can reserve (the sliding log, the token bucket). See `lua/decide.lua`.
    */
   readonly wait?: WaitPolicy
 }
