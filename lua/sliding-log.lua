@@ -108,11 +108,17 @@ local function untilLeft (log, need, total, n, extra, listed, window, now)
   return 0, listed
 end
 
-local function count (log, limits, now, member, peek, entries, cost)
-  local longest = 0
+-- The longest window of `limits` (ms): the one log keeps it.
+local function longestOf (limits)
+  local most = 0
   for i = 1, #limits do
-    longest = math.max(longest, limits[i].window)
+    most = math.max(most, limits[i].window)
   end
+  return most
+end
+
+local function count (log, limits, now, member, peek, entries, cost)
+  local longest = longestOf(limits)
   -- Most decisions find nothing to trim, and the oldest entry is their reset. A peek writes nothing, so it
   -- counts around the entries that have left instead of removing them.
   local extra, oldest = head(log)
@@ -213,10 +219,7 @@ local function reserve (log, limits, now, member, cost, wait, queue, entries)
     setUnits(log, head(log) + cost - 1)
   end
   -- The log must outlive its newest entry by a window.
-  local longest = 0
-  for i = 1, #limits do
-    longest = math.max(longest, limits[i].window)
-  end
+  local longest = longestOf(limits)
   if redis.call('PTTL', log) < wait + longest then
     redis.call('PEXPIRE', log, text(wait + 2 * longest))
   end

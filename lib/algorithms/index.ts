@@ -34,3 +34,4 @@ export const STEPS: Readonly<Record<Algorithm, Step>> = Object.freeze({
 })
 
 export type { Counted, Entry, Limit, State, Step } from './step.js'
+export { longest } from './step.js'

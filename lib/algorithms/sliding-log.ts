@@ -1,4 +1,4 @@
-import { largest } from './step.js'
+import { largest, longest } from './step.js'
 import type { Entry, State, Step } from './step.js'
 
 // The twin of `lua/sliding-log.lua`: every counted request's arrival, oldest first, one log for all limits;
@@ -15,11 +15,11 @@ export const slidingLog: Step = {
     const log = state as Log | undefined
     const times = log?.times ?? []
     let weights = log?.weights
-    const longest = Math.max(...limits.map(limit => limit.windowMs))
+    const longestMs = longest(limits)
     // A peek writes nothing, so it counts around the entries that have left instead of removing them.
     if (!peek) {
       let expired = 0
-      while (expired < times.length && times[expired]! <= now - longest) expired++
+      while (expired < times.length && times[expired]! <= now - longestMs) expired++
       if (expired > 0) {
         times.splice(0, expired)
         weights?.splice(0, expired)
@@ -64,11 +64,11 @@ export const slidingLog: Step = {
       if (entry.count === 0 || entry.reset > limits[index]!.windowMs) entry.reset = limits[index]!.windowMs
       entry.count += cost
     }
-    if (log === undefined) return { allowed, entries, state: { times, weights: costs, expiresAt: now + 2 * longest } as Log }
+    if (log === undefined) return { allowed, entries, state: { times, weights: costs, expiresAt: now + 2 * longestMs } as Log }
     log.weights = costs
     // As in the script: the log outlives its newest entry by a window, so its TTL is set to two windows only
     // when less than one is left; a log the trim emptied is gone in Redis, TTL and all, so it starts afresh.
-    if (total === 0 || log.expiresAt - now < longest) log.expiresAt = now + 2 * longest
+    if (total === 0 || log.expiresAt - now < longestMs) log.expiresAt = now + 2 * longestMs
     return { allowed, entries }
   },
 
@@ -84,8 +84,8 @@ export const slidingLog: Step = {
     costs?.splice(at, 0, cost)
     log.weights = costs
     // As in the script: the log outlives its newest entry by a window.
-    const longest = Math.max(...limits.map(limit => limit.windowMs))
-    if (log.expiresAt - now < wait + longest) log.expiresAt = now + wait + 2 * longest
+    const longestMs = longest(limits)
+    if (log.expiresAt - now < wait + longestMs) log.expiresAt = now + wait + 2 * longestMs
     // What its limits will say when it is let through.
     entries.splice(0, entries.length, ...slidingLog.count(log, limits, now + wait, true, 0).entries)
     return true

@@ -63,6 +63,13 @@ export function largest (limits: readonly Limit[]): number {
   return most
 }
 
+/** The longest window of `limits` (ms): how long a state that counts them all must last. */
+export function longest (limits: readonly Limit[]): number {
+  let most = 0
+  for (const limit of limits) most = Math.max(most, limit.windowMs)
+  return most
+}
+
 /** What a settlement moves a count `n` by, for `delta` asked: to at most `ceiling` (or not up, above it), never below 0. */
 export function moved (n: number, delta: number, ceiling: number): number {
   return Math.max(-n, Math.min(delta, Math.max(ceiling - n, 0)))

@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { longest } from '../algorithms/index.js'
 import { then } from '../awaitable.js'
 import type { Decided } from './decide.js'
 import { giveBack } from './decide.js'
@@ -27,7 +28,7 @@ export function hold (plan: Plan, request: FastifyRequest, reply: FastifyReply, 
     leaseMs: concurrency.leaseMs,
     ban: input.ban,
     // A refusal strikes within the longest window of the request's limits (a rate denial, within its own).
-    strikeWindowMs: Math.max(...input.limits.map(limit => limit.windowMs)),
+    strikeWindowMs: longest(input.limits),
     failMode: input.failMode,
     // Decided in process (a decision there names no member, as `Decider.settle` reads it): by the in-process
     // store, or by its twin under failMode 'local' while Redis fails.

@@ -1,4 +1,4 @@
-import { DEFAULT_ALGORITHM, STEPS } from '../algorithms/index.js'
+import { DEFAULT_ALGORITHM, STEPS, longest } from '../algorithms/index.js'
 import type { Entry, Limit, State } from '../algorithms/index.js'
 import { FAILED, WAITS, toDecision } from './replies.js'
 import type { RawDecision } from './replies.js'
@@ -119,7 +119,7 @@ export class MemoryStore implements Store {
     // Over the limit (see `lua/decide.lua`): while the over-limit key lives, a decision is held off without
     // counting on the algorithm, and a peek sees the client exceeded for what is left of a window since then.
     const held = overLimit === undefined ? undefined : this.#live(this.#marks, keys.backoff, now, false)
-    const longest = overLimit === undefined ? 0 : Math.max(...limits.map(limit => limit.windowMs))
+    const longestMs = overLimit === undefined ? 0 : longest(limits)
     const doubles = overLimit === 'backoff'
     let entries: Entry[]
     let retry = 0
@@ -128,13 +128,13 @@ export class MemoryStore implements Store {
     let own = true
     if (held !== undefined && !peek) {
       held.value = (held.value as number) + 1
-      retry = wait(longest, held.value, doubles)
-      strikeWindow = longest
+      retry = wait(longestMs, held.value, doubles)
+      strikeWindow = longestMs
       held.expiresAt = now + retry
       entries = exceeded(limits, retry, 0)
     } else {
       if (held !== undefined) {
-        const left = longest - (wait(longest, held.value as number, doubles) - (held.expiresAt - now))
+        const left = longestMs - (wait(longestMs, held.value as number, doubles) - (held.expiresAt - now))
         if (left > 0) return raw(1, left, 0, now, limits, exceeded(limits, left, 1))
       }
       // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
@@ -162,12 +162,12 @@ export class MemoryStore implements Store {
       // strangers share, nor for a peek or a cost no wait lets through).
       if (waits !== undefined && !peek && own && retry > 0 && retry <= waits.maxMs && STEPS[algorithm].reserve?.(tracked, limits, now, cost, retry, waits.maxQueue, entries) === true) {
         // Kept while a request waits on it, and through its window after.
-        tracked!.keepUntil = Math.max(tracked!.keepUntil ?? 0, now + retry + Math.max(...limits.map(limit => limit.windowMs)))
+        tracked!.keepUntil = Math.max(tracked!.keepUntil ?? 0, now + retry + longest(limits))
         return raw(WAITS, retry, 0, now, limits, entries)
       }
       // Over the limit: held off for the longest window, from now (not strangers sharing a log).
       if (overLimit !== undefined && !peek && own) {
-        retry = wait(longest, 1, false)
+        retry = wait(longestMs, 1, false)
         this.#makeRoom(now)
         this.#marks.set(keys.backoff, { value: 1, expiresAt: now + retry })
         entries = exceeded(limits, retry, 0)
