@@ -1,11 +1,15 @@
 // What a user installs: the packed tarball carries the license, the built code and the Lua scripts, and
 // package.json says what it needs (the Node version whose require() loads this ES module).
 import { execFile } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 
 const root = new URL('..', import.meta.url)
+/** scripts/preflight.js, npm test's first step, with `env` (and no more of this process's environment than PATH and HOME when env gives none). */
+const preflight = (env: Record<string, string>): Promise<{ stdout: string, stderr: string }> =>
+  promisify(execFile)(process.execPath, ['scripts/preflight.js'], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env } })
 
 t.test('the tarball carries LICENSE, dist/ and lua/', async t => {
   const { stdout } = await promisify(execFile)('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, timeout: 60_000 })
@@ -24,12 +28,43 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   t.equal(pkg.scripts.prepare, pkg.scripts.build, 'prepare builds, so an install from git has dist/')
 })
 
-t.test('npm test says at once what the machine lacks, naming the command that installs it', async t => {
-  const run = promisify(execFile)
-  const failed = await run(process.execPath, ['scripts/preflight.js'], { cwd: root, env: { PATH: '/nonexistent', CHROMIUM_PATH: '/nonexistent/chromium' } }).then(() => null, (err: { code: number, stderr: string }) => err)
+t.test('npm test stops at once when the machine cannot install what it lacks, naming the command that does', async t => {
+  const failed = await preflight({ PATH: '/nonexistent', CHROMIUM_PATH: '/nonexistent/chromium' }).then(() => null, (err: { code: number, stderr: string }) => err)
   t.equal(failed?.code, 1, 'it fails')
   t.match(failed?.stderr, /redis-server .*apt-get install -y redis-server/, 'names redis-server and its install')
   t.match(failed?.stderr, /chromium .*apt-get install -y chromium/, 'names chromium and its install')
-  t.match(failed?.stderr, /bash \.ci\/run/, 'and the one command that does both')
-  await t.resolves(run(process.execPath, ['scripts/preflight.js'], { cwd: root }), 'and passes on this machine')
+  t.match(failed?.stderr, /luac5\.4 .*apt-get install -y lua5\.4/, 'and luac5.4, whose check is skipped without it')
+  t.match(failed?.stderr, /One command .*: sudo apt-get install -y redis-server chromium lua5\.4/, 'and the one command that installs them all')
+  await t.resolves(preflight({}), 'and passes on this machine')
+})
+
+t.test('npm test installs what the machine lacks with apt-get when it can, then checks again', async t => {
+  const dir = t.testdir()
+  const log = join(dir, 'apt-get.log')
+  const chromium = join(dir, 'chromium')
+  // An apt-get that installs each package it is given where the check looks for it; sudo -n runs what follows.
+  const fake = (name: string, body: string): void => { writeFileSync(join(dir, name), `#!/bin/sh\n${body}\n`); chmodSync(join(dir, name), 0o755) }
+  fake('apt-get', `echo "$*" >> ${log}
+[ "$1" = install ] || exit 0
+for p in "$@"; do case "$p" in
+  redis-server) : > ${join(dir, 'redis-server')}; chmod +x ${join(dir, 'redis-server')} ;;
+  chromium) : > ${chromium} ;;
+  lua5.4) : > ${join(dir, 'luac5.4')}; chmod +x ${join(dir, 'luac5.4')} ;;
+esac; done`)
+  fake('sudo', '[ "$1" = -n ] && shift; "$@"')
+
+  const installed = await preflight({ PATH: dir, CHROMIUM_PATH: chromium })
+  t.match(installed.stderr, /installing what this machine lacks with apt-get: redis-server chromium lua5\.4/, 'says what it installs')
+  t.strictSame(readFileSync(log, 'utf8').trim().split('\n'), ['update -qq', 'install -y -qq --no-install-recommends redis-server chromium lua5.4'], 'one update, one install of all three')
+  await preflight({ PATH: dir, CHROMIUM_PATH: chromium })
+  t.equal(readFileSync(log, 'utf8').trim().split('\n').length, 2, 'and nothing more once all is there')
+
+  const refused = await preflight({ PATH: dir, CHROMIUM_PATH: join(dir, 'elsewhere'), RATE_GUARD_TEST_INSTALL: 'no' }).then(() => null, (err: { code: number, stderr: string }) => err)
+  t.equal(refused?.code, 1, 'RATE_GUARD_TEST_INSTALL=no refuses the install, and the run stops')
+  t.equal(readFileSync(log, 'utf8').trim().split('\n').length, 2, 'without running apt-get')
+
+  fake('apt-get', `echo "$*" >> ${log}; [ "$1" = install ] && exit 100; exit 0`)
+  const broken = await preflight({ PATH: dir, CHROMIUM_PATH: join(dir, 'elsewhere') }).then(() => null, (err: { code: number, stderr: string }) => err)
+  t.equal(broken?.code, 1, 'an install that fails stops the run')
+  t.match(broken?.stderr, /apt-get install .* failed \(exit 100\)[^]*chromium at .*elsewhere/, 'saying so, and what is still missing')
 })
