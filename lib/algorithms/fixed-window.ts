@@ -30,7 +30,9 @@ export const fixedWindow: Step = {
       ttl = Math.max(ttl, entry.reset)
       fields.set(`s${index + 1}`, starts[index]!).set(`c${index + 1}`, entry.count)
     }
-    hash.expiresAt = now + ttl
+    // As the script: a TTL already that long stays; a shorter one (or a new hash's) is set past the window's end
+    // by up to a second (at most the time left), the slack the script gives for its clock and PTTL.
+    if (hash.expiresAt - now < ttl) hash.expiresAt = now + ttl + Math.min(ttl, 1000)
     return { allowed, entries, state: hash }
   },
 
