@@ -155,6 +155,68 @@ const CASES: Case[] = [
     ]
   },
   {
+    name: 'fixed window, 2 a second: the requests over the limit wait for the next window, counted in it as they come; one that finds it full is refused',
+    algorithm: 'fixed-window',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 1000, maxQueue: 2 },
+    steps: [
+      { at: 0, expect: allowed(1, 1000) },
+      { at: 0, expect: allowed(2, 1000) },
+      // Its limit as it will be when it is let through: the next window, counting those that waited for it.
+      { at: 10, expect: waits(1, 1000, 990, 1000) },
+      { at: 20, expect: waits(2, 1000, 980, 1000) },
+      // The next window is full of requests waiting: its place would be in the one after, 1970 ms away.
+      { at: 30, expect: limited(2, 970, 1970) },
+      { at: 40, peek: true, expect: limited(2, 960, 1960) },
+      // At 1000 the two that waited are the window's count: the next one waits for the window after.
+      { at: 1000, expect: waits(1, 1000, 1000, 2000) }
+    ]
+  },
+  {
+    name: 'fixed window: a full queue refuses, though the wait would be short; a request given back frees its place in the next window',
+    algorithm: 'fixed-window',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 5000, maxQueue: 1 },
+    steps: [
+      { at: 0, expect: allowed(1, 1000) },
+      { at: 500, expect: allowed(2, 500) },
+      { at: 600, expect: waits(1, 1000, 400, 1000) },
+      { at: 700, expect: limited(2, 300, 300) },
+      { at: 800, giveBack: 2 },
+      { at: 800, expect: waits(1, 1000, 200, 1000) }
+    ]
+  },
+  {
+    name: 'fixed window, 2 per second and 3 per 10 s: counted in the next second and in the 10 s window it is in',
+    algorithm: 'fixed-window',
+    max: 2,
+    windowMs: 1000,
+    limits: [{ max: 2, windowMs: 1000 }, { max: 3, windowMs: 10_000 }],
+    wait: { maxMs: 1000, maxQueue: 5 },
+    steps: [
+      { at: 0, expect: allowed(1, 1000) },
+      { at: 0, expect: allowed(2, 1000) },
+      { at: 10, expect: waits(3, 9000, 990, 1000) },
+      { at: 20, expect: limited(3, 9980, 9980) }
+    ]
+  },
+  {
+    name: 'fixed window, one window ahead at most: a wait that ends past a shorter limit\'s next window is refused',
+    algorithm: 'fixed-window',
+    max: 5,
+    windowMs: 1000,
+    limits: [{ max: 5, windowMs: 1000 }, { max: 2, windowMs: 4000 }],
+    wait: { maxMs: 5000, maxQueue: 5 },
+    steps: [
+      { at: 0, expect: allowed(1, 4000) },
+      { at: 0, expect: allowed(2, 4000) },
+      // 2 per 4 s lets it through at 4000, four windows of the 1 s limit on.
+      { at: 100, expect: limited(2, 3900, 3900) }
+    ]
+  },
+  {
     name: 'a request that fits is never held: the wait is for requests over the limit',
     max: 2,
     windowMs: 1000,
@@ -195,6 +257,9 @@ const seeds = process.env.CONFORMANCE_SEED !== undefined ? [Number(process.env.C
 for (const seed of seeds) {
   t.test(`differential (token bucket, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
     await differential(t, 'token-bucket', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
+  })
+  t.test(`differential (fixed window, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
+    await differential(t, 'fixed-window', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
   })
   t.test(`differential (sliding log, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
     await differential(t, 'sliding-log', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })

@@ -3,8 +3,10 @@
 // than five handlers starting in any second), the other five refused at once. A client that leaves while it
 // waits gives its place back and its handler never runs; the header and the channel say how long a request
 // waited; shadow mode never waits; the in-process store waits as Redis does; options that cannot meet are
-// refused at register; the token bucket paces. (The stores' places: test/conformance-wait.test.ts.)
+// refused at register; the token bucket paces; the fixed window lets the ones that wait through when the next
+// window begins. (The stores' places: test/conformance-wait.test.ts.)
 import diagnostics from 'node:diagnostics_channel'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { Test } from 'tap'
 import Fastify from 'fastify'
@@ -88,6 +90,22 @@ t.test('the token bucket paces: 5 a second, maxWait 1 s: of 15 simultaneous requ
   t.ok(waited.every((ms, i) => ms! > 0 && ms! <= (i + 1) * 200), `one every 200 ms: ${waited.join(', ')} ms`)
   const later = [...starts].sort((a, b) => a - b).slice(5)
   t.ok(later.every((start, i) => start >= sent + (i + 1) * 200 - 1), `each starts no earlier than its token is back (${later.map(start => start - sent).join(', ')} ms after sending)`)
+})
+
+t.test('the fixed window: 5 a second, maxWait 1 s: of 15 simultaneous requests 5 go in this second, 5 wait for the next, 5 are refused', async t => {
+  const { url } = await getRedis(t)
+  const starts: number[] = []
+  const { base } = await listening(t, { redis: url, nameSpace: uniquePrefix(), algorithm: 'fixed-window', max: 5, timeWindow: '1 second', maxWait: '1 second' }, starts)
+  // The windows are the clock's seconds (Redis's, on this machine): the burst starts just after one begins.
+  await sleep(1000 - Date.now() % 1000 + 20)
+  const second = Math.floor(Date.now() / 1000)
+  const answers = await Promise.all(Array.from({ length: 15 }, async () => await get(`${base}/`)))
+  t.equal(answers.filter(answer => answer.status === 200).length, 10, 'ten answered 200')
+  t.equal(answers.filter(answer => answer.status === 429).length, 5, 'five refused')
+  t.equal(answers.filter(answer => answer.waited !== null).length, 5, 'five waited')
+  const bySecond = starts.map(start => Math.floor(start / 1000) - second)
+  t.strictSame(bySecond.filter(s => s === 0).length, 5, 'five handlers start in the burst\'s second')
+  t.strictSame(bySecond.filter(s => s === 1).length, 5, `and five in the next, none earlier (${starts.map(start => start - second * 1000).sort((a, b) => a - b).join(', ')} ms into the burst's second)`)
 })
 
 t.test('a client that leaves while it waits gives its place back: its handler never runs, and the next request takes its place', async t => {
@@ -194,7 +212,7 @@ class TheirStore {
 
 t.test('options that cannot meet maxWait are refused at register, with the code', async t => {
   const cases: Array<[string, RateGuardOptions]> = [
-    ['an algorithm that keeps no places', { maxWait: '1 second', algorithm: 'fixed-window' }],
+    ['an algorithm that keeps no places', { maxWait: '1 second', algorithm: 'sliding-window' }],
     ['continueExceeding', { maxWait: '1 second', continueExceeding: true }],
     ['exponentialBackoff', { maxWait: '1 second', exponentialBackoff: true }],
     ['a shared budget', { maxWait: '1 second', shared: { max: 10, timeWindow: '1 minute' } }],

@@ -8,11 +8,12 @@ import type { ResolvedRoute } from './resolved.js'
 // never pass a limit, across instances), and it goes on once the wait is over (lib/request/wait.ts). At most
 // `maxQueue` requests of one client's budget wait at once (default: the smallest `max` of its limits); one
 // that would wait longer, or find the queue full, is refused as before. The algorithm keeps the places
-// (`reserve` in lua/<algorithm>.lua and its twin): the sliding log (an entry ahead of the clock) and the token
-// bucket (its tokens taken now, a debt paid off by the end of the wait; its queue counted in units).
+// (`reserve` in lua/<algorithm>.lua and its twin): the sliding log (an entry ahead of the clock), the fixed
+// window (a count of the next window, one window ahead at most) and the token bucket (its tokens taken now, a
+// debt paid off by the end of the wait; its queue counted in units).
 
 /** The algorithms that keep a waiting request's place. */
-const WAITING: ReadonlySet<string> = new Set(['sliding-log', 'token-bucket'])
+const WAITING: ReadonlySet<string> = new Set(['sliding-log', 'fixed-window', 'token-bucket'])
 
 /** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once). */
 const LONGEST_WAIT_MS = 2 ** 31 - 1
@@ -37,7 +38,7 @@ export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?:
     return
   }
   const refuse = (why: string): never => { throw new InvalidOptionError(`${where}maxWait`, why) }
-  if (!WAITING.has(route.algorithm)) refuse(`false with algorithm '${route.algorithm}': requests wait on the sliding log (the default) and the token bucket so far`)
+  if (!WAITING.has(route.algorithm)) refuse(`false with algorithm '${route.algorithm}': requests wait on the sliding log (the default), the fixed window and the token bucket so far`)
   if (route.overLimit !== undefined) refuse('false with continueExceeding or exponentialBackoff: they hold a client off over the limit, maxWait lets it through')
   if (route.shared !== null) refuse('false with shared: the shared budget would count the request when it is decided, the client\'s when its wait ends')
 }
