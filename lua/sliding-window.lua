@@ -12,17 +12,28 @@
 --            against every limit of `limits` (limits[i] = { max, window, burst }), and counts it when every
 --            limit allows it, unless `peek` (report, write nothing). Fills entries[i], for limit i: count and
 --            reset (below), and retry, the ms until the request fits that limit (0: it does). It keeps its
---            own fields there too (start, prev, curr, weighted). Returns true when allowed, false when denied
---            (a denial writes nothing).
+--            own fields there too (start, prev, curr, next, weighted, stale). Returns true when allowed, false
+--            when denied (a denial writes nothing).
 --   settle(counters, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
 --            counts `final` instead (0: given back): see settle below. Returns nothing.
---   reserve  none: no request waits on this algorithm yet (maxWait is refused at registration for it).
+--   reserve(counters, limits, now, member, cost, wait, queue, entries) -> wait, or nil
+--            a request count() denied, which every limit lets through `wait` ms from now (within the
+--            policy's maxWait), is counted in the window of each limit that holds now + wait: the current one
+--            (c<i>: it weighs from now on, and happens in this window), or the next (n<i>, the requests
+--            waiting for it, counted as they come). One window ahead at most: a request whose wait ends later
+--            (the next window full of requests waiting, or a longer limit's wait past a shorter one's next
+--            window) is refused, as when `queue` units wait for a limit's next window already: nil. Fills
+--            entries as they will be when the wait ends.
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
 -- state    counters  HASH, per limit i: w<i> = current window's start (ms), p<i> = previous window's count,
---                    c<i> = current window's count. It lives until the current windows' requests stop
---                    counting, at the end of the next window.
+--                    c<i> = current window's count, and, only while requests wait for the next window
+--                    (maxWait), n<i> = their units: the next window's count when it comes. It lives until the
+--                    current windows' requests stop counting, at the end of the next window (of the one after,
+--                    while requests wait for the next).
+-- A request waiting for the next window counts in this one's estimate too, as if it were in this window: so a
+-- request this window lets through never leaves the next window's estimate past max when the waiting ones go.
 -- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
 -- entries  per limit: count = the estimate, rounded up; reset = ms until it falls far enough for one more unit
 --          to fit than fits now (0: none counted): as the previous window's weight fades, or once this
@@ -33,13 +44,32 @@
 -- counters keep no members.
 
 -- Ms until a request of `cost` fits, for one that does not fit now: later in this window, as the previous
--- window's weight fades, or (when this window alone has no room for it) once this window's requests are the
--- previous ones.
+-- window's weight fades; or (when this window alone has no room for it) once this window's requests are the
+-- previous ones; or (when the requests waiting for the next window fill it) once those are.
 local function fits (entry, max, window, cost, now)
-  if entry.curr + cost <= max then
-    return entry.start + window - math.floor((max - entry.curr - cost) * window / entry.prev) - now
+  local curr, next = entry.curr, entry.next
+  if curr + next + cost <= max then
+    return entry.start + window - math.floor((max - curr - next - cost) * window / entry.prev) - now
+  elseif next == 0 or next + cost <= max then
+    return entry.start + 2 * window - math.floor((max - next - cost) * window / curr) - now
   end
-  return entry.start + 2 * window - math.floor((max - cost) * window / entry.curr) - now
+  return entry.start + 3 * window - math.floor((max - cost) * window / next) - now
+end
+
+-- Limit i's counters at `now`, from the stored fields: its window's start, the previous window's count, this
+-- window's and the units waiting for the next. The window after the one stored counts the units that waited
+-- for it; two windows after, they are the previous window's.
+local function current (fields, i, window, now)
+  local start = now - now % window
+  local w, waiting = fields[field('w', i)], fields[field('n', i)] or 0
+  if w == start then
+    return start, fields[field('p', i)], fields[field('c', i)], waiting
+  elseif w == start - window then
+    return start, fields[field('c', i)], waiting, 0
+  elseif w == start - 2 * window then
+    return start, waiting, 0, 0
+  end
+  return start, 0, 0, 0
 end
 
 local function count (counters, limits, now, member, peek, entries, cost)
@@ -53,18 +83,12 @@ local function count (counters, limits, now, member, peek, entries, cost)
   for i = 1, #limits do
     local limit, entry = limits[i], entries[i]
     local window, max = limit.window, limit.max
-    local start = now - now % window
-    local prev, curr = 0, 0
-    local w = fields[field('w', i)]
-    if w == start then
-      prev, curr = fields[field('p', i)], fields[field('c', i)]
-    elseif w == start - window then
-      prev = fields[field('c', i)]
-    end
+    local start, prev, curr, next = current(fields, i, window, now)
     local weighted = prev * (window - now + start)
-    entry.start, entry.prev, entry.curr, entry.weighted = start, prev, curr, weighted
+    entry.start, entry.prev, entry.curr, entry.next, entry.weighted = start, prev, curr, next, weighted
+    entry.stale = fields[field('n', i)] ~= nil and fields[field('w', i)] ~= start
     entry.count, entry.reset, entry.retry = 0, 0, 0
-    if weighted + (curr + cost) * window > max * window then
+    if weighted + (curr + next + cost) * window > max * window then
       entry.retry = fits(entry, max, window, cost, now)
       allowed = false
     end
@@ -77,9 +101,12 @@ local function count (counters, limits, now, member, peek, entries, cost)
       entry.curr = entry.curr + cost
       redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
         field('c', i), text(entry.curr))
-      ttl = math.max(ttl, entry.start + 2 * window - now)
+      if entry.stale then
+        redis.call('HDEL', counters, field('n', i))
+      end
+      ttl = math.max(ttl, entry.start + (entry.next > 0 and 3 or 2) * window - now)
     end
-    entry.count = entry.curr + math.floor((entry.weighted + window - 1) / window)
+    entry.count = entry.curr + entry.next + math.floor((entry.weighted + window - 1) / window)
     -- One more unit than fits now: when a request of that many more units than are left (one, when none
     -- are) fits.
     if entry.count > 0 then
@@ -96,24 +123,64 @@ local function count (counters, limits, now, member, peek, entries, cost)
   return allowed
 end
 
--- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
--- (now the current or the previous one); after that, nothing changes. A counter ends it at most at its max
--- plus the largest (lua/prelude.lua), and at 2^51 / window: a count times its window stays below 2^51
--- (at least twice max, which the options bound by 2^50 / window), so the weighing above stays exact.
--- maxWait: not built for this algorithm (see the header).
-local reserve = nil
+local function reserve (counters, limits, now, member, cost, wait, queue, entries)
+  local at, ttl = now + wait, 0
+  for i = 1, #limits do
+    local limit, entry = limits[i], entries[i]
+    local ahead = at - at % limit.window - entry.start
+    if ahead == limit.window then
+      if entry.next >= queue then
+        return nil
+      end
+    elseif ahead ~= 0 then
+      return nil
+    end
+    entry.ahead = ahead
+  end
+  for i = 1, #limits do
+    local entry, window = entries[i], limits[i].window
+    local curr, next = entry.curr, entry.next
+    if entry.ahead == 0 then
+      curr = curr + cost
+    else
+      next = next + cost
+    end
+    redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
+      field('c', i), text(curr))
+    if next > 0 then
+      redis.call('HSET', counters, field('n', i), text(next))
+    elseif entry.stale then
+      redis.call('HDEL', counters, field('n', i))
+    end
+    ttl = math.max(ttl, entry.start + (next > 0 and 3 or 2) * window - now)
+  end
+  redis.call('PEXPIRE', counters, text(ttl))
+  -- What its limits will say when it is let through.
+  count(counters, limits, at, member, true, entries, 0)
+  return wait
+end
 
+-- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
+-- (now the current or the previous one; for one that waited, at the end of its wait: n<i> while that window has
+-- not come); after that, nothing changes. A counter ends it at most at its max plus the largest
+-- (lua/prelude.lua), and at 2^51 / window: a count times its window stays below 2^51 (at least twice max, which
+-- the options bound by 2^50 / window), so the weighing above stays exact.
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)
   for i, limit in ipairs(limits) do
-    local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i))
-    local start = at - at % limit.window
-    local prev, curr = tonumber(stored[2]), tonumber(stored[3])
-    local ceiling = math.min(limit.max + most, math.floor(2 ^ 51 / limit.window))
-    if tonumber(stored[1]) == start and curr > 0 then
-      redis.call('HINCRBY', counters, field('c', i), text(moved(curr, final - cost, ceiling)))
-    elseif tonumber(stored[1]) == start + limit.window and prev > 0 then
-      redis.call('HINCRBY', counters, field('p', i), text(moved(prev, final - cost, ceiling)))
+    local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i), field('n', i))
+    local w, start = tonumber(stored[1]), at - at % limit.window
+    local name, n
+    if w == start then
+      name, n = field('c', i), tonumber(stored[3])
+    elseif w == start + limit.window then
+      name, n = field('p', i), tonumber(stored[2])
+    elseif w == start - limit.window then
+      name, n = field('n', i), tonumber(stored[4])
+    end
+    if n and n > 0 then
+      local ceiling = math.min(limit.max + most, math.floor(2 ^ 51 / limit.window))
+      redis.call('HINCRBY', counters, name, text(moved(n, final - cost, ceiling)))
     end
   end
 end

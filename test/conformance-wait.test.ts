@@ -217,6 +217,55 @@ const CASES: Case[] = [
     ]
   },
   {
+    name: 'sliding window, 2 a second: a full window weighs on the next, so the third waits until half of it has slid by; the fourth would wait into the window after',
+    algorithm: 'sliding-window',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 2000, maxQueue: 2 },
+    steps: [
+      { at: 0, expect: allowed(1, 2000) },
+      { at: 0, expect: allowed(2, 1500) },
+      // At 1500 the previous window weighs 1: with the one counted in its window, 2.
+      { at: 10, expect: waits(2, 500, 1490, 1500) },
+      // It would fit at 2000 only, in the window after the next.
+      { at: 20, expect: limited(3, 1980, 1980) },
+      { at: 1500, expect: waits(2, 1000, 500, 2000) }
+    ]
+  },
+  {
+    name: 'sliding window: later in this window, as the previous one fades, or in the next; a request given back frees its place',
+    algorithm: 'sliding-window',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 1000, maxQueue: 1 },
+    steps: [
+      { at: 0, expect: allowed(1, 2000) },
+      { at: 0, expect: allowed(2, 1500) },
+      // Counted in this window: it goes at 1500, when the previous window weighs 1.
+      { at: 1100, expect: waits(2, 500, 400, 1500) },
+      // Counted in the next: the previous window's weight gone, the one before it in this window's place.
+      { at: 1200, expect: waits(2, 1000, 800, 2000) },
+      // Both count now (the estimate 4 of 2): it would fit at 3000, past maxWait.
+      { at: 1300, expect: limited(4, 1700, 1700) },
+      { at: 1400, giveBack: 3 },
+      { at: 1400, expect: waits(2, 1000, 600, 2000) }
+    ]
+  },
+  {
+    name: 'sliding window: a request waiting for the next window counts in this one\'s estimate too, so what this window lets through never leaves the next past max',
+    algorithm: 'sliding-window',
+    max: 4,
+    windowMs: 1000,
+    wait: { maxMs: 2000, maxQueue: 5 },
+    steps: [
+      { at: 0, cost: 2, expect: allowed(2, 1500) },
+      { at: 1000, cost: 2, expect: allowed(4, 500) },
+      { at: 1000, cost: 3, expect: waits(4, 500, 1500, 2500) },
+      // 0.2 of the previous window's 2 and this window's 2, with one more: 3.2 of 4, but the 3 waiting count too.
+      { at: 1900, expect: limited(6, 1100, 1100) }
+    ]
+  },
+  {
     name: 'a request that fits is never held: the wait is for requests over the limit',
     max: 2,
     windowMs: 1000,
@@ -260,6 +309,9 @@ for (const seed of seeds) {
   })
   t.test(`differential (fixed window, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
     await differential(t, 'fixed-window', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
+  })
+  t.test(`differential (sliding window, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
+    await differential(t, 'sliding-window', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })
   })
   t.test(`differential (sliding log, maxWait): random traffic with waits, places given back and clock steps back gets identical decisions from both stores (seed ${seed})`, async t => {
     await differential(t, 'sliding-log', seed, seed === FIXED_SEED || seeds.length === 1, { waits: true, steps: 1500 })

@@ -1,5 +1,5 @@
 import { fieldsOf, largest, moved } from './step.js'
-import type { Entry, Step } from './step.js'
+import type { Entry, Fields, Step } from './step.js'
 
 // The twin of `lua/sliding-window.lua`: per limit, two counters, the current window's and the previous one's
 // (windows aligned to the epoch). The previous window's requests weigh as much of it as the sliding window
@@ -7,41 +7,57 @@ import type { Entry, Step } from './step.js'
 // arithmetic in the same order as the script, so both give the same answer to the millisecond. A limit's reset
 // is the ms until the estimate (rounded up) falls far enough for one more unit to fit than fits now: as the
 // previous window's weight fades, or once this window's requests are the previous ones, so it may be more
-// than a window away (a window's requests weigh on the next window until it ends).
+// than a window away (a window's requests weigh on the next window until it ends). Under maxWait, the requests
+// waiting for the next window count in this one's estimate too (see lua/sliding-window.lua's header).
 
-interface Counters { start: number, prev: number, curr: number, weighted: number }
+/**
+ * Limit `i`'s counters at `now`: its window's start, the previous window's count, this window's, the units
+ * waiting for the next (maxWait: `n<i>`, the next window's count when it comes, the previous one's two windows
+ * on), and `weighted`, the previous window's count times the part of it the sliding window still covers.
+ * `stale`: the stored `n<i>` was for a window now begun or over (it goes with the next write).
+ */
+interface Counters { start: number, prev: number, curr: number, next: number, weighted: number, stale: boolean }
+
+function current ({ fields }: Fields, i: number, window: number, now: number): Counters {
+  const start = now - now % window
+  const w = fields.get(`w${i}`)
+  const waiting = fields.get(`n${i}`) ?? 0
+  const stale = fields.has(`n${i}`) && w !== start
+  const [prev, curr, next] = w === start
+    ? [fields.get(`p${i}`)!, fields.get(`c${i}`)!, waiting]
+    : w === start - window
+      ? [fields.get(`c${i}`)!, waiting, 0]
+      : w === start - 2 * window ? [waiting, 0, 0] : [0, 0, 0]
+  return { start, prev, curr, next, weighted: prev * (window - now + start), stale }
+}
 
 /**
  * Ms from `now` until a request of `cost` units fits, for one that does not fit now: later in this window as
- * the previous one's weight fades, or once this window's requests are the previous ones.
+ * the previous one's weight fades; or once this window's requests are the previous ones; or (the requests
+ * waiting for the next window fill it) once those are.
  */
-function fits ({ start, prev, curr }: Counters, max: number, window: number, cost: number, now: number): number {
-  return curr + cost <= max
-    ? start + window - Math.floor((max - curr - cost) * window / prev) - now
-    : start + 2 * window - Math.floor((max - cost) * window / curr) - now
+function fits ({ start, prev, curr, next }: Counters, max: number, window: number, cost: number, now: number): number {
+  if (curr + next + cost <= max) return start + window - Math.floor((max - curr - next - cost) * window / prev) - now
+  if (next === 0 || next + cost <= max) return start + 2 * window - Math.floor((max - next - cost) * window / curr) - now
+  return start + 3 * window - Math.floor((max - cost) * window / next) - now
+}
+
+/** Limit `i` stores `c`, with `curr` and `next` as given (n<i> only while some wait). */
+function store ({ fields }: Fields, i: number, c: Counters, curr: number, next: number): void {
+  fields.set(`w${i}`, c.start).set(`p${i}`, c.prev).set(`c${i}`, curr)
+  if (next > 0) fields.set(`n${i}`, next)
+  else if (c.stale) fields.delete(`n${i}`)
 }
 
 export const slidingWindow: Step = {
   count (state, limits, now, peek, cost) {
     const hash = fieldsOf(state)
-    const { fields } = hash
     let allowed = true
-    const counters: Counters[] = []
+    const counters = limits.map(({ windowMs }, index) => current(hash, index + 1, windowMs, now))
     const entries = limits.map(({ max, windowMs: window }, index): Entry => {
-      const i = index + 1
-      const start = now - now % window
-      let prev = 0
-      let curr = 0
-      if (fields.get(`w${i}`) === start) {
-        prev = fields.get(`p${i}`)!
-        curr = fields.get(`c${i}`)!
-      } else if (fields.get(`w${i}`) === start - window) {
-        prev = fields.get(`c${i}`)!
-      }
-      const c = { start, prev, curr, weighted: prev * (window - now + start) }
-      counters.push(c)
+      const c = counters[index]!
       const entry = { count: 0, reset: 0, retry: 0 }
-      if (c.weighted + (curr + cost) * window > max * window) {
+      if (c.weighted + (c.curr + c.next + cost) * window > max * window) {
         entry.retry = fits(c, max, window, cost, now)
         allowed = false
       }
@@ -50,21 +66,41 @@ export const slidingWindow: Step = {
 
     let ttl = 0
     for (const [index, entry] of entries.entries()) {
-      const i = index + 1
       const { max, windowMs: window } = limits[index]!
       const c = counters[index]!
       if (allowed && !peek) {
         c.curr += cost
-        fields.set(`w${i}`, c.start).set(`p${i}`, c.prev).set(`c${i}`, c.curr)
-        ttl = Math.max(ttl, c.start + 2 * window - now)
+        store(hash, index + 1, c, c.curr, c.next)
+        ttl = Math.max(ttl, c.start + (c.next > 0 ? 3 : 2) * window - now)
       }
-      entry.count = c.curr + Math.floor((c.weighted + window - 1) / window)
+      entry.count = c.curr + c.next + Math.floor((c.weighted + window - 1) / window)
       // One more unit than fits now: a request of that many more units than are left (one, when none are).
       entry.reset = entry.count === 0 ? 0 : fits(c, max, window, max - Math.min(entry.count, max) + 1, now)
     }
     if (ttl === 0) return { allowed, entries }
     hash.expiresAt = now + ttl
     return { allowed, entries, state: hash }
+  },
+
+  reserve (state, limits, now, cost, wait, maxQueue, entries) {
+    // A denial leaves the counters: their windows as count read them.
+    const hash = state as Fields
+    const counters = limits.map(({ windowMs }, index) => current(hash, index + 1, windowMs, now))
+    const at = now + wait
+    // Each limit counts it in the window that holds `at`: this one, or the next, one window ahead at most.
+    const ahead = limits.map(({ windowMs }, index) => at - at % windowMs - counters[index]!.start)
+    if (!limits.every(({ windowMs }, index) => ahead[index] === 0 || (ahead[index] === windowMs && counters[index]!.next < maxQueue))) return false
+    let ttl = 0
+    limits.forEach(({ windowMs }, index) => {
+      const c = counters[index]!
+      const [curr, next] = ahead[index] === 0 ? [c.curr + cost, c.next] : [c.curr, c.next + cost]
+      store(hash, index + 1, c, curr, next)
+      ttl = Math.max(ttl, c.start + (next > 0 ? 3 : 2) * windowMs - now)
+    })
+    hash.expiresAt = now + ttl
+    // What its limits will say when it is let through.
+    entries.splice(0, entries.length, ...slidingWindow.count(hash, limits, at, true, 0).entries)
+    return true
   },
 
   settle (state, limits, at, _now, cost, final) {
@@ -74,11 +110,12 @@ export const slidingWindow: Step = {
     limits.forEach(({ max, windowMs: window }, index) => {
       const i = index + 1
       const start = at - at % window
-      const curr = fields.get(`c${i}`)!
-      const prev = fields.get(`p${i}`)!
+      const w = fields.get(`w${i}`)
+      // The window it was counted in: this one, the previous one, or (it waited) the next, not come yet.
+      const name = w === start ? `c${i}` : w === start + window ? `p${i}` : w === start - window ? `n${i}` : undefined
+      const n = name === undefined ? undefined : fields.get(name)
       const ceiling = Math.min(max + most, Math.floor(2 ** 51 / window))
-      if (fields.get(`w${i}`) === start && curr > 0) fields.set(`c${i}`, curr + moved(curr, final - cost, ceiling))
-      else if (fields.get(`w${i}`) === start + window && prev > 0) fields.set(`p${i}`, prev + moved(prev, final - cost, ceiling))
+      if (name !== undefined && n !== undefined && n > 0) fields.set(name, n + moved(n, final - cost, ceiling))
     })
     return undefined
   }

@@ -46,10 +46,9 @@ export interface Step {
   /**
    * `maxWait`: a request `count` denied, which every limit allows `wait` ms from now, is counted at now + wait
    * (ahead of the clock; `entries` then say what its limits will be when the wait ends), unless `maxQueue`
-   * requests of the state wait already (false). Absent on an algorithm that cannot (maxWait is refused at
-   * registration for it).
+   * requests of the state wait already (false).
    */
-  reserve?: (state: State | undefined, limits: readonly Limit[], now: number, cost: number, wait: number, maxQueue: number, entries: Entry[]) => boolean
+  reserve: (state: State | undefined, limits: readonly Limit[], now: number, cost: number, wait: number, maxQueue: number, entries: Entry[]) => boolean
 }
 
 /**

@@ -7,13 +7,10 @@ import type { ResolvedRoute } from './resolved.js'
 // not refused: its place is counted at the end of that wait, in the same decision (so the requests waiting
 // never pass a limit, across instances), and it goes on once the wait is over (lib/request/wait.ts). At most
 // `maxQueue` requests of one client's budget wait at once (default: the smallest `max` of its limits); one
-// that would wait longer, or find the queue full, is refused as before. The algorithm keeps the places
-// (`reserve` in lua/<algorithm>.lua and its twin): the sliding log (an entry ahead of the clock), the fixed
-// window (a count of the next window, one window ahead at most) and the token bucket (its tokens taken now, a
-// debt paid off by the end of the wait; its queue counted in units).
-
-/** The algorithms that keep a waiting request's place. */
-const WAITING: ReadonlySet<string> = new Set(['sliding-log', 'fixed-window', 'token-bucket'])
+// that would wait longer, or find the queue full, is refused as before. Every algorithm keeps the places
+// (`reserve` in lua/<algorithm>.lua and its twin): the sliding log as an entry ahead of the clock; the fixed
+// window and the sliding window as a count of the next window (one window ahead at most); the token bucket as
+// its tokens taken now, a debt paid off by the end of the wait (its queue counted in units).
 
 /** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once). */
 const LONGEST_WAIT_MS = 2 ** 31 - 1
@@ -27,8 +24,7 @@ export function checkMaxWait (value: unknown, name: string): number | null {
 }
 
 /**
- * How `maxWait` meets a budget's other options, once they are merged (`where` prefixes the names): on an
- * algorithm that keeps places (`WAITING`); not with `continueExceeding` / `exponentialBackoff`, which
+ * How `maxWait` meets a budget's other options, once they are merged (`where` prefixes the names): not with `continueExceeding` / `exponentialBackoff`, which
  * hold a client off where `maxWait` lets it through; not with `shared`, whose budget would count the request
  * when it is decided and the client's when its wait ends. `maxQueue` given where no request waits says nothing.
  */
@@ -38,7 +34,6 @@ export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?:
     return
   }
   const refuse = (why: string): never => { throw new InvalidOptionError(`${where}maxWait`, why) }
-  if (!WAITING.has(route.algorithm)) refuse(`false with algorithm '${route.algorithm}': requests wait on the sliding log (the default), the fixed window and the token bucket so far`)
   if (route.overLimit !== undefined) refuse('false with continueExceeding or exponentialBackoff: they hold a client off over the limit, maxWait lets it through')
   if (route.shared !== null) refuse('false with shared: the shared budget would count the request when it is decided, the client\'s when its wait ends')
 }

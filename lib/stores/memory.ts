@@ -160,7 +160,7 @@ export class MemoryStore implements Store {
       })
       // Allowed within maxWait: it waits, counted at the end of its wait, unless its queue is full (not on a log
       // strangers share, nor for a peek or a cost no wait lets through).
-      if (waits !== undefined && !peek && own && retry > 0 && retry <= waits.maxMs && STEPS[algorithm].reserve?.(tracked, limits, now, cost, retry, waits.maxQueue, entries) === true) {
+      if (waits !== undefined && !peek && own && retry > 0 && retry <= waits.maxMs && STEPS[algorithm].reserve(tracked, limits, now, cost, retry, waits.maxQueue, entries)) {
         // Kept while a request waits on it, and through its window after.
         tracked!.keepUntil = Math.max(tracked!.keepUntil ?? 0, now + retry + longest(limits))
         return raw(WAITS, retry, 0, now, limits, entries)
