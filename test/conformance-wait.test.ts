@@ -189,6 +189,23 @@ const CASES: Case[] = [
     ]
   },
   {
+    name: 'fixed window: a place freed in this window lets a request through now, while one waits for the next, which still counts it',
+    algorithm: 'fixed-window',
+    max: 2,
+    windowMs: 1000,
+    wait: { maxMs: 1000, maxQueue: 2 },
+    steps: [
+      { at: 0, expect: allowed(1, 1000) },
+      { at: 100, expect: allowed(2, 900) },
+      { at: 200, expect: waits(1, 1000, 800, 1000) },
+      { at: 300, giveBack: 1 },
+      { at: 400, expect: allowed(2, 600) },
+      // The next window has begun with the one that waited for it.
+      { at: 1000, expect: allowed(2, 1000) },
+      { at: 1000, expect: waits(1, 1000, 1000, 2000) }
+    ]
+  },
+  {
     name: 'fixed window, 2 per second and 3 per 10 s: counted in the next second and in the 10 s window it is in',
     algorithm: 'fixed-window',
     max: 2,
@@ -249,6 +266,25 @@ const CASES: Case[] = [
       { at: 1300, expect: limited(4, 1700, 1700) },
       { at: 1400, giveBack: 3 },
       { at: 1400, expect: waits(2, 1000, 600, 2000) }
+    ]
+  },
+  {
+    name: 'sliding window: places freed in this window let a request through now, while one waits for the next',
+    algorithm: 'sliding-window',
+    max: 3,
+    windowMs: 1000,
+    wait: { maxMs: 2000, maxQueue: 2 },
+    steps: [
+      { at: 0, expect: allowed(1, 2000) },
+      { at: 0, expect: allowed(2, 1500) },
+      { at: 0, expect: allowed(3, 1334) },
+      { at: 10, expect: waits(3, 333, 1324, 1334) },
+      { at: 20, giveBack: 0 },
+      { at: 20, giveBack: 1 },
+      // One in this window, one given back, one waiting for the next: 3 of 3 with it.
+      { at: 30, expect: allowed(3, 1470) },
+      // The next goes at 1500, when this window's two weigh 1 and the two waiting make 3.
+      { at: 40, expect: waits(3, 500, 1460, 1500) }
     ]
   },
   {
