@@ -18,16 +18,18 @@
 --   reserve(counters, limits, now, member, cost, wait, queue, entries) -> wait, or nil
 --            a request count() denied, which every limit lets through `wait` ms from now (within the
 --            policy's maxWait), is counted in the window of each limit that holds now + wait: the one it
---            counts now (a limit that allows it now), or the next (n<i>), where the requests waiting for it
---            are counted as they come, so they never pass its max. One window ahead at most: a request whose
+--            counts now (a limit that allows it now), or the next, where the requests waiting for it are
+--            counted as they come, so they never pass its max. One window ahead at most: a request whose
 --            wait ends later than a limit's next window (that window full of requests waiting, or a longer
 --            limit's wait past a shorter one's next window) is refused, as when `queue` units wait for a
 --            limit's next window already: nil. Fills entries as they will be when the wait ends.
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
--- state    counters  HASH, per limit i: s<i> = start of the window counted (ms), c<i> = units counted in it,
---                    and, only while requests wait for the window after it (maxWait), n<i> = their units: once
---                    that window has come, they are its count. It lives until the last of those windows ends.
+-- state    counters  HASH, per limit i: s<i> = start of the latest window counted (ms), c<i> = units counted
+--                    in it. While requests wait for the next window (maxWait), that is the one s<i> and c<i>
+--                    count, and o<i> holds this window's count; once it has come, it is simply this window.
+--                    lua/lean-fixed-window.lua reads s1 and c1 alone, and hands back a start ahead of its clock.
+--                    It lives until the last of those windows ends.
 -- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
 -- entries  per limit: count = units counted in the current window; reset = ms until it ends, when one more unit
 --          is free (0: none counted); retry = ms until the request fits: the next window, or, when requests
@@ -37,18 +39,26 @@
 -- A replayed denial is one strike (strikes are a set of members); a replayed allowed request counts again:
 -- a counter keeps no members.
 
--- Limit i's window at `now` from the stored fields: its start, the units counted in it (the stored count when
--- it is the window counted; the units that waited for it when it is the one after), and the units waiting for
--- the window after it.
+-- Limit i's window at `now` from the stored fields: its start, the units counted in it, and the units waiting
+-- for the next window (s<i> a window ahead: c<i> counts them, o<i> this window).
 local function current (fields, i, window, now)
   local start = now - now % window
-  local s, waiting = fields[field('s', i)], fields[field('n', i)] or 0
+  local s = fields[field('s', i)]
   if s == start then
-    return start, fields[field('c', i)], waiting
-  elseif s == start - window then
-    return start, waiting, 0
+    return start, fields[field('c', i)], 0
+  elseif s == start + window then
+    return start, fields[field('o', i)] or 0, fields[field('c', i)]
   end
   return start, 0, 0
+end
+
+-- Limit i counts `n` units in this window (entry.start): in c<i>, or in o<i> while s<i> is the next window.
+local function store (counters, i, entry, n)
+  if entry.waiting > 0 then
+    redis.call('HSET', counters, field('o', i), text(n))
+  else
+    redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(n))
+  end
 end
 
 local function count (counters, limits, now, member, peek, entries, cost)
@@ -63,8 +73,6 @@ local function count (counters, limits, now, member, peek, entries, cost)
     local limit, entry = limits[i], entries[i]
     local start, n, waiting = current(fields, i, limit.window, now)
     entry.count, entry.reset, entry.retry, entry.start, entry.waiting = n, 0, 0, start, waiting
-    -- Kept for reserve: whether the stored n<i> was for a window now over or begun (it goes).
-    entry.stale = fields[field('n', i)] ~= nil and fields[field('s', i)] ~= start
     if n > 0 then
       entry.reset = start + limit.window - now
     end
@@ -93,10 +101,7 @@ local function count (counters, limits, now, member, peek, entries, cost)
     entry.count = entry.count + cost
     entry.reset = entry.start + window - now
     ttl = math.max(ttl, entry.waiting > 0 and entry.reset + window or entry.reset)
-    redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count))
-    if entry.stale then
-      redis.call('HDEL', counters, field('n', i))
-    end
+    store(counters, i, entry, entry.count)
   end
   if #stored == 0 or redis.call('PTTL', counters) < ttl then
     redis.call('PEXPIRE', counters, text(ttl + math.min(ttl, 1000)))
@@ -121,12 +126,10 @@ local function reserve (counters, limits, now, member, cost, wait, queue, entrie
   for i = 1, #limits do
     local entry, window = entries[i], limits[i].window
     if entry.ahead == 0 then
-      redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count + cost))
-      if entry.stale then
-        redis.call('HDEL', counters, field('n', i))
-      end
+      store(counters, i, entry, entry.count + cost)
     else
-      redis.call('HSET', counters, field('s', i), text(entry.start), field('c', i), text(entry.count), field('n', i), text(entry.waiting + cost))
+      redis.call('HSET', counters, field('s', i), text(entry.start + window), field('c', i), text(entry.waiting + cost),
+        field('o', i), text(entry.count))
     end
     ttl = math.max(ttl, entry.start + entry.ahead + window - now)
   end
@@ -139,19 +142,22 @@ local function reserve (counters, limits, now, member, cost, wait, queue, entrie
 end
 
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
--- (for one that waited, at the end of its wait: n<i> while that window has not been counted yet); once that
--- window is over, nothing changes. A counter ends it at most at its max plus the largest (lua/prelude.lua),
--- and below 2^52 (a max above that stays its own ceiling).
+-- (for one that waited, at the end of its wait); once that window is over, nothing changes. A counter ends it
+-- at most at its max plus the largest (lua/prelude.lua), and below 2^52 (a max above that stays its own
+-- ceiling).
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)
   for i, limit in ipairs(limits) do
-    local stored = redis.call('HMGET', counters, field('s', i), field('c', i), field('n', i))
+    local stored = redis.call('HMGET', counters, field('s', i), field('c', i), field('o', i))
     local s, start = tonumber(stored[1]), at - at % limit.window
-    local name, n = field('c', i), tonumber(stored[2])
-    if s and s + limit.window == start then
-      name, n, s = field('n', i), tonumber(stored[3]), start
+    local name, n
+    if s == start then
+      name, n = field('c', i), tonumber(stored[2])
+    elseif s == start + limit.window and s > now then
+      -- Counted in this window while requests wait for the next.
+      name, n = field('o', i), tonumber(stored[3])
     end
-    if s == start and n and n > 0 then
+    if n and n > 0 then
       local ceiling = math.min(limit.max + most, math.max(limit.max, 2 ^ 52))
       redis.call('HINCRBY', counters, name, text(moved(n, final - cost, ceiling)))
     end

@@ -2,18 +2,19 @@
 -- around it. Joined after lua/prelude.lua (text), in front of lua/ban-index.lua, lua/strikes.lua and
 -- lua/lean.lua. It reads and writes the counters as lua/fixed-window.lua keeps them for limit 1 (a HASH: s1 the
 -- start of the window counted, c1 its count; living at least to the end of the window counted), with HMGET
--- s1 c1 n1, then, allowed, HSET c1 (a new window, or one counted down to 0: HSET s1 c1), and PEXPIRE when the
+-- s1 c1, then, allowed, HSET c1 (a new window, or one counted down to 0: HSET s1 c1), and PEXPIRE when the
 -- counters are new or their TTL ends before this window does (PTTL). A denial writes nothing. The start is
 -- compared as text: the count is the only number read. It hands back (4) counters of another type, and those
--- lua/fixed-window.lua reads in its own way: requests waiting for the next window (n1, maxWait), a start it
--- reads as this window's though spelled otherwise, this window's count that is no number.
+-- lua/fixed-window.lua reads in its own way: a start of the next window (requests wait for it, maxWait; this
+-- window's count is then o1), a start it reads as this window's though spelled otherwise, this window's count
+-- that is no number. Those cost nothing on the common path: the start is read as a number only when it is not
+-- this window's text.
 --
 -- lean(counters, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
 
 local function lean (counters, max, window, burst, now, member)
-  local stored = redis.pcall('HMGET', counters, 's1', 'c1', 'n1')
-  -- n1: requests wait for the next window (maxWait), which lua/fixed-window.lua counts.
-  if stored.err or stored[3] then
+  local stored = redis.pcall('HMGET', counters, 's1', 'c1')
+  if stored.err then
     return 4, 0, 0, 0
   end
   local start = now - now % window
@@ -24,7 +25,8 @@ local function lean (counters, max, window, burst, now, member)
     if not n then
       return 4, 0, 0, 0
     end
-  elseif stored[1] and tonumber(stored[1]) == start then
+  elseif stored[1] and (tonumber(stored[1]) or start - 1) >= start then
+    -- This window's start spelled otherwise, or the next window's: requests wait for it (maxWait).
     return 4, 0, 0, 0
   end
   -- The window's end: when one more unit is free, and when the counters expire.

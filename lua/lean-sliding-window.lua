@@ -2,18 +2,17 @@
 -- of 1) around it. Joined after lua/prelude.lua (text), in front of lua/ban-index.lua, lua/strikes.lua and
 -- lua/lean.lua. It reads and writes the counters as lua/sliding-window.lua keeps them for limit 1 (a HASH:
 -- w1 = the current window's start, p1 = the previous window's count, c1 = the current window's; living until
--- the end of the next window) and reports what that file's count does, with these commands: HMGET w1 p1 c1 n1;
+-- the end of the next window) and reports what that file's count does, with these commands: HMGET w1 p1 c1;
 -- when allowed, HSET (of c1 alone while w1 is this window's start) and PEXPIRE. It hands back (4) counters of
--- another type, those with requests waiting for the next window (n1, maxWait), and those holding what
--- lua/sliding-window.lua cannot count (a field it reads that is missing or no number): that file raises the
--- request's error.
+-- another type, those whose w1 is the next window's start (requests wait for it, maxWait: read only when w1 is
+-- not this window's text, so it costs the common path nothing), and those holding what lua/sliding-window.lua
+-- cannot count (a field it reads that is missing or no number): that file raises the request's error.
 --
 -- lean(counters, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
 
 local function lean (counters, max, window, burst, now, member)
-  local stored = redis.pcall('HMGET', counters, 'w1', 'p1', 'c1', 'n1')
-  -- n1: requests wait for the next window (maxWait), which lua/sliding-window.lua counts.
-  if stored.err or stored[4] then
+  local stored = redis.pcall('HMGET', counters, 'w1', 'p1', 'c1')
+  if stored.err then
     return 4, 0, 0, 0
   end
   -- A batch shares its clock and most often its window: the start is formatted once per call, and w1, as
@@ -28,6 +27,9 @@ local function lean (counters, max, window, burst, now, member)
     prev, curr = stored[2] == '0' and 0 or tonumber(stored[2]), tonumber(stored[3])
   elseif was == start - window then
     prev = tonumber(stored[3])
+  elseif was and was > start then
+    -- The next window's start: requests wait for it (maxWait), lua/sliding-window.lua counts them.
+    return 4, 0, 0, 0
   end
   if not (prev and curr) then
     return 4, 0, 0, 0

@@ -12,7 +12,7 @@
 --            against every limit of `limits` (limits[i] = { max, window, burst }), and counts it when every
 --            limit allows it, unless `peek` (report, write nothing). Fills entries[i], for limit i: count and
 --            reset (below), and retry, the ms until the request fits that limit (0: it does). It keeps its
---            own fields there too (start, prev, curr, next, weighted, stale). Returns true when allowed, false
+--            own fields there too (start, prev, curr, next, weighted). Returns true when allowed, false
 --            when denied (a denial writes nothing).
 --   settle(counters, limits, member, at, now, cost, final)
 --            the request `member`, counted at `at` (ms, Redis's time of its decision) for `cost` units,
@@ -20,18 +20,19 @@
 --   reserve(counters, limits, now, member, cost, wait, queue, entries) -> wait, or nil
 --            a request count() denied, which every limit lets through `wait` ms from now (within the
 --            policy's maxWait), is counted in the window of each limit that holds now + wait: the current one
---            (c<i>: it weighs from now on, and happens in this window), or the next (n<i>, the requests
---            waiting for it, counted as they come). One window ahead at most: a request whose wait ends later
+--            (it weighs from now on, and happens in this window), or the next (where the requests waiting for
+--            it are counted as they come). One window ahead at most: a request whose wait ends later
 --            (the next window full of requests waiting, or a longer limit's wait past a shorter one's next
 --            window) is refused, as when `queue` units wait for a limit's next window already: nil. Fills
 --            entries as they will be when the wait ends.
 -- Uses lua/prelude.lua's text, field, largest and moved.
 --
--- state    counters  HASH, per limit i: w<i> = current window's start (ms), p<i> = previous window's count,
---                    c<i> = current window's count, and, only while requests wait for the next window
---                    (maxWait), n<i> = their units: the next window's count when it comes. It lives until the
---                    current windows' requests stop counting, at the end of the next window (of the one after,
---                    while requests wait for the next).
+-- state    counters  HASH, per limit i: w<i> = the latest window's start (ms), p<i> = the count of the window
+--                    before it, c<i> = its count. While requests wait for the next window (maxWait), that is
+--                    the window w<i> and c<i> count, p<i> is this window's count and o<i> the previous one's;
+--                    once it has come, the fields read as always. lua/lean-sliding-window.lua reads w1, p1 and
+--                    c1 alone, and hands back a start ahead of its clock. It lives until the latest window's
+--                    requests stop counting, at the end of the window after it.
 -- A request waiting for the next window counts in this one's estimate too, as if it were in this window: so a
 -- request this window lets through never leaves the next window's estimate past max when the waiting ones go.
 -- limits   per limit: max (units: requests, unless they cost more), window (ms); burst is not used.
@@ -57,19 +58,28 @@ local function fits (entry, max, window, cost, now)
 end
 
 -- Limit i's counters at `now`, from the stored fields: its window's start, the previous window's count, this
--- window's and the units waiting for the next. The window after the one stored counts the units that waited
--- for it; two windows after, they are the previous window's.
+-- window's and the units waiting for the next (w<i> a window ahead: c<i> counts them, p<i> this window, o<i>
+-- the previous one).
 local function current (fields, i, window, now)
   local start = now - now % window
-  local w, waiting = fields[field('w', i)], fields[field('n', i)] or 0
+  local w = fields[field('w', i)]
   if w == start then
-    return start, fields[field('p', i)], fields[field('c', i)], waiting
+    return start, fields[field('p', i)], fields[field('c', i)], 0
+  elseif w == start + window then
+    return start, fields[field('o', i)] or 0, fields[field('p', i)], fields[field('c', i)]
   elseif w == start - window then
-    return start, fields[field('c', i)], waiting, 0
-  elseif w == start - 2 * window then
-    return start, waiting, 0, 0
+    return start, fields[field('c', i)], 0, 0
   end
   return start, 0, 0, 0
+end
+
+-- Limit i counts `curr` units in this window (entry.start): in c<i>, or in p<i> while w<i> is the next window.
+local function store (counters, i, entry, curr)
+  if entry.next > 0 then
+    redis.call('HSET', counters, field('p', i), text(curr))
+  else
+    redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev), field('c', i), text(curr))
+  end
 end
 
 local function count (counters, limits, now, member, peek, entries, cost)
@@ -86,7 +96,6 @@ local function count (counters, limits, now, member, peek, entries, cost)
     local start, prev, curr, next = current(fields, i, window, now)
     local weighted = prev * (window - now + start)
     entry.start, entry.prev, entry.curr, entry.next, entry.weighted = start, prev, curr, next, weighted
-    entry.stale = fields[field('n', i)] ~= nil and fields[field('w', i)] ~= start
     entry.count, entry.reset, entry.retry = 0, 0, 0
     if weighted + (curr + next + cost) * window > max * window then
       entry.retry = fits(entry, max, window, cost, now)
@@ -99,11 +108,7 @@ local function count (counters, limits, now, member, peek, entries, cost)
     local max, window, entry = limits[i].max, limits[i].window, entries[i]
     if allowed and not peek then
       entry.curr = entry.curr + cost
-      redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
-        field('c', i), text(entry.curr))
-      if entry.stale then
-        redis.call('HDEL', counters, field('n', i))
-      end
+      store(counters, i, entry, entry.curr)
       ttl = math.max(ttl, entry.start + (entry.next > 0 and 3 or 2) * window - now)
     end
     entry.count = entry.curr + entry.next + math.floor((entry.weighted + window - 1) / window)
@@ -139,18 +144,13 @@ local function reserve (counters, limits, now, member, cost, wait, queue, entrie
   end
   for i = 1, #limits do
     local entry, window = entries[i], limits[i].window
-    local curr, next = entry.curr, entry.next
+    local next = entry.next
     if entry.ahead == 0 then
-      curr = curr + cost
+      store(counters, i, entry, entry.curr + cost)
     else
       next = next + cost
-    end
-    redis.call('HSET', counters, field('w', i), text(entry.start), field('p', i), text(entry.prev),
-      field('c', i), text(curr))
-    if next > 0 then
-      redis.call('HSET', counters, field('n', i), text(next))
-    elseif entry.stale then
-      redis.call('HDEL', counters, field('n', i))
+      redis.call('HSET', counters, field('w', i), text(entry.start + window), field('p', i), text(entry.curr),
+        field('c', i), text(next), field('o', i), text(entry.prev))
     end
     ttl = math.max(ttl, entry.start + (next > 0 and 3 or 2) * window - now)
   end
@@ -161,22 +161,23 @@ local function reserve (counters, limits, now, member, cost, wait, queue, entrie
 end
 
 -- A request of `cost` counted at `at` counts `final` instead (0: given back), in the window it was counted in
--- (now the current or the previous one; for one that waited, at the end of its wait: n<i> while that window has
--- not come); after that, nothing changes. A counter ends it at most at its max plus the largest
--- (lua/prelude.lua), and at 2^51 / window: a count times its window stays below 2^51 (at least twice max, which
--- the options bound by 2^50 / window), so the weighing above stays exact.
+-- (now the current or the previous one; for one that waited, at the end of its wait); after that, nothing
+-- changes. A counter ends it at most at its max plus the largest (lua/prelude.lua), and at 2^51 / window: a count
+-- times its window stays below 2^51 (at least twice max, which the options bound by 2^50 / window), so the
+-- weighing above stays exact.
 local function settle (counters, limits, member, at, now, cost, final)
   local most = largest(limits)
   for i, limit in ipairs(limits) do
-    local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i), field('n', i))
+    local stored = redis.call('HMGET', counters, field('w', i), field('p', i), field('c', i), field('o', i))
     local w, start = tonumber(stored[1]), at - at % limit.window
     local name, n
     if w == start then
       name, n = field('c', i), tonumber(stored[3])
     elseif w == start + limit.window then
       name, n = field('p', i), tonumber(stored[2])
-    elseif w == start - limit.window then
-      name, n = field('n', i), tonumber(stored[4])
+    elseif w == start + 2 * limit.window and w > now then
+      -- The previous window's, while requests wait for the next.
+      name, n = field('o', i), tonumber(stored[4])
     end
     if n and n > 0 then
       local ceiling = math.min(limit.max + most, math.floor(2 ^ 51 / limit.window))

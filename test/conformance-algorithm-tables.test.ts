@@ -20,6 +20,10 @@ import type { StoreUnderTest, Stored } from './helpers/stores.js'
 import { agreement } from './helpers/differential.js'
 import { draws } from './helpers/random.js'
 
+// The seeded differentials are CPU-bound: 30 s on a quiet machine, up to 47 s beside a CPU-bound process. A
+// hang still fails within three minutes.
+t.setTimeout(180_000)
+
 const started = Date.now()
 t.teardown(() => { t.comment(`conformance-algorithm-tables.test.ts ran in ${Date.now() - started} ms`) })
 

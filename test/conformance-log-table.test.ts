@@ -20,6 +20,10 @@ import { differential } from './helpers/differential.js'
 import { decideInput, memoryStore, redisPaths, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
 
+// The seeded differentials are CPU-bound (every step through the time-injected Redis and the twin): 48 s on a
+// quiet machine, 53 to 65 s beside a CPU-bound process. A hang still fails within three minutes.
+t.setTimeout(180_000)
+
 const started = Date.now()
 t.teardown(() => { t.comment(`conformance-log-table.test.ts ran in ${Date.now() - started} ms`) })
 

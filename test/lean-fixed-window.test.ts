@@ -25,9 +25,9 @@ t.test('the fixed window\'s lean path hands back what lua/fixed-window.lua reads
     { name: 'a value of another type', write: async key => await redis.set(key, 'a foreign string'), reply: [Number, 4], answer: { message: /^WRONGTYPE .* at lua\/fixed-window\.lua:\d+/ } },
     { name: 'this window\'s count that is no number', write: async key => await redis.hset(key, 's1', '0', 'c1', 'many'), reply: [Number, 4], answer: { message: /^lua\/fixed-window\.lua:\d+ .*: attempt to compare number with nil$/ } },
     { name: 'this window\'s start spelled otherwise', write: async key => await redis.hset(key, 's1', '0.0', 'c1', '3'), reply: [Number, 4], answer: { status: 'allowed', count: 4 }, after: { s1: '0', c1: '4' } },
-    // Requests that waited for this window (maxWait): lua/fixed-window.lua counts them in it, where the lean
-    // script, reading another window's start, would count from 0.
-    { name: 'the previous window, with requests that waited for this one', write: async key => await redis.hset(key, 's1', String(-WINDOW), 'c1', '5', 'n1', '2'), reply: [Number, 4], answer: { status: 'allowed', count: 3 }, after: { s1: '0', c1: '3' } },
+    // Requests wait for the next window (maxWait): lua/fixed-window.lua keeps it in s1 and c1, this window's count in
+    // o1, where the lean script, reading another window's start, would count from 0.
+    { name: 'the next window, with requests waiting for it', write: async key => await redis.hset(key, 's1', String(WINDOW), 'c1', '1', 'o1', '4'), reply: [Number, 4], answer: { status: 'allowed', count: 5 }, after: { s1: String(WINDOW), c1: '1', o1: '5' } },
     // Decided by the lean script (allowed, the first of a new window), then once more by RedisStore.
     { name: 'another window\'s start, whatever its count', write: async key => await redis.hset(key, 's1', 'yesterday', 'c1', 'many'), reply: [Number, 0, 1, Number], answer: { status: 'allowed', count: 2 }, after: { s1: '0', c1: '2' } }
   ]

@@ -23,6 +23,10 @@ const FIXTURE = join(ROOT, 'test', 'fixtures', 'snippets')
 const PRELUDE = `
 import type { FastifyInstance, RouteHandlerMethod } from 'fastify'
 import type { Redis, ClusterNode } from 'ioredis'
+
+// TypeScript compiles every snippet twice (node16 and bundler), CPU-bound: 27 s on a quiet machine, up to 45 s
+// beside a CPU-bound process. A hang still fails within three minutes.
+t.setTimeout(180_000)
 export { Cluster } from 'ioredis'
 export { default as rateGuard } from 'fastify-rate-guard'
 export declare const app: FastifyInstance

@@ -1,34 +1,31 @@
 import { fieldsOf, largest, moved } from './step.js'
 import type { Entry, Fields, Limit, Step } from './step.js'
 
-// The twin of `lua/fixed-window.lua`: per limit, a counter of the window (aligned to the epoch) it counts in,
-// and, while requests wait for the window after it (maxWait), their units (`n<i>`).
+// The twin of `lua/fixed-window.lua`: per limit, a counter of the latest window (aligned to the epoch) it
+// counts in. While requests wait for the next window (maxWait), that is the one `s<i>`/`c<i>` count, and `o<i>`
+// holds this window's count.
 
 /** Limit `i`'s window at `now`, as `current` in the script reads it from the stored fields. */
 interface Window {
   start: number
-  /** Units counted in it: the stored count, or the units that waited for it once it has come. */
+  /** Units counted in it. */
   count: number
-  /** Units waiting for the window after it. */
+  /** Units waiting for the next window (`c<i>`, while `s<i>` is that window's start). */
   waiting: number
-  /** The stored `n<i>` was for a window now over or begun: it goes with the next write. */
-  stale: boolean
 }
 
 function current ({ fields }: Fields, i: number, windowMs: number, now: number): Window {
   const start = now - now % windowMs
   const s = fields.get(`s${i}`)
-  const waiting = fields.get(`n${i}`)
-  const stale = waiting !== undefined && s !== start
-  if (s === start) return { start, count: fields.get(`c${i}`)!, waiting: waiting ?? 0, stale }
-  return { start, count: s === start - windowMs ? waiting ?? 0 : 0, waiting: 0, stale }
+  if (s === start) return { start, count: fields.get(`c${i}`)!, waiting: 0 }
+  if (s === start + windowMs) return { start, count: fields.get(`o${i}`) ?? 0, waiting: fields.get(`c${i}`)! }
+  return { start, count: 0, waiting: 0 }
 }
 
-/** Limit `i` counts `count` in `window` (and `waiting` for the one after it, when some wait). */
-function store ({ fields }: Fields, i: number, { start, stale }: Window, count: number, waiting?: number): void {
-  fields.set(`s${i}`, start).set(`c${i}`, count)
-  if (waiting !== undefined) fields.set(`n${i}`, waiting)
-  else if (stale) fields.delete(`n${i}`)
+/** Limit `i` counts `count` in `window`: in `c<i>`, or in `o<i>` while `s<i>` is the next window. */
+function store ({ fields }: Fields, i: number, { start, waiting }: Window, count: number): void {
+  if (waiting > 0) fields.set(`o${i}`, count)
+  else fields.set(`s${i}`, start).set(`c${i}`, count)
 }
 
 /**
@@ -89,7 +86,7 @@ export const fixedWindow: Step = {
     limits.forEach(({ windowMs }, index) => {
       const window = windows[index]!
       if (ahead[index] === 0) store(hash, index + 1, window, window.count + cost)
-      else store(hash, index + 1, window, window.count, window.waiting + cost)
+      else hash.fields.set(`s${index + 1}`, window.start + windowMs).set(`c${index + 1}`, window.waiting + cost).set(`o${index + 1}`, window.count)
       ttl = Math.max(ttl, window.start + ahead[index]! + windowMs - now)
     })
     keep(hash, now, ttl)
@@ -98,7 +95,7 @@ export const fixedWindow: Step = {
     return true
   },
 
-  settle (state, limits, at, _now, cost, final) {
+  settle (state, limits, at, now, cost, final) {
     if (state === undefined) return undefined
     const { fields } = fieldsOf(state)
     const most = largest(limits)
@@ -106,8 +103,8 @@ export const fixedWindow: Step = {
       const i = index + 1
       const start = at - at % limit.windowMs
       const s = fields.get(`s${i}`)
-      // Counted in the window counted, or, waiting for the one after it, in n<i>.
-      const name = s !== undefined && s + limit.windowMs === start ? `n${i}` : s === start ? `c${i}` : undefined
+      // Counted in the window counted, or in this window while requests wait for the next (o<i>).
+      const name = s === start ? `c${i}` : s !== undefined && s === start + limit.windowMs && s > now ? `o${i}` : undefined
       const n = name === undefined ? undefined : fields.get(name)
       const ceiling = Math.min(limit.max + most, Math.max(limit.max, 2 ** 52))
       if (name !== undefined && n !== undefined && n > 0) fields.set(name, n + moved(n, final - cost, ceiling))

@@ -12,23 +12,21 @@ import type { Entry, Fields, Step } from './step.js'
 
 /**
  * Limit `i`'s counters at `now`: its window's start, the previous window's count, this window's, the units
- * waiting for the next (maxWait: `n<i>`, the next window's count when it comes, the previous one's two windows
- * on), and `weighted`, the previous window's count times the part of it the sliding window still covers.
- * `stale`: the stored `n<i>` was for a window now begun or over (it goes with the next write).
+ * waiting for the next (maxWait: while `w<i>` is the next window's start, `c<i>` counts them, `p<i>` this
+ * window and `o<i>` the previous one), and `weighted`, the previous window's count times the part of it the
+ * sliding window still covers.
  */
-interface Counters { start: number, prev: number, curr: number, next: number, weighted: number, stale: boolean }
+interface Counters { start: number, prev: number, curr: number, next: number, weighted: number }
 
 function current ({ fields }: Fields, i: number, window: number, now: number): Counters {
   const start = now - now % window
   const w = fields.get(`w${i}`)
-  const waiting = fields.get(`n${i}`) ?? 0
-  const stale = fields.has(`n${i}`) && w !== start
   const [prev, curr, next] = w === start
-    ? [fields.get(`p${i}`)!, fields.get(`c${i}`)!, waiting]
-    : w === start - window
-      ? [fields.get(`c${i}`)!, waiting, 0]
-      : w === start - 2 * window ? [waiting, 0, 0] : [0, 0, 0]
-  return { start, prev, curr, next, weighted: prev * (window - now + start), stale }
+    ? [fields.get(`p${i}`)!, fields.get(`c${i}`)!, 0]
+    : w === start + window
+      ? [fields.get(`o${i}`) ?? 0, fields.get(`p${i}`)!, fields.get(`c${i}`)!]
+      : w === start - window ? [fields.get(`c${i}`)!, 0, 0] : [0, 0, 0]
+  return { start, prev, curr, next, weighted: prev * (window - now + start) }
 }
 
 /**
@@ -42,11 +40,10 @@ function fits ({ start, prev, curr, next }: Counters, max: number, window: numbe
   return start + 3 * window - Math.floor((max - cost) * window / next) - now
 }
 
-/** Limit `i` stores `c`, with `curr` and `next` as given (n<i> only while some wait). */
-function store ({ fields }: Fields, i: number, c: Counters, curr: number, next: number): void {
-  fields.set(`w${i}`, c.start).set(`p${i}`, c.prev).set(`c${i}`, curr)
-  if (next > 0) fields.set(`n${i}`, next)
-  else if (c.stale) fields.delete(`n${i}`)
+/** Limit `i` counts `curr` units in this window: in `c<i>`, or in `p<i>` while `w<i>` is the next window. */
+function store ({ fields }: Fields, i: number, c: Counters, curr: number): void {
+  if (c.next > 0) fields.set(`p${i}`, curr)
+  else fields.set(`w${i}`, c.start).set(`p${i}`, c.prev).set(`c${i}`, curr)
 }
 
 export const slidingWindow: Step = {
@@ -70,7 +67,7 @@ export const slidingWindow: Step = {
       const c = counters[index]!
       if (allowed && !peek) {
         c.curr += cost
-        store(hash, index + 1, c, c.curr, c.next)
+        store(hash, index + 1, c, c.curr)
         ttl = Math.max(ttl, c.start + (c.next > 0 ? 3 : 2) * window - now)
       }
       entry.count = c.curr + c.next + Math.floor((c.weighted + window - 1) / window)
@@ -93,8 +90,10 @@ export const slidingWindow: Step = {
     let ttl = 0
     limits.forEach(({ windowMs }, index) => {
       const c = counters[index]!
-      const [curr, next] = ahead[index] === 0 ? [c.curr + cost, c.next] : [c.curr, c.next + cost]
-      store(hash, index + 1, c, curr, next)
+      const i = index + 1
+      const next = ahead[index] === 0 ? c.next : c.next + cost
+      if (ahead[index] === 0) store(hash, i, c, c.curr + cost)
+      else hash.fields.set(`w${i}`, c.start + windowMs).set(`p${i}`, c.curr).set(`c${i}`, next).set(`o${i}`, c.prev)
       ttl = Math.max(ttl, c.start + (next > 0 ? 3 : 2) * windowMs - now)
     })
     hash.expiresAt = now + ttl
@@ -103,7 +102,7 @@ export const slidingWindow: Step = {
     return true
   },
 
-  settle (state, limits, at, _now, cost, final) {
+  settle (state, limits, at, now, cost, final) {
     if (state === undefined) return undefined
     const { fields } = fieldsOf(state)
     const most = largest(limits)
@@ -111,8 +110,8 @@ export const slidingWindow: Step = {
       const i = index + 1
       const start = at - at % window
       const w = fields.get(`w${i}`)
-      // The window it was counted in: this one, the previous one, or (it waited) the next, not come yet.
-      const name = w === start ? `c${i}` : w === start + window ? `p${i}` : w === start - window ? `n${i}` : undefined
+      // The window it was counted in: the latest, the one before it, or (requests wait for the next) the one before that.
+      const name = w === start ? `c${i}` : w === start + window ? `p${i}` : w !== undefined && w === start + 2 * window && w > now ? `o${i}` : undefined
       const n = name === undefined ? undefined : fields.get(name)
       const ceiling = Math.min(max + most, Math.floor(2 ** 51 / window))
       if (name !== undefined && n !== undefined && n > 0) fields.set(name, n + moved(n, final - cost, ceiling))
