@@ -14,6 +14,10 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
+// TypeScript compiles every snippet three times (node16, nodenext, bundler), CPU-bound: 27 s on a quiet machine,
+// up to 45 s beside a CPU-bound process. A hang still fails within three minutes.
+t.setTimeout(180_000)
+
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const FIXTURE = join(ROOT, 'test', 'fixtures', 'snippets')
 
@@ -23,10 +27,6 @@ const FIXTURE = join(ROOT, 'test', 'fixtures', 'snippets')
 const PRELUDE = `
 import type { FastifyInstance, RouteHandlerMethod } from 'fastify'
 import type { Redis, ClusterNode } from 'ioredis'
-
-// TypeScript compiles every snippet twice (node16 and bundler), CPU-bound: 27 s on a quiet machine, up to 45 s
-// beside a CPU-bound process. A hang still fails within three minutes.
-t.setTimeout(180_000)
 export { Cluster } from 'ioredis'
 export { default as rateGuard } from 'fastify-rate-guard'
 export declare const app: FastifyInstance
