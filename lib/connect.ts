@@ -8,7 +8,8 @@ import { HeldAnswers } from './held-answers.js'
 import { isPermanent } from './trouble.js'
 import { identityKeys } from './stores/key-names.js'
 import { MemoryStore } from './stores/memory.js'
-import { RedisStore, createClient, evictionPolicy, queueingOptions, whenReady } from './stores/redis.js'
+import { RedisStore, createClient, evictionPolicy, isCluster, queueingOptions, whenReady } from './stores/redis.js'
+import { KEY_LOCKING } from './stores/scripts.js'
 import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
 import type { ResolvedOptions } from './options/resolved.js'
@@ -16,7 +17,8 @@ import type { RedisLike } from './types.js'
 
 // Where a registration's requests are decided: in process when no Redis is given (with the warning that
 // limits are per process), else a Redis store (a client made here or lent), with its breaker, its held
-// answers and their changes subscription, and the checks at start-up (EVALSHA allowed, eviction policy).
+// answers and their changes subscription, and the checks at start-up (TIME in scripts, per-key locking, EVALSHA
+// allowed, eviction policy).
 
 /** What traffic gets while Redis does not answer, per `failMode`: said when the plugin starts without it. */
 const UNTIL_REDIS = Object.freeze({
@@ -59,8 +61,11 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
     if (clock === 'app') {
       fastify.log.warn({ clock }, `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`)
     }
+    // A server that locks per key (Upstash) runs a script under its global lock unless the script asks.
+    const locking = readiness === true && !isCluster(client) && await takesKeyLocking(client) ? 'keys' : 'global'
+    if (locking === 'keys') fastify.log.info({ locking }, 'rate-guard: this server locks per key (as Upstash does): each script call locks only its own keys (allow-key-locking)')
     // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
-    const store = new RedisStore(client, owned, opts.nameSpace, { clock })
+    const store = new RedisStore(client, owned, opts.nameSpace, { clock, locking })
     if (held !== undefined) {
       stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
@@ -111,6 +116,20 @@ async function timeInScripts (client: RedisLike): Promise<true | 'refused' | Err
   } catch (err) {
     if (/\bTIME\b|unknown (redis )?command|not allowed from script/i.test((err as Error).message)) return 'refused'
     return isPermanent(err as Error) ? true : err as Error
+  }
+}
+
+/**
+ * Whether a ready server takes the script flag `allow-key-locking` (Upstash, where a script otherwise holds the
+ * whole server): Redis and Valkey refuse a flag they do not know (and Redis 6 any shebang), so they keep
+ * scripts as they are; so does a server that does not answer within the wait (the global lock works anywhere).
+ */
+async function takesKeyLocking (client: RedisLike): Promise<boolean> {
+  try {
+    await deadline(client.eval(`${KEY_LOCKING}\nreturn 1`, 0) as Promise<unknown>, READY_WAIT)
+    return true
+  } catch {
+    return false
   }
 }
 

@@ -3,47 +3,10 @@
 // each algorithm's lean and general scripts, settling, leases, the operator's ban. `clock: 'app'` asks for it on
 // any Redis. (The conformance tables run every algorithm's scripts on a time the test sends, the same variant.)
 import Fastify from 'fastify'
-import type { FastifyInstance } from 'fastify'
 import t from 'tap'
-import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
-import type { RateGuardOptions } from '../lib/index.js'
-import { ALGORITHMS } from '../lib/algorithms/index.js'
-import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
-
-interface LogLine { level: number, msg: string }
-
-async function makeApp (t: Test, options: RateGuardOptions): Promise<{ app: FastifyInstance, logs: LogLine[] }> {
-  const logs: LogLine[] = []
-  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } } } })
-  t.teardown(() => app.close())
-  await app.register(rateGuard, { nameSpace: uniquePrefix(), max: 3, timeWindow: '1 minute', failMode: 'closed', timeout: 2000, ...options })
-  for (const algorithm of ALGORITHMS) {
-    app.get(`/${algorithm}`, { config: { rateLimit: { algorithm } } }, async () => 'ok')
-    app.get(`/${algorithm}/costly`, { config: { rateLimit: { algorithm, cost: 2, max: 4 } } }, async () => 'ok')
-    app.get(`/${algorithm}/free`, { config: { rateLimit: { algorithm, max: 1, countWhen: () => false } } }, async () => 'ok')
-  }
-  app.get('/slots', { config: { rateLimit: { concurrency: { max: 1 } } } }, async () => 'ok')
-  await app.ready()
-  return { app, logs }
-}
-
-async function codes (app: FastifyInstance, url: string, n: number): Promise<number[]> {
-  const got: number[] = []
-  for (let i = 0; i < n; i++) got.push((await app.inject(url)).statusCode)
-  return got
-}
-
-async function exactEverywhere (t: Test, app: FastifyInstance): Promise<void> {
-  for (const algorithm of ALGORITHMS) {
-    t.strictSame(await codes(app, `/${algorithm}`, 4), [200, 200, 200, 429], `${algorithm}: max 3, exactly one 429 (the lean script)`)
-    t.strictSame(await codes(app, `/${algorithm}/costly`, 3), [200, 200, 429], `${algorithm}: 2 units of 4, the third refused (the general script)`)
-    t.strictSame(await codes(app, `/${algorithm}/free`, 3), [200, 200, 200], `${algorithm}: every request given back (settled on the app's clock)`)
-  }
-  t.strictSame(await codes(app, '/slots', 2), [200, 200], 'leases taken and released')
-  await app.rateGuard.ban('192.0.2.44', '1 minute')
-  t.equal((await app.inject({ url: '/sliding-log', remoteAddress: '192.0.2.44' })).statusCode, 403, 'the operator\'s ban (its own script)')
-}
+import { client, ready, startRedisServer } from './helpers/redis.js'
+import { codes, everyPathApp as makeApp, exactEverywhere } from './helpers/every-path.js'
 
 t.test('a Redis that refuses TIME in scripts: found at start, said once, and every path decides exactly on the app\'s clock', async t => {
   const server = await startRedisServer(t, ['--rename-command', 'TIME', '""'])

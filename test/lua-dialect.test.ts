@@ -11,13 +11,15 @@ import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, LEASE_SCRIPT, SCRIPTS } from '../lib/stores/scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, LEASE_SCRIPT, SCRIPTS, keyLocked } from '../lib/stores/scripts.js'
 import type { Script } from '../lib/stores/scripts.js'
 import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 const ALL: Array<[string, Script]> = [
   ...Object.entries(SCRIPTS), ...Object.entries(LEAN_SCRIPTS), ...Object.entries(CROSS_SLOT_SCRIPTS).map(([a, s]) => [`cross-slot ${a}`, s] as [string, Script]),
-  ...Object.entries(CROSS_SLOT_LEAN_SCRIPTS).map(([a, s]) => [`cross-slot lean ${a}`, s] as [string, Script]), ['ban', BAN_SCRIPT], ['lease', LEASE_SCRIPT]
+  ...Object.entries(CROSS_SLOT_LEAN_SCRIPTS).map(([a, s]) => [`cross-slot lean ${a}`, s] as [string, Script]), ['ban', BAN_SCRIPT], ['lease', LEASE_SCRIPT],
+  // Upstash's variants: every script with the shebang asking for per-key locking (lib/stores/scripts.ts keyLocked).
+  ...[...Object.entries(SCRIPTS), ...Object.entries(LEAN_SCRIPTS), ['ban', BAN_SCRIPT], ['lease', LEASE_SCRIPT]].map(([a, s]) => [`key-locking ${String(a)}`, keyLocked(s as Script)] as [string, Script])
 ].map(([name, script]) => [name, script!] as [string, Script])
 
 /** Globals Lua 5.4 removed (or never had in Redis's sandbox), each as it would be called. */
@@ -39,7 +41,7 @@ t.test('no global Lua 5.4 removed; unpack only as the prelude\'s local or table.
 const luac = spawnSync('luac5.4', ['-v'], { encoding: 'utf8' })
 t.test('every script compiles as Lua 5.4 (luac5.4 -p)', { skip: luac.error === undefined ? false : 'luac5.4 is not on this machine (.ci/run installs lua5.4)' }, async t => {
   for (const [name, { lua }] of ALL) {
-    // A script's shebang (the cross-slot flag) is Redis's: Lua skips a first line starting with '#' too.
+    // A script's shebang (the cross-slot or key-locking flag) is the server's: Lua skips a first line starting with '#' too.
     const compiled = spawnSync('luac5.4', ['-p', '-'], { input: lua, encoding: 'utf8' })
     t.equal(compiled.status, 0, `${name}: ${compiled.stderr.trim() || 'compiles'}`)
   }

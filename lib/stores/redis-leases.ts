@@ -3,7 +3,7 @@ import type { RedisLike } from '../types.js'
 import { toLeaseDecision } from './leases.js'
 import type { Decision, Held, LeaseInput, LeaseStore } from './store.js'
 import { LEASE_SCRIPT, defineScript, located } from './scripts.js'
-import type { Clock } from './scripts.js'
+import type { Clock, Locking } from './scripts.js'
 
 // `concurrency`'s leases in Redis: one call of lua/lease.lua per request taken or given back, and one per key
 // renewed (its keys are one identity's, so one slot: a call goes to its master on a Cluster as it is).
@@ -14,8 +14,8 @@ export class RedisLeases implements LeaseStore {
   /** The ban index a ban started here is entered in (lib/stores/ban-index.ts). */
   readonly #index: (banned: string) => string
 
-  constructor (client: RedisLike, nameSpace: string, index: (banned: string) => string, clock: Clock = 'redis') {
-    this.#call = defineScript(client, LEASE_SCRIPT, clock)
+  constructor (client: RedisLike, nameSpace: string, index: (banned: string) => string, clock: Clock = 'redis', locking: Locking = 'global') {
+    this.#call = defineScript(client, LEASE_SCRIPT, clock, locking)
     this.#nameSpace = nameSpace
     this.#index = index
   }

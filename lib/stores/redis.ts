@@ -8,7 +8,7 @@ import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
 import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
-import type { Clock, Script, ScriptCommand } from './scripts.js'
+import type { Clock, Locking, Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
 import { RedisLeases } from './redis-leases.js'
 import { HANDED_BACK, toDecisions, toLeanDecisions } from './replies.js'
@@ -51,22 +51,23 @@ export class RedisStore implements RemoteStore {
 
   /**
    * `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). `lean: false`
-   * sends every request to its algorithm's script (the tests run both paths).
+   * sends every request to its algorithm's script (the tests run both paths). `clock` and `locking`: what the
+   * server takes (lib/connect.ts finds out at start); the cross-slot variants, a Cluster's, lock as Redis does.
    */
-  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock } = {}) {
+  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking } = {}) {
     this.client = client
     this.#owned = owned
     this.#nameSpace = nameSpace
     this.#cluster = isCluster(client)
-    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm, clock)])) as Record<Algorithm, ScriptCommand>
-    this.#ban = defineScript(client, BAN_SCRIPT, clock)
-    this.#lean = lean ? defineScripts(client, LEAN_SCRIPTS, clock) : null
+    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm, clock, locking)])) as Record<Algorithm, ScriptCommand>
+    this.#ban = defineScript(client, BAN_SCRIPT, clock, locking)
+    this.#lean = lean ? defineScripts(client, LEAN_SCRIPTS, clock, locking) : null
     this.#across = this.#cluster ? Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm], clock)])) as Record<Algorithm, ScriptCommand> : null
     this.#acrossLean = this.#cluster && lean ? defineScripts(client, CROSS_SLOT_LEAN_SCRIPTS, clock) : null
     this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)
-    this.leases = new RedisLeases(client, nameSpace, this.#index, clock)
+    this.leases = new RedisLeases(client, nameSpace, this.#index, clock, locking)
   }
 
   /** Decides (or, with `peek`, reports) one request. */

@@ -219,6 +219,12 @@ export function members (base: string, n: number): string[] {
  */
 export type Clock = 'redis' | 'app'
 
+/**
+ * What a script call locks on a server that locks per key (Upstash): the whole server (`'global'`, what every
+ * script takes unless it asks, and all Redis and Valkey know), or only its KEYS (`'keys'`: `keyLocked`).
+ */
+export type Locking = 'global' | 'keys'
+
 /** A script's one line that reads the clock: `now = ...redis.call('TIME')...`, `local` or not. */
 const NOW_LINE = /^([ \t]*)(local )?now = [^\r\n]*redis\.call\(\s*(['"])TIME\3\s*\)[^\r\n]*$/gm
 
@@ -234,6 +240,27 @@ export function appClockVariant (lua: string): string {
 }
 
 const APP_CLOCK = new WeakMap<Script, Script>()
+const KEY_LOCKED = new WeakMap<Script, Script>()
+
+/** The shebang that asks a server locking per key (Upstash) to lock only a script call's KEYS, not the whole server. */
+export const KEY_LOCKING = '#!lua flags=allow-key-locking'
+
+/**
+ * `script` taking the lock of its call's keys alone on a server that locks per key (Upstash, where a script
+ * takes the global lock unless it asks): its first line, a comment of lua/prelude.lua's, made the shebang
+ * `KEY_LOCKING`, so every other line keeps its number (and `located` its file). A command of its own name.
+ * Redis and Valkey refuse a flag they do not know: lib/connect.ts sends these only to a server that took it.
+ */
+export function keyLocked (script: Script): Script {
+  let variant = KEY_LOCKED.get(script)
+  if (variant === undefined) {
+    if (!script.lua.startsWith('--')) throw new Error(`keyLocked: ${script.command} does not open with a comment line`)
+    const lua = KEY_LOCKING + script.lua.slice(script.lua.indexOf('\n'))
+    variant = Object.freeze({ lua, command: `${script.command.replace(/_[0-9a-f]{8}$/, '')}KeyLocking_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: script.parts })
+    KEY_LOCKED.set(script, variant)
+  }
+  return variant
+}
 
 /** `script` as it reads `clock`: itself, or its app-clock variant (a command of its own name). */
 export function onClock (script: Script, clock: Clock): Script {
@@ -251,11 +278,13 @@ export function onClock (script: Script, clock: Clock): Script {
 const defined = new WeakMap<object, Set<string>>()
 
 /**
- * Defines `algorithm`'s script (or another `Script`) on `client` once, as it reads `clock`; refuses a command
- * of the same name that is not ours. On the app's clock, each call sends `Date.now()` last.
+ * Defines `algorithm`'s script (or another `Script`) on `client` once, as it reads `clock` and takes `locking`
+ * (`'keys'`: `keyLocked`); refuses a command of the same name that is not ours. On the app's clock, each call
+ * sends `Date.now()` last.
  */
-export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis'): ScriptCommand {
-  const { command: name, lua } = onClock(typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm, clock)
+export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis', locking: Locking = 'global'): ScriptCommand {
+  const script = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
+  const { command: name, lua } = onClock(locking === 'keys' ? keyLocked(script) : script, clock)
   let ours = defined.get(client)
   if (ours?.has(name) !== true) {
     if (name in client) throw new CommandConflictError(name)
@@ -269,6 +298,6 @@ export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Sc
 }
 
 /** Each script of `scripts` (`LEAN_SCRIPTS`, `CROSS_SLOT_LEAN_SCRIPTS`) defined on `client`, by algorithm. */
-export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis'): Partial<Record<Algorithm, ScriptCommand>> {
-  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script, clock)]))
+export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis', locking: Locking = 'global'): Partial<Record<Algorithm, ScriptCommand>> {
+  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script, clock, locking)]))
 }
