@@ -134,8 +134,11 @@ export interface BanCommon {
   forget?: number | string
 }
 
+/** One limit of `limits`: per `timeWindow` (`WindowLimitOptions`), or per calendar period (`CalendarLimitOptions`). */
+export type LimitOptions = WindowLimitOptions | CalendarLimitOptions
+
 /** One limit: `max` requests per `timeWindow`, and for the token bucket up to `burst` at once (default `max`). */
-export interface LimitOptions {
+export interface WindowLimitOptions {
   max: number | MaxFunction
   timeWindow: number | string | TimeWindowFunction
   burst?: number
@@ -146,6 +149,20 @@ export interface LimitOptions {
    * apart, after the enforced limits allowed the request, and what it would have refused is reported.
    */
   mode?: 'enforce' | 'shadow'
+}
+
+/**
+ * A calendar quota: `max` units a day, a week (from Monday) or a month in `timeZone` (an IANA name; default
+ * `'UTC'`), counted since the period began there and reset when it ends, whatever the algorithm (which counts
+ * the other limits). A route's or the plugin's limits only, enforced.
+ */
+export interface CalendarLimitOptions {
+  max: number | MaxFunction
+  per: 'day' | 'week' | 'month'
+  timeZone?: string
+  /** Its name in the IETF `RateLimit` fields, as a `WindowLimitOptions`'. */
+  name?: string
+  mode?: 'enforce'
 }
 
 /** A budget shared by every client of a route, beside each client's own: one limit, or several. */

@@ -1,4 +1,6 @@
 import type { Algorithm, Limit } from '../algorithms/index.js'
+import { Calendar, PERS, isTimeZone } from '../calendar.js'
+import type { Per } from '../calendar.js'
 import { checkDuration, checkKeys, checkMax, checkOneOf, fail } from './checks.js'
 import type { CostFunction, MaxFunction, TimeWindowFunction } from '../types.js'
 import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
@@ -33,8 +35,9 @@ export function checkLimit (max: number, windowMs: number, burst: number, algori
  * given (`''`, `'shared.'`, `'config.rateLimit.'`), and a limit is named `max`, or `limits[i].max` among several.
  */
 export function checkSizes (limits: readonly ResolvedLimit[], algorithm: Algorithm, name: string): void {
-  limits.forEach(({ max, windowMs, burst }, i) => {
-    if (typeof max === 'number' && typeof windowMs === 'number') {
+  limits.forEach(({ max, windowMs, burst, calendar }, i) => {
+    // A calendar quota is a count, never multiplied: its algorithm does not count it.
+    if (typeof max === 'number' && typeof windowMs === 'number' && calendar === undefined) {
       checkLimit(max, windowMs, burst ?? max, algorithm, limits.length === 1 ? `${name}max` : `${name}limits[${i}].max`)
     }
   })
@@ -54,9 +57,34 @@ export function checkLimitWindow (value: unknown, name: string, statics = false)
   return typeof value === 'function' && !statics ? value as TimeWindowFunction : checkDuration(value, name)
 }
 
+// A calendar period's usual length, which a limit's options see (its fallbacks, a ban per window); each request
+// is given its period's own (lib/request/computed.ts).
+const USUAL: Readonly<Record<Per, number>> = Object.freeze({ day: 86_400_000, week: 604_800_000, month: 2_678_400_000 })
+
+/** A calendar quota of a route's or the plugin's limits: `max` units per `per` in `timeZone` (UTC unless said). */
+function checkCalendarLimit (input: Record<string, unknown>, name: string): ResolvedLimit {
+  const { max, per, timeZone = 'UTC', burst, name: policy } = input
+  if (input.timeWindow !== undefined) fail(`${name}per`, per, 'per (a calendar period) or timeWindow, not both')
+  if (burst !== undefined) fail(`${name}burst`, burst, 'no burst on a calendar quota (per): it counts up to its max')
+  const period = checkOneOf(per, `${name}per`, PERS)
+  if (!isTimeZone(timeZone)) fail(`${name}timeZone`, timeZone, "an IANA time zone this Node knows, such as 'America/New_York', or 'UTC'")
+  return Object.freeze({
+    max: checkLimitMax(max, `${name}max`),
+    windowMs: USUAL[period],
+    burst: null,
+    name: policy === undefined ? undefined : checkPolicyName(policy, `${name}name`),
+    calendar: new Calendar(period, timeZone)
+  })
+}
+
 /** One limit of a list, or a shared budget's or an override's: its max and window given (the callers see to it). */
 function checkOneLimit (input: Record<string, unknown>, name: string, statics: boolean): ResolvedLimit {
   const { max, timeWindow, burst, name: policy } = input
+  if (input.timeZone !== undefined && input.per === undefined) fail(`${name}timeZone`, input.timeZone, 'a time zone with per (a calendar period) only')
+  if (input.per !== undefined) {
+    if (statics) fail(`${name}per`, input.per, "a calendar period on a route's or the plugin's limits, not a shared budget's or an override's")
+    return checkCalendarLimit(input, name)
+  }
   return Object.freeze({
     max: checkLimitMax(max, `${name}max`, statics),
     windowMs: checkLimitWindow(timeWindow, `${name}timeWindow`, statics),
@@ -69,17 +97,20 @@ function checkLimitList (value: unknown, name: string, statics: boolean): readon
   if (!Array.isArray(value) || value.length === 0 || value.length > 16) fail(name, value, 'a list of 1 to 16 { max, timeWindow } limits')
   const limits = value.map((item: unknown, i) => {
     if (typeof item !== 'object' || item === null || Array.isArray(item)) fail(`${name}[${i}]`, item, 'an object { max, timeWindow }')
-    checkKeys(item, LIMIT_KEYS, `${name}[${i}].`)
+    checkKeys(item, statics ? LIMIT_KEYS : LIST_KEYS, `${name}[${i}].`)
     const limit = item as Record<string, unknown>
-    if (limit.max === undefined || limit.timeWindow === undefined) fail(`${name}[${i}]`, item, 'both max and timeWindow')
+    if (limit.max === undefined || (limit.timeWindow === undefined && limit.per === undefined)) fail(`${name}[${i}]`, item, statics ? 'both max and timeWindow' : 'max, and timeWindow or per (a calendar period)')
     return checkOneLimit(limit, `${name}[${i}].`, statics)
   })
   const names = limits.map(limit => limit.name).filter(n => n !== undefined)
   if (new Set(names).size !== names.length) fail(name, value, 'limits with different names')
-  return Object.freeze(limits)
+  // The calendar quotas last: the stores count them after the algorithm's limits (lua/quota.lua).
+  return Object.freeze([...limits.filter(limit => limit.calendar === undefined), ...limits.filter(limit => limit.calendar !== undefined)])
 }
 
 const LIMIT_KEYS = new Set(['max', 'timeWindow', 'burst', 'name'])
+/** A route's or the plugin's limits: a calendar quota too. */
+const LIST_KEYS = new Set([...LIMIT_KEYS, 'per', 'timeZone'])
 
 export function checkShared (value: unknown, name: string): readonly ResolvedLimit[] | null {
   return value === false ? null : checkStaticLimits(value, name)
@@ -131,7 +162,7 @@ export function checkRouteLimits (value: unknown, name: string): RouteLimits {
   if (!modes.includes('shadow')) return { limits: all, watched: null }
   if (!modes.includes('enforce')) fail(name, value, "at least one limit enforced: a route only watched is mode: 'shadow'")
   const watched = all.filter((_, i) => modes[i] === 'shadow')
-  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function')) fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions')
+  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function' || limit.calendar !== undefined)) fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions or calendar periods')
   return { limits: Object.freeze(all.filter((_, i) => modes[i] === 'enforce')), watched: Object.freeze(watched) }
 }
 
@@ -163,7 +194,9 @@ export function resolveLimits (parts: LimitParts, input: Record<string, unknown>
     max: max ?? from!.max,
     windowMs: timeWindow ?? from!.windowMs,
     burst: burst ?? from?.burst ?? null,
-    name: from?.name
+    name: from?.name,
+    // The plugin's calendar quota, its max changed: still counted in its periods.
+    ...timeWindow === undefined && from?.calendar !== undefined ? { calendar: from.calendar } : {}
   })
   return { limits: Object.freeze([limit]), watched: base.watched }
 }
