@@ -165,7 +165,7 @@ function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOpti
     windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
   }))
   checkSizes(given, budget.route.algorithm, '')
-  const limits = staticLimits(given)
+  const limits = staticLimits(given, Date.now())
   if (limits === null) throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
   return limits
 }
@@ -216,7 +216,7 @@ function budgetOf (ctx: Context, options: BudgetOptions, call: string): RouteBud
  */
 function statesOf (ctx: Context, key: string): string[] {
   return [...ctx.budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family =>
-    [...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log), keysOf(ctx, key, scope, undefined, family).backoff]))
+    [...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log), keysOf(ctx, key, scope, undefined, family).backoff, keysOf(ctx, key, scope, undefined, family).quota]))
 }
 
 /** The budget's state of `key`, enforcing and shadow mode's: where an override changes what is held. */

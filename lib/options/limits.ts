@@ -97,7 +97,7 @@ function checkLimitList (value: unknown, name: string, statics: boolean): readon
   if (!Array.isArray(value) || value.length === 0 || value.length > 16) fail(name, value, 'a list of 1 to 16 { max, timeWindow } limits')
   const limits = value.map((item: unknown, i) => {
     if (typeof item !== 'object' || item === null || Array.isArray(item)) fail(`${name}[${i}]`, item, 'an object { max, timeWindow }')
-    checkKeys(item, statics ? LIMIT_KEYS : LIST_KEYS, `${name}[${i}].`)
+    checkKeys(item, LIMIT_KEYS, `${name}[${i}].`)
     const limit = item as Record<string, unknown>
     if (limit.max === undefined || (limit.timeWindow === undefined && limit.per === undefined)) fail(`${name}[${i}]`, item, statics ? 'both max and timeWindow' : 'max, and timeWindow or per (a calendar period)')
     return checkOneLimit(limit, `${name}[${i}].`, statics)
@@ -108,9 +108,8 @@ function checkLimitList (value: unknown, name: string, statics: boolean): readon
   return Object.freeze([...limits.filter(limit => limit.calendar === undefined), ...limits.filter(limit => limit.calendar !== undefined)])
 }
 
-const LIMIT_KEYS = new Set(['max', 'timeWindow', 'burst', 'name'])
-/** A route's or the plugin's limits: a calendar quota too. */
-const LIST_KEYS = new Set([...LIMIT_KEYS, 'per', 'timeZone'])
+// A calendar quota's too: checkOneLimit refuses one where it cannot go, saying so.
+const LIMIT_KEYS = new Set(['max', 'timeWindow', 'burst', 'name', 'per', 'timeZone'])
 
 export function checkShared (value: unknown, name: string): readonly ResolvedLimit[] | null {
   return value === false ? null : checkStaticLimits(value, name)

@@ -83,13 +83,18 @@ export function costOf (cost: CostFunction, request: FastifyRequest, key: string
  * A calendar quota of `max` as a request is decided now: the periods the app's clock is in (the current one and
  * the next), which the store chooses from on its own clock; its window, the current one's length.
  */
-export function calendarLimit (max: number, calendar: Calendar): Limit {
-  const { current, next } = calendar.around(Date.now())
+export function calendarLimit (max: number, calendar: Calendar, at = Date.now()): Limit {
+  const { current, next } = calendar.around(at)
   return { max, windowMs: current.end - current.start, burst: max, period: { start: current.start, end: current.end, next: next.end } }
 }
 
-/** The limits once, at onRoute, when none is a function of the request (checked by checkSizes) nor a calendar quota. */
-export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[] | null {
-  if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number' && limit.calendar === undefined)) return null
-  return Object.freeze(limits.map(({ max, windowMs, burst }) => ({ max: max as number, windowMs: windowMs as number, burst: burst ?? max as number })))
+/**
+ * The limits once, at onRoute, when none is a function of the request (checked by checkSizes). A calendar
+ * quota's are the periods of one instant: with `at` (a peek's now), else none (each request works them out).
+ */
+export function staticLimits (limits: readonly ResolvedLimit[], at?: number): readonly Limit[] | null {
+  if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number' && (limit.calendar === undefined || at !== undefined))) return null
+  return Object.freeze(limits.map(({ max, windowMs, burst, calendar }) => calendar === undefined
+    ? { max: max as number, windowMs: windowMs as number, burst: burst ?? max as number }
+    : calendarLimit(max as number, calendar, at)))
 }
