@@ -1,8 +1,8 @@
 -- The decision around every algorithm: the last part of each algorithm's script, after lua/prelude.lua (text),
 -- the algorithm's file (lua/<algorithm>.lua), which defines count(state, limits, now, member, peek, entries,
 -- cost) and settle(state, limits, member, at, now, cost, final), lua/quota.lua (calendar quotas, beside any
--- algorithm), lua/ban-index.lua and lua/strikes.lua (strike and ban). One call decides a batch of requests (often one), each against every limit of its budget,
--- atomically, on Redis's clock. lua/lean-sliding-log.lua decides the common shape faster, with the same answers.
+-- algorithm), lua/ban-index.lua and lua/strikes.lua (strike and ban). One call decides a batch of requests
+-- (often one), each against every limit of its budget, atomically, on Redis's clock. lua/lean-sliding-log.lua decides the common shape faster, with the same answers.
 --
 -- KEYS     each request's in turn: three, three more when decided under a ban policy, one more under overLimit,
 --          one more when its policy has calendar quotas:

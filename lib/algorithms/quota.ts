@@ -11,11 +11,15 @@ export interface Quota extends Limit {
   readonly finish: number
 }
 
+const NONE: readonly Quota[] = Object.freeze([])
+
 /**
  * The calendar quotas of `limits` (their last ones, lib/request/limits.ts puts them there) in the periods that
  * hold `now`: the app's clock found their current one, the store's may be in the next already.
  */
-export function quotasAt (limits: readonly Limit[], now: number): Quota[] {
+export function quotasAt (limits: readonly Limit[], now: number): readonly Quota[] {
+  // Most budgets have none: nothing made for them.
+  if (limits.at(-1)?.period === undefined) return NONE
   const quotas: Quota[] = []
   for (const limit of limits) {
     if (limit.period === undefined) continue
