@@ -151,16 +151,11 @@ export interface WindowLimitOptions {
   mode?: 'enforce' | 'shadow'
 }
 
-/**
- * A calendar quota: `max` units a day, a week (from Monday) or a month in `timeZone` (an IANA name; default
- * `'UTC'`), counted since the period began there and reset when it ends, whatever the algorithm (which counts
- * the other limits). A route's or the plugin's limits only, enforced.
- */
+/** A calendar quota: `max` units a day, week (from Monday) or month in `timeZone` (IANA; `'UTC'`), reset when it ends. */
 export interface CalendarLimitOptions {
   max: number | MaxFunction
   per: 'day' | 'week' | 'month'
   timeZone?: string
-  /** Its name in the IETF `RateLimit` fields, as a `WindowLimitOptions`'. */
   name?: string
   mode?: 'enforce'
 }

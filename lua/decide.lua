@@ -2,10 +2,10 @@
 -- the algorithm's file (lua/<algorithm>.lua), which defines count(state, limits, now, member, peek, entries,
 -- cost) and settle(state, limits, member, at, now, cost, final), lua/quota.lua (calendar quotas, beside any
 -- algorithm), lua/ban-index.lua and lua/strikes.lua (strike and ban). One call decides a batch of requests
--- (often one), each against every limit of its budget, atomically, on Redis's clock. lua/lean-sliding-log.lua decides the common shape faster, with the same answers.
+-- (often one), each against every limit of its budget, atomically, on Redis's clock. lua/lean.lua decides the
+-- common shape faster, with the same answers.
 --
--- KEYS     each request's in turn: three, three more when decided under a ban policy, one more under overLimit,
---          one more when its policy has calendar quotas:
+-- KEYS     each request's in turn: three, three more under a ban policy, one more under overLimit, one for quotas:
 --   state     the budget's state for all its limits (see the algorithm's file)
 --   banned    STRING present while the identity is banned (per identity)
 --   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
@@ -163,6 +163,26 @@ local function parse (text)
   return limits
 end
 
+-- A policy's limits under the override `text` (setOverride): the limits it names for the algorithm, or the
+-- policy's when it names only quotas; its quotas' maxes (lua/quota.lua). All of them, the algorithm's, the
+-- quotas; nothing when it names no limit.
+local function overridden (text, counted, quotas)
+  local named = parse(text)
+  local changed = #quotas > 0 and quotasOverridden(text, quotas) or quotas
+  if #named == 0 and changed == quotas then
+    return nil
+  end
+  counted = #named > 0 and named or counted
+  if #changed == 0 then
+    return counted, counted, changed
+  end
+  local limits = { unpack(counted) }
+  for j = 1, #changed do
+    limits[#counted + j] = changed[j]
+  end
+  return limits, counted, changed
+end
+
 -- One answer table per limit, filled by count() for each request in turn.
 local entries = {}
 local out, o = {}, 0
@@ -212,21 +232,13 @@ local function decide ()
     end
     override = redis.call('GET', KEYS[k + OVERRIDE])
   end
-  -- An override replaces the limits its algorithm counts; the policy's calendar quotas stay.
+  -- An override replaces what it names: the limits its algorithm counts (all of them), a calendar quota's max.
   local limits, counted, quotas = policyLimits(p)
   if override then
-    counted = parse(override)
-    if #quotas > 0 then
-      limits = { unpack(counted) }
-      for j = 1, #quotas do
-        limits[#counted + j] = quotas[j]
-      end
-    else
-      limits = counted
+    limits, counted, quotas = overridden(override, counted, quotas)
+    if not limits then
+      error('ERR rate-guard: the override at ' .. KEYS[k + OVERRIDE] .. ' names no limit', 0)
     end
-  end
-  if #counted == 0 and #quotas == 0 then
-    error('ERR rate-guard: the override at ' .. KEYS[k + OVERRIDE] .. ' names no limit', 0)
   end
   for i = #entries + 1, #limits do
     entries[i] = {}
@@ -349,7 +361,11 @@ for i = 1, tonumber(ARGV[3]) do
   if mode == 'settle' then
     local override = redis.call('GET', KEYS[k + OVERRIDE])
     local _, counted, quotas = policyLimits(p)
-    counted = override and parse(override) or counted
+    -- An override that names no limit settles nothing on the algorithm (as a decision, it is an error).
+    if override then
+      local all, named, changed = overridden(override, counted, quotas)
+      counted, quotas = all and named or {}, all and changed or quotas
+    end
     local at, final = tonumber(ARGV[r + AT]), tonumber(ARGV[r + FINAL])
     if #counted > 0 then
       settle(KEYS[k + STATE], counted, ARGV[r + MEMBER], at, clock(), cost, final)

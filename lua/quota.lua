@@ -14,6 +14,9 @@
 --            has room; writes nothing
 --   quotasCount(quota, quotas, now, entries, from, cost)
 --            counts `cost` on each quota, after quotasFit said they fit and the algorithm allowed the request
+--   quotasOverridden(override, quotas) -> quotas
+--            the quotas under an override's text (lua/decide.lua's override key): '<max> q<j>' gives quota j
+--            that max (and capacity); `quotas` itself when it names none
 --   quotasSettle(quota, quotas, most, at, now, cost, final)
 --            the request counted at `at` for `cost` units counts `final` instead (0: given back), in the period
 --            it was counted in; once that period is over, nothing changes. `most`: the largest capacity of the
@@ -74,4 +77,17 @@ local function quotasSettle (quota, quotas, most, at, now, cost, final)
       redis.call('HINCRBY', quota, field('c', j), text(moved(n, final - cost, ceiling)))
     end
   end
+end
+
+local function quotasOverridden (override, quotas)
+  local changed
+  for max, j in string.gmatch(override, '(%d+) q(%d+)') do
+    local limit = quotas[tonumber(j)]
+    if limit then
+      changed = changed or { unpack(quotas) }
+      max = tonumber(max)
+      changed[tonumber(j)] = { max = max, burst = max, window = limit.window, start = limit.start, finish = limit.finish }
+    end
+  end
+  return changed or quotas
 end

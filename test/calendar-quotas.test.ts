@@ -152,3 +152,20 @@ t.test('the operator\'s peek and reset see the quota', async t => {
     t.equal((await get(fastify)).statusCode, 200, `${where}: reset, the quota counts anew`)
   }
 })
+
+t.test('an operator\'s override changes a client\'s quota, or its other limits, or both', async t => {
+  for (const where of ['memory', 'redis'] as const) {
+    const fastify = await app(t, where, { limits: [{ max: 2, timeWindow: '1 minute' }, { max: 3, per: 'month', timeZone: 'Asia/Tokyo' }] })
+    const codes = async (n: number): Promise<number[]> => { const got: number[] = []; for (let i = 0; i < n; i++) got.push((await get(fastify)).statusCode); return got }
+    await fastify.rateGuard.setOverride('127.0.0.1', { limits: [{ max: 4, per: 'month', timeZone: 'Asia/Tokyo' }], ttl: '1 hour' })
+    t.strictSame(await codes(3), [200, 200, 429], `${where}: the quota raised, the minute's 2 still hold`)
+    await fastify.rateGuard.setOverride('127.0.0.1', { limits: [{ max: 10, timeWindow: '1 minute' }, { max: 4, per: 'month', timeZone: 'Asia/Tokyo' }], ttl: '1 hour' })
+    t.strictSame(await codes(3), [200, 200, 429], `${where}: both raised: the month's 4 spent`)
+    const peeked = await fastify.rateGuard.peek('127.0.0.1')
+    t.match(peeked.limits, [{ max: 10, count: 4 }, { max: 4, count: 4, remaining: 0 }], `${where}: peek sees the override`)
+    await fastify.rateGuard.clearOverride('127.0.0.1')
+    t.equal((await get(fastify)).statusCode, 429, `${where}: back on the budget's quota of 3, spent`)
+    await t.rejects(fastify.rateGuard.setOverride('127.0.0.1', { limits: [{ max: 9, per: 'day', timeZone: 'Asia/Tokyo' }], ttl: '1 hour' }),
+      { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /none per day in Asia\/Tokyo/ }, `${where}: a quota the budget does not have`)
+  }
+})

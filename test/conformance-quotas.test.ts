@@ -9,7 +9,7 @@ import type { Test } from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import type { Algorithm, Limit } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { encodeLimits } from '../lib/stores/store.js'
+import { encodeLimits } from '../lib/stores/overrides.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
 import { memoryStore, redisStore } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
@@ -105,17 +105,28 @@ t.test('settling gives back in the period counted, never in the next', async t =
   }
 })
 
-t.test('an override replaces the algorithm\'s limits; the quota stays', async t => {
+t.test('an override replaces what it names: the algorithm\'s limits, a quota\'s max', async t => {
   await bothStores(t, async (at, algorithm, store, input) => {
     const name = `${store.kind} ${algorithm}`
     await store.setValue(input.keys.override, encodeLimits([{ max: 1, windowMs: 60_000, burst: 1 }]), null, T0)
-    t.same(await at(100), ['allowed', [1], [1, 900, 1000], 0], `${name}: under the override`)
+    t.same(await at(100), ['allowed', [1], [1, 900, 1000], 0], `${name}: under the override of the minute's limit`)
     t.equal((await at(100))[0], 'limited', `${name}: its max of 1`)
     await store.delete([input.keys.override], T0 + 200)
     // The algorithm's state, counted under the override, is its own to read (the token bucket may refuse).
     const after = await at(200)
     t.same(after[2], [after[0] === 'allowed' ? 2 : 1, 800, 1000], `${name}: the quota counted through it, and what is allowed after it`)
   })
+  await bothStores(t, async (at, algorithm, store, input) => {
+    const name = `${store.kind} ${algorithm}`
+    await store.setValue(input.keys.override, '5 q1', null, T0)
+    for (let i = 1; i <= 5; i++) t.same(await at(100), ['allowed', [i], [i, 900, 1000], 0], `${name}: the quota's max made 5, the minute's limit the policy's`)
+    t.same(await at(100), ['limited', [5], [5, 900, 1000], 900], `${name}: the sixth`)
+    await store.setValue(input.keys.override, `${encodeLimits([{ max: 7, windowMs: 60_000, burst: 7 }])};7 q1`, null, T0 + 200)
+    const both = await at(200)
+    t.same([both[0], both[2]], ['allowed', [6, 800, 1000]], `${name}: both named`)
+    await store.setValue(input.keys.override, '5 q2', null, T0 + 300)
+    await t.rejects(at(300), /names no limit/, `${name}: a quota the budget does not have is no limit: the request's error, as an override naming none`)
+  }, [MINUTE, quota(3)])
 })
 
 t.test('maxWait: a request the algorithm lets through later waits, counted on the quota now; never for a full quota', async t => {

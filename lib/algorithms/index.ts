@@ -35,5 +35,5 @@ export const STEPS: Readonly<Record<Algorithm, Step>> = Object.freeze({
 
 export type { CalendarPeriods, Counted, Entry, Limit, State, Step } from './step.js'
 export { largest, longest } from './step.js'
-export { quotasAt, quotasCount, quotasFit, quotasSettle } from './quota.js'
+export { quotasAt, quotasCount, quotasFit, quotasOverridden, quotasSettle } from './quota.js'
 export type { Quota } from './quota.js'

@@ -30,6 +30,18 @@ export function quotasAt (limits: readonly Limit[], now: number): readonly Quota
   return quotas
 }
 
+/** The quotas under an override's text: `'<max> q<j>'` gives quota j that max (and capacity); `quotas` itself when it names none. */
+export function quotasOverridden (text: string, quotas: readonly Quota[]): readonly Quota[] {
+  let changed: Quota[] | undefined
+  for (const [, max, j] of text.matchAll(/(\d+) q(\d+)/g)) {
+    const limit = quotas[Number(j) - 1]
+    if (limit === undefined) continue
+    changed ??= [...quotas]
+    changed[Number(j) - 1] = { ...limit, max: Number(max), burst: Number(max) }
+  }
+  return changed ?? quotas
+}
+
 /** Whether every quota has room for `cost` units at `now`; appends to `entries` what each says (count, reset, retry). */
 export function quotasFit (state: State | undefined, quotas: readonly Quota[], now: number, cost: number, entries: Entry[]): boolean {
   const { fields } = fieldsOf(state)
