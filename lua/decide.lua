@@ -132,27 +132,38 @@ local first = a
 -- A policy's limits: all of them (the reply's order: the others, then the calendar quotas), those its
 -- algorithm counts, and its calendar quotas (each in the period that holds now).
 local policies = {}
+local NONE = {}
 local function policyLimits (p)
   local limits = policies[p]
   if not limits then
-    local all, counted, quotas = {}, {}, {}
+    limits = {}
     local s = starts[p]
     for i = 1, tonumber(ARGV[s + LIMITS]) do
       local l = s + FIELDS + PER_LIMIT * (i - 1)
-      local limit = { max = tonumber(ARGV[l + MAX]), window = tonumber(ARGV[l + WINDOW]), burst = tonumber(ARGV[l + BURST]) }
-      if limit.window then
-        counted[#counted + 1] = limit
-      else
-        limit.start, limit.finish = period(ARGV[l + WINDOW], clock())
-        limit.window = limit.finish - limit.start
-        quotas[#quotas + 1] = limit
+      limits[i] = { max = tonumber(ARGV[l + MAX]), window = tonumber(ARGV[l + WINDOW]), burst = tonumber(ARGV[l + BURST]) }
+      -- A calendar quota's window is its periods' text (lua/quota.lua): the period that holds now.
+      if not limits[i].window then
+        local start, finish = quotaSteps().period(ARGV[l + WINDOW], clock())
+        limits[i].start, limits[i].finish, limits[i].window = start, finish, finish - start
       end
-      all[i] = limit
     end
-    limits = { all, counted, quotas }
+    if quoted[p] then
+      local counted, quotas = {}, {}
+      for i = 1, #limits do
+        if limits[i].start then
+          quotas[#quotas + 1] = limits[i]
+        else
+          counted[#counted + 1] = limits[i]
+        end
+      end
+      limits = { limits, counted, quotas }
+    end
     policies[p] = limits
   end
-  return limits[1], limits[2], limits[3]
+  if quoted[p] then
+    return limits[1], limits[2], limits[3]
+  end
+  return limits, limits, NONE
 end
 
 local function parse (text)
@@ -168,7 +179,7 @@ end
 -- quotas; nothing when it names no limit.
 local function overridden (text, counted, quotas)
   local named = parse(text)
-  local changed = #quotas > 0 and quotasOverridden(text, quotas) or quotas
+  local changed = #quotas > 0 and quotaSteps().overridden(text, quotas) or quotas
   if #named == 0 and changed == quotas then
     return nil
   end
@@ -251,7 +262,7 @@ local function decide ()
           count(KEYS[k + STATE], counted, clock(), member, true, entries, 1)
         end
         if #quotas > 0 then
-          quotasFit(quota, quotas, clock(), 1, entries, #counted)
+          quotaSteps().fit(quota, quotas, clock(), 1, entries, #counted)
         end
         return reply(1, 0, 0, limits)
       end
@@ -283,10 +294,10 @@ local function decide ()
       end
     end
     -- The quotas first: when one is full, the algorithm is only asked (peeked), so nothing is counted.
-    local fits = #quotas == 0 or quotasFit(quota, quotas, clock(), cost, entries, #counted)
+    local fits = #quotas == 0 or quotaSteps().fit(quota, quotas, clock(), cost, entries, #counted)
     if (#counted == 0 or count(KEYS[k + STATE], counted, clock(), member, peek or not fits, entries, cost)) and fits then
       if not peek and #quotas > 0 then
-        quotasCount(quota, quotas, now, entries, #counted, cost)
+        quotaSteps().count(quota, quotas, now, entries, #counted, cost)
       end
       return reply(0, 0, 0, limits)
     end
@@ -304,7 +315,7 @@ local function decide ()
       local waited = reserve(KEYS[k + STATE], counted, now, member, cost, retry, tonumber(ARGV[s + QUEUE]), entries)
       if waited then
         if #quotas > 0 then
-          quotasCount(quota, quotas, now, entries, #counted, cost)
+          quotaSteps().count(quota, quotas, now, entries, #counted, cost)
         end
         return reply(WAITS, waited, 0, limits)
       end
@@ -371,7 +382,7 @@ for i = 1, tonumber(ARGV[3]) do
       settle(KEYS[k + STATE], counted, ARGV[r + MEMBER], at, clock(), cost, final)
     end
     if #quotas > 0 then
-      quotasSettle(KEYS[k + ALWAYS + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
+      quotaSteps().settle(KEYS[k + ALWAYS + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
     end
     k, r = k + ALWAYS + (quoted[p] and 1 or 0), r + PER_SETTLE
   else
