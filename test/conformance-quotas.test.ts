@@ -11,9 +11,13 @@ import type { Algorithm, Limit } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { encodeLimits } from '../lib/stores/overrides.js'
 import type { DecideInput, Decision } from '../lib/stores/store.js'
+import { differential } from './helpers/differential.js'
 import { memoryStore, redisStore } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
 import { uniquePrefix } from './helpers/redis.js'
+
+// CPU-bound (the seeded differentials): a limit of its own, as .taprc says of the conformance files.
+t.setTimeout(180_000)
 
 const T0 = 1_800_000_000_000
 /** A quota of `max` whose current period (on the app's clock) is [T0, T0 + 1000) and the next [T0 + 1000, T0 + 3000). */
@@ -145,3 +149,15 @@ t.test('maxWait: a request the algorithm lets through later waits, counted on th
     t.ok((full[3] as number) >= 850, `${name}: until its period ends at least (${String(full[3])} ms)`)
   }, [{ max: 2, windowMs: 500, burst: 2 }, quota(3)])
 })
+
+// A fixed seed and a fresh one each run (CONFORMANCE_SEED=<n> replays one): random traffic, each budget with a
+// quota beside its limit, the app's view of the period sometimes one behind, clock steps back, bans, peeks.
+const FIXED_SEED = 1
+const seeds = process.env.CONFORMANCE_SEED !== undefined ? [Number(process.env.CONFORMANCE_SEED)] : [FIXED_SEED, Math.floor(Math.random() * 2 ** 32)]
+for (const seed of seeds) {
+  for (const algorithm of ALGORITHMS) {
+    t.test(`differential (${algorithm}, calendar quotas): both stores decide random traffic alike (seed ${seed})`, async t => {
+      await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, { quotas: true, steps: 800 })
+    })
+  }
+}
