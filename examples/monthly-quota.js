@@ -15,6 +15,7 @@ import rateGuard from 'fastify-rate-guard'
 /** A toy customer table: each API key's plan. A real one is a database the key is checked against. */
 const PLAN_OF = new Map([['key-ada', 'free'], ['key-grace', 'pro']])
 
+/** @type {Readonly<Record<string, number>>} calls a month, by plan */
 export const PLANS = Object.freeze({ free: 3, pro: 1000 })
 
 /** @param {import('fastify').FastifyRequest} request */
@@ -32,7 +33,7 @@ export async function buildApp ({ redis, nameSpace } = {}) {
         keyGenerator: (request) => String(request.headers['x-api-key']),
         limits: [
           { max: 5, timeWindow: '1 second', name: 'per-second' },
-          { max: (request) => PLANS[planOf(request) ?? 'free'], per: 'month', timeZone: 'America/New_York', name: 'monthly' }
+          { max: (request) => PLANS[planOf(request) ?? 'free'] ?? 0, per: 'month', timeZone: 'America/New_York', name: 'monthly' }
         ]
       }
     }

@@ -372,10 +372,10 @@ for i = 1, tonumber(ARGV[3]) do
   if mode == 'settle' then
     local override = redis.call('GET', KEYS[k + OVERRIDE])
     local _, counted, quotas = policyLimits(p)
-    -- An override that names no limit settles nothing on the algorithm (as a decision, it is an error).
+    -- An override that names no limit settles nothing (as a decision, it is an error).
     if override then
       local all, named, changed = overridden(override, counted, quotas)
-      counted, quotas = all and named or {}, all and changed or quotas
+      counted, quotas = all and named or NONE, all and changed or NONE
     end
     local at, final = tonumber(ARGV[r + AT]), tonumber(ARGV[r + FINAL])
     if #counted > 0 then

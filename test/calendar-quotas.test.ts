@@ -128,7 +128,8 @@ t.test('where a calendar period cannot go, registration says so', async t => {
     ['a burst', { algorithm: 'token-bucket', limits: [{ max: 1, per: 'day', burst: 2 } as never] }, /limits\[0\]\.burst.*calendar/],
     ['neither timeWindow nor per', { limits: [{ max: 1 } as never] }, /limits\[0\].*timeWindow or per/],
     ['a shared budget\'s', { limits: [{ max: 1, timeWindow: 1000 }], shared: { limits: [{ max: 1, per: 'day' } as never] } }, /shared\.limits\[0\]\.per.*not a shared budget/],
-    ['a watched limit', { limits: [{ max: 1, timeWindow: 1000 }, { max: 1, per: 'day', mode: 'shadow' as 'enforce' }] }, /calendar periods/]
+    ['a watched limit', { limits: [{ max: 1, timeWindow: 1000 }, { max: 1, per: 'day', mode: 'shadow' as 'enforce' }] }, /calendar periods/],
+    ['an app\'s store', { store: class { incr (): void {} child (): this { return this } } as never, limits: [{ max: 1, per: 'day' }] }, /calendar quotas are counted in Redis or in process/]
   ]
   for (const [name, options, message] of cases) {
     const fastify = Fastify()
@@ -165,7 +166,20 @@ t.test('an operator\'s override changes a client\'s quota, or its other limits, 
     t.match(peeked.limits, [{ max: 10, count: 4 }, { max: 4, count: 4, remaining: 0 }], `${where}: peek sees the override`)
     await fastify.rateGuard.clearOverride('127.0.0.1')
     t.equal((await get(fastify)).statusCode, 429, `${where}: back on the budget's quota of 3, spent`)
+    await fastify.rateGuard.setOverride('127.0.0.1', { max: 5, per: 'month', timeZone: 'Asia/Tokyo', ttl: '1 hour' })
+    t.match((await fastify.rateGuard.peek('127.0.0.1')).limits, [{ max: 2 }, { max: 5, count: 4 }], `${where}: one limit, its single form: the quota's max made 5, the minute's limit the budget's`)
     await t.rejects(fastify.rateGuard.setOverride('127.0.0.1', { limits: [{ max: 9, per: 'day', timeZone: 'Asia/Tokyo' }], ttl: '1 hour' }),
       { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /none per day in Asia\/Tokyo/ }, `${where}: a quota the budget does not have`)
   }
+})
+
+t.test('a route that gives only max takes the plugin\'s calendar quota with it', async t => {
+  const fastify = Fastify()
+  t.teardown(async () => await fastify.close())
+  await fastify.register(rateGuard, { nameSpace: uniquePrefix(), limits: [{ max: 3, per: 'day', timeZone: 'Asia/Kathmandu' }] })
+  fastify.get('/one', { config: { rateLimit: { max: 1 } } }, async () => 'ok')
+  const codes = [(await fastify.inject('/one')).statusCode, (await fastify.inject('/one')).statusCode]
+  t.strictSame(codes, [200, 429])
+  const refused = await fastify.inject('/one')
+  t.ok(Number(refused.headers['retry-after']) > 60, `a day's quota of 1: ${String(refused.headers['retry-after'])} s to wait`)
 })

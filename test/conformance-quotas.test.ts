@@ -109,6 +109,26 @@ t.test('settling gives back in the period counted, never in the next', async t =
   }
 })
 
+t.test('settling a quota given back already changes nothing; nor does settling where nothing was counted', async t => {
+  for (const store of [memoryStore(t), await redisStore(t)]) {
+    const keys = identityKeys(uniquePrefix(), 'q', 'client', 'sliding-log')
+    const limits = [quota(3)]
+    const input: DecideInput = { keys, limits, ban: null, peek: false, algorithm: 'sliding-log' }
+    await store.settle({ keys, limits, algorithm: 'sliding-log', member: 'm0.1', at: T0 + 50, final: 0 }, T0 + 60)
+    const first = await store.decide(input, T0 + 100)
+    await store.settle({ keys, limits, algorithm: 'sliding-log', member: first.member, at: first.at, final: 0 }, T0 + 200)
+    await store.settle({ keys, limits, algorithm: 'sliding-log', member: first.member, at: first.at, final: 3 }, T0 + 300)
+    t.same(said(await store.decide(input, T0 + 400)), ['allowed', [], [1, 600, 1000], 0], `${store.kind}: the quota counts only the last request`)
+    // An override that names no limit: a decision is refused with its error; settling gives nothing back.
+    await store.setValue(keys.override, 'none', null, T0 + 500)
+    await store.settle({ keys, limits, algorithm: 'sliding-log', member: first.member, at: T0 + 400, final: 0 }, T0 + 500)
+    await store.delete([keys.override], T0 + 500)
+    t.same(said(await store.decide(input, T0 + 500)).slice(2), [[2, 500, 1000], 0], `${store.kind}: nothing given back under it`)
+    t.same(said(await store.decide(input, T0 + 500)).slice(0, 1), ['allowed'])
+    t.same(said(await store.decide({ ...input, cost: 4 }, T0 + 500)), ['limited', [], [3, 500, 1000], 0], `${store.kind}: more than the quota holds, alone: a retry of 0`)
+  }
+})
+
 t.test('an override replaces what it names: the algorithm\'s limits, a quota\'s max', async t => {
   await bothStores(t, async (at, algorithm, store, input) => {
     const name = `${store.kind} ${algorithm}`

@@ -78,10 +78,10 @@ export function quotasCount (state: State | undefined, quotas: readonly Quota[],
  * counted in; once that period is over, nothing changes. `most`: the largest capacity of the budget's limits.
  */
 export function quotasSettle (state: State | undefined, quotas: readonly Quota[], most: number, at: number, now: number, cost: number, final: number): void {
-  if (state === undefined) return
-  const { fields } = state as Fields
+  const { fields } = fieldsOf(state)
   quotas.forEach(({ max, start }, index) => {
-    const n = fields.get(`c${index + 1}`) ?? 0
+    // s<j> and c<j> are written together: a period counted has its count.
+    const n = fields.get(`c${index + 1}`)!
     if (fields.get(`s${index + 1}`) === start && at >= start && n > 0) {
       const ceiling = Math.min(max + most, Math.max(max, 2 ** 52))
       fields.set(`c${index + 1}`, n + moved(n, final - cost, ceiling))

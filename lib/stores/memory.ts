@@ -1,4 +1,4 @@
-import { DEFAULT_ALGORITHM, STEPS, largest, longest, quotasAt, quotasCount, quotasFit, quotasSettle } from '../algorithms/index.js'
+import { DEFAULT_ALGORITHM, STEPS, largest, longest, quotasCount, quotasFit, quotasSettle } from '../algorithms/index.js'
 import type { Algorithm, Counted, Entry, Limit, Quota, State } from '../algorithms/index.js'
 import { FAILED, WAITS, toDecision } from './replies.js'
 import type { RawDecision } from './replies.js'
@@ -199,13 +199,13 @@ export class MemoryStore implements Store {
 
   settle ({ keys, limits, algorithm, at, cost = 1, final }: SettleInput): void {
     const now = this.#now()
-    // An override that names no limit settles nothing on the algorithm (as a decision, it is an error).
-    const { stepLimits, quotas } = limitsUnder(this.#live(this.#marks, keys.override, now)?.value as string | undefined, limits, now) ?? { stepLimits: [], quotas: quotasAt(limits, now) }
-    if (stepLimits.length > 0) {
-      const made = STEPS[algorithm].settle(this.#live(this.#logs, keys.log, now), stepLimits, at, now, cost, final)
-      // A token bucket that had refilled, charged more: stored anew, as the script's HSET makes the key.
-      if (made !== undefined && this.#makeRoom(now)) this.#logs.set(keys.log, made)
-    }
+    // An override that names no limit settles nothing (as a decision, it is an error).
+    const under = limitsUnder(this.#live(this.#marks, keys.override, now)?.value as string | undefined, limits, now)
+    if (under === undefined) return
+    const { stepLimits, quotas } = under
+    // A token bucket that had refilled, charged more: stored anew, as the script's HSET makes the key.
+    const made = stepLimits.length === 0 ? undefined : STEPS[algorithm].settle(this.#live(this.#logs, keys.log, now), stepLimits, at, now, cost, final)
+    if (made !== undefined && this.#makeRoom(now)) this.#logs.set(keys.log, made)
     if (quotas.length > 0) quotasSettle(this.#live(this.#logs, keys.quota, now), quotas, Math.max(largest(stepLimits), largest(quotas)), at, now, cost, final)
   }
 
