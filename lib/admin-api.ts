@@ -15,7 +15,15 @@ export interface OverrideOptions extends BudgetOptions {
   max?: number
   timeWindow?: number | string
   burst?: number
-  limits?: ReadonlyArray<{ max: number, timeWindow: number | string, burst?: number }>
+  /** A calendar quota's max (`max` with `per` and `timeZone` instead of `timeWindow`): see `limits`. */
+  per?: 'day' | 'week' | 'month'
+  timeZone?: string
+  /**
+   * The limits the budget's algorithm counts for this client instead of its own (all of them, when one is
+   * given), and a calendar quota's max: `{ max, per, timeZone }` changes the budget's quota of that period and
+   * zone (its other limits stay, unless given too).
+   */
+  limits?: ReadonlyArray<{ max: number, timeWindow: number | string, burst?: number } | { max: number, per: 'day' | 'week' | 'month', timeZone?: string }>
   /** How long the override holds (ms or `'30 days'`); or `permanent: true`. One of the two is required. */
   ttl?: number | string
   permanent?: true

@@ -11,8 +11,8 @@ import { deadline } from './deadline.js'
 import { refusedOutright } from './decider.js'
 import { checkDuration, checkMax } from './options/checks.js'
 import { checkSizes, checkStaticLimits } from './options/limits.js'
-import type { ResolvedOptions } from './options/resolved.js'
-import { encodeLimits } from './stores/store.js'
+import type { ResolvedLimit, ResolvedOptions } from './options/resolved.js'
+import { encodeLimits, encodeQuota } from './stores/overrides.js'
 import type { DecideInput, Decision, Store } from './stores/store.js'
 import type { Ban } from './stores/ban-index.js'
 import type { DecisionStats } from './stats.js'
@@ -165,7 +165,7 @@ function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOpti
     windowMs: typeof limit.windowMs === 'function' ? windowMs ?? limit.windowMs : limit.windowMs
   }))
   checkSizes(given, budget.route.algorithm, '')
-  const limits = staticLimits(given)
+  const limits = staticLimits(given, Date.now())
   if (limits === null) throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
   return limits
 }
@@ -173,7 +173,7 @@ function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOpti
 async function setOverride (ctx: Context, key: string, options: OverrideOptions): Promise<void> {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
   const budget = budgetOf(ctx, options, 'setOverride')
-  const resolved = checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS)
+  const resolved = checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS, true)
   if (budget.route.algorithm !== 'token-bucket' && resolved.some(limit => limit.burst !== null)) {
     throw new InvalidOptionError('setOverride.burst', "expected no burst but on a budget with algorithm: 'token-bucket'")
   }
@@ -181,14 +181,31 @@ async function setOverride (ctx: Context, key: string, options: OverrideOptions)
     throw new InvalidOptionError('setOverride.name', 'expected no names: an override keeps the budget\'s policy names')
   }
   checkSizes(resolved, budget.route.algorithm, 'setOverride.')
-  const limits = staticLimits(resolved)!
+  const text = overrideText(resolved, budget.route.limits)
   if ((options.ttl === undefined) === (options.permanent !== true)) {
     throw new InvalidOptionError('setOverride', 'expected either ttl (how long the override holds) or permanent: true')
   }
   const ttl = options.permanent === true ? null : checkDuration(options.ttl, 'setOverride.ttl')
   const keys = keysOf(ctx, key, budget.scope, budget.route.algorithm)
-  await ctx.store.setValue(keys.override, encodeLimits(limits), ttl)
+  await ctx.store.setValue(keys.override, text, ttl)
   await ctx.store.forget(logsOf(ctx, key, budget))
+}
+
+/**
+ * An override's limits as the stores read them (the override key): the limits it gives the algorithm
+ * (`encodeLimits`: all of them, replacing the budget's), then, for each calendar quota it names, `'<max> q<j>'`,
+ * quota j of the budget's (`budgetLimits`, their quotas last) counting to that max instead.
+ */
+function overrideText (resolved: readonly ResolvedLimit[], budgetLimits: readonly ResolvedLimit[]): string {
+  const quotas = budgetLimits.filter(limit => limit.calendar !== undefined)
+  const parts = [encodeLimits(staticLimits(resolved.filter(limit => limit.calendar === undefined))!)].filter(part => part !== '')
+  for (const { max, calendar } of resolved) {
+    if (calendar === undefined) continue
+    const j = quotas.findIndex(quota => quota.calendar!.per === calendar.per && quota.calendar!.timeZone === calendar.timeZone)
+    if (j === -1) throw new InvalidOptionError('setOverride', `a quota the budget has: it has none per ${calendar.per} in ${calendar.timeZone}`)
+    parts.push(encodeQuota(max as number, j + 1))
+  }
+  return parts.join(';')
 }
 
 async function clearOverride (ctx: Context, key: string, options: BudgetOptions = {}): Promise<void> {
@@ -216,7 +233,7 @@ function budgetOf (ctx: Context, options: BudgetOptions, call: string): RouteBud
  */
 function statesOf (ctx: Context, key: string): string[] {
   return [...ctx.budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family =>
-    [...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log), keysOf(ctx, key, scope, undefined, family).backoff]))
+    [...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log), keysOf(ctx, key, scope, undefined, family).backoff, keysOf(ctx, key, scope, undefined, family).quota]))
 }
 
 /** The budget's state of `key`, enforcing and shadow mode's: where an override changes what is held. */

@@ -166,7 +166,7 @@ export type { RateGuardDecorator, Registration } from './registrations.js'
 export type { BudgetOptions } from './budgets.js'
 export type { RateGuardAdmin, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin-api.js'
 export type {
-  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, SharedOptions, ErrorResponseContext,
+  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, WindowLimitOptions, CalendarLimitOptions, SharedOptions, ErrorResponseContext,
   ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
   HookName, FailMode, ErrorFormat, Addressless, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'

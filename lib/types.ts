@@ -134,8 +134,11 @@ export interface BanCommon {
   forget?: number | string
 }
 
+/** One limit of `limits`: per `timeWindow` (`WindowLimitOptions`), or per calendar period (`CalendarLimitOptions`). */
+export type LimitOptions = WindowLimitOptions | CalendarLimitOptions
+
 /** One limit: `max` requests per `timeWindow`, and for the token bucket up to `burst` at once (default `max`). */
-export interface LimitOptions {
+export interface WindowLimitOptions {
   max: number | MaxFunction
   timeWindow: number | string | TimeWindowFunction
   burst?: number
@@ -146,6 +149,15 @@ export interface LimitOptions {
    * apart, after the enforced limits allowed the request, and what it would have refused is reported.
    */
   mode?: 'enforce' | 'shadow'
+}
+
+/** A calendar quota: `max` units a day, week (from Monday) or month in `timeZone` (IANA; `'UTC'`), reset when it ends. */
+export interface CalendarLimitOptions {
+  max: number | MaxFunction
+  per: 'day' | 'week' | 'month'
+  timeZone?: string
+  name?: string
+  mode?: 'enforce'
 }
 
 /** A budget shared by every client of a route, beside each client's own: one limit, or several. */

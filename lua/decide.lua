@@ -1,10 +1,11 @@
 -- The decision around every algorithm: the last part of each algorithm's script, after lua/prelude.lua (text),
 -- the algorithm's file (lua/<algorithm>.lua), which defines count(state, limits, now, member, peek, entries,
--- cost) and settle(state, limits, member, at, now, cost, final), lua/ban-index.lua and lua/strikes.lua (strike
--- and ban). One call decides a batch of requests (often one), each against every limit of its budget,
--- atomically, on Redis's clock. lua/lean-sliding-log.lua decides the common shape faster, with the same answers.
+-- cost) and settle(state, limits, member, at, now, cost, final), lua/quota.lua (calendar quotas, beside any
+-- algorithm), lua/ban-index.lua and lua/strikes.lua (strike and ban). One call decides a batch of requests
+-- (often one), each against every limit of its budget, atomically, on Redis's clock. lua/lean.lua decides the
+-- common shape faster, with the same answers.
 --
--- KEYS     each request's in turn: three, three more when decided under a ban policy, one more under overLimit:
+-- KEYS     each request's in turn: three, three more under a ban policy, one more under overLimit, one for quotas:
 --   state     the budget's state for all its limits (see the algorithm's file)
 --   banned    STRING present while the identity is banned (per identity)
 --   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
@@ -14,8 +15,11 @@
 --             here is entered in it (lua/ban-index.lua)
 --   over      STRING integer k: the over-limit key, denials in a row on this budget (per identity), alive
 --             while the client waits
+--   quota     HASH the budget's calendar quotas (lua/quota.lua)
 --          strikes, offences and index are sent when a request is decided (not peeked) under a ban policy; over,
---          after them, when it is decided or peeked under a policy whose over is not 'none'.
+--          after them, when it is decided or peeked under a policy whose over is not 'none'; quota, last, when
+--          its policy has a calendar quota (decided, peeked or settled: a request to settle sends state, banned,
+--          override and quota).
 -- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'settle' (each request counted counts its final
 --                    cost instead: 0 gives it all back)
 -- ARGV[2]  base      request i's member (its unique id: a log entry, a strike) is base .. i
@@ -30,7 +34,9 @@
 --             counted ahead of the clock by the algorithm's reserve (see below); never under an over
 --   queue     maxQueue: at most this many of the state's requests wait at once
 --   n         how many limits follow, each: max (units), window (ms), burst (units; max but for the
---             token bucket). A request is allowed when every limit allows it.
+--             token bucket). A request is allowed when every limit allows it. A calendar quota's window is
+--             'c<start>:<end>:<next>' (lua/quota.lua): it is counted there, the algorithm counting the others;
+--             the quotas come after the other limits.
 -- then, for each request, the policy that decides it (1 to p), followed by '*' and its cost when that is not
 -- 1 ('2*15': policy 2, 15 units); to settle, also its member, Redis's time (ms) of the decision being settled and
 -- its final cost.
@@ -110,16 +116,23 @@ local base = ARGV[2]
 local starts = {}
 -- Each request names its policy as text ('1', '2'...): looked up here, not parsed again for each request.
 local policyOf = {}
+-- Whether a policy has calendar quotas (a window that is no number): its requests send the quota key.
+local quoted = {}
 -- The first policy starts after mode, base, requests and p.
 local a = 5
 for p = 1, tonumber(ARGV[4]) do
   starts[p] = a
   policyOf[text(p)] = p
-  a = a + FIELDS + PER_LIMIT * tonumber(ARGV[a + LIMITS])
+  local n = tonumber(ARGV[a + LIMITS])
+  quoted[p] = n > 0 and string.byte(ARGV[a + FIELDS + PER_LIMIT * (n - 1) + WINDOW]) == 99
+  a = a + FIELDS + PER_LIMIT * n
 end
 local first = a
 
+-- A policy's limits: all of them (the reply's order: the others, then the calendar quotas), those its
+-- algorithm counts, and its calendar quotas (each in the period that holds now).
 local policies = {}
+local NONE = {}
 local function policyLimits (p)
   local limits = policies[p]
   if not limits then
@@ -128,10 +141,29 @@ local function policyLimits (p)
     for i = 1, tonumber(ARGV[s + LIMITS]) do
       local l = s + FIELDS + PER_LIMIT * (i - 1)
       limits[i] = { max = tonumber(ARGV[l + MAX]), window = tonumber(ARGV[l + WINDOW]), burst = tonumber(ARGV[l + BURST]) }
+      -- A calendar quota's window is its periods' text (lua/quota.lua): the period that holds now.
+      if not limits[i].window then
+        local start, finish = quotaSteps().period(ARGV[l + WINDOW], clock())
+        limits[i].start, limits[i].finish, limits[i].window = start, finish, finish - start
+      end
+    end
+    if quoted[p] then
+      local counted, quotas = {}, {}
+      for i = 1, #limits do
+        if limits[i].start then
+          quotas[#quotas + 1] = limits[i]
+        else
+          counted[#counted + 1] = limits[i]
+        end
+      end
+      limits = { limits, counted, quotas }
     end
     policies[p] = limits
   end
-  return limits
+  if quoted[p] then
+    return limits[1], limits[2], limits[3]
+  end
+  return limits, limits, NONE
 end
 
 local function parse (text)
@@ -140,6 +172,26 @@ local function parse (text)
     limits[#limits + 1] = { max = tonumber(max), window = tonumber(window), burst = tonumber(burst) }
   end
   return limits
+end
+
+-- A policy's limits under the override `text` (setOverride): the limits it names for the algorithm, or the
+-- policy's when it names only quotas; its quotas' maxes (lua/quota.lua). All of them, the algorithm's, the
+-- quotas; nothing when it names no limit.
+local function overridden (text, counted, quotas)
+  local named = parse(text)
+  local changed = #quotas > 0 and quotaSteps().overridden(text, quotas) or quotas
+  if #named == 0 and changed == quotas then
+    return nil
+  end
+  counted = #named > 0 and named or counted
+  if #changed == 0 then
+    return counted, counted, changed
+  end
+  local limits = { unpack(counted) }
+  for j = 1, #changed do
+    limits[#counted + j] = changed[j]
+  end
+  return limits, counted, changed
 end
 
 -- One answer table per limit, filled by count() for each request in turn.
@@ -174,8 +226,9 @@ end
 
 -- The request being decided, set by the loop below before it calls decide(): xpcall passes no arguments.
 -- k: the last key before its keys; p: its policy; member: its id; bans: whether a denial strikes (its keys
--- hold strikes, offences and index); over: its over-limit key, or false; cost: its units.
-local k, p, member, bans, over, cost
+-- hold strikes, offences and index); over: its over-limit key, or false; quota: its calendar quotas' key, or
+-- false; cost: its units.
+local k, p, member, bans, over, quota, cost
 
 local function decide ()
   -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
@@ -190,9 +243,13 @@ local function decide ()
     end
     override = redis.call('GET', KEYS[k + OVERRIDE])
   end
-  local limits = override and parse(override) or policyLimits(p)
-  if #limits == 0 then
-    error('ERR rate-guard: the override at ' .. KEYS[k + OVERRIDE] .. ' names no limit', 0)
+  -- An override replaces what it names: the limits its algorithm counts (all of them), a calendar quota's max.
+  local limits, counted, quotas = policyLimits(p)
+  if override then
+    limits, counted, quotas = overridden(override, counted, quotas)
+    if not limits then
+      error('ERR rate-guard: the override at ' .. KEYS[k + OVERRIDE] .. ' names no limit', 0)
+    end
   end
   for i = #entries + 1, #limits do
     entries[i] = {}
@@ -201,7 +258,12 @@ local function decide ()
   if cost > 1 then
     for i = 1, #limits do
       if cost > limits[i].burst then
-        count(KEYS[k + STATE], limits, clock(), member, true, entries, 1)
+        if #counted > 0 then
+          count(KEYS[k + STATE], counted, clock(), member, true, entries, 1)
+        end
+        if #quotas > 0 then
+          quotaSteps().fit(quota, quotas, clock(), 1, entries, #counted)
+        end
         return reply(1, 0, 0, limits)
       end
     end
@@ -231,7 +293,12 @@ local function decide ()
         return reply(1, left, 0, limits)
       end
     end
-    if count(KEYS[k + STATE], limits, clock(), member, peek, entries, cost) then
+    -- The quotas first: when one is full, the algorithm is only asked (peeked), so nothing is counted.
+    local fits = #quotas == 0 or quotaSteps().fit(quota, quotas, clock(), cost, entries, #counted)
+    if (#counted == 0 or count(KEYS[k + STATE], counted, clock(), member, peek or not fits, entries, cost)) and fits then
+      if not peek and #quotas > 0 then
+        quotaSteps().count(quota, quotas, now, entries, #counted, cost)
+      end
       return reply(0, 0, 0, limits)
     end
     -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
@@ -241,11 +308,15 @@ local function decide ()
       end
     end
     -- Allowed within maxWait: it waits, counted at the end of its wait (not under an over, a peek, or a cost no
-    -- wait lets through), unless its queue is full.
+    -- wait lets through), unless its queue is full. Never for a full quota: its period is what it waits for;
+    -- a quota with room counts the request now, in this period.
     local most = tonumber(ARGV[s + WAIT])
-    if most > 0 and not peek and retry > 0 and retry <= most then
-      local waited = reserve(KEYS[k + STATE], limits, now, member, cost, retry, tonumber(ARGV[s + QUEUE]), entries)
+    if most > 0 and not peek and retry > 0 and retry <= most and fits then
+      local waited = reserve(KEYS[k + STATE], counted, now, member, cost, retry, tonumber(ARGV[s + QUEUE]), entries)
       if waited then
+        if #quotas > 0 then
+          quotaSteps().count(quota, quotas, now, entries, #counted, cost)
+        end
         return reply(WAITS, waited, 0, limits)
       end
     end
@@ -300,12 +371,23 @@ for i = 1, tonumber(ARGV[3]) do
   end
   if mode == 'settle' then
     local override = redis.call('GET', KEYS[k + OVERRIDE])
-    settle(KEYS[k + STATE], override and parse(override) or policyLimits(p), ARGV[r + MEMBER], tonumber(ARGV[r + AT]),
-      clock(), cost, tonumber(ARGV[r + FINAL]))
-    k, r = k + ALWAYS, r + PER_SETTLE
+    local _, counted, quotas = policyLimits(p)
+    -- An override that names no limit settles nothing (as a decision, it is an error).
+    if override then
+      local all, named, changed = overridden(override, counted, quotas)
+      counted, quotas = all and named or NONE, all and changed or NONE
+    end
+    local at, final = tonumber(ARGV[r + AT]), tonumber(ARGV[r + FINAL])
+    if #counted > 0 then
+      settle(KEYS[k + STATE], counted, ARGV[r + MEMBER], at, clock(), cost, final)
+    end
+    if #quotas > 0 then
+      quotaSteps().settle(KEYS[k + ALWAYS + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
+    end
+    k, r = k + ALWAYS + (quoted[p] and 1 or 0), r + PER_SETTLE
   else
     -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing): BANNING keys
-    -- instead of ALWAYS. Under overLimit, the over-limit key: one more, the last.
+    -- instead of ALWAYS. Under overLimit, the over-limit key: one more. With calendar quotas, their key, the last.
     local s = starts[p]
     bans = not peek and ARGV[s + THRESHOLD] ~= '0'
     local n = bans and BANNING or ALWAYS
@@ -313,6 +395,11 @@ for i = 1, tonumber(ARGV[3]) do
     if over then
       n = n + 1
       over = KEYS[k + n]
+    end
+    quota = quoted[p]
+    if quota then
+      n = n + 1
+      quota = KEYS[k + n]
     end
     member = base .. text(i)
     -- One request's error is its own: it writes nothing to the reply before its last step.

@@ -15,12 +15,13 @@ const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 const ME = '127.0.0.1'
 const DAY = 24 * 3600_000
 
-t.test('each script is lua/prelude.lua, its algorithm file, lua/ban-index.lua, lua/strikes.lua, then lua/decide.lua, named by its hash, with the one clock line', async t => {
+t.test('each script is lua/prelude.lua, its algorithm file, lua/quota.lua, lua/ban-index.lua, lua/strikes.lua, then lua/decide.lua, named by its hash, with the one clock line', async t => {
   const names = new Set<string>()
   const prelude = readFileSync(new URL('../lua/prelude.lua', import.meta.url), 'utf8')
   const decide = readFileSync(new URL('../lua/decide.lua', import.meta.url), 'utf8')
   const banIndex = readFileSync(new URL('../lua/ban-index.lua', import.meta.url), 'utf8')
   const strikes = readFileSync(new URL('../lua/strikes.lua', import.meta.url), 'utf8')
+  const quota = readFileSync(new URL('../lua/quota.lua', import.meta.url), 'utf8')
   const lean = readFileSync(new URL('../lua/lean.lua', import.meta.url), 'utf8')
   t.match(prelude, /^-- The prelude: /, 'the prelude says what it is')
   for (const name of ['text', 'field', 'largest', 'moved', 'milliseconds']) t.match(prelude, new RegExp(`^--\\s+${name}\\(.*\\n[^]*^local function ${name} \\(`, 'm'), `the prelude provides ${name}, as its header says`)
@@ -40,7 +41,7 @@ t.test('each script is lua/prelude.lua, its algorithm file, lua/ban-index.lua, l
   for (const algorithm of ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/${algorithm}.lua`, import.meta.url), 'utf8')
     const { command, lua } = SCRIPTS[algorithm]
-    t.equal(lua, `${prelude}\n${file}\n${banIndex}\n${strikes}\n${decide}`, `${algorithm}: the script is the prelude, the file, the ban index, the strikes, then the frame`)
+    t.equal(lua, `${prelude}\n${file}\n${quota}\n${banIndex}\n${strikes}\n${decide}`, `${algorithm}: the script is the prelude, the file, the quotas, the ban index, the strikes, then the frame`)
     t.ok(command.endsWith('_' + createHash('sha1').update(lua).digest('hex').slice(0, 8)), `${algorithm}: ${command} holds its hash`)
     t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: Redis TIME is the one clock`)
     t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: read in one place`)

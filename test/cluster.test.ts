@@ -584,6 +584,26 @@ t.test('every algorithm on the cluster: costs charged and settled on the identit
   }
 })
 
+t.test('every algorithm on the cluster: a day\'s quota beside a minute\'s limit, its key in the identity\'s slot, batched with others', async t => {
+  const masters = await cluster.masters()
+  for (const [i, algorithm] of ALGORITHMS.entries()) {
+    const app = Fastify()
+    t.teardown(async () => { await app.close() })
+    const nameSpace = uniquePrefix()
+    await app.register(rateGuard, { ...RELAXED, redis: cluster.urls, nameSpace, keyGenerator, algorithm, limits: [{ max: 10, timeWindow: '1 minute' }, { max: 3, per: 'day', timeZone: 'Asia/Kathmandu' }] })
+    app.get('/', async () => 'ok')
+    await app.ready()
+    const identities = await Promise.all(masters.map(async (master, m) => await identityOn(cluster, master, nameSpace, `${algorithm}-quota-${i}-${m}`)))
+    // Four requests of each identity at once: one call per master, three allowed and one refused each.
+    const codes = await Promise.all(identities.flatMap(identity => Array.from({ length: 4 }, async () => (await app.inject({ url: '/', headers: idHeaders(identity) })).statusCode)))
+    for (const [m, identity] of identities.entries()) {
+      t.strictSame(codes.slice(4 * m, 4 * m + 4).sort(), [200, 200, 200, 429], `${algorithm}: ${identity}, 3 a day`)
+      const { quota } = identityKeys(nameSpace, GLOBAL_SCOPE, identity, algorithm)
+      t.strictSame(await masters[m]!.redis.hmget(quota, 's1', 'c1').then(([start, count]) => [start !== null, count]), [true, '3'], `${algorithm}: its quota counted on its own master`)
+    }
+  }
+})
+
 t.test('shadow mode on the cluster: every request goes on, counted and banned as enforce would', async t => {
   const masters = await cluster.masters()
   const app = Fastify()

@@ -151,6 +151,7 @@ function sequence (seed: number): Array<Planned | Release | Outage> {
   const draw = draws(seed, 0)
   // Its own stream: another seed of the same run's.
   const waits = draws(seed ^ 0x2545f491, 0)
+  const quotas = draws(seed ^ 0x5bd1e995, 0)
   const steps: Array<Planned | Release | Outage> = []
   const names = Object.keys(KINDS)
   // One outage of 8 to 13 requests, late in the run (what comes before has Redis to itself).
@@ -167,6 +168,8 @@ function sequence (seed: number): Array<Planned | Release | Outage> {
     // One request to /wait a block, placed by a stream of its own: every other step is the one the seed made
     // before /wait was added, so a seed reaches what it reached.
     steps.splice(steps.length - waits.int(0, KINDS_PER_BLOCK - 1), 0, plan(waits.pick(CLIENTS), '/wait', 'GET', {}))
+    // And one to /quota, by a stream of its own too.
+    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, plan(quotas.pick(CLIENTS), '/quota', 'GET', {}))
   }
   return steps
 }

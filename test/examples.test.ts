@@ -108,3 +108,22 @@ t.test('webhooks: a burst of 10 from one sender is paced at 5 a second, none ref
   const sorted = [...received].sort((a, b) => a - b)
   t.ok(sorted[5]! >= sent + 999, `the second five were handled a second after the first (${sorted[5]! - sent} ms after sending)`)
 })
+
+t.test('monthly quota: the free plan\'s 3 a month, refused until the 1st in New York; the pro plan held to 5 a second', async t => {
+  const app = await start(t, 'monthly-quota.js')
+  const call = async (key: string): Promise<LightMyRequestResponse> => await app.inject({ url: '/v1/forecast', headers: { 'x-api-key': key } })
+  t.equal((await call('key-mallory')).statusCode, 401, 'an unknown key, refused before it is counted')
+  for (let i = 0; i < 3; i++) t.equal((await call('key-ada')).statusCode, 200)
+  const spent = await call('key-ada')
+  t.equal(spent.statusCode, 429)
+  const daysLeft = Number(spent.headers['retry-after']) / 86_400
+  t.ok(daysLeft > 0 && daysLeft <= 31, `Retry-After: the 1st, ${daysLeft.toFixed(2)} days away`)
+  t.match(spent.headers['ratelimit-policy'], /"monthly";q=3;.*w=\d+/, 'the month\'s policy, named')
+  const burst: number[] = []
+  const started = Date.now()
+  for (let i = 0; i < 6; i++) burst.push((await call('key-grace')).statusCode)
+  const took = Date.now() - started
+  t.strictSame(burst.slice(0, 5), [200, 200, 200, 200, 200], 'pro: five in a second')
+  // Unless the machine stalled past the second these six took (then the first has left the window).
+  if (took < 1000) t.equal(burst[5], 429, `pro: the sixth within the second (${took} ms) refused`)
+})

@@ -12,7 +12,7 @@ import rateGuard, { rateGuard as named, fastifyRateLimit, normalizeIP, keyHash, 
 import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
-  AllowListFunction, KeyCallback, HookName, FailMode, Addressless, RedisLike, LimitOptions, SharedOptions, BanCallback, BanInfo,
+  AllowListFunction, KeyCallback, HookName, FailMode, Addressless, RedisLike, LimitOptions, CalendarLimitOptions, SharedOptions, BanCallback, BanInfo,
   OverrideOptions, BanEntry
 } from 'fastify-rate-guard'
 
@@ -341,6 +341,14 @@ await app.register(rateGuard, { limits: { max: 5, timeWindow: 1000 } })
 await app.register(rateGuard, { limits: [{ max: 5, timeWindow: 1000, name: 1 }] })
 // @ts-expect-error burst is a number of requests
 await app.register(rateGuard, { algorithm: 'token-bucket', burst: '30' })
+// Calendar quotas: a day, a week or a month in a time zone, beside other limits; max may be a function (a plan's).
+await app.register(rateGuard, { limits: [{ max: 5, timeWindow: '1s' }, { max: (request) => request.headers['x-plan'] === 'pro' ? 1000 : 10, per: 'month', timeZone: 'America/New_York', name: 'monthly' }] })
+const quota: CalendarLimitOptions = { max: 3, per: 'day' }
+await app.register(rateGuard, { limits: [quota] })
+// @ts-expect-error a calendar period is a day, a week or a month
+await app.register(rateGuard, { limits: [{ max: 3, per: 'year' }] })
+// @ts-expect-error a calendar quota is enforced, never watched
+await app.register(rateGuard, { limits: [{ max: 3, per: 'day', mode: 'shadow' }] })
 
 app.get('/shared', { config: { rateLimit: { max: 5, shared: { max: 100, timeWindow: '1 minute' } } } }, async () => 'ok')
 app.get('/shared-limits', { config: { rateLimit: { shared: { limits: [{ max: 10, timeWindow: '1s' }, { max: 100, timeWindow: '1 minute', name: 'all' }] } } } }, async () => 'ok')

@@ -1,4 +1,4 @@
-import { fieldsOf, largest, moved } from './step.js'
+import { fieldsOf, keep, largest, moved } from './step.js'
 import type { Entry, Fields, Limit, Step } from './step.js'
 
 // The twin of `lua/fixed-window.lua`: per limit, a counter of the latest window (aligned to the epoch) it
@@ -26,14 +26,6 @@ function current ({ fields }: Fields, i: number, windowMs: number, now: number):
 function store ({ fields }: Fields, i: number, { start, waiting }: Window, count: number): void {
   if (waiting > 0) fields.set(`o${i}`, count)
   else fields.set(`s${i}`, start).set(`c${i}`, count)
-}
-
-/**
- * Keeps the hash at least `ttl` ms more, as the script does: a TTL already that long stays; a shorter one (or a new
- * hash's) is set past it by up to a second (at most `ttl`), the slack the script gives for its clock and PTTL.
- */
-function keep (hash: Fields, now: number, ttl: number): void {
-  if (hash.expiresAt - now < ttl) hash.expiresAt = now + ttl + Math.min(ttl, 1000)
 }
 
 function windowsOf (hash: Fields, limits: readonly Limit[], now: number): Window[] {

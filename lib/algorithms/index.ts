@@ -33,5 +33,7 @@ export const STEPS: Readonly<Record<Algorithm, Step>> = Object.freeze({
   'token-bucket': tokenBucket
 })
 
-export type { Counted, Entry, Limit, State, Step } from './step.js'
-export { longest } from './step.js'
+export type { CalendarPeriods, Counted, Entry, Limit, State, Step } from './step.js'
+export { largest, longest } from './step.js'
+export { quotasAt, quotasCount, quotasFit, quotasOverridden, quotasSettle } from './quota.js'
+export type { Quota } from './quota.js'

@@ -6,6 +6,19 @@ export interface Limit {
   readonly max: number
   readonly windowMs: number
   readonly burst: number
+  /**
+   * A calendar quota's periods (`per`: lib/calendar.ts), as the app's clock found them: the current one's start
+   * and end, and the next one's end (ms). The store counts such a limit in the one that holds its own clock,
+   * beside the algorithm, which counts the others (lua/quota.lua); `windowMs` is the current period's length.
+   */
+  readonly period?: CalendarPeriods
+}
+
+/** A calendar quota's current period (`start` to `end`) and the next (`end` to `next`), in ms since the epoch. */
+export interface CalendarPeriods {
+  readonly start: number
+  readonly end: number
+  readonly next: number
 }
 
 /**
@@ -82,4 +95,12 @@ export interface Fields extends State {
 /** The fields of a live hash, or a new empty one (not stored until a step returns it). */
 export function fieldsOf (state: State | undefined): Fields {
   return (state as Fields | undefined) ?? { fields: new Map(), expiresAt: 0 }
+}
+
+/**
+ * Keeps a hash at least `ttl` ms more, as the scripts do: a TTL already that long stays; a shorter one (or a new
+ * hash's) is set past it by up to a second (at most `ttl`), the slack the scripts give for their clock and PTTL.
+ */
+export function keep (hash: Fields, now: number, ttl: number): void {
+  if (hash.expiresAt - now < ttl) hash.expiresAt = now + ttl + Math.min(ttl, 1000)
 }

@@ -1,4 +1,6 @@
 import type { Algorithm, Limit } from '../algorithms/index.js'
+import { Calendar, PERS, isTimeZone } from '../calendar.js'
+import type { Per } from '../calendar.js'
 import { checkDuration, checkKeys, checkMax, checkOneOf, fail } from './checks.js'
 import type { CostFunction, MaxFunction, TimeWindowFunction } from '../types.js'
 import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
@@ -33,8 +35,9 @@ export function checkLimit (max: number, windowMs: number, burst: number, algori
  * given (`''`, `'shared.'`, `'config.rateLimit.'`), and a limit is named `max`, or `limits[i].max` among several.
  */
 export function checkSizes (limits: readonly ResolvedLimit[], algorithm: Algorithm, name: string): void {
-  limits.forEach(({ max, windowMs, burst }, i) => {
-    if (typeof max === 'number' && typeof windowMs === 'number') {
+  limits.forEach(({ max, windowMs, burst, calendar }, i) => {
+    // A calendar quota is a count, never multiplied: its algorithm does not count it.
+    if (typeof max === 'number' && typeof windowMs === 'number' && calendar === undefined) {
       checkLimit(max, windowMs, burst ?? max, algorithm, limits.length === 1 ? `${name}max` : `${name}limits[${i}].max`)
     }
   })
@@ -54,9 +57,37 @@ export function checkLimitWindow (value: unknown, name: string, statics = false)
   return typeof value === 'function' && !statics ? value as TimeWindowFunction : checkDuration(value, name)
 }
 
-/** One limit of a list, or a shared budget's or an override's: its max and window given (the callers see to it). */
-function checkOneLimit (input: Record<string, unknown>, name: string, statics: boolean): ResolvedLimit {
+// A calendar period's usual length, which a limit's options see (its fallbacks, a ban per window); each request
+// is given its period's own (lib/request/computed.ts).
+const USUAL: Readonly<Record<Per, number>> = Object.freeze({ day: 86_400_000, week: 604_800_000, month: 2_678_400_000 })
+
+/** A calendar quota of a route's or the plugin's limits (or an override's: `statics`): `max` units per `per` in `timeZone` (UTC unless said). */
+function checkCalendarLimit (input: Record<string, unknown>, name: string, statics: boolean): ResolvedLimit {
+  const { max, per, timeZone = 'UTC', burst, name: policy } = input
+  if (input.timeWindow !== undefined) fail(`${name}per`, per, 'per (a calendar period) or timeWindow, not both')
+  if (burst !== undefined) fail(`${name}burst`, burst, 'no burst on a calendar quota (per): it counts up to its max')
+  const period = checkOneOf(per, `${name}per`, PERS)
+  if (!isTimeZone(timeZone)) fail(`${name}timeZone`, timeZone, "an IANA time zone this Node knows, such as 'America/New_York', or 'UTC'")
+  return Object.freeze({
+    max: checkLimitMax(max, `${name}max`, statics),
+    windowMs: USUAL[period],
+    burst: null,
+    name: policy === undefined ? undefined : checkPolicyName(policy, `${name}name`),
+    calendar: new Calendar(period, timeZone)
+  })
+}
+
+/**
+ * One limit of a list, or a shared budget's or an override's (`statics`): its max and window given (the callers
+ * see to it). A calendar quota only where `calendars` (a route's, the plugin's, an override's).
+ */
+function checkOneLimit (input: Record<string, unknown>, name: string, statics: boolean, calendars: boolean): ResolvedLimit {
   const { max, timeWindow, burst, name: policy } = input
+  if (input.timeZone !== undefined && input.per === undefined) fail(`${name}timeZone`, input.timeZone, 'a time zone with per (a calendar period) only')
+  if (input.per !== undefined) {
+    if (!calendars) fail(`${name}per`, input.per, "a calendar period on a route's or the plugin's limits (or an override's), not a shared budget's")
+    return checkCalendarLimit(input, name, statics)
+  }
   return Object.freeze({
     max: checkLimitMax(max, `${name}max`, statics),
     windowMs: checkLimitWindow(timeWindow, `${name}timeWindow`, statics),
@@ -65,37 +96,46 @@ function checkOneLimit (input: Record<string, unknown>, name: string, statics: b
   })
 }
 
-function checkLimitList (value: unknown, name: string, statics: boolean): readonly ResolvedLimit[] {
+function checkLimitList (value: unknown, name: string, statics: boolean, calendars: boolean): readonly ResolvedLimit[] {
   if (!Array.isArray(value) || value.length === 0 || value.length > 16) fail(name, value, 'a list of 1 to 16 { max, timeWindow } limits')
   const limits = value.map((item: unknown, i) => {
     if (typeof item !== 'object' || item === null || Array.isArray(item)) fail(`${name}[${i}]`, item, 'an object { max, timeWindow }')
     checkKeys(item, LIMIT_KEYS, `${name}[${i}].`)
     const limit = item as Record<string, unknown>
-    if (limit.max === undefined || limit.timeWindow === undefined) fail(`${name}[${i}]`, item, 'both max and timeWindow')
-    return checkOneLimit(limit, `${name}[${i}].`, statics)
+    if (limit.max === undefined || (limit.timeWindow === undefined && limit.per === undefined)) fail(`${name}[${i}]`, item, calendars ? 'max, and timeWindow or per (a calendar period)' : 'both max and timeWindow')
+    return checkOneLimit(limit, `${name}[${i}].`, statics, calendars)
   })
   const names = limits.map(limit => limit.name).filter(n => n !== undefined)
   if (new Set(names).size !== names.length) fail(name, value, 'limits with different names')
   return Object.freeze(limits)
 }
 
-const LIMIT_KEYS = new Set(['max', 'timeWindow', 'burst', 'name'])
+/** `limits` with the calendar quotas last: the stores count them after the algorithm's limits (lua/quota.lua). */
+function calendarsLast (limits: readonly ResolvedLimit[]): readonly ResolvedLimit[] {
+  return Object.freeze([...limits.filter(limit => limit.calendar === undefined), ...limits.filter(limit => limit.calendar !== undefined)])
+}
+
+// A calendar quota's too: checkOneLimit refuses one where it cannot go, saying so.
+const LIMIT_KEYS = new Set(['max', 'timeWindow', 'burst', 'name', 'per', 'timeZone'])
 
 export function checkShared (value: unknown, name: string): readonly ResolvedLimit[] | null {
   return value === false ? null : checkStaticLimits(value, name)
 }
 
-/** `{ max, timeWindow, burst? }` or `{ limits: [...] }` with numbers and durations only (a shared budget, an override). */
-export function checkStaticLimits (value: unknown, name: string, ignore: readonly string[] = []): readonly ResolvedLimit[] {
+/**
+ * `{ max, timeWindow, burst? }` or `{ limits: [...] }` with numbers and durations only (a shared budget, an
+ * override); `calendars`: a calendar quota's max too (`{ max, per, timeZone }`, an override's).
+ */
+export function checkStaticLimits (value: unknown, name: string, ignore: readonly string[] = [], calendars = false): readonly ResolvedLimit[] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ max, timeWindow } or { limits }')
   const shared = Object.fromEntries(Object.entries(value).filter(([key]) => !ignore.includes(key)))
   if (shared.limits !== undefined) {
     checkKeys(shared, new Set(['limits']), `${name}.`)
-    return checkLimitList(shared.limits, `${name}.limits`, true)
+    return checkLimitList(shared.limits, `${name}.limits`, true, calendars)
   }
   checkKeys(shared, LIMIT_KEYS, `${name}.`)
-  if (shared.max === undefined || shared.timeWindow === undefined) fail(name, value, 'both max and timeWindow, or limits')
-  return Object.freeze([checkOneLimit(shared, `${name}.`, true)])
+  if (shared.max === undefined || (shared.timeWindow === undefined && (shared.per === undefined || !calendars))) fail(name, value, 'both max and timeWindow, or limits')
+  return Object.freeze([checkOneLimit(shared, `${name}.`, true, calendars)])
 }
 
 // Printable ASCII without quotes or backslashes: a group id or a limit's name becomes an IETF policy name in a header.
@@ -117,7 +157,7 @@ export type RouteLimits = Pick<ResolvedRoute, 'limits' | 'watched'>
  * least one limit is enforced (a route only watched is `mode: 'shadow'`).
  */
 export function checkRouteLimits (value: unknown, name: string): RouteLimits {
-  if (!Array.isArray(value)) return { limits: checkLimitList(value, name, false), watched: null }
+  if (!Array.isArray(value)) return { limits: checkLimitList(value, name, false, true), watched: null }
   const modes = value.map((item: unknown, i) => {
     const mode = (item as { mode?: unknown } | null)?.mode
     return mode === undefined ? 'enforce' : checkOneOf(mode, `${name}[${i}].mode`, ['enforce', 'shadow'] as const)
@@ -127,12 +167,12 @@ export function checkRouteLimits (value: unknown, name: string): RouteLimits {
     const { mode: _mode, ...rest } = item as Record<string, unknown>
     return rest
   })
-  const all = checkLimitList(without, name, false)
-  if (!modes.includes('shadow')) return { limits: all, watched: null }
+  const all = checkLimitList(without, name, false, true)
+  if (!modes.includes('shadow')) return { limits: calendarsLast(all), watched: null }
   if (!modes.includes('enforce')) fail(name, value, "at least one limit enforced: a route only watched is mode: 'shadow'")
   const watched = all.filter((_, i) => modes[i] === 'shadow')
-  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function')) fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions')
-  return { limits: Object.freeze(all.filter((_, i) => modes[i] === 'enforce')), watched: Object.freeze(watched) }
+  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function' || limit.calendar !== undefined)) fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions or calendar periods')
+  return { limits: calendarsLast(all.filter((_, i) => modes[i] === 'enforce')), watched: Object.freeze(watched) }
 }
 
 /** A route's limit options, each checked alone: `limits`, or one limit in parts. */
@@ -163,7 +203,9 @@ export function resolveLimits (parts: LimitParts, input: Record<string, unknown>
     max: max ?? from!.max,
     windowMs: timeWindow ?? from!.windowMs,
     burst: burst ?? from?.burst ?? null,
-    name: from?.name
+    name: from?.name,
+    // The plugin's calendar quota, its max changed: still counted in its periods.
+    ...timeWindow === undefined && from?.calendar !== undefined ? { calendar: from.calendar } : {}
   })
   return { limits: Object.freeze([limit]), watched: base.watched }
 }

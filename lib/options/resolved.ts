@@ -1,5 +1,6 @@
 import type { Algorithm } from '../algorithms/index.js'
 import type { Callbacks } from '../callbacks.js'
+import type { Calendar } from '../calendar.js'
 import type { ResolvedConcurrency } from './concurrency.js'
 import type {
   Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode,
@@ -13,10 +14,13 @@ import type {
 
 export interface ResolvedLimit {
   readonly max: number | MaxFunction
+  /** A calendar quota's: its period's usual length (a month: 31 days); each request is given the period's own. */
   readonly windowMs: number | TimeWindowFunction
   /** `null`: the limit's max. */
   readonly burst: number | null
   readonly name: string | undefined
+  /** A calendar quota (`per`, `timeZone`): counted since its period began, whatever the algorithm. */
+  readonly calendar?: Calendar
 }
 
 export interface ResolvedRoute {

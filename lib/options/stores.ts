@@ -63,6 +63,7 @@ export function checkStoreClass (value: unknown, name: string): ResolvedOptions[
  */
 export function checkAppStoreRoute (route: ResolvedRoute): ResolvedRoute {
   if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
+  if (route.limits[0]!.calendar !== undefined) throw new InvalidOptionError('limits', 'a timeWindow, not per, with store: calendar quotas are counted in Redis or in process, not in the app\'s store')
   if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
   if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
   if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')

@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Algorithm, Limit } from '../algorithms/index.js'
 import { then } from '../awaitable.js'
+import type { Calendar } from '../calendar.js'
 import type { Callbacks } from '../callbacks.js'
 import { checkDuration, checkMax } from '../options/checks.js'
 import { THEIR_DEFAULTS, asTheirs } from '../options/compat.js'
@@ -56,11 +57,15 @@ export function fallbacksOf (limits: readonly ResolvedLimit[], plugin: readonly 
  */
 export async function limitsOf (limits: readonly ResolvedLimit[], fallbacks: readonly Fallback[], algorithm: Algorithm, request: FastifyRequest, key: string, callbacks: Callbacks): Promise<Limit[]> {
   const out: Limit[] = []
-  for (const [i, { max, windowMs, burst }] of limits.entries()) {
+  for (const [i, { max, windowMs, burst, calendar }] of limits.entries()) {
     const fallback = fallbacks[i]!
     const m = typeof max === 'function'
       ? await callbacks.run('max', () => then(max(request, key), value => checkMax(asTheirs(value), 'max', 0)), () => fallback.max, request.log, fallback.maxUsed)
       : max
+    if (calendar !== undefined) {
+      out.push(calendarLimit(m, calendar))
+      continue
+    }
     const w = typeof windowMs === 'function'
       ? await callbacks.run('timeWindow', () => then(windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')), () => fallback.windowMs, request.log, fallback.windowUsed)
       : windowMs
@@ -74,8 +79,22 @@ export function costOf (cost: CostFunction, request: FastifyRequest, key: string
   return callbacks.run('cost', () => then(cost(request, key), value => checkMax(value, 'cost')), () => FALLBACK_COST, request.log, `counted at ${FALLBACK_COST}`)
 }
 
-/** The limits once, at onRoute, when none is a function of the request (checked by checkSizes). */
-export function staticLimits (limits: readonly ResolvedLimit[]): readonly Limit[] | null {
-  if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return null
-  return Object.freeze(limits.map(({ max, windowMs, burst }) => ({ max: max as number, windowMs: windowMs as number, burst: burst ?? max as number })))
+/**
+ * A calendar quota of `max` as a request is decided now: the periods the app's clock is in (the current one and
+ * the next), which the store chooses from on its own clock; its window, the current one's length.
+ */
+export function calendarLimit (max: number, calendar: Calendar, at = Date.now()): Limit {
+  const { current, next } = calendar.around(at)
+  return { max, windowMs: current.end - current.start, burst: max, period: { start: current.start, end: current.end, next: next.end } }
+}
+
+/**
+ * The limits once, at onRoute, when none is a function of the request (checked by checkSizes). A calendar
+ * quota's are the periods of one instant: with `at` (a peek's now), else none (each request works them out).
+ */
+export function staticLimits (limits: readonly ResolvedLimit[], at?: number): readonly Limit[] | null {
+  if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number' && (limit.calendar === undefined || at !== undefined))) return null
+  return Object.freeze(limits.map(({ max, windowMs, burst, calendar }) => calendar === undefined
+    ? { max: max as number, windowMs: windowMs as number, burst: burst ?? max as number }
+    : calendarLimit(max as number, calendar, at)))
 }

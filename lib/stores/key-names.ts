@@ -118,6 +118,8 @@ export interface IdentityKeys {
   readonly backoff: string
   /** Per identity and budget, under `concurrency`: the leases of its requests in flight (lua/lease.lua). */
   readonly leases: string
+  /** Per identity and budget, with calendar quotas: what each counted in its period (lua/quota.lua). */
+  readonly quota: string
 }
 
 /**
@@ -180,7 +182,8 @@ function keysUnder (prefix: string, scope: string, algorithm: Algorithm, family:
     offences: `${own}offences`,
     override: `${prefix}override:${scope}`,
     backoff: `${own}backoff:${scope}`,
-    leases: `${own}leases:${scope}`
+    leases: `${own}leases:${scope}`,
+    quota: `${own}quota:${scope}`
   }
 }
 

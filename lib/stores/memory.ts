@@ -1,9 +1,9 @@
-import { DEFAULT_ALGORITHM, STEPS, longest } from '../algorithms/index.js'
-import type { Entry, Limit, State } from '../algorithms/index.js'
+import { DEFAULT_ALGORITHM, STEPS, largest, longest, quotasCount, quotasFit, quotasSettle } from '../algorithms/index.js'
+import type { Algorithm, Counted, Entry, Limit, Quota, State } from '../algorithms/index.js'
 import { FAILED, WAITS, toDecision } from './replies.js'
 import type { RawDecision } from './replies.js'
-import { parseLimits } from './store.js'
-import { LONGEST } from '../duration.js'
+import { exceeded, raw, wait } from './memory-replies.js'
+import { limitsUnder } from './overrides.js'
 import { Oldest } from '../oldest.js'
 import { isBanKey } from './key-names.js'
 import type { DecideInput, Decision, SettleInput, Store } from './store.js'
@@ -48,27 +48,6 @@ export const OVERFLOW_BUCKETS = 64
 const EVICTION_SCAN = 64
 const FULL_WARNING_INTERVAL = 60_000
 
-/**
- * The wait over the limit after `k` denials in a row (`doubles`: twice as long each time), as in
- * `lua/decide.lua`: at most the longest duration (`@fastify/rate-limit` stops it at 2^53 - 1).
- */
-function wait (longest: number, k: number, doubles: boolean): number {
-  return Math.min(doubles ? longest * 2 ** (k - 1) : longest, LONGEST)
-}
-
-/** The reply of a decision made `now`, as the scripts give it (see the header of `lua/decide.lua`), in one array. */
-function raw (status: number, retry: number, offence: number, now: number, limits: readonly Limit[], entries: readonly Entry[]): RawDecision {
-  // A request that waits is counted at the end of its wait.
-  const reply: Array<number | string> = [status, retry, offence, status === WAITS ? now + retry : now, limits.length]
-  for (let i = 0; i < limits.length; i++) reply.push(limits[i]!.burst, limits[i]!.windowMs, entries[i]!.count, entries[i]!.reset)
-  return reply
-}
-
-/** Every limit at `count` past its capacity (0: at it, none left), counting down from `reset`. */
-function exceeded (limits: readonly Limit[], reset: number, count: number): Entry[] {
-  return limits.map(limit => ({ count: limit.burst + count, reset, retry: 0 }))
-}
-
 export class MemoryStore implements Store {
   readonly #logs = new Map<string, State>()
   /** The least recently used log first: each one used moves to the back. */
@@ -102,19 +81,17 @@ export class MemoryStore implements Store {
 
   #decide ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit, cost = 1, wait: waits }: DecideInput): RawDecision {
     const now = this.#now()
-    let limits = given
 
     // A banned client is answered first, before the clock is read in Redis: no limits (the budget's own) and no time.
     const banned = this.#live(this.#marks, keys.banned, now, false)
     if (banned !== undefined) return [2, banned.expiresAt - now, 0, 0, 0]
 
-    const override = this.#live(this.#marks, keys.override, now)
-    if (override !== undefined) limits = parseLimits(override.value as string)
-    if (limits.length === 0) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
+    const under = limitsUnder(this.#live(this.#marks, keys.override, now)?.value as string | undefined, given, now)
+    if (under === undefined) return [FAILED, `ERR rate-guard: the override at ${keys.override} names no limit`]
+    const { stepLimits, quotas } = under
+    const limits: readonly Limit[] = quotas.length === 0 ? stepLimits : [...stepLimits, ...quotas]
     // A request that costs more than a limit holds never passes: refused as it is, nothing counted, no strike.
-    if (cost > 1 && limits.some(limit => cost > limit.burst)) {
-      return raw(1, 0, 0, now, limits, STEPS[algorithm].count(this.#live(this.#logs, keys.log, now), limits, now, true, 1).entries)
-    }
+    if (cost > 1 && limits.some(limit => cost > limit.burst)) return raw(1, 0, 0, now, limits, this.#look(keys, algorithm, stepLimits, quotas, now))
 
     // Over the limit (see `lua/decide.lua`): while the over-limit key lives, a decision is held off without
     // counting on the algorithm, and a peek sees the client exceeded for what is left of a window since then.
@@ -137,33 +114,33 @@ export class MemoryStore implements Store {
         const left = longestMs - (wait(longestMs, held.value as number, doubles) - (held.expiresAt - now))
         if (left > 0) return raw(1, left, 0, now, limits, exceeded(limits, left, 1))
       }
-      // A peek stores nothing, so it needs no room: an identity not tracked is read as a fresh one.
-      const stateKey = peek ? keys.log : this.#place(keys.log, now)
-      own = stateKey === keys.log
-      const live = this.#live(this.#logs, stateKey, now) as Tracked | undefined
-      const counted = STEPS[algorithm].count(live, limits, now, peek, cost)
-      entries = counted.entries
+      // A peek stores nothing (no room needed). The quotas first: one full, the algorithm is only asked.
+      const quotaKey = quotas.length === 0 || peek ? keys.quota : this.#place(keys.quota, now)
+      const quotaEntries: Entry[] = []
+      const fits = quotas.length === 0 || quotasFit(this.#live(this.#logs, quotaKey, now), quotas, now, cost, quotaEntries)
+      const stateKey = peek || stepLimits.length === 0 ? keys.log : this.#place(keys.log, now)
+      own = stateKey === keys.log && quotaKey === keys.quota
+      const live = stepLimits.length === 0 ? undefined : this.#live(this.#logs, stateKey, now) as Tracked | undefined
+      const counted: Counted = stepLimits.length === 0 ? { allowed: true, entries: [] } : STEPS[algorithm].count(live, stepLimits, now, peek || !fits, cost)
+      entries = quotas.length === 0 ? counted.entries : [...counted.entries, ...quotaEntries]
       const tracked: Tracked | undefined = counted.state ?? live
-      if (tracked !== undefined && !peek) {
-        // The most recently used log goes last; one whose client reached a limit is kept through its window.
-        this.#logs.delete(stateKey)
-        this.#logs.set(stateKey, tracked)
-        limits.forEach((limit, i) => {
-          if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
-        })
+      if (tracked !== undefined && !peek) this.#touch(stateKey, tracked, stepLimits, entries, now)
+      if (counted.allowed && fits) {
+        if (quotas.length > 0 && !peek) this.#countQuotas(quotaKey, quotas, quotaEntries, now, cost)
+        return raw(0, 0, 0, now, limits, entries)
       }
-      if (counted.allowed) return raw(0, 0, 0, now, limits, entries)
 
       // Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
       entries.forEach((entry, i) => {
         if (entry.retry > retry) [retry, strikeWindow] = [entry.retry, limits[i]!.windowMs]
       })
       // Allowed within maxWait: it waits, counted at the end of its wait, unless its queue is full (not on a log
-      // strangers share, nor for a peek or a cost no wait lets through).
-      if (waits !== undefined && !peek && own && retry > 0 && retry <= waits.maxMs && STEPS[algorithm].reserve(tracked, limits, now, cost, retry, waits.maxQueue, entries)) {
+      // strangers share, a peek, a cost no wait lets through, or a full quota: a quota with room counts it now).
+      if (waits !== undefined && !peek && own && fits && retry > 0 && retry <= waits.maxMs && STEPS[algorithm].reserve(tracked, stepLimits, now, cost, retry, waits.maxQueue, counted.entries)) {
         // Kept while a request waits on it, and through its window after.
-        tracked!.keepUntil = Math.max(tracked!.keepUntil ?? 0, now + retry + longest(limits))
-        return raw(WAITS, retry, 0, now, limits, entries)
+        tracked!.keepUntil = Math.max(tracked!.keepUntil ?? 0, now + retry + longest(stepLimits))
+        if (quotas.length > 0) this.#countQuotas(quotaKey, quotas, quotaEntries, now, cost)
+        return raw(WAITS, retry, 0, now, limits, quotas.length === 0 ? counted.entries : [...counted.entries, ...quotaEntries])
       }
       // Over the limit: held off for the longest window, from now (not strangers sharing a log).
       if (overLimit !== undefined && !peek && own) {
@@ -178,6 +155,27 @@ export class MemoryStore implements Store {
 
     const started = this.strike(keys, ban, now, strikeWindow)
     return started === undefined ? raw(1, retry, 0, now, limits, entries) : raw(2, started.duration, started.offence, now, limits, entries)
+  }
+
+  /** What every limit says of one unit more, counting nothing: the algorithm's entries, then the quotas'. */
+  #look (keys: DecideInput['keys'], algorithm: Algorithm, stepLimits: readonly Limit[], quotas: readonly Quota[], now: number): Entry[] {
+    const entries = stepLimits.length === 0 ? [] : STEPS[algorithm].count(this.#live(this.#logs, keys.log, now), stepLimits, now, true, 1).entries
+    if (quotas.length > 0) quotasFit(this.#live(this.#logs, keys.quota, now), quotas, now, 1, entries)
+    return entries
+  }
+
+  /** A budget's state used now: the most recently used goes last; one whose client reached a limit is kept through its window. */
+  #touch (key: string, tracked: Tracked, limits: readonly Limit[], entries: readonly Entry[], now: number): void {
+    this.#logs.delete(key)
+    this.#logs.set(key, tracked)
+    limits.forEach((limit, i) => {
+      if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
+    })
+  }
+
+  /** Counts `cost` on the calendar quotas at `key` (`entries`: what quotasFit said of them). */
+  #countQuotas (key: string, quotas: readonly Quota[], entries: readonly Entry[], now: number, cost: number): void {
+    this.#touch(key, quotasCount(this.#live(this.#logs, key, now), quotas, now, entries, cost), quotas, entries, now)
   }
 
   /** A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban the identity earns before the last is forgotten. */
@@ -201,11 +199,14 @@ export class MemoryStore implements Store {
 
   settle ({ keys, limits, algorithm, at, cost = 1, final }: SettleInput): void {
     const now = this.#now()
-    const override = this.#live(this.#marks, keys.override, now)
-    const state = this.#live(this.#logs, keys.log, now)
-    const made = STEPS[algorithm].settle(state, override === undefined ? limits : parseLimits(override.value as string), at, now, cost, final)
+    // An override that names no limit settles nothing (as a decision, it is an error).
+    const under = limitsUnder(this.#live(this.#marks, keys.override, now)?.value as string | undefined, limits, now)
+    if (under === undefined) return
+    const { stepLimits, quotas } = under
     // A token bucket that had refilled, charged more: stored anew, as the script's HSET makes the key.
+    const made = stepLimits.length === 0 ? undefined : STEPS[algorithm].settle(this.#live(this.#logs, keys.log, now), stepLimits, at, now, cost, final)
     if (made !== undefined && this.#makeRoom(now)) this.#logs.set(keys.log, made)
+    if (quotas.length > 0) quotasSettle(this.#live(this.#logs, keys.quota, now), quotas, Math.max(largest(stepLimits), largest(quotas)), at, now, cost, final)
   }
 
   /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */

@@ -38,6 +38,7 @@ const DECIDE = read('decide')
 const CROSS_SLOT = read('cross-slot')
 const LEAN = read('lean')
 const LEASE = read('lease')
+const QUOTA = read('quota')
 
 /** The files `texts` (by name: `decide` for `lua/decide.lua`) joined as `name`'s script: `rateGuardSlidingLog_<8 hex of its hash>`. */
 function script (name: string, texts: ReadonlyArray<readonly [string, string]>): Script {
@@ -61,7 +62,7 @@ export const LEAN_ALGORITHMS: readonly Algorithm[] = Object.freeze(['sliding-log
 
 /** Each algorithm's files, and its lean path's: what `script` joins, and, behind `lua/cross-slot.lua`, its cross-slot variant. */
 const ALGORITHM_FILES = (algorithm: Algorithm): Array<readonly [string, string]> =>
-  [['prelude', PRELUDE], [algorithm, read(algorithm)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]]
+  [['prelude', PRELUDE], [algorithm, read(algorithm)], ['quota', QUOTA], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['decide', DECIDE]]
 const LEAN_FILES = (algorithm: Algorithm): Array<readonly [string, string]> =>
   [['prelude', PRELUDE], [`lean-${algorithm}`, read(`lean-${algorithm}`)], ['ban-index', BAN_INDEX], ['strikes', STRIKES], ['lean', LEAN]]
 const byLean = (make: (algorithm: Algorithm) => Script): Readonly<Partial<Record<Algorithm, Script>>> =>
@@ -162,11 +163,13 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
     keys.push(k.log, k.banned, k.override)
     if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
     if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
+    // Calendar quotas come last (lib/request/limits.ts puts them there): their key, the request's last.
+    if (limits.at(-1)?.period !== undefined) keys.push(k.quota)
     let policy = seen.findIndex(([l, b, o, w]) => l === limits && b === ban && o === over && w === wait)
     if (policy === -1) {
       policy = seen.push([limits, ban, over, wait]) - 1
       policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, wait?.maxMs ?? 0, wait?.maxQueue ?? 0, limits.length)
-      for (const { max, windowMs, burst } of limits) policies.push(max, windowMs, burst)
+      for (const { max, windowMs, burst, period } of limits) policies.push(max, period === undefined ? windowMs : `c${period.start}:${period.end}:${period.next}`, burst)
     }
     const cost = input.cost ?? 1
     each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
@@ -177,12 +180,12 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
 
 /**
  * Whether a lean script decides `input`: decided (not peeked or settled) by an algorithm with a lean path
- * (`LEAN_ALGORITHMS`) on one limit, at a cost of 1, with no over-limit wait and no maxWait. It hands back the few it cannot:
+ * (`LEAN_ALGORITHMS`) on one limit (not a calendar quota), at a cost of 1, with no over-limit wait and no maxWait. It hands back the few it cannot:
  * an identity with an override of several limits, a state it does not read (a log holding costlier entries),
  * a foreign value at a key.
  */
 export function isLean (input: DecideInput, algorithm: Algorithm): boolean {
-  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && (input.cost ?? 1) === 1 && input.overLimit === undefined && input.wait === undefined
+  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && input.limits[0]!.period === undefined && (input.cost ?? 1) === 1 && input.overLimit === undefined && input.wait === undefined
 }
 
 /**

@@ -179,13 +179,3 @@ export interface RemoteStore extends Store {
   /** A decision per request, in order, or the error that kept Redis from deciding that request alone. */
   decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Array<Decision | Error>>
 }
-
-/** Limits as the scripts take them (ARGV and the override key): `'max window burst;...'`. */
-export function encodeLimits (limits: readonly Limit[]): string {
-  return limits.map(({ max, windowMs, burst }) => `${max} ${windowMs} ${burst}`).join(';')
-}
-
-/** The twin of the scripts' `parse`. */
-export function parseLimits (text: string): Limit[] {
-  return [...text.matchAll(/(\d+) (\d+) (\d+)/g)].map(([, max, windowMs, burst]) => ({ max: Number(max), windowMs: Number(windowMs), burst: Number(burst) }))
-}

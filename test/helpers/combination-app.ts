@@ -42,7 +42,9 @@ export const ROUTES = {
   '/hold-shadow': { max: 50, cost: 1, shadow: true, concurrency: 1 },
   // maxWait shorter than any wait an hour's window gives: every request over the limit is refused as before,
   // on a budget whose denials are never held in process.
-  '/wait': { max: 2, cost: 1, shadow: false, concurrency: null }
+  '/wait': { max: 2, cost: 1, shadow: false, concurrency: null },
+  // A calendar quota, the tighter of its two limits: a month's, which a run crosses the end of once a month at most.
+  '/quota': { max: 3, cost: 1, shadow: false, concurrency: null }
 } as const satisfies Record<string, { max: number, cost: number | null, shadow: boolean, concurrency: number | null }>
 export type Path = keyof typeof ROUTES
 /** `/ban`'s policy: denials within the hour that start a ban of an hour. */
@@ -205,6 +207,7 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
   app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
   app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency } } } }, handler)
   app.get('/wait', { config: { rateLimit: { ...limit('/wait'), maxWait: '1 second', maxQueue: 1 } } }, handler)
+  app.get('/quota', { config: { rateLimit: { limits: [{ max: 5, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: 'Pacific/Kiritimati' }] } } }, handler)
   // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
   app.get('/hold-shadow', {
     config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency } } }

@@ -14,10 +14,14 @@ const T0 = 1_700_000_000_000
 
 type KeyName = keyof IdentityKeys
 
-/** What a differential run decides under: an over-limit policy, `maxWait` (each budget its own, drawn), how many steps, and whether the lean path may take them. */
+/**
+ * What a differential run decides under: an over-limit policy, `maxWait` (each budget its own, drawn), calendar
+ * quotas (each budget one, beside its limit), how many steps, and whether the lean path may take them.
+ */
 export interface Traffic {
   readonly overLimit?: DecideInput['overLimit']
   readonly waits?: boolean
+  readonly quotas?: boolean
   readonly steps?: number
   readonly lean?: boolean
 }
@@ -28,7 +32,7 @@ export interface Traffic {
  * be identical. With `requireEveryKind`, the traffic must also have reached every kind of answer (so agreement
  * means something).
  */
-export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, steps: STEPS = 2000, lean = true }: Traffic = {}): Promise<void> {
+export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, quotas = false, steps: STEPS = 2000, lean = true }: Traffic = {}): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
   // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
   // entry, a strike or a ban ends: the edges are where two implementations part.
@@ -41,7 +45,9 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
     budgets: Array.from({ length: 2 }, (_, j) => {
       const windowMs = ms(10, 800, 0.2)
       const wait = waits ? { maxMs: ms(0, 2 * windowMs, 0.2), maxQueue: int(1, 3) } : undefined
-      return { scope: `s${j}`, max: int(1, 6), windowMs, varyMax: random() < 0.3, wait }
+      // A calendar quota's periods, of one length from T0: as lib/calendar.ts gives them, on a test's scale.
+      const quota = quotas ? { max: int(1, 10), periodMs: ms(50, 2000, 0.2) } : undefined
+      return { scope: `s${j}`, max: int(1, 6), windowMs, varyMax: random() < 0.3, wait, quota }
     })
   }))
   // The last request of each budget that waits: a later step may give its place back (its client left).
@@ -84,7 +90,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
     } else if (admin < 0.02) {
       const names = pick<KeyName[]>(overLimit !== undefined
         ? [['log', 'backoff'], ['strikes'], ['banned', 'strikes'], ['backoff']]
-        : [['log'], ['strikes'], ['banned', 'strikes'], ['log', 'strikes']])
+        : quotas ? [['log'], ['quota'], ['banned', 'strikes'], ['log', 'quota', 'strikes']] : [['log'], ['strikes'], ['banned', 'strikes'], ['log', 'strikes']])
       action = `delete(${who.name}/${budget.scope}: ${names.join(', ')})`
       for (const store of stores) await store.delete(names.map(name => keys[name]), now)
       results = ['', '']
@@ -99,13 +105,21 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
         algorithm,
         overLimit
       }
-      const input = budget.wait === undefined ? decideInput(simple) : { ...decideInput(simple), wait: budget.wait }
+      let input = budget.wait === undefined ? decideInput(simple) : { ...decideInput(simple), wait: budget.wait }
+      if (budget.quota !== undefined) {
+        // The app's view: the period that holds now, or (a slow or skewed instance) the one before.
+        const { max, periodMs } = budget.quota
+        const start = T0 + (Math.floor((now - T0) / periodMs) - (random() < 0.2 ? 1 : 0)) * periodMs
+        input = { ...input, limits: [...input.limits, { max, windowMs: periodMs, burst: max, period: { start, end: start + periodMs, next: start + 2 * periodMs } }] }
+      }
       action = `decide(${who.name}/${budget.scope}, max ${simple.max}, window ${simple.windowMs}, threshold ${simple.banThreshold}, ban ${simple.banMs}${simple.peek ? ', peek' : ''})`
       const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
       results = decisions.map(({ member, ...d }) => JSON.stringify(d))
       seen.add(decisions[1]!.status + (decisions[1]!.banStarted ? '+start' : '') + (input.peek ? ' peek' : ''))
       // Backing off: a wait of at least twice the window.
       if (decisions[1]!.status === 'limited' && decisions[1]!.retryMs >= 2 * budget.windowMs) seen.add('backoff doubled')
+      // Refused with a calendar quota spent.
+      if (budget.quota !== undefined && decisions[1]!.status === 'limited' && decisions[1]!.limits.at(-1)!.count >= budget.quota.max) seen.add('quota full')
       // A peek under the over-limit key: the client one over its limit.
       if (input.peek && decisions[1]!.count > decisions[1]!.limit) seen.add('exceeded peek')
       if (decisions[1]!.waitMs !== undefined) {
@@ -123,7 +137,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
   // The traffic reached every kind of answer, so agreement means something.
   if (!requireEveryKind) return
   const over = overLimit === undefined ? [] : ['exceeded peek', ...(overLimit === 'backoff' ? ['backoff doubled'] : [])]
-  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek', ...over, ...(waits ? ['waits', 'given back'] : [])]) {
+  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'limited peek', ...over, ...(waits ? ['waits', 'given back'] : []), ...(quotas ? ['quota full'] : [])]) {
     t.ok(seen.has(kind), `the random traffic produced ${kind}`)
   }
 }

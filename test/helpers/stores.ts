@@ -206,7 +206,7 @@ class TimedRedis implements TimedRedisStore {
   /** Runs the time-injected script `script` (an algorithm's, or its lean one: `lean-<algorithm>`) with `args` at `nowMs`. */
   async #script (input: DecideInput | SettleInput, script: string, args: Array<string | number>, nowMs: number): Promise<unknown> {
     const { keys } = input
-    return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override, keys.backoff], (multi) => {
+    return await this.#step(nowMs, [keys.log, keys.strikes, keys.banned, keys.offences, keys.override, keys.backoff, keys.quota], (multi) => {
       const command = (multi as unknown as Record<string, Command>)[timedCommand(script)]!
       command.call(multi, ...args, nowMs)
     })
