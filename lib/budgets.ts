@@ -149,7 +149,9 @@ function differs (a: ResolvedRoute, b: ResolvedRoute): string | null {
 }
 
 function differentLimits (a: readonly ResolvedLimit[], b: readonly ResolvedLimit[], what: string): string | null {
-  const show = (limits: readonly ResolvedLimit[]): string => limits.map(({ max, windowMs, burst }) =>
-    `${typeof max === 'function' ? 'f()' : max}/${typeof windowMs === 'function' ? 'f()' : `${windowMs} ms`}${burst === null || burst === max ? '' : ` burst ${burst}`}`).join(', ') || 'none'
+  const per = ({ windowMs, calendar }: ResolvedLimit): string =>
+    calendar !== undefined ? `${calendar.per} in ${calendar.timeZone}` : typeof windowMs === 'function' ? 'f()' : `${windowMs} ms`
+  const show = (limits: readonly ResolvedLimit[]): string => limits.map(limit =>
+    `${typeof limit.max === 'function' ? 'f()' : limit.max}/${per(limit)}${limit.burst === null || limit.burst === limit.max ? '' : ` burst ${limit.burst}`}`).join(', ') || 'none'
   return show(a) === show(b) ? null : `${what} ${show(a)} and ${show(b)}`
 }

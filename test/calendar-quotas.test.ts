@@ -183,3 +183,13 @@ t.test('a route that gives only max takes the plugin\'s calendar quota with it',
   const refused = await fastify.inject('/one')
   t.ok(Number(refused.headers['retry-after']) > 60, `a day's quota of 1: ${String(refused.headers['retry-after'])} s to wait`)
 })
+
+t.test('a group\'s routes count alike: a calendar day is not a day\'s window, nor another zone\'s day', async t => {
+  for (const other of [{ max: 3, timeWindow: '1 day' }, { max: 3, per: 'day' as const, timeZone: 'Asia/Tokyo' }]) {
+    const fastify = Fastify()
+    t.teardown(async () => await fastify.close())
+    await fastify.register(rateGuard, { nameSpace: uniquePrefix() })
+    fastify.get('/a', { config: { rateLimit: { groupId: 'g', limits: [{ max: 3, per: 'day', timeZone: 'Asia/Kathmandu' }] } } }, async () => 'ok')
+    t.throws(() => fastify.get('/b', { config: { rateLimit: { groupId: 'g', limits: [other] } } }, async () => 'ok'), /3\/day in Asia\/Kathmandu/, `refused beside ${JSON.stringify(other)}`)
+  }
+})
