@@ -255,26 +255,29 @@ export const KEY_LOCKING = '#!lua flags=allow-key-locking'
  * Redis and Valkey refuse a flag they do not know: lib/connect.ts sends these only to a server that took it.
  */
 export function keyLocked (script: Script): Script {
-  let variant = KEY_LOCKED.get(script)
-  if (variant === undefined) {
-    if (!script.lua.startsWith('--')) throw new Error(`keyLocked: ${script.command} does not open with a comment line`)
-    const lua = KEY_LOCKING + script.lua.slice(script.lua.indexOf('\n'))
-    variant = Object.freeze({ lua, command: `${script.command.replace(/_[0-9a-f]{8}$/, '')}KeyLocking_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: script.parts })
-    KEY_LOCKED.set(script, variant)
-  }
-  return variant
+  return variant(script, KEY_LOCKED, 'KeyLocking', lua => {
+    if (!lua.startsWith('--')) throw new Error(`keyLocked: ${script.command} does not open with a comment line`)
+    return KEY_LOCKING + lua.slice(lua.indexOf('\n'))
+  })
 }
 
 /** `script` as it reads `clock`: itself, or its app-clock variant (a command of its own name). */
 export function onClock (script: Script, clock: Clock): Script {
-  if (clock === 'redis') return script
-  let variant = APP_CLOCK.get(script)
-  if (variant === undefined) {
-    const lua = appClockVariant(script.lua)
-    variant = Object.freeze({ lua, command: `${script.command.replace(/_[0-9a-f]{8}$/, '')}AppClock_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: script.parts })
-    APP_CLOCK.set(script, variant)
+  return clock === 'redis' ? script : variant(script, APP_CLOCK, 'AppClock', appClockVariant)
+}
+
+/**
+ * `script` with its text made by `make`, line for line (so its parts, and the lines errors name, stay): a
+ * command of its own name, `<script's name><kind>_<8 hex of its hash>`, made once per script (`made`).
+ */
+function variant (script: Script, made: WeakMap<Script, Script>, kind: string, make: (lua: string) => string): Script {
+  let found = made.get(script)
+  if (found === undefined) {
+    const lua = make(script.lua)
+    found = Object.freeze({ lua, command: `${script.command.replace(/_[0-9a-f]{8}$/, '')}${kind}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: script.parts })
+    made.set(script, found)
   }
-  return variant
+  return found
 }
 
 /** The commands this plugin defined, per client: `defineCommand` silently overwrites, so we check first. */
