@@ -4,8 +4,10 @@
 // amounts that are no amount), countWhen and skipFailedRequests, refundAborted, and aborts over real sockets
 // before and after the handler started, requests in flight (`concurrency`, enforced and in shadow mode:
 // requests held open in their handlers, refused past their slots, then let finish or hung up, some across the
-// outage), and a route under `maxWait` (shorter than an hour's window: over its limit, refused as before); run on the in-process store and on Redis (a server of the run's own, stopped for a few requests late
-// in the run and started again), under each failMode. After every request the answer is checked against the
+// outage), a route under `maxWait` (shorter than an hour's window: over its limit, refused as before), and calendar
+// quotas (a month's beside an hour's window, with costs, settlements and a ban policy; a day's in shadow mode); run
+// on the in-process store and on Redis (a server of the run's own, stopped for a few requests late in the run and
+// started again), under each failMode. After every request the answer is checked against the
 // model of test/helpers/combination-model.ts: nothing a client controls, and no feature that only watches
 // traffic, may loosen a limit that is enforced.
 //
@@ -143,6 +145,17 @@ KINDS.holdAgain = KINDS.hold!
 
 const KINDS_PER_BLOCK = Object.keys(KINDS).length
 
+/**
+ * A request to /quota: a cost a client names (one that fails, one past what the quota holds), and sometimes a
+ * settlement; mostly from the clients /ban leaves be, so that their denials here start bans of their own.
+ */
+function quota ({ pick }: Draws): Planned {
+  const client = pick(['c0', 'c0', 'c1', 'c1', 'c2', 'c3'])
+  const cost = pick(['1', '1', '2', '2', 'throw', 'huge'])
+  const amount = pick([undefined, undefined, '0', '1', '3', HUGE])
+  return plan(client, '/quota', 'GET', { 'x-cost': cost, ...(amount === undefined ? {} : { 'x-settle': amount }) }, { cost: costOf(cost), settle: amount === undefined ? undefined : Number(amount) })
+}
+
 /** Redis fails from here (stopped), or is back (started again, with its data); the in-process store goes on. */
 type Outage = 'redis down' | 'redis up'
 
@@ -168,8 +181,10 @@ function sequence (seed: number): Array<Planned | Release | Outage> {
     // One request to /wait a block, placed by a stream of its own: every other step is the one the seed made
     // before /wait was added, so a seed reaches what it reached.
     steps.splice(steps.length - waits.int(0, KINDS_PER_BLOCK - 1), 0, plan(waits.pick(CLIENTS), '/wait', 'GET', {}))
-    // And one to /quota, by a stream of its own too.
-    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, plan(quotas.pick(CLIENTS), '/quota', 'GET', {}))
+    // And two to /quota and one to /quota-shadow, by a stream of their own too.
+    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, quota(quotas))
+    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, quota(quotas))
+    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, plan(quotas.pick(CLIENTS), '/quota-shadow', 'GET', {}))
   }
   return steps
 }
@@ -335,7 +350,8 @@ for (const seed of seeds) {
         if (!FIXED_SEEDS.includes(seed) && seeds.length > 1) return
         const outage = where === 'memory' ? [] : [{ open: 'unenforced while Redis fails', closed: '503 while Redis fails', local: 'admitted in process while Redis fails' }[failMode]]
         for (const kind of [...Object.keys(ROUTES).filter(path => !ROUTES[path as Path].shadow).map(path => `admitted ${path}`),
-          'refused for its count', 'refused under an enforced ban', 'hung up before the handler', 'hung up after the handler started', 'settled', 'settle refused',
+          'refused for its count', 'refused under an enforced ban', 'a ban started on /ban', 'a ban started on /quota', 'hung up before the handler', 'hung up after the handler started',
+          'settled on /settle', 'settled on /quota', 'settle refused',
           'refused in flight', 'a refusal in flight struck toward a ban', 'let through in flight (shadow)', 'a slot freed: finished', 'a slot freed: hung up', ...outage]) {
           t.ok(model.reached.has(kind), `the traffic reached: ${kind}`)
         }

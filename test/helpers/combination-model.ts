@@ -6,7 +6,7 @@
 //                 the request's cost, stay within its max; and never for a client an enforced ban holds.
 //   refusals      a shadow route never refuses; an enforcing route answers 429 only when the client's own
 //                 count there leaves no room for the request's cost, 403 only under a ban an enforcing route
-//                 started (/ban's policy).
+//                 started (/ban's policy, or /quota's: their denials strike toward one ban per client).
 //   enforcement   no request to an enforcing route goes through unenforced (`X-RateLimit-Enforced: false`)
 //                 while Redis is up: nothing the client sends (a failing cost, a huge settlement, an abort)
 //                 turns a limit off; under `failMode: 'closed'`, none while it fails either.
@@ -37,7 +37,7 @@
 // may not. A request refused in flight, or costing more than the slots' max, counts nothing on the rate limit
 // (the plugin gives it back); on /ban, a refusal in flight strikes toward the ban like one for the count.
 import type { FailMode } from '../../lib/index.js'
-import { BAN_THRESHOLD, ROUTES } from './combination-app.js'
+import { BAN_THRESHOLD, BANNING, ROUTES } from './combination-app.js'
 import type { Path, SettleOutcome, Started } from './combination-app.js'
 
 const IN_FLIGHT = 'FST_RATE_GUARD_TOO_MANY_IN_FLIGHT'
@@ -206,8 +206,9 @@ export class Model {
     // Under concurrency, a request its rate limit allows then takes its slots, and is refused when they are full.
     const full = concurrency !== null && !over && cost <= concurrency && slots.upper + cost > concurrency
     const admitted = seen.ran || seen.passed
-    // A refusal of /ban for its count or in flight is a denial, a strike toward the ban (when a store decided it).
-    const denied = decided && path === '/ban' && !banned && (over || (full && !admitted))
+    // A refusal for its count or in flight on a route whose policy bans is a denial, a strike toward the
+    // client's ban (when a store decided it); not a request costing more than the limit holds, refused as it is.
+    const denied = decided && BANNING.includes(path) && !banned && cost <= route.max && (over || (full && !admitted))
     const banStarts = denied && denials + 1 >= BAN_THRESHOLD
     if (admitted) {
       this.reached.add(`admitted ${path}`)
@@ -245,6 +246,7 @@ export class Model {
       if (!over) this.reached.add('a refusal in flight struck toward a ban')
       this.#denials.set(`${scope} ${client}`, denials + 1)
       if (banStarts) {
+        this.reached.add(`a ban started on ${path}`)
         this.#banned.add(`${scope} ${client}`)
         this.#everBanned.add(client)
       }
@@ -290,7 +292,7 @@ export class Model {
     }
     if (step.ends === 'after-handler') this.reached.add('hung up after the handler started')
     if (seen.settled === 'ok') {
-      this.reached.add('settled')
+      this.reached.add(`settled on ${step.path}`)
       return { lower: step.settle!, upper: step.settle! }
     }
     if (seen.settled !== undefined) this.reached.add('settle refused')
