@@ -1,12 +1,13 @@
 // The Cluster scenario: what an allowed request costs a Redis Cluster, ours beside @fastify/rate-limit's, on a
-// local cluster of three masters (redis-server processes of its own, no replicas, no persistence) started here.
+// local cluster of three masters and a replica each (redis-server processes of its own, no persistence) started
+// here: the masters replicate every write, as a cluster in production does (REPLICAS=0: masters alone).
 // Ours: this plugin's Redis store from dist/ (RedisStore.decideMany on an ioredis Cluster), in batches of 32 as
 // its batcher sends them under load (grouped by master: one call per master, Redis 7.0 and later) and in
 // batches of 1 (low concurrency); theirs: its Redis script, one call per request, 32 in flight. REQUESTS
 // allowed requests over 10,000 identities, limit 1000 per hour. Redis CPU (`INFO cpu`, user + sys) and script
 // time (`INFO commandstats`, EVALSHA + EVAL) summed over the masters, per request.
 //
-//   npm run build && node bench/cluster.js            (REQUESTS, default 100,000)
+//   npm run build && node bench/cluster.js            (REQUESTS, default 100,000; REPLICAS, 3 or 0)
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -20,22 +21,27 @@ const REQUESTS = Number(process.env.REQUESTS || 100_000)
 const IDENTITIES = 10_000
 const BATCH = 32
 const MASTERS = 3
+const REPLICAS = Number(process.env.REPLICAS ?? MASTERS)
+if (REPLICAS !== 0 && REPLICAS !== MASTERS) throw new Error(`REPLICAS is ${MASTERS} (one per master) or 0, got ${process.env.REPLICAS}`)
 const SLOTS = 16_384
 
 const { RedisStore } = await import(new URL('../dist/stores/redis.js', import.meta.url))
 const { GLOBAL_SCOPE, identityKeys } = await import(new URL('../dist/stores/key-names.js', import.meta.url))
 
-/** Three masters on ports from `base`, each with a third of the slots; resolves once the cluster is ok. */
+/**
+ * Three masters on ports from `base`, each with a third of the slots, and (REPLICAS) a replica of each on the
+ * ports after them; resolves once the cluster is ok and every replica is in sync. `nodes`: the masters first.
+ */
 async function startCluster (base) {
   const dir = mkdtempSync(join(tmpdir(), 'rate-guard-cluster-'))
-  const ports = Array.from({ length: MASTERS }, (_, i) => base + i)
+  const ports = Array.from({ length: MASTERS + REPLICAS }, (_, i) => base + i)
   const servers = ports.map(port => spawn('redis-server', ['--port', String(port), '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' }))
   // A start that fails (a port taken) leaves no redis-server behind.
   const killAll = () => { for (const server of servers) server.kill() }
   process.once('exit', killAll)
   const nodes = []
   for (const port of ports) nodes.push(await connectWhenUp(port, { waitMs: 50 }))
-  for (const [i, node] of nodes.entries()) {
+  for (const [i, node] of nodes.slice(0, MASTERS).entries()) {
     const from = Math.floor(i * SLOTS / MASTERS)
     const to = Math.floor((i + 1) * SLOTS / MASTERS)
     await node.call('CLUSTER', 'ADDSLOTSRANGE', String(from), String(to - 1))
@@ -44,8 +50,15 @@ async function startCluster (base) {
   for (const node of nodes.slice(1)) await node.call('CLUSTER', 'MEET', '127.0.0.1', String(ports[0]))
   for (let i = 0; ; i++) {
     const infos = await Promise.all(nodes.map(async node => await node.call('CLUSTER', 'INFO')))
-    if (infos.every(info => /cluster_state:ok/.test(info) && /cluster_known_nodes:3/.test(info))) break
+    if (infos.every(info => /cluster_state:ok/.test(info) && info.includes(`cluster_known_nodes:${ports.length}`))) break
     if (i === 200) throw new Error('the cluster did not come up')
+    await sleep(50)
+  }
+  for (const [i, replica] of nodes.slice(MASTERS).entries()) await replica.call('CLUSTER', 'REPLICATE', await nodes[i].call('CLUSTER', 'MYID'))
+  for (let i = 0; ; i++) {
+    const synced = await Promise.all(nodes.slice(MASTERS).map(async node => /master_link_status:up/.test(await node.info('replication'))))
+    if (synced.every(Boolean)) break
+    if (i === 400) throw new Error('the replicas did not come in sync')
     await sleep(50)
   }
   const stop = async () => {
@@ -103,22 +116,23 @@ const ROWS = [
 ]
 
 if (spawnSync('redis-server', ['--version']).status !== 0) throw new Error('bench/cluster.js needs redis-server')
-const { ports, nodes, stop } = await startCluster(44_000 + (process.pid % 500) * 3)
-const client = new Cluster(ports.map(port => ({ host: '127.0.0.1', port })), { scaleReads: 'master', enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } })
+const { ports, nodes, stop } = await startCluster(44_000 + (process.pid % 500) * 6)
+const masters = nodes.slice(0, MASTERS)
+const client = new Cluster(ports.slice(0, MASTERS).map(port => ({ host: '127.0.0.1', port })), { scaleReads: 'master', enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } })
 await new Promise((resolve, reject) => { client.once('ready', resolve); client.once('error', reject) })
-console.log(`A local Redis Cluster of ${MASTERS} masters (${spawnSync('redis-server', ['--version'], { encoding: 'utf8' }).stdout.trim().split(' ')[2]}), ${REQUESTS.toLocaleString('en')} allowed requests over ${IDENTITIES.toLocaleString('en')} identities per row, ${new Date().toISOString().slice(0, 10)}\n`)
+console.log(`A local Redis Cluster of ${MASTERS} masters${REPLICAS === 0 ? '' : ` and ${REPLICAS} replicas`} (${spawnSync('redis-server', ['--version'], { encoding: 'utf8' }).stdout.trim().split(' ')[2]}), ${REQUESTS.toLocaleString('en')} allowed requests over ${IDENTITIES.toLocaleString('en')} identities per row, ${new Date().toISOString().slice(0, 10)}\n`)
 console.log('| path | Redis CPU µs per request (summed over the masters) | script µs per request | requests/s |\n|---|--:|--:|--:|')
 try {
   for (const [run, [name, make, batch]] of ROWS.entries()) {
     const send = await make(client, run)
-    const before = await spent(nodes)
+    const before = await spent(masters)
     const started = performance.now()
     // batch 32: BATCH requests per decideMany, 8 batches in flight; batch 1: 32 single requests in flight.
     for (let j = 0; j < REQUESTS; j += BATCH * (batch > 1 ? 8 : 1)) {
       await Promise.all(batch > 1 ? Array.from({ length: 8 }, (_, b) => send(j + b * BATCH, BATCH)) : Array.from({ length: BATCH }, (_, k) => send(j + k, 1)))
     }
     const seconds = (performance.now() - started) / 1000
-    const after = await spent(nodes)
+    const after = await spent(masters)
     const requests = batch > 1 ? Math.ceil(REQUESTS / (BATCH * 8)) * BATCH * 8 : Math.ceil(REQUESTS / BATCH) * BATCH
     console.log(`| ${name} | ${((after.cpu - before.cpu) * 1e6 / requests).toFixed(1)} | ${((after.script - before.script) / requests).toFixed(1)} | ${Math.round(requests / seconds).toLocaleString('en')} |`)
   }
