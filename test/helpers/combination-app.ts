@@ -43,7 +43,7 @@ export const ROUTES = {
   // maxWait shorter than any wait an hour's window gives: every request over the limit is refused as before,
   // on a budget whose denials are never held in process.
   '/wait': { max: 2, cost: 1, shadow: false, concurrency: null },
-  // A calendar quota, the tighter of its two limits: a month's, which a run crosses the end of once a month at most;
+  // A calendar quota, the tighter of its two limits: a month's (a run never crosses its end: see combination.test.ts);
   // its cost is `x-cost`, it settles, and its denials strike toward /ban's ban (one client's strikes, wherever).
   '/quota': { max: 3, cost: null, shadow: false, concurrency: null },
   // A day's quota that only watches.
@@ -54,6 +54,9 @@ export type Path = keyof typeof ROUTES
 export const BAN_THRESHOLD = 2
 /** The routes whose policy bans: a denial on either strikes toward the client's one ban. */
 export const BANNING: readonly Path[] = ['/ban', '/quota']
+
+/** Where /quota's month is counted (UTC+14: its months end at 10:00 UTC). */
+export const QUOTA_ZONE = 'Pacific/Kiritimati'
 
 /** What the handler did with `x-settle`: `ok`, or the rejection's code. */
 export type SettleOutcome = 'ok' | string
@@ -213,7 +216,7 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
   app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency } } } }, handler)
   app.get('/wait', { config: { rateLimit: { ...limit('/wait'), maxWait: '1 second', maxQueue: 1 } } }, handler)
   app.get('/quota', {
-    config: { rateLimit: { limits: [{ max: 5, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: 'Pacific/Kiritimati' }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
+    config: { rateLimit: { limits: [{ max: 5, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: QUOTA_ZONE }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
   }, handler)
   app.get('/quota-shadow', { config: { rateLimit: { limits: [{ max: ROUTES['/quota-shadow'].max, per: 'day' }], mode: 'shadow' } } }, handler)
   // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
