@@ -19,11 +19,20 @@
 // page. Off, no hook is added; on, every response of the app costs a status check, a refused one a few hashes.
 //
 // Hardened as a page that can lift bans should be:
-//   - failed logins are limited by the plugin itself, per client address, before the password is checked:
-//     5 per 15 minutes, then a ban of an hour from this page (a banned client is refused even with the right
-//     password, or guessing would go on through the ban). Only a wrong Authorization counts: a browser's
-//     first visit without one, a good login and a refused origin cost nothing. Counted in process when Redis
-//     fails (`failMode: 'local'`), so an outage never opens it to guessing;
+//   - failed logins are limited by the plugin itself, before the password is checked: 5 per 15 minutes, then a
+//     ban of an hour from this page (a banned client is refused even with the right password, or guessing
+//     would go on through the ban: a 200 to the right one would tell it from the others). Only a wrong
+//     Authorization counts: a browser's first visit without one, a good login and a refused origin cost
+//     nothing. Counted in process when Redis fails (`failMode: 'local'`), so an outage never opens it to
+//     guessing;
+//   - so that a neighbour cannot lock the operator out (anyone behind the same NAT, office network or proxy
+//     shares an address), a browser that has logged in once is given a device cookie (OWASP's "device
+//     cookies"): HttpOnly, SameSite=Strict, signed with a key made from the credentials (so every instance
+//     reads it, and changing the password revokes every device). A request with a valid one counts its failed
+//     logins on that device alone, never on its address: five wrong passwords from the address lock out the
+//     address's other browsers, not the operator's. A cookie that does not verify is ignored (the address
+//     counts), so a made-up one buys no fresh budget. A browser that never logged in is still refused with
+//     its address: nothing then tells the operator from the guesser;
 //   - every response says no-store, may not be framed (the unban button cannot be clickjacked), and has a CSP
 //     that runs only the page's own script and style, named by their SHA-256;
 //   - a state-changing request (anything but GET and HEAD) from another origin is refused with 403: its
@@ -32,7 +41,7 @@
 //     password) and is let through.
 
 import diagnostics from 'node:diagnostics_channel'
-import { createHash, timingSafeEqual } from 'node:crypto'
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import fp from 'fastify-plugin'
 import { CHANNELS, keyHash as hashOf, normalizeIP } from 'fastify-rate-guard'
 import { identitiesOf } from './operator-names.js'
@@ -42,23 +51,73 @@ import { PAGE, SCRIPT, STYLE } from './operator-view.js'
 /** How many clients the refusal counts keep at most (past it, they start over: an example's bound). */
 const TRACKED = 10_000
 
-/** Failed logins per client address, and the ban past them (the first refusal starts it). */
+/** Failed logins per client (a device that logged in before, else an address), and the ban past them (the first refusal starts it). */
 export const LOGIN_LIMIT = Object.freeze({ max: 5, timeWindow: '15 minutes', ban: Object.freeze({ threshold: 1, duration: '1 hour' }) })
 
-/** @param {import('fastify').FastifyRequest} request */
-function loginKey (request) {
-  return `operator-login:${normalizeIP(request.ip)}`
+/** The device cookie's name, and how long a browser keeps it (a year). */
+export const DEVICE_COOKIE = 'rate-guard-device'
+const DEVICE_MAX_AGE_S = 365 * 24 * 3600
+
+/**
+ * Device cookies, signed with a key made from the credentials: `<id>.<mac>`, the id random, the mac its
+ * HMAC-SHA256. `issue` makes one; `deviceOf` gives the id of the request's valid one, else undefined.
+ * @param {{ user: string, password: string }} credentials
+ */
+function devices (credentials) {
+  const key = createHash('sha256').update(`rate-guard operator device\0${credentials.user}\0${credentials.password}`).digest()
+  /** @param {string} id */
+  const mac = (id) => createHmac('sha256', key).update(id).digest('base64url')
+  return {
+    issue: () => { const id = randomBytes(16).toString('base64url'); return `${id}.${mac(id)}` },
+    /** @param {import('fastify').FastifyRequest} request */
+    deviceOf (request) {
+      const value = cookie(request.headers.cookie, DEVICE_COOKIE)
+      const dot = value?.indexOf('.') ?? -1
+      if (value === undefined || dot < 1) return undefined
+      const id = value.slice(0, dot)
+      const given = Buffer.from(value.slice(dot + 1))
+      const expected = Buffer.from(mac(id))
+      return given.length === expected.length && timingSafeEqual(given, expected) ? id : undefined
+    }
+  }
 }
 
 /**
- * The page's routes share one budget of failed logins per client address (its own identity, so a ban here
- * leaves the address's API budget alone). Charged when a request arrives and given back after its response
- * unless it was a 401 to credentials that were given: only a guess counts, and a burst gets no more tries.
- * Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is checked), for
- * every address.
- * @type {Readonly<{ rateLimit: import('fastify-rate-guard').RouteRateLimitOptions }>}
+ * One cookie's value from a Cookie header (the first of that name), or undefined; a header past 8 KiB is
+ * not read (no cookie of this page is that long).
+ * @param {string | undefined} header
+ * @param {string} name
  */
-const LOGIN = Object.freeze({
+function cookie (header, name) {
+  if (header === undefined || header.length > 8192) return undefined
+  for (const pair of header.split(';')) {
+    const eq = pair.indexOf('=')
+    if (eq !== -1 && pair.slice(0, eq).trim() === name) return pair.slice(eq + 1).trim()
+  }
+  return undefined
+}
+
+/**
+ * The client whose failed logins a request counts on: its device, when it carries a valid device cookie, else
+ * its address.
+ * @param {(request: import('fastify').FastifyRequest) => string | undefined} deviceOf
+ * @returns {(request: import('fastify').FastifyRequest) => string}
+ */
+const loginKeyOf = (deviceOf) => (request) => {
+  const device = deviceOf(request)
+  return device === undefined ? `operator-login:${normalizeIP(request.ip)}` : `operator-device:${device}`
+}
+
+/**
+ * The page's routes share one budget of failed logins per client, a device or an address (its own identity,
+ * so a ban here leaves the address's API budget alone). Charged when a request arrives and given back after
+ * its response unless it was a 401 to credentials that were given: only a guess counts, and a burst gets no
+ * more tries. Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is
+ * checked), for every address.
+ * @param {(request: import('fastify').FastifyRequest) => string} loginKey
+ * @returns {Readonly<{ rateLimit: import('fastify-rate-guard').RouteRateLimitOptions }>}
+ */
+const loginConfig = (loginKey) => Object.freeze({
   rateLimit: {
     ...LOGIN_LIMIT,
     hook: 'onRequest',
@@ -95,6 +154,8 @@ async function pageAndNames (app, { credentials, clientNames = false, apiKeyOwne
   if (!CLIENT_NAMES.includes(clientNames)) throw new TypeError(`operatorPage: clientNames is false, true, 'masked' or 'full', got ${JSON.stringify(clientNames)}`)
   /** @type {Refused} */
   const refused = new Map()
+  const device = devices(credentials)
+  const loginKey = loginKeyOf(device.deviceOf)
   if (clientNames !== false) {
     const identities = identitiesOf({ full: clientNames === 'full', apiKeyOwner, addressKeys: [loginKey] })
     // After the response: the refusal's decision was published (and counted) before it.
@@ -106,15 +167,16 @@ async function pageAndNames (app, { credentials, clientNames = false, apiKeyOwne
       }
     })
   }
-  await app.register(page, { credentials, refused, clientNames: clientNames === 'full' ? 'full' : clientNames === false ? undefined : 'masked' })
+  await app.register(page, { credentials, device, loginKey, refused, clientNames: clientNames === 'full' ? 'full' : clientNames === false ? undefined : 'masked' })
 }
 export const operatorPage = fp(pageAndNames, { fastify: '5.x' })
 
 /**
  * @param {import('fastify').FastifyInstance} app
- * @param {{ credentials: { user: string, password: string }, refused: Refused, clientNames: 'masked' | 'full' | undefined }} options
+ * @param {{ credentials: { user: string, password: string }, device: ReturnType<typeof devices>, loginKey: (request: import('fastify').FastifyRequest) => string, refused: Refused, clientNames: 'masked' | 'full' | undefined }} options
  */
-async function page (app, { credentials, refused, clientNames }) {
+async function page (app, { credentials, device, loginKey, refused, clientNames }) {
+  const login = loginConfig(loginKey)
   const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
   const series = new DecisionSeries()
   /** @param {unknown} message a DecisionMessage */
@@ -141,12 +203,17 @@ async function page (app, { credentials, refused, clientNames }) {
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
       return await reply.code(401).header('www-authenticate', 'Basic realm="rate-guard"').send({ error: 'operators only' })
     }
+    // Logged in: this browser is the operator's from now on (its failed logins its own, see the top).
+    if (device.deviceOf(request) === undefined) {
+      const secure = request.protocol === 'https' ? '; Secure' : ''
+      reply.header('set-cookie', `${DEVICE_COOKIE}=${device.issue()}; Path=/rate-guard; Max-Age=${DEVICE_MAX_AGE_S}; HttpOnly; SameSite=Strict${secure}`)
+    }
   }
   const preParsing = [sameOrigin, authenticate]
 
-  app.get('/rate-guard', { config: LOGIN, preParsing }, async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
+  app.get('/rate-guard', { config: login, preParsing }, async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
 
-  app.get('/rate-guard/data', { config: LOGIN, preParsing }, async () => {
+  app.get('/rate-guard/data', { config: login, preParsing }, async () => {
     const bans = await app.rateGuard.bans({ limit: 50 })
     return {
       at: Date.now(),
@@ -160,7 +227,7 @@ async function page (app, { credentials, refused, clientNames }) {
     }
   })
 
-  app.post('/rate-guard/unban', { config: LOGIN, preParsing }, async (request) => {
+  app.post('/rate-guard/unban', { config: login, preParsing }, async (request) => {
     // Checked by unban itself: anything but a key hash is refused with a coded error (400).
     const keyHash = /** @type {string} */ (/** @type {{ keyHash?: unknown } | undefined} */ (request.body)?.keyHash)
     await app.rateGuard.unban({ keyHash })

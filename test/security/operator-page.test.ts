@@ -4,6 +4,10 @@
 // HTTP against the example app, on Redis and in process:
 //   - failed logins are counted by the plugin itself, per client address, before the password is checked:
 //     5 per 15 minutes, then a ban of an hour, refused even with the right password;
+//   - a neighbour behind the operator's address (a NAT, an office, a proxy) made five wrong guesses and the
+//     operator's right password got 403 for an hour: a browser that logged in once carries a signed device
+//     cookie and counts its failed logins on that device, so the neighbour's ban does not reach it, and a
+//     forged cookie counts on the address;
 //   - every response of the page says no-store, no framing, no sniffing, no referrer, and a CSP that lets in
 //     only the page's own script and style (by hash);
 //   - a state-changing request from another origin (Origin, Sec-Fetch-Site) is refused, and changes nothing.
@@ -70,6 +74,51 @@ for (const [store, redisOf] of stores) {
     for (let i = 0; i < 5; i++) after.push((await ask('/rate-guard', operator, { headers: { authorization: WRONG(i) } })).status)
     t.strictSame(after, [401, 401, 401, 401, 401], 'no credentials and right ones count nothing: five guesses are still left')
     t.equal((await ask('/rate-guard', operator, { headers: { authorization: WRONG(5) } })).status, 403, 'the sixth bans')
+  })
+}
+
+for (const [store, redisOf] of stores) {
+  t.test(`${store}: a neighbour sharing the operator's address cannot lock the operator out`, async t => {
+    const { ask } = await serve(t, await redisOf(t))
+    const office = '198.51.100.80'
+    // The operator logs in once from this browser, and is given its device cookie.
+    const first = await ask('/rate-guard', office, { headers: { authorization: RIGHT } })
+    t.equal(first.status, 200, 'the operator logs in')
+    const set = first.headers.get('set-cookie') ?? ''
+    t.match(set, /^rate-guard-device=[\w-]+\.[\w-]+; Path=\/rate-guard; Max-Age=\d+; HttpOnly; SameSite=Strict$/, `a device cookie: ${set}`)
+    const cookie = set.split(';')[0]!
+    const again = await ask('/rate-guard/data', office, { headers: { authorization: RIGHT, cookie } })
+    t.equal(again.headers.get('set-cookie'), null, 'a browser that has one is not given another')
+
+    // A neighbour behind the same address guesses: five wrong passwords, then the address is banned.
+    const guesses: number[] = []
+    for (let i = 0; i < 8; i++) guesses.push((await ask('/rate-guard', office, { headers: { authorization: WRONG(i) } })).status)
+    t.strictSame(guesses, [401, 401, 401, 401, 401, 403, 403, 403], 'the neighbour: five guesses, then banned')
+    t.equal((await ask('/rate-guard', office, { headers: { authorization: RIGHT } })).status, 403,
+      'a browser that never logged in is refused with its address, even with the right password')
+
+    // The operator's browser is not the address: the right password still gets in, on every route.
+    t.equal((await ask('/rate-guard', office, { headers: { authorization: RIGHT, cookie } })).status, 200, 'the operator gets in')
+    t.equal((await ask('/rate-guard/data', office, { headers: { authorization: RIGHT, cookie } })).status, 200, 'and reads the data')
+
+    // A cookie that does not verify is no device: it counts on the (banned) address, never on a fresh budget.
+    const [name, value] = cookie.split('=') as [string, string]
+    const forged = [
+      `${name}=${value.split('.')[0]!}.${'A'.repeat(43)}`,
+      `${name}=made-up.${value.split('.')[1]!}`,
+      `${name}=${value.split('.')[0]!}`,
+      `${name}=.`,
+      `${name}=${'x'.repeat(9000)}`
+    ]
+    for (const other of forged) {
+      t.equal((await ask('/rate-guard', office, { headers: { authorization: WRONG(99), cookie: other } })).status, 403, `a forged cookie counts on the address: ${other.slice(0, 40)}`)
+    }
+
+    // The device's own guesses are limited and banned like any client's: a stolen cookie guesses no faster.
+    const mine: number[] = []
+    for (let i = 0; i < 7; i++) mine.push((await ask('/rate-guard', office, { headers: { authorization: WRONG(i), cookie } })).status)
+    t.strictSame(mine, [401, 401, 401, 401, 401, 403, 403], 'wrong passwords with the device cookie: five, then the device is banned')
+    t.equal((await ask('/rate-guard', office, { headers: { authorization: RIGHT, cookie } })).status, 403, 'a banned device is refused with the right password')
   })
 }
 
