@@ -113,7 +113,8 @@ export class Leases {
     for (const [store, byKey] of this.#held) {
       for (const [key, byId] of byKey) {
         const due = [...byId.values()].filter(held => held.leaseMs === leaseMs)
-        if (due.length > 0) this.#call(() => store.renew(key, due, leaseMs), restored => this.#restored(restored, leaseMs))
+        if (due.length === 0) continue
+        this.#call(() => store.renew(key, due, leaseMs), restored => this.#restored(restored, leaseMs))
       }
     }
   }
@@ -122,12 +123,14 @@ export class Leases {
   #restored (units: number, leaseMs: number): void {
     if (units === 0 || Date.now() - this.#restoredSaid < leaseMs) return
     this.#restoredSaid = Date.now()
-    this.#log.warn({ units }, 'rate-guard: leases of requests still running were gone from Redis (restarted, failed over or evicted) and were written back; clients past their concurrency max are refused until under it')
+    this.#log.warn({ units }, 'rate-guard: leases of requests still running were gone from Redis (restarted, ' +
+      'failed over or evicted) and were written back; clients past their concurrency max are refused until under it')
   }
 
   /** A release or a renewal, bounded by the deadline; its failure is reported (a request does not wait for it). */
   #call (call: () => number | Promise<number>, done?: (units: number) => void): void {
-    deadline(Promise.resolve().then(call), this.#decider.timeout).then(done, (err: unknown) => this.#decider.report(err as Error, this.#log))
+    deadline(Promise.resolve().then(call), this.#decider.timeout)
+      .then(done, (err: unknown) => this.#decider.report(err as Error, this.#log))
   }
 
   /** Stops renewing: what is still held ends with its lease, or is released when its response ends. */

@@ -28,6 +28,10 @@ const PROBE_MS = 1000
  */
 const MAY_WRITE = 'return 1'
 
+/** What is logged when the fresh connection's script is held: Redis is not writing. */
+const PAUSED = 'rate-guard: Redis holds a fresh connection\'s script too: writes are paused (CLIENT PAUSE WRITE, ' +
+  'or a FAILOVER under way); the connection is kept (failMode decides until Redis writes again)'
+
 /** A script answered this long after the PING sent with it was held: writes were paused when it came. */
 const HELD_MS = 100
 
@@ -49,7 +53,7 @@ export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLo
         // Heard from meanwhile (a frozen Redis thawed while the fresh connection waited): not dead after all.
         if (!quiet()) return
         if (answer === 'writes') cut(client, err, log)
-        else if (answer === 'paused') log.warn({ err }, 'rate-guard: Redis holds a fresh connection\'s script too: writes are paused (CLIENT PAUSE WRITE, or a FAILOVER under way); the connection is kept (failMode decides until Redis writes again)')
+        else if (answer === 'paused') log.warn({ err }, PAUSED)
         else log.warn({ err }, 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until Redis answers)')
       })
       return
@@ -72,7 +76,8 @@ async function freshAnswer (client: Redis, ms: number): Promise<Fresh> {
   fresh.on('error', () => {})
   try {
     // When each was answered (performance.now()), or undefined.
-    const answered = async (call: Promise<unknown>): Promise<number | undefined> => await deadline(call, ms).then(() => performance.now(), () => undefined)
+    const answered = async (call: Promise<unknown>): Promise<number | undefined> =>
+      await deadline(call, ms).then(() => performance.now(), () => undefined)
     const [pong, script] = await Promise.all([answered(fresh.ping()), answered(fresh.eval(MAY_WRITE, 0))])
     if (pong === undefined) return 'nothing'
     return script !== undefined && script - pong < HELD_MS ? 'writes' : 'paused'
