@@ -13,6 +13,8 @@ import type { IdentityKeys } from './stores/key-names.js'
 // the request through holding nothing, `closed` refuses it, `local` takes them on the in-process twin; when
 // Redis could not decide its rate limits either, `failMode` answers without asking it again), renewed
 // while it runs, a third of a lease before they would end, and released once, when its response is over.
+// A renewal writes back a lease it finds gone (Redis restarted or failed over without it): the request runs
+// still, so its slots count again, past `max` if they must, and new requests are refused until under it.
 
 /** What a request asks for: its client's keys, its units, and the budget's concurrency. */
 export interface SlotRequest {
@@ -49,6 +51,8 @@ export class Leases {
   /** Lease ids: `<random per process><counter>`, unique across instances, never client input. */
   readonly #prefix = randomBytes(9).toString('base64url')
   #counter = 0
+  /** When leases written back were last logged: once per lease, not once per key. */
+  #restoredSaid = -Infinity
 
   constructor (decider: Decider, log: FastifyBaseLogger) {
     this.#decider = decider
@@ -109,14 +113,24 @@ export class Leases {
     for (const [store, byKey] of this.#held) {
       for (const [key, byId] of byKey) {
         const due = [...byId.values()].filter(held => held.leaseMs === leaseMs)
-        if (due.length > 0) this.#call(() => store.renew(key, due, leaseMs))
+        if (due.length === 0) continue
+        this.#call(() => store.renew(key, due, leaseMs), restored => this.#restored(restored, leaseMs))
       }
     }
   }
 
+  /** A renewal wrote back `units` units of leases it found gone: said once per lease. */
+  #restored (units: number, leaseMs: number): void {
+    if (units === 0 || Date.now() - this.#restoredSaid < leaseMs) return
+    this.#restoredSaid = Date.now()
+    this.#log.warn({ units }, 'rate-guard: leases of requests still running were gone from Redis (restarted, ' +
+      'failed over or evicted) and were written back; clients past their concurrency max are refused until under it')
+  }
+
   /** A release or a renewal, bounded by the deadline; its failure is reported (a request does not wait for it). */
-  #call (call: () => number | Promise<number>): void {
-    deadline(Promise.resolve().then(call), this.#decider.timeout).catch((err: unknown) => this.#decider.report(err as Error, this.#log))
+  #call (call: () => number | Promise<number>, done?: (units: number) => void): void {
+    deadline(Promise.resolve().then(call), this.#decider.timeout)
+      .then(done, (err: unknown) => this.#decider.report(err as Error, this.#log))
   }
 
   /** Stops renewing: what is still held ends with its lease, or is released when its response ends. */

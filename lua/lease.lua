@@ -14,7 +14,7 @@
 --            lua/decide.lua's
 --   release  ARGV[2] id, ARGV[3] units
 --   renew    ARGV[2] lease (ms), ARGV[3] n, then n requests' id and units each: their leases end `lease` ms
---            from now, if they are still held
+--            from now, written back if they are gone (their requests are still running)
 --
 --   count    nothing more
 -- Reply, to acquire: { status, inUse, retry, offence, at }
@@ -26,7 +26,7 @@
 --   retry    the ban's remaining ms (2, 5), else 0
 --   offence  which ban in a row this refusal started (2), else 0
 --   at       Redis's time (ms)
--- To release: the units given back. To renew: the units still held, now renewed. To count: the units held
+-- To release: the units given back. To renew: the units it wrote back (found gone). To count: the units held
 -- (leases that have not ended), writing nothing.
 
 local mode, leases = ARGV[1], KEYS[1]
@@ -68,16 +68,17 @@ end
 
 if mode == 'renew' then
   local lease = tonumber(ARGV[2])
-  local ends, renewed = text(now + lease), 0
-  -- A lease that ended (its holder was silent past it) is over, and not taken again by renewing it.
+  local ends, restored = text(now + lease), 0
+  -- Leases that ended are over (their holders stopped renewing). One of these requests' leases found gone
+  -- (Redis restarted or failed over without it, or it ended while its holder could not reach Redis) is written
+  -- back: its request is still running, so it counts against max again, past max if it must (then every
+  -- acquire is refused until the count is under max).
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', text(now))
   for i = 4, 2 + 2 * tonumber(ARGV[3]), 2 do
-    renewed = renewed + redis.call('ZADD', leases, 'XX', 'CH', unpack(ending(ARGV[i], tonumber(ARGV[i + 1]), ends)))
+    restored = restored + redis.call('ZADD', leases, unpack(ending(ARGV[i], tonumber(ARGV[i + 1]), ends)))
   end
-  if renewed > 0 then
-    outlive(lease)
-  end
-  return renewed
+  outlive(lease)
+  return restored
 end
 
 -- acquire

@@ -3,8 +3,10 @@
 // an event loop blocked right after a batch was sent while Redis's reply arrives in time.
 import diagnostics from 'node:diagnostics_channel'
 import { performance } from 'node:perf_hooks'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { Test } from 'tap'
+import type { Redis } from 'ioredis'
 import { CHANNELS } from '../lib/index.js'
 import type { FailMode, TroubleMessage } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
@@ -167,4 +169,81 @@ t.test('a stalled connection while Redis refuses new ones: the fresh connection 
   const samples = await stream.stop()
   t.equal(closes, 0, 'nothing better to be had: the connection is kept')
   t.ok(samples.every(s => outcome('open', s.res) !== 'wrong'), 'every answer Redis\'s or failMode\'s meanwhile')
+})
+
+/** The log line a connection kept through a write pause leaves: the fresh connection's script was held too. */
+const PAUSED = /writes are paused/
+
+/** Connections Redis has accepted since it started (INFO stats). */
+async function connectionsReceived (observer: Redis): Promise<number> {
+  return Number(/total_connections_received:(\d+)/.exec(await observer.info('stats'))![1])
+}
+
+/**
+ * Requests over real HTTP to `url` in two loops until `stop()`, each timed, read as `outcome` reads an injected
+ * answer; `until` resolves once the answers so far satisfy `check` (looked at as each arrives).
+ */
+function httpStream (url: string, key: string): { samples: Timed[], until: (check: (samples: Timed[]) => boolean, what: string) => Promise<void>, stop: () => Promise<Timed[]> } {
+  const samples: Timed[] = []
+  const run = { stopped: false }
+  let wake = (): void => {}
+  const loops = [0, 1].map(async () => {
+    while (!run.stopped) {
+      const at = performance.now()
+      const res = await fetch(url, { headers: { 'x-api-key': key } })
+      const body = await res.text()
+      const read = { statusCode: res.status, headers: Object.fromEntries(res.headers), json: () => JSON.parse(body) as unknown }
+      samples.push({ res: read as unknown as Timed['res'], at, ms: performance.now() - at })
+      wake()
+      await sleep(5)
+    }
+  })
+  return {
+    samples,
+    until: async (check, what) => {
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([
+        new Promise<void>(resolve => { wake = () => { if (check(samples)) resolve() }; wake() }),
+        new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), 20_000) })
+      ]).finally(() => clearTimeout(timer))
+    },
+    stop: async () => {
+      run.stopped = true
+      await Promise.all(loops)
+      return samples
+    }
+  }
+}
+
+t.test('CLIENT PAUSE 4000 WRITE (as FAILOVER pauses) is no dead socket: a fresh connection\'s script is held too, so no connection is cut', async t => {
+  const server = await startRedisServer(t)
+  const observer = client(t, server.url)
+  for (const mode of MODES) {
+    await t.test(`failMode ${mode}, over HTTP`, async t => {
+      const [{ app, logs }, owned] = await withOwnedClient(async () => await makeApp(t, { redis: server.url, failMode: mode, timeout: TIMEOUT, max: 1_000_000 }))
+      let cuts = 0
+      owned.on('close', () => { cuts++ })
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      const stream = httpStream(`http://127.0.0.1:${(app.server.address() as { port: number }).port}/`, `pause-${mode}`)
+      await stream.until(samples => samples.length >= 10, 'traffic before the pause')
+      const connections = await connectionsReceived(observer)
+      const pausedAt = performance.now()
+      await observer.client('PAUSE', 4000, 'WRITE')
+      // A write on a connection of its own comes back when the pause ends: the event that ends the wait below.
+      const writer = client(t, server.url)
+      const ended = writer.set(`pause-${mode}`, '1', 'PX', 1000).then(() => performance.now())
+      // The detector fired (and asked a fresh connection) at least once: then the pause ends.
+      await logged(logs, new RegExp(`${PAUSED.source}|stopped answering; reconnecting`), 'the fresh connection\'s verdict')
+      const endedAt = await ended
+      await stream.until(samples => samples.some(s => s.at > endedAt && outcome(mode, s.res) === 'redis'), 'Redis deciding again')
+      const samples = await stream.stop()
+      const made = await connectionsReceived(observer) - connections
+      t.equal(cuts, 0, `no connection cut in the pause (${cuts} cuts; ${made} new connections: the test's writer and the fresh connections' checks)`)
+      t.ok(logs.some(line => PAUSED.test(line.msg)), 'the log says writes are paused and the connection is kept')
+      t.same(samples.filter(s => outcome(mode, s.res) === 'wrong').map(s => s.res.statusCode), [], 'every answer Redis\'s or failMode\'s')
+      t.same(overdue(TIMEOUT, samples), [], `all ${samples.length} answers within the deadline, paused or not`)
+      const back = samples.find(s => s.at > endedAt && outcome(mode, s.res) === 'redis')!
+      reliability(t, `CLIENT PAUSE 4000 WRITE (failMode ${mode}): the connection kept`, Math.max(...samples.map(s => s.ms)), back.at + back.ms - pausedAt - 4000)
+    })
+  }
 })

@@ -1,7 +1,8 @@
 // `concurrency`'s leases: one hand-worked table run against both stores, lua/lease.lua on a real Redis (its one
 // clock read swapped for a time the test passes, as helpers/lua.ts does for every script) and its in-process
 // twin, lib/stores/memory-leases.ts, on a movable clock. Both must give exactly the table's answers: slots
-// taken up to max, units, refusals, leases that end unless renewed, releases given back once, bans.
+// taken up to max, units, refusals, leases that end unless renewed, renewals that write back leases found gone,
+// releases given back once, bans.
 import t from 'tap'
 import type { Redis } from 'ioredis'
 import { identityKeys } from '../lib/stores/key-names.js'
@@ -99,19 +100,49 @@ const TABLES: Table[] = [
     ]
   },
   {
-    name: 'a lease ends `lease` after it was taken or renewed; renewing an ended one takes nothing',
+    name: 'a lease ends `lease` after it was taken or renewed; renewed, it holds on',
     max: 2,
     steps: [
       { at: 0, acquire: 'a', expect: taken(1) },
       { at: 0, acquire: 'b', expect: taken(2) },
-      { at: 400, renew: ['a', 'gone'], expect: 1 },
+      { at: 400, renew: ['a'], expect: 0 },
       { at: 999, acquire: 'c', expect: refused(2) },
       // b ended at 1000 (its last millisecond is its end: gone at it); a holds until 1400.
       { at: 1000, acquire: 'c', expect: taken(2) },
-      { at: 1400, renew: ['a', 'c'], expect: 1 },
-      { at: 1400, acquire: 'd', expect: taken(2) },
-      { at: 2399, acquire: 'e', expect: refused(2) },
-      { at: 2400, acquire: 'e', expect: taken(1) }
+      { at: 1399, renew: ['a', 'c'], expect: 0 },
+      { at: 1400, acquire: 'd', expect: refused(2) },
+      { at: 2398, acquire: 'd', expect: refused(2) },
+      { at: 2399, acquire: 'd', expect: taken(1) }
+    ]
+  },
+  {
+    name: 'a renewal writes back the leases it finds gone (as after a restart that lost them), past max: new ones wait',
+    max: 2,
+    steps: [
+      { at: 0, acquire: 'a', expect: taken(1) },
+      { at: 0, acquire: 'b', expect: taken(2) },
+      // a and b are gone (they ended, as Redis losing them): two more are taken while they still run.
+      { at: 1000, acquire: 'c', expect: taken(1) },
+      { at: 1000, acquire: 'd', expect: taken(2) },
+      { at: 1001, renew: ['a', 'b'], expect: 2 },
+      { at: 1002, acquire: 'e', expect: refused(4) },
+      { at: 1003, renew: ['a', 'c'], expect: 0 },
+      { at: 1004, release: 'c', expect: 1 },
+      { at: 1004, acquire: 'e', expect: refused(3) },
+      { at: 1005, release: 'd', expect: 1 },
+      { at: 1005, acquire: 'e', expect: refused(2) },
+      { at: 1006, release: 'a', expect: 1 },
+      { at: 1006, acquire: 'e', expect: taken(2) }
+    ]
+  },
+  {
+    name: 'a request of several units is written back whole',
+    max: 3,
+    steps: [
+      { at: 0, acquire: 'a', units: 2, expect: taken(2) },
+      { at: 1000, renew: ['a'], expect: 2 },
+      { at: 1001, acquire: 'b', units: 2, expect: refused(2) },
+      { at: 1001, acquire: 'c', expect: taken(3) }
     ]
   },
   {

@@ -87,6 +87,23 @@ t.test('a client the plugin made: cut only when a fresh connection answers and n
   t.equal(reconnects, 1, 'the connection was cut once')
 })
 
+t.test('a write pause that ends while the fresh connection waits: its script comes well after its PING, so the connection is kept', async t => {
+  const server = await startRedisServer(t)
+  const said: string[] = []
+  const log = { warn: (_obj: unknown, msg: string) => { said.push(msg) } } as unknown as Parameters<typeof onSilence>[2]
+  const redis = await ready(client(t, server.url))
+  let reconnects = 0
+  redis.on('close', () => { reconnects++ })
+  const pauser = await ready(client(t, server.url))
+  // Shorter than the fresh connection's second: its script is answered, when the pause ends, as the old
+  // connection's held commands are (which this test never sends: the connection stays quiet).
+  await pauser.client('PAUSE', 600, 'WRITE')
+  onSilence(redis, true, log, 60_000)(new Error('silent'), () => true)
+  await until(async () => said.length > 0 || reconnects > 0, 'the fresh connection\'s verdict', 5000)
+  matchList(t, said, [/writes are paused \(CLIENT PAUSE WRITE, or a FAILOVER under way\); the connection is kept/], 'the script was held: writes were paused, not the socket dead')
+  t.equal(reconnects, 0, 'not cut')
+})
+
 t.test('the trouble channel names each kind of trouble', async t => {
   const reply = (message: string): Error => Object.assign(new Error(message), { name: 'ReplyError' })
   const cases: Array<[Error, string]> = [

@@ -63,17 +63,21 @@ export class MemoryLeases implements LeaseStore {
     return units
   }
 
+  /** Renews `held`'s leases; one found gone (it ended) is written back, as the script does: the units written back. */
   renew (key: string, held: readonly Held[], leaseMs: number): number {
     const now = this.#now()
-    const leases = this.#live(key, now)
-    let renewed = 0
+    let leases = this.#live(key, now)
+    if (leases === undefined) this.#leases.set(key, leases = new Map())
+    let restored = 0
     for (const { id, units } of held) {
-      const lease = leases?.get(id)
-      if (lease === undefined) continue
-      lease.endsAt = now + leaseMs
-      renewed += units
+      const lease = leases.get(id)
+      if (lease !== undefined) lease.endsAt = now + leaseMs
+      else {
+        leases.set(id, { units, endsAt: now + leaseMs })
+        restored += units
+      }
     }
-    return renewed
+    return restored
   }
 
   inUse (key: string): number {

@@ -168,7 +168,10 @@ export interface LeaseStore {
   acquire (input: LeaseInput): Decision | Promise<Decision>
   /** Ends a request's leases; resolves the units given back (0: they had ended). */
   release (held: Held): number | Promise<number>
-  /** Renews the leases of `held` (all at one key) for `leaseMs` from now; resolves the units still held. */
+  /**
+   * Renews the leases of `held` (all at one key) for `leaseMs` from now, writing back those found gone (their
+   * requests still run: they count against max again, past it if they must); resolves the units written back.
+   */
   renew (key: string, held: readonly Held[], leaseMs: number): number | Promise<number>
   /** The units held at `key` now (leases that have not ended), changing nothing. */
   inUse (key: string): number | Promise<number>
