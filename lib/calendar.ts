@@ -8,8 +8,8 @@
 //
 // The first part of calendar quotas (issue 32: `per` and `timeZone` on a limit); nothing decides on it yet.
 // The decision will be made on Redis's clock, which has no time zones: the app works out the periods and
-// sends their instants, and `Calendar` keeps the current and the next one per zone, so only a request that
-// finds its period over works them out again.
+// sends their instants, and `Calendar` keeps the one before, the current and the next one per zone, so only a
+// request that finds its period over works them out again.
 
 /** A calendar period a limit can count in. */
 export type Per = 'day' | 'week' | 'month'
@@ -106,12 +106,15 @@ export function periodOf (per: Per, timeZone: string, at: number): Period {
 }
 
 /**
- * One limit's periods (`per` in `timeZone`), kept: `around(at)` gives the period that holds `at` and the one
- * after it, worked out again only when `at` is past both or before them.
+ * One limit's periods (`per` in `timeZone`), kept: `around(at)` gives the period that holds `at`, the one before
+ * it and the one after it, worked out again only when `at` is past or before them. The store chooses among the
+ * three on its own clock (lua/quota.lua), so an app whose clock is off by less than a period still names the
+ * period the store is in.
  */
 export class Calendar {
   readonly per: Per
   readonly timeZone: string
+  #previous: Period | undefined
   #current: Period | undefined
   #next: Period | undefined
 
@@ -120,14 +123,16 @@ export class Calendar {
     this.timeZone = timeZone
   }
 
-  around (at: number): { readonly current: Period, readonly next: Period } {
-    if (this.#current === undefined || this.#next === undefined || at < this.#current.start || at >= this.#next.end) {
+  around (at: number): { readonly previous: Period, readonly current: Period, readonly next: Period } {
+    if (this.#previous === undefined || this.#current === undefined || this.#next === undefined || at < this.#current.start || at >= this.#next.end) {
       this.#current = periodOf(this.per, this.timeZone, at)
+      this.#previous = periodOf(this.per, this.timeZone, this.#current.start - 1)
       this.#next = periodOf(this.per, this.timeZone, this.#current.end)
     } else if (at >= this.#current.end) {
+      this.#previous = this.#current
       this.#current = this.#next
       this.#next = periodOf(this.per, this.timeZone, this.#current.end)
     }
-    return { current: this.#current, next: this.#next }
+    return { previous: this.#previous, current: this.#current, next: this.#next }
   }
 }
