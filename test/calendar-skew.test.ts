@@ -13,6 +13,9 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 
+// Four app processes, each loading TypeScript: 20 s quiet, more beside CPU-bound files (.taprc).
+t.setTimeout(120_000)
+
 const APP = fileURLToPath(new URL('./fixtures/skewed-app.ts', import.meta.url))
 const HOUR = 3_600_000
 const MINUTE = 60_000
