@@ -111,28 +111,33 @@ export function periodOf (per: Per, timeZone: string, at: number): Period {
  * three on its own clock (lua/quota.lua), so an app whose clock is off by less than a period still names the
  * period the store is in.
  */
+/** The periods around an instant: the one that holds it, the one before and the one after. */
+export interface Around {
+  readonly previous: Period
+  readonly current: Period
+  readonly next: Period
+}
+
 export class Calendar {
   readonly per: Per
   readonly timeZone: string
-  #previous: Period | undefined
-  #current: Period | undefined
-  #next: Period | undefined
+  #around: Around | undefined
 
   constructor (per: Per, timeZone: string) {
     this.per = per
     this.timeZone = timeZone
   }
 
-  around (at: number): { readonly previous: Period, readonly current: Period, readonly next: Period } {
-    if (this.#previous === undefined || this.#current === undefined || this.#next === undefined || at < this.#current.start || at >= this.#next.end) {
-      this.#current = periodOf(this.per, this.timeZone, at)
-      this.#previous = periodOf(this.per, this.timeZone, this.#current.start - 1)
-      this.#next = periodOf(this.per, this.timeZone, this.#current.end)
-    } else if (at >= this.#current.end) {
-      this.#previous = this.#current
-      this.#current = this.#next
-      this.#next = periodOf(this.per, this.timeZone, this.#current.end)
+  around (at: number): Around {
+    const kept = this.#around
+    if (kept === undefined || at < kept.current.start || at >= kept.next.end) {
+      const current = periodOf(this.per, this.timeZone, at)
+      const previous = periodOf(this.per, this.timeZone, current.start - 1)
+      this.#around = Object.freeze({ previous, current, next: periodOf(this.per, this.timeZone, current.end) })
+    } else if (at >= kept.current.end) {
+      const next = periodOf(this.per, this.timeZone, kept.next.end)
+      this.#around = Object.freeze({ previous: kept.current, current: kept.next, next })
     }
-    return { previous: this.#previous, current: this.#current, next: this.#next }
+    return this.#around!
   }
 }

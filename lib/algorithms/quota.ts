@@ -70,7 +70,9 @@ export function quotasCount (state: State | undefined, quotas: readonly Quota[],
     const entry = entries[index]!
     entry.count += cost
     entry.reset = finish - now
-    hash.fields.set(`s${index + 1}`, Math.max(hash.fields.get(`s${index + 1}`) ?? start, start)).set(`c${index + 1}`, entry.count)
+    // A later period found counted stays the one counted.
+    const since = Math.max(hash.fields.get(`s${index + 1}`) ?? start, start)
+    hash.fields.set(`s${index + 1}`, since).set(`c${index + 1}`, entry.count)
     ttl = Math.max(ttl, entry.reset)
   })
   keep(hash, now, ttl)
