@@ -8,8 +8,8 @@
 //
 // The first part of calendar quotas (issue 32: `per` and `timeZone` on a limit); nothing decides on it yet.
 // The decision will be made on Redis's clock, which has no time zones: the app works out the periods and
-// sends their instants, and `Calendar` keeps the current and the next one per zone, so only a request that
-// finds its period over works them out again.
+// sends their instants, and `Calendar` keeps the one before, the current and the next one per zone, so only a
+// request that finds its period over works them out again.
 
 /** A calendar period a limit can count in. */
 export type Per = 'day' | 'week' | 'month'
@@ -106,28 +106,38 @@ export function periodOf (per: Per, timeZone: string, at: number): Period {
 }
 
 /**
- * One limit's periods (`per` in `timeZone`), kept: `around(at)` gives the period that holds `at` and the one
- * after it, worked out again only when `at` is past both or before them.
+ * One limit's periods (`per` in `timeZone`), kept: `around(at)` gives the period that holds `at`, the one before
+ * it and the one after it, worked out again only when `at` is past or before them. The store chooses among the
+ * three on its own clock (lua/quota.lua), so an app whose clock is off by less than a period still names the
+ * period the store is in.
  */
+/** The periods around an instant: the one that holds it, the one before and the one after. */
+export interface Around {
+  readonly previous: Period
+  readonly current: Period
+  readonly next: Period
+}
+
 export class Calendar {
   readonly per: Per
   readonly timeZone: string
-  #current: Period | undefined
-  #next: Period | undefined
+  #around: Around | undefined
 
   constructor (per: Per, timeZone: string) {
     this.per = per
     this.timeZone = timeZone
   }
 
-  around (at: number): { readonly current: Period, readonly next: Period } {
-    if (this.#current === undefined || this.#next === undefined || at < this.#current.start || at >= this.#next.end) {
-      this.#current = periodOf(this.per, this.timeZone, at)
-      this.#next = periodOf(this.per, this.timeZone, this.#current.end)
-    } else if (at >= this.#current.end) {
-      this.#current = this.#next
-      this.#next = periodOf(this.per, this.timeZone, this.#current.end)
+  around (at: number): Around {
+    const kept = this.#around
+    if (kept === undefined || at < kept.current.start || at >= kept.next.end) {
+      const current = periodOf(this.per, this.timeZone, at)
+      const previous = periodOf(this.per, this.timeZone, current.start - 1)
+      this.#around = Object.freeze({ previous, current, next: periodOf(this.per, this.timeZone, current.end) })
+    } else if (at >= kept.current.end) {
+      const next = periodOf(this.per, this.timeZone, kept.next.end)
+      this.#around = Object.freeze({ previous: kept.current, current: kept.next, next })
     }
-    return { current: this.#current, next: this.#next }
+    return this.#around!
   }
 }

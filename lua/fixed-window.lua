@@ -40,7 +40,9 @@
 -- a counter keeps no members.
 
 -- Limit i's window at `now` from the stored fields: its start, the units counted in it, and the units waiting
--- for the next window (s<i> a window ahead: c<i> counts them, o<i> this window).
+-- for the next window (s<i> a window ahead: c<i> counts them, o<i> this window). A later window still (of this
+-- length) is one a clock ahead of `now` counted in (under `clock: 'app'`, an instance's; or Redis's, set back):
+-- the request counts in it, so clocks apart never reset each other's count.
 local function current (fields, i, window, now)
   local start = now - now % window
   local s = fields[field('s', i)]
@@ -48,6 +50,8 @@ local function current (fields, i, window, now)
     return start, fields[field('c', i)], 0
   elseif s == start + window then
     return start, fields[field('o', i)] or 0, fields[field('c', i)]
+  elseif s and s > start and (s - start) % window == 0 then
+    return s, fields[field('c', i)], 0
   end
   return start, 0, 0
 end

@@ -1,9 +1,13 @@
 -- Calendar quotas: limits counted since their calendar period began (a day, a week or a month in a time zone,
 -- `per` and `timeZone`), for every algorithm. Redis has no time zones, so the app works out the periods
--- (lib/calendar.ts) and sends, as such a limit's window, the current period's start and end and the next one's
--- end: 'c<start>:<end>:<next>' (ms). The decision takes the period that holds Redis's clock: the app's and
--- Redis's clocks may be either side of the boundary. Loaded after lua/prelude.lua, in front of lua/decide.lua,
--- which reads the keys and arguments, builds the reply, and asks the budget's algorithm about its other limits.
+-- (lib/calendar.ts) around its own clock and sends, as such a limit's window, the period before's start, the
+-- current period's start and end, and the next one's end: 'c<previous>:<start>:<end>:<next>' (ms). The decision
+-- takes the one of those three periods that holds Redis's clock, so every instance names the same period
+-- whichever side of a boundary its clock is, as long as it is off by less than the periods around it (a day's is
+-- 23 hours at the shortest, across a daylight saving change). And a count is never reset by a period that began
+-- before the one the hash counts: a request that finds a later period counted (an instance off by more than that,
+-- or a clock set back) counts in it. Loaded after lua/prelude.lua, in front of lua/decide.lua, which reads the
+-- keys and arguments, builds the reply, and asks the budget's algorithm about its other limits.
 --
 -- Provides, for lua/decide.lua, as the fields of quotaSteps(), made on a call's first use (a call of budgets
 -- without quotas makes none of them: each function made costs Redis about a thousand instructions):
@@ -11,8 +15,8 @@
 --            the period a calendar quota's window text names at `now`; nil for any other window (a number)
 --   fit(quota, quotas, now, cost, entries, from) -> fits
 --            reads the quotas (quotas[j] = { max, burst, window, start, finish }) for a request of `cost` units
---            at `now`, fills entries[from + j] (count, reset, retry as the algorithms do) and says whether each
---            has room; writes nothing
+--            at `now`, fills entries[from + j] (count, reset, retry as the algorithms do; since, the start of the
+--            period it counts in) and says whether each has room; writes nothing
 --   count(quota, quotas, now, entries, from, cost)
 --            counts `cost` on each quota, after fit said they fit and the algorithm allowed the request
 --   overridden(override, quotas) -> quotas
@@ -25,7 +29,8 @@
 -- Uses lua/prelude.lua's text, field and moved.
 --
 -- state  quota  HASH, per quota j (in the order of the policy's quotas): s<j> = start of the period counted
---               (ms), c<j> = units counted in it. It lives until the last of those periods ends.
+--               (ms), c<j> = units counted in it. s<j> only moves forward. It lives until the last of those
+--               periods ends.
 
 local steps
 local function quotaSteps ()
@@ -38,9 +43,12 @@ local function quotaSteps ()
     if type(window) ~= 'string' then
       return nil
     end
-    local start, finish, following = string.match(window, '^c(%d+):(%d+):(%d+)$')
+    local previous, start, finish, following = string.match(window, '^c(%d+):(%d+):(%d+):(%d+)$')
     start, finish = tonumber(start), tonumber(finish)
-    if now >= finish then
+    -- Redis still before the app's period (the app's clock ahead), or past it already (the app's behind).
+    if now < start then
+      return tonumber(previous), start
+    elseif now >= finish then
       return finish, tonumber(following)
     end
     return start, finish
@@ -51,8 +59,11 @@ local function quotaSteps ()
     for j = 1, #quotas do
       local limit, entry = quotas[j], entries[from + j]
       local stored = redis.call('HMGET', quota, field('s', j), field('c', j))
-      local n = tonumber(stored[1]) == limit.start and tonumber(stored[2]) or 0
+      local s = tonumber(stored[1])
+      -- This period's count, or a later one's (never reset by an earlier period); else none yet.
+      local n = s and s >= limit.start and tonumber(stored[2]) or 0
       entry.count, entry.reset, entry.retry = n, n > 0 and limit.finish - now or 0, 0
+      entry.since = s and s > limit.start and s or limit.start
       if n + cost > limit.max then
         entry.retry = limit.finish - now
         fits = false
@@ -66,7 +77,7 @@ local function quotaSteps ()
     for j = 1, #quotas do
       local limit, entry = quotas[j], entries[from + j]
       entry.count, entry.reset = entry.count + cost, limit.finish - now
-      redis.call('HSET', quota, field('s', j), text(limit.start), field('c', j), text(entry.count))
+      redis.call('HSET', quota, field('s', j), text(entry.since), field('c', j), text(entry.count))
       ttl = math.max(ttl, entry.reset)
     end
     -- Never shortened: a quota of a longer period (an override's, a configuration's before) keeps its count.

@@ -59,7 +59,9 @@ end
 
 -- Limit i's counters at `now`, from the stored fields: its window's start, the previous window's count, this
 -- window's and the units waiting for the next (w<i> a window ahead: c<i> counts them, p<i> this window, o<i>
--- the previous one).
+-- the previous one). A later window still (of this length) is one a clock ahead of `now` counted in (under
+-- `clock: 'app'`, an instance's; or Redis's, set back): the request counts in it, the previous window weighing in
+-- whole, so clocks apart never reset each other's count.
 local function current (fields, i, window, now)
   local start = now - now % window
   local w = fields[field('w', i)]
@@ -69,6 +71,8 @@ local function current (fields, i, window, now)
     return start, fields[field('o', i)] or 0, fields[field('p', i)], fields[field('c', i)]
   elseif w == start - window then
     return start, fields[field('c', i)], 0, 0
+  elseif w and w > start and (w - start) % window == 0 then
+    return w, fields[field('p', i)], fields[field('c', i)], 0
   end
   return start, 0, 0, 0
 end
@@ -94,7 +98,7 @@ local function count (counters, limits, now, member, peek, entries, cost)
     local limit, entry = limits[i], entries[i]
     local window, max = limit.window, limit.max
     local start, prev, curr, next = current(fields, i, window, now)
-    local weighted = prev * (window - now + start)
+    local weighted = prev * math.min(window, window - now + start)
     entry.start, entry.prev, entry.curr, entry.next, entry.weighted = start, prev, curr, next, weighted
     entry.count, entry.reset, entry.retry = 0, 0, 0
     if weighted + (curr + next + cost) * window > max * window then

@@ -79,13 +79,15 @@ t.test('every zone, every period, through a year: starts on its first day, the i
   t.pass(`${checked} periods checked`)
 })
 
-t.test('a Calendar keeps the current period and the next, and works them out again only when one is over', async t => {
+t.test('a Calendar keeps the period before, the current one and the next, and works them out again only when one is over', async t => {
   const calendar = new Calendar('day', 'Asia/Kathmandu')
   const first = calendar.around(at('2026-11-27T10:00:00Z'))
+  t.strictSame([iso(first.previous.start), iso(first.previous.end)], ['2026-11-25T18:15:00.000Z', '2026-11-26T18:15:00.000Z'], 'the day before')
   t.strictSame([iso(first.current.start), iso(first.next.start), iso(first.next.end)], ['2026-11-26T18:15:00.000Z', '2026-11-27T18:15:00.000Z', '2026-11-28T18:15:00.000Z'])
   t.equal(calendar.around(at('2026-11-27T18:14:59.999Z')).current, first.current, 'the same period, kept')
   const later = calendar.around(at('2026-11-27T18:15:00Z'))
   t.equal(later.current, first.next, 'the next period is now the current one')
+  t.equal(later.previous, first.current, 'and the current one the one before')
   t.equal(iso(later.next.end), '2026-11-29T18:15:00.000Z')
   t.equal(iso(calendar.around(at('2026-11-20T00:00:00Z')).current.start), '2026-11-19T18:15:00.000Z', 'an instant before them: worked out again')
   t.equal(iso(calendar.around(at('2027-02-01T00:00:00Z')).current.start), '2027-01-31T18:15:00.000Z', 'an instant past both: worked out again')

@@ -1,6 +1,8 @@
 // Calendar quotas (lua/quota.lua and its twin, lib/algorithms/quota.ts) on both stores, every algorithm, on a
-// clock the test moves: counted in the period that holds the store's clock (the next one once the app's
-// current one is over), beside the algorithm's own limits. A full quota refuses without the algorithm counting
+// clock the test moves: counted in the period that holds the store's clock (the one before the app's current
+// one while the store has not reached it, the next one once it is over), beside the algorithm's own limits; two
+// instances whose clocks are 18 minutes or 2 seconds either side of the store's, across a day's boundary, share
+// one count, and a later period counted is never reset by an earlier one. A full quota refuses without the algorithm counting
 // anything, and a refusal by the algorithm counts nothing on the quota; costs, peeks, settling (in its period
 // only), an override of the other limits (the quota stays), maxWait (never waiting for a period) and a quota
 // alone. Both stores answer each step alike, to the field.
@@ -20,8 +22,11 @@ import { uniquePrefix } from './helpers/redis.js'
 t.setTimeout(180_000)
 
 const T0 = 1_800_000_000_000
-/** A quota of `max` whose current period (on the app's clock) is [T0, T0 + 1000) and the next [T0 + 1000, T0 + 3000). */
-const quota = (max: number): Limit => ({ max, windowMs: 1000, burst: max, period: { start: T0, end: T0 + 1000, next: T0 + 3000 } })
+/**
+ * A quota of `max` whose current period (on the app's clock) is [T0, T0 + 1000), the one before
+ * [T0 - 500, T0) and the next [T0 + 1000, T0 + 3000).
+ */
+const quota = (max: number): Limit => ({ max, windowMs: 1000, burst: max, period: { previous: T0 - 500, start: T0, end: T0 + 1000, next: T0 + 3000 } })
 const MINUTE: Limit = { max: 10, windowMs: 60_000, burst: 10 }
 
 /** What a step says: its status, the algorithm's limits' counts, the quota's count, reset and window, and the retry. */
@@ -88,6 +93,64 @@ t.test('a quota alone: no state of the algorithm\'s, and the lean path not taken
     t.same(await at(999), ['limited', [], [2, 1, 1000], 1], name)
     t.same(await at(2999), ['allowed', [], [1, 1, 2000], 0], `${name}: the next period's last millisecond`)
   }, [quota(2)])
+})
+
+const DAY = 86_400_000
+/** A day's quota of `max` as an app whose clock reads T0 + `appAt` sends it: its days begin at T0 (a midnight). */
+function dayQuota (max: number, appAt: number): Limit {
+  const start = T0 + Math.floor(appAt / DAY) * DAY
+  return { max, windowMs: DAY, burst: max, period: { previous: start - DAY, start, end: start + DAY, next: start + 2 * DAY } }
+}
+const ROOMY: Limit = { max: 100, windowMs: 60_000, burst: 100 }
+const SKEWS: Array<[string, number]> = [['18 minutes ahead', 18 * 60_000], ['18 minutes behind', -18 * 60_000], ['2 s ahead', 2000], ['2 s behind', -2000]]
+
+t.test('two instances, one ahead of the store or behind it, alternate across a day\'s boundary: one count, 5 a day', async t => {
+  for (const [skewed, skew] of SKEWS) {
+    await bothStores(t, async (at, algorithm, store) => {
+      // 40 requests, every other one from the skewed instance, the store's clock from two skews before the
+      // boundary (T0) to two skews after it.
+      const allowed = [0, 0]
+      for (let i = 0; i < 40; i++) {
+        const now = Math.floor((i - 20) * Math.abs(skew) / 10)
+        const [status] = await at(now, { limits: [ROOMY, dayQuota(5, i % 2 === 0 ? now : now + skew)] })
+        if (status === 'allowed') allowed[now < 0 ? 0 : 1]!++
+      }
+      t.strictSame(allowed, [5, 5], `${store.kind} ${algorithm}, ${skewed}: ${allowed.join(' + ')} allowed; 5 in the store's day before the boundary, 5 in the day after`)
+    }, [ROOMY, dayQuota(5, 0)])
+  }
+})
+
+t.test('a later period counted is never reset by a request that finds an earlier one (a clock set back, an app far off)', async t => {
+  await bothStores(t, async (at, algorithm, store) => {
+    const name = `${store.kind} ${algorithm}`
+    // The store's clock in the next period (on the app's view too): 2 counted there.
+    t.same(await at(1100, { limits: [ROOMY, quota(3)] }), ['allowed', [1], [1, 1900, 2000], 0], `${name}: the next period`)
+    await at(1100, { limits: [ROOMY, quota(3)] })
+    // The store's clock set back into the current period: the later count stands, and this request counts in it.
+    // (The token bucket reads a clock set back its own way: the algorithm's count is not what this is about.)
+    const back = await at(900, { limits: [ROOMY, quota(3)] })
+    t.same([back[0], back[2]], ['allowed', [3, 100, 1000]], `${name}: counted on the later period's 2`)
+    const later = await at(1200, { limits: [ROOMY, quota(3)] })
+    t.same([later[0], later[2]], ['limited', [3, 1800, 2000]], `${name}: which is full`)
+  }, [ROOMY, quota(3)])
+})
+
+t.test('settling: an app ahead of the store gives back in the store\'s period; one behind, never in the next', async t => {
+  for (const store of [memoryStore(t), await redisStore(t)]) {
+    const keys = identityKeys(uniquePrefix(), 'q', 'client', 'sliding-log')
+    const ahead = [dayQuota(3, 0)]
+    const input: DecideInput = { keys, limits: ahead, ban: null, peek: false, algorithm: 'sliding-log' }
+    // The store's clock a second before the boundary, the app's past it.
+    const first = await store.decide(input, T0 - 1000)
+    const second = await store.decide(input, T0 - 900)
+    await store.settle({ keys, limits: ahead, algorithm: 'sliding-log', member: second.member, at: second.at, final: 0 }, T0 - 800)
+    t.same(said(await store.decide(input, T0 - 700)).slice(0, 3), ['allowed', [], [2, 700, DAY]], `${store.kind}: given back in the store's day`)
+    // Past the boundary, the app's clock behind it: its request of the day before gives nothing back.
+    const behind = [dayQuota(3, -1)]
+    await store.decide({ ...input, limits: behind }, T0 + 100)
+    await store.settle({ keys, limits: behind, algorithm: 'sliding-log', member: first.member, at: first.at, final: 0 }, T0 + 200)
+    t.same(said(await store.decide({ ...input, limits: behind }, T0 + 300)).slice(0, 3), ['allowed', [], [2, DAY - 300, DAY]], `${store.kind}: a request of the day before: nothing given back`)
+  }
 })
 
 t.test('settling gives back in the period counted, never in the next', async t => {

@@ -19,6 +19,10 @@ function current ({ fields }: Fields, i: number, windowMs: number, now: number):
   const s = fields.get(`s${i}`)
   if (s === start) return { start, count: fields.get(`c${i}`)!, waiting: 0 }
   if (s === start + windowMs) return { start, count: fields.get(`o${i}`) ?? 0, waiting: fields.get(`c${i}`)! }
+  // A later window, which a clock ahead of `now` counted in: the request counts in it (never a reset).
+  if (s !== undefined && s > start && (s - start) % windowMs === 0) {
+    return { start: s, count: fields.get(`c${i}`)!, waiting: 0 }
+  }
   return { start, count: 0, waiting: 0 }
 }
 

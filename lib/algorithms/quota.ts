@@ -2,8 +2,10 @@ import { fieldsOf, keep, moved } from './step.js'
 import type { Entry, Fields, Limit, State } from './step.js'
 
 // The in-process twin of lua/quota.lua: calendar quotas (a limit with `period`), each counted in the period
-// that holds the store's clock, beside the budget's algorithm, which counts the other limits. The state is
-// the script's hash: s<j> = the start of the period quota j counted, c<j> = the units counted in it.
+// that holds the store's clock (of the three around the app's: the one before, its current one, the next),
+// beside the budget's algorithm, which counts the other limits. The state is the script's hash: s<j> = the start
+// of the period quota j counted, which only moves forward (a request that finds a later period counted counts
+// in it), c<j> = the units counted in it.
 
 /** A calendar quota at one instant: its capacity, and the period holding that instant (`windowMs` its length). */
 export interface Quota extends Limit {
@@ -15,7 +17,8 @@ const NONE: readonly Quota[] = Object.freeze([])
 
 /**
  * The calendar quotas of `limits` (their last ones, lib/request/limits.ts puts them there) in the periods that
- * hold `now`: the app's clock found their current one, the store's may be in the next already.
+ * hold `now`: the app's clock found their current one, the store's may be in the one before still or in the
+ * next already.
  */
 export function quotasAt (limits: readonly Limit[], now: number): readonly Quota[] {
   // Most budgets have none: nothing made for them.
@@ -23,8 +26,8 @@ export function quotasAt (limits: readonly Limit[], now: number): readonly Quota
   const quotas: Quota[] = []
   for (const limit of limits) {
     if (limit.period === undefined) continue
-    const { start, end, next } = limit.period
-    const [from, to] = now >= end ? [end, next] : [start, end]
+    const { previous, start, end, next } = limit.period
+    const [from, to] = now < start ? [previous, start] : now >= end ? [end, next] : [start, end]
     quotas.push({ max: limit.max, burst: limit.burst, windowMs: to - from, start: from, finish: to })
   }
   return quotas
@@ -47,7 +50,8 @@ export function quotasFit (state: State | undefined, quotas: readonly Quota[], n
   const { fields } = fieldsOf(state)
   let fits = true
   quotas.forEach(({ max, start, finish }, index) => {
-    const n = fields.get(`s${index + 1}`) === start ? fields.get(`c${index + 1}`)! : 0
+    // This period's count, or a later one's (never reset by an earlier period); else none yet.
+    const n = (fields.get(`s${index + 1}`) ?? -Infinity) >= start ? fields.get(`c${index + 1}`)! : 0
     const entry = { count: n, reset: n > 0 ? finish - now : 0, retry: 0 }
     if (n + cost > max) {
       entry.retry = finish - now
@@ -66,7 +70,9 @@ export function quotasCount (state: State | undefined, quotas: readonly Quota[],
     const entry = entries[index]!
     entry.count += cost
     entry.reset = finish - now
-    hash.fields.set(`s${index + 1}`, start).set(`c${index + 1}`, entry.count)
+    // A later period found counted stays the one counted.
+    const since = Math.max(hash.fields.get(`s${index + 1}`) ?? start, start)
+    hash.fields.set(`s${index + 1}`, since).set(`c${index + 1}`, entry.count)
     ttl = Math.max(ttl, entry.reset)
   })
   keep(hash, now, ttl)

@@ -21,6 +21,11 @@ interface Counters { start: number, prev: number, curr: number, next: number, we
 function current ({ fields }: Fields, i: number, window: number, now: number): Counters {
   const start = now - now % window
   const w = fields.get(`w${i}`)
+  // A later window, which a clock ahead of `now` counted in: the request counts in it, the one before whole.
+  if (w !== undefined && w > start + window && (w - start) % window === 0) {
+    const prev = fields.get(`p${i}`)!
+    return { start: w, prev, curr: fields.get(`c${i}`)!, next: 0, weighted: prev * window }
+  }
   const [prev, curr, next] = w === start
     ? [fields.get(`p${i}`)!, fields.get(`c${i}`)!, 0]
     : w === start + window

@@ -7,15 +7,20 @@ export interface Limit {
   readonly windowMs: number
   readonly burst: number
   /**
-   * A calendar quota's periods (`per`: lib/calendar.ts), as the app's clock found them: the current one's start
-   * and end, and the next one's end (ms). The store counts such a limit in the one that holds its own clock,
-   * beside the algorithm, which counts the others (lua/quota.lua); `windowMs` is the current period's length.
+   * A calendar quota's periods (`per`: lib/calendar.ts), as the app's clock found them: the one before's start,
+   * the current one's start and end, and the next one's end (ms). The store counts such a limit in the one that
+   * holds its own clock, beside the algorithm, which counts the others (lua/quota.lua); `windowMs` is the
+   * current period's length.
    */
   readonly period?: CalendarPeriods
 }
 
-/** A calendar quota's current period (`start` to `end`) and the next (`end` to `next`), in ms since the epoch. */
+/**
+ * A calendar quota's periods as an app's clock finds them, in ms since the epoch: the one before
+ * (`previous` to `start`), the current one (`start` to `end`) and the next (`end` to `next`).
+ */
 export interface CalendarPeriods {
+  readonly previous: number
   readonly start: number
   readonly end: number
   readonly next: number

@@ -80,12 +80,13 @@ export function costOf (cost: CostFunction, request: FastifyRequest, key: string
 }
 
 /**
- * A calendar quota of `max` as a request is decided now: the periods the app's clock is in (the current one and
- * the next), which the store chooses from on its own clock; its window, the current one's length.
+ * A calendar quota of `max` as a request is decided now: the periods around the app's clock (the one before, the
+ * current one and the next), which the store chooses from on its own clock; its window, the current one's length.
  */
 export function calendarLimit (max: number, calendar: Calendar, at = Date.now()): Limit {
-  const { current, next } = calendar.around(at)
-  return { max, windowMs: current.end - current.start, burst: max, period: { start: current.start, end: current.end, next: next.end } }
+  const { previous, current, next } = calendar.around(at)
+  const period = { previous: previous.start, start: current.start, end: current.end, next: next.end }
+  return { max, windowMs: current.end - current.start, burst: max, period }
 }
 
 /**

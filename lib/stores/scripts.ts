@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS } from '../algorithms/index.js'
-import type { Algorithm, Limit } from '../algorithms/index.js'
+import type { Algorithm, CalendarPeriods, Limit } from '../algorithms/index.js'
 import { CommandConflictError } from '../errors.js'
 import { indexOf } from './ban-index.js'
 import type { DecideInput, SettleInput, WaitPolicy } from './store.js'
@@ -169,13 +169,18 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
     if (policy === -1) {
       policy = seen.push([limits, ban, over, wait]) - 1
       policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, wait?.maxMs ?? 0, wait?.maxQueue ?? 0, limits.length)
-      for (const { max, windowMs, burst, period } of limits) policies.push(max, period === undefined ? windowMs : `c${period.start}:${period.end}:${period.next}`, burst)
+      for (const { max, windowMs, burst, period } of limits) policies.push(max, period === undefined ? windowMs : quotaWindow(period), burst)
     }
     const cost = input.cost ?? 1
     each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
     if ('at' in input) each.push(input.member, input.at, input.final)
   }
   return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
+}
+
+/** A calendar quota's window as lua/quota.lua reads it: its periods, `'c<previous>:<start>:<end>:<next>'`. */
+export function quotaWindow ({ previous, start, end, next }: CalendarPeriods): string {
+  return `c${previous}:${start}:${end}:${next}`
 }
 
 /**

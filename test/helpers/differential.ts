@@ -107,10 +107,12 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
       }
       let input = budget.wait === undefined ? decideInput(simple) : { ...decideInput(simple), wait: budget.wait }
       if (budget.quota !== undefined) {
-        // The app's view: the period that holds now, or (a slow or skewed instance) the one before.
+        // The app's view: the period that holds now, or (a slow or skewed instance) the one before or the next.
         const { max, periodMs } = budget.quota
-        const start = T0 + (Math.floor((now - T0) / periodMs) - (random() < 0.2 ? 1 : 0)) * periodMs
-        input = { ...input, limits: [...input.limits, { max, windowMs: periodMs, burst: max, period: { start, end: start + periodMs, next: start + 2 * periodMs } }] }
+        const skewed = random()
+        const start = T0 + (Math.floor((now - T0) / periodMs) + (skewed < 0.1 ? 1 : skewed < 0.2 ? -1 : 0)) * periodMs
+        const period = { previous: start - periodMs, start, end: start + periodMs, next: start + 2 * periodMs }
+        input = { ...input, limits: [...input.limits, { max, windowMs: periodMs, burst: max, period }] }
       }
       action = `decide(${who.name}/${budget.scope}, max ${simple.max}, window ${simple.windowMs}, threshold ${simple.banThreshold}, ban ${simple.banMs}${simple.peek ? ', peek' : ''})`
       const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
