@@ -4,8 +4,8 @@
 // allows, no more running at once than `concurrency.max`, nothing started inside a ban the client was told
 // of. On Redis two instances share the client; in process one instance (two would share nothing).
 import t from 'tap'
-import { Observer, breaches } from '../helpers/edge-check.js'
-import { KINDS, drive, instance, nearestMidnight, replay, seeds, selected } from '../helpers/edge-harness.js'
+import { Observer } from '../helpers/edge-check.js'
+import { KINDS, drive, instance, judge, nearestMidnight, seeds, selected } from '../helpers/edge-harness.js'
 import type { Cell, HangUp } from '../helpers/edge-harness.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
@@ -42,9 +42,6 @@ for (const seed of seeds(t, 41)) {
     await Promise.all(cells.map(async cell => {
       await drive(cell, seed, { ms: 2500, ...(cell.edge.hangUp === undefined ? {} : { hangUp: cell.edge.hangUp }), bases: bases[cell.store] }, observer)
     }))
-    for (const cell of cells) {
-      const ran = observer.of(cell.client).length
-      t.strictSame(breaches(observer, cell.client, cell.kind.bound), [], `${cell.name}: ${ran} ran, within the limit — ${replay(cell.name, seed)}`)
-    }
+    judge(t, observer, cells, seed)
   })
 }

@@ -14,7 +14,8 @@ import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
-import type { Bound, Observer } from './edge-check.js'
+import { breaches } from './edge-check.js'
+import type { Bound, Fault, Observer } from './edge-check.js'
 import { draws } from './random.js'
 
 const skews = new AsyncLocalStorage<number>()
@@ -209,4 +210,12 @@ export function selected (name: string): boolean {
 /** The line a failing cell prints: its seed, its edge, and how to run it alone. */
 export function replay (name: string, seed: number): string {
   return `${name}, seed ${seed} (replay: EDGE_SEED=${seed} EDGE='${name}')`
+}
+
+/** Holds every cell's records to its kind's bound (with what `faults` excuse), one assertion a cell. */
+export function judge (t: Test, observer: Observer, cells: readonly Cell[], seed: number, faults: readonly Fault[] = []): void {
+  for (const cell of cells) {
+    const ran = observer.of(cell.client).length
+    t.strictSame(breaches(observer, cell.client, cell.kind.bound, faults), [], `${cell.name}: ${ran} ran, within the limit — ${replay(cell.name, seed)}`)
+  }
 }
