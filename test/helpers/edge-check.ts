@@ -15,8 +15,8 @@ export interface Ran { client: string, start: number, end: number }
 /** What ran and what clients were told, for every client of a run. */
 export class Observer {
   readonly ran: Ran[] = []
-  /** Every 403 a client saw: when its answer came (performance.now()). */
-  readonly bans: Array<{ client: string, at: number }> = []
+  /** Every answer a client saw: when it sent the request, when the answer came, its status (performance.now()). */
+  readonly answers: Array<{ client: string, sent: number, at: number, status: number | 'gone' }> = []
 
   /** Called by a handler as it starts; the function it returns, as it ends. */
   begin (client: string, now: number): (at: number) => void {
@@ -38,8 +38,11 @@ export type Bound =
   | { kind: 'period', max: number }
   | { kind: 'running', max: number, leaseMs: number }
 
-/** A fault in the run: when it began and ended, and whether Redis's data was lost with it. */
-export interface Fault { from: number, to: number, lost: boolean }
+/**
+ * A fault in the run: when it began and ended, and what Redis lost with it: its data (a restart, a promoted
+ * replica behind its master), the leases alone (writes refused longer than a lease: out of memory), or nothing.
+ */
+export interface Fault { from: number, to: number, lost: 'data' | 'leases' | false }
 
 /** The most requests `algorithm` lets start in any span of `ms` (a budget more per data loss). */
 export function allowedIn (p: Extract<Bound, { kind: 'rate' }>, ms: number, losses: number): number {
@@ -65,12 +68,12 @@ function near (faults: readonly Fault[], at: number, after: number): boolean {
 /** Every breach of `promise` by `client`'s runs, as lines saying what and when ([] when none). */
 export function breaches (observer: Observer, client: string, promise: Bound, faults: readonly Fault[] = []): string[] {
   const runs = observer.of(client)
-  const losses = faults.filter(f => f.lost).length
+  const losses = faults.filter(f => f.lost === 'data').length
   if (promise.kind === 'period') {
     const bound = promise.max * (1 + losses)
     return runs.length > bound ? [`${runs.length} started in one period, at most ${bound} allowed`] : []
   }
-  if (promise.kind === 'running') return runningBreaches(runs, promise, faults, losses)
+  if (promise.kind === 'running') return runningBreaches(runs, promise, faults, faults.filter(f => f.lost !== false).length)
   const found: string[] = []
   const t0 = runs[0]?.start ?? 0
   for (const [i, first] of runs.entries()) {
@@ -88,15 +91,29 @@ export function breaches (observer: Observer, client: string, promise: Bound, fa
   return found.slice(0, 5)
 }
 
-/** Starts inside a ban the client was told of (a 403), the ban shortened by the slack on both its ends. */
+/**
+ * Starts inside a ban the client was told of. A 403 told at `at` says a ban began at or before its decision,
+ * and after the decision of the last request the client sent before it that was answered 200 or 429 (not
+ * banned then): so the ban holds at least until that request was sent plus the ban's length. That span, the
+ * slack taken off its end, must see no start.
+ */
 function banBreaches (observer: Observer, client: string, runs: readonly Ran[], banMs: number, faults: readonly Fault[]): string[] {
   const found: string[] = []
-  for (const ban of observer.bans.filter(b => b.client === client)) {
-    // A ban Redis forgot with its data is not held against it.
-    if (faults.some(f => f.lost && ban.at <= f.to)) continue
-    const ends = ban.at + banMs - 2 * slack(ban.at - 1000, ban.at + banMs)
+  const answers = observer.answers.filter(a => a.client === client)
+  const t0 = faults[0]?.from ?? runs[0]?.start ?? 0
+  const when = (at: number): string => `${at < t0 ? '' : '+'}${Math.round(at - t0)} ms`
+  for (const ban of answers.filter(a => a.status === 403)) {
+    // A ban Redis forgot with its data is not held against it (an instance holds a ban it was told of in
+    // process until it ends: one told after the loss may be older).
+    if (faults.some(f => f.lost === 'data' && ban.at <= f.to + banMs)) continue
+    const clear = Math.max(...answers.filter(a => (a.status === 200 || a.status === 429) && a.sent < ban.at).map(a => a.sent))
+    if (clear === -Infinity) continue
+    const ends = clear + banMs - 2 * slack(clear, clear + banMs)
     const inside = runs.filter(r => r.start > ban.at && r.start < ends)
-    if (inside.length > 0) found.push(`${inside.length} started inside a ban told at ${Math.round(ban.at)} for ${banMs} ms`)
+    if (inside.length > 0) {
+      found.push(`${inside.length} started (at ${inside.map(r => when(r.start)).join(', ')}) inside a ban told at ${when(ban.at)}, ` +
+        `not yet begun at ${when(clear)}, for ${banMs} ms${faults.length > 0 ? ' (times from the fault\'s start)' : ''}`)
+    }
   }
   return found
 }
@@ -114,7 +131,7 @@ function runningBreaches (runs: readonly Ran[], p: Extract<Bound, { kind: 'runni
   for (const run of runs) {
     const s = slack(run.start - 1000, run.start + 100)
     // Past a data loss, leases are re-created within a lease (renewed every third of one).
-    if (near(faults.filter(f => f.lost), run.start, p.leaseMs + s)) continue
+    if (near(faults.filter(f => f.lost !== false), run.start, p.leaseMs + s)) continue
     // Others that started before this request's decision and end after its start held a slot through it.
     const holding = runs.filter(r => r !== run && r.start < run.start - s && r.end > run.start).length
     if (holding >= p.max) found.push(`admitted at +${Math.round(run.start - runs[0]!.start)} ms while ${holding} others ran (max ${p.max})`)

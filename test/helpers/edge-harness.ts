@@ -38,6 +38,8 @@ export interface Kind {
   bound: Bound
   holdMs: readonly [number, number]
   gapMs: readonly [number, number]
+  /** The first requests of a run with a fault: how many, and how long they hold (through the fault and past). */
+  opening?: { count: number, holdMs: number }
 }
 
 const RATE = { max: 4, timeWindow: 1000 }
@@ -63,8 +65,10 @@ export const KINDS: readonly Kind[] = [
     name: 'concurrency',
     config: () => ({ max: 1000, timeWindow: 60_000, concurrency: { max: 2, lease: '1 second' } }),
     bound: { kind: 'running', max: 2, leaseMs: 1000 },
-    holdMs: [300, 1300],
-    gapMs: [60, 300]
+    holdMs: [400, 1500],
+    gapMs: [50, 250],
+    // Both slots held from before a fault to well past a lease after it: a slot the fault lost shows.
+    opening: { count: 2, holdMs: 4500 }
   },
   {
     name: 'maxWait',
@@ -104,7 +108,7 @@ export function nearestMidnight (now = realNow()): { zone: string, midnight: num
 }
 
 /** One app instance over real HTTP: every kind's route, the handlers recording into `observer`. */
-export async function instance (t: Test, opts: { redis?: string, nameSpace: string, skewMs?: number, zone: string, observer: Observer }): Promise<{ app: FastifyInstance, base: string }> {
+export async function instance (t: Test, opts: { redis?: string | string[], nameSpace: string, skewMs?: number, zone: string, observer: Observer }): Promise<{ app: FastifyInstance, base: string }> {
   const skewMs = opts.skewMs ?? 0
   return await onClock(skewMs, async () => {
     const app = Fastify({
@@ -139,8 +143,7 @@ export async function instance (t: Test, opts: { redis?: string, nameSpace: stri
 export type HangUp = 'before' | 'while'
 
 /**
- * One request on a fresh connection; resolves with its status, or 'gone' once the client hung up. A 403 is
- * told to the observer (the ban checker needs to know when a client learned of its ban).
+ * One request on a fresh connection; resolves with its status, or 'gone' once the client hung up.
  */
 export async function send (url: string, client: string, holdMs: number, hangUp?: { when: HangUp, afterMs: number }): Promise<number | 'gone'> {
   return await new Promise(resolve => {
@@ -164,10 +167,13 @@ export async function send (url: string, client: string, holdMs: number, hangUp?
 /** A cell: one kind of limit at one edge on one store. */
 export interface Cell { name: string, kind: Kind, client: string }
 
-/** How a run's traffic goes: for how long, the odds and kind of a hang-up, the instances a request may go to. */
-export interface Traffic { ms: number, hangUp?: HangUp, hangUpOdds?: number, bases: readonly string[] }
+/**
+ * How a run's traffic goes: for how long, the odds and kind of a hang-up, the instances a request may go to,
+ * and whether it opens with its kind's long holders (a run with a fault).
+ */
+export interface Traffic { ms: number, hangUp?: HangUp, hangUpOdds?: number, bases: readonly string[], opening?: boolean }
 
-/** Sends `cell`'s seeded traffic for `traffic.ms` and waits for every answer; 403s go to the observer. */
+/** Sends `cell`'s seeded traffic for `traffic.ms` and waits for every answer, each told to the observer. */
 export async function drive (cell: Cell, seed: number, traffic: Traffic, observer: Observer): Promise<void> {
   // Each cell its own stream from the seed, whatever runs beside it.
   let hash = seed
@@ -175,20 +181,23 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
   const d = draws(hash, 0.5)
   const answers: Array<Promise<unknown>> = []
   const ends = performance.now() + traffic.ms
-  while (performance.now() < ends) {
-    const holdMs = d.int(...cell.kind.holdMs)
-    const hangUp = traffic.hangUp !== undefined && d.random() < (traffic.hangUpOdds ?? 0.4)
+  const opening = traffic.opening === true ? cell.kind.opening : undefined
+  for (let i = 0; performance.now() < ends; i++) {
+    const long = opening !== undefined && i < opening.count
+    const holdMs = long ? opening.holdMs : d.int(...cell.kind.holdMs)
+    const hangUp = !long && traffic.hangUp !== undefined && d.random() < (traffic.hangUpOdds ?? 0.4)
       ? { when: traffic.hangUp, afterMs: traffic.hangUp === 'before' ? d.int(5, 150) : d.int(30, Math.max(40, holdMs - 20)) }
       : undefined
     const url = `${d.pick(traffic.bases)}/${cell.kind.name}`
+    const sent = performance.now()
     answers.push(send(url, cell.client, holdMs, hangUp).then(status => {
-      if (status === 403) observer.bans.push({ client: cell.client, at: performance.now() })
+      observer.answers.push({ client: cell.client, sent, at: performance.now(), status })
     }))
     await sleep(d.ms(...cell.kind.gapMs))
   }
   await Promise.all(answers)
   // Handlers of clients that hung up may still run: the checker needs their ends.
-  const last = Math.max(...cell.kind.holdMs) + 200
+  const last = Math.max(...cell.kind.holdMs, opening?.holdMs ?? 0) + 200
   await sleep(last)
 }
 
