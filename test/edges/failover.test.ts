@@ -19,7 +19,7 @@ import { startSwitchProxy } from '../helpers/switch-proxy.js'
 t.setTimeout(150_000)
 
 const FAULT_AT_MS = 1000
-const TRAFFIC_MS = 4000
+const TRAFFIC_MS = 5500
 
 /** Runs every kind's traffic on `redis` under `edge`, `promote` called FAULT_AT_MS in; judges the records. */
 async function underTraffic (t: Test, edge: string, seed: number, redis: string | string[], promote: () => Promise<void>): Promise<void> {

@@ -4,9 +4,9 @@
 // load balancer). The handlers' records are held to each limit, with what the docs allow during the fault: a
 // restart that lost the data starts the window again (one budget more across it, a period's max more for a
 // quota, `max` more running at once until the leases are re-created, within a lease); a pause, out of memory
-// and a stall lose no count, so the limits hold exactly (out of memory refuses writes longer than a lease: the
-// leases may lapse, and are held as a restart's). failMode is the default, 'closed'. (Redis's edges: the
-// in-process store has none.)
+// and a stall lose no count, so the limits hold exactly (a pause or out of memory longer than a lease keeps
+// renewals from writing: the leases may lapse, and are held as a restart's). failMode is the default,
+// 'closed'. (Redis's edges: the in-process store has none.)
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
@@ -23,7 +23,7 @@ t.setTimeout(150_000)
 
 /** When, into the run's traffic, the fault begins. */
 const FAULT_AT_MS = 1000
-const TRAFFIC_MS = 5000
+const TRAFFIC_MS = 5500
 
 interface Edge {
   name: string
@@ -43,7 +43,8 @@ const EDGES: readonly Edge[] = [
     run: async (_server, admin) => {
       await admin.call('CLIENT', 'PAUSE', '2500', 'WRITE')
       await sleep(2500)
-      return { lost: false }
+      // Longer than a lease: the renewals wait, and the leases lapse meanwhile (as out of memory).
+      return { lost: 'leases' }
     }
   },
   {

@@ -63,12 +63,12 @@ export const KINDS: readonly Kind[] = [
   },
   {
     name: 'concurrency',
-    config: () => ({ max: 1000, timeWindow: 60_000, concurrency: { max: 2, lease: '1 second' } }),
-    bound: { kind: 'running', max: 2, leaseMs: 1000 },
+    config: () => ({ max: 1000, timeWindow: 60_000, concurrency: { max: 2, lease: '2 seconds' } }),
+    bound: { kind: 'running', max: 2, leaseMs: 2000 },
     holdMs: [400, 1500],
     gapMs: [50, 250],
     // Both slots held from before a fault to well past a lease after it: a slot the fault lost shows.
-    opening: { count: 2, holdMs: 4500 }
+    opening: { count: 2, holdMs: 5500 }
   },
   {
     name: 'maxWait',
@@ -87,17 +87,18 @@ export const KINDS: readonly Kind[] = [
 ]
 
 /**
- * The zone whose midnight is nearest the real time (an `Etc/GMT` zone, whole hours), at least 90 s from it so
- * Redis's clock stays in one period for a run; and that midnight. Instances' clocks are moved to it.
+ * The zone (an `Etc/GMT` one, whole hours) whose midnight is nearest the real time on the side asked, at
+ * least 90 s from it so Redis's clock stays in one period for a run; and that midnight. Instances' clocks are
+ * moved to it: 'ahead' of Redis when the midnight is still to come, 'behind' when it has passed.
  */
-export function nearestMidnight (now = realNow()): { zone: string, midnight: number } {
+export function nearestMidnight (side: 'ahead' | 'behind' = 'ahead', now = realNow()): { zone: string, midnight: number } {
   const DAY = 86_400_000
-  let best = { zone: 'UTC', midnight: Math.round(now / DAY) * DAY }
+  let best = { zone: 'UTC', midnight: side === 'ahead' ? Math.ceil(now / DAY) * DAY : Math.floor(now / DAY) * DAY }
   for (let hours = -12; hours <= 14; hours++) {
     const local = now + hours * 3_600_000
     for (const day of [Math.floor(local / DAY), Math.ceil(local / DAY)]) {
       const midnight = day * DAY - hours * 3_600_000
-      const far = Math.abs(midnight - now)
+      const far = side === 'ahead' ? midnight - now : now - midnight
       if (far >= 90_000 && far < Math.abs(best.midnight - now)) {
         // Etc/GMT's sign is POSIX's: Etc/GMT-11 is eleven hours ahead of UTC.
         best = { zone: hours === 0 ? 'UTC' : `Etc/GMT${hours > 0 ? '-' : '+'}${Math.abs(hours)}`, midnight }
@@ -197,8 +198,7 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
   }
   await Promise.all(answers)
   // Handlers of clients that hung up may still run: the checker needs their ends.
-  const last = Math.max(...cell.kind.holdMs, opening?.holdMs ?? 0) + 200
-  await sleep(last)
+  if (traffic.hangUp !== undefined) await sleep(Math.max(...cell.kind.holdMs) + 200)
 }
 
 /** The seeds a file runs: EDGE_SEED alone when given, else a fixed one and a fresh one (printed). */
