@@ -15,14 +15,31 @@ export interface Ran { client: string, start: number, end: number }
 /** What ran and what clients were told, for every client of a run. */
 export class Observer {
   readonly ran: Ran[] = []
-  /** Every answer a client saw: when it sent the request, when the answer came, its status (performance.now()). */
-  readonly answers: Array<{ client: string, sent: number, at: number, status: number | 'gone' }> = []
+  /**
+   * Every answer a client saw: the instance it asked, when it sent the request, when the answer came
+   * (performance.now()), its status.
+   */
+  readonly answers: Array<{ client: string, via: string, sent: number, at: number, status: number | 'gone' }> = []
 
   /** Called by a handler as it starts; the function it returns, as it ends. */
   begin (client: string, now: number): (at: number) => void {
     const record: Ran = { client, start: now, end: Infinity }
     this.ran.push(record)
     return (at) => { record.end = at }
+  }
+
+  /**
+   * When every instance was answered by Redis again after `since`: the latest, over the instances, of the first
+   * answer Redis decided (200 or 429; failMode 'closed' answers 503; a 403 may come from the instance's ban cache)
+   * to a request sent after it. Printed beside a fault's length: an instance's client takes a while to reconnect.
+   */
+  answeredAgain (since: number): number {
+    const first = new Map<string, number>()
+    for (const a of this.answers) {
+      if (a.sent < since || !(a.status === 200 || a.status === 429)) continue
+      first.set(a.via, Math.min(first.get(a.via) ?? Infinity, a.at))
+    }
+    return Math.max(since, ...first.values())
   }
 
   of (client: string): Ran[] {

@@ -192,7 +192,7 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
     const url = `${d.pick(traffic.bases)}/${cell.kind.name}`
     const sent = performance.now()
     answers.push(send(url, cell.client, holdMs, hangUp).then(status => {
-      observer.answers.push({ client: cell.client, sent, at: performance.now(), status })
+      observer.answers.push({ client: cell.client, via: url.slice(0, url.lastIndexOf('/')), sent, at: performance.now(), status })
     }))
     await sleep(d.ms(...cell.kind.gapMs))
   }
