@@ -38,8 +38,8 @@ export interface Kind {
   bound: Bound
   holdMs: readonly [number, number]
   gapMs: readonly [number, number]
-  /** The first requests of a run with a fault: how many, and how long they hold (through the fault and past). */
-  opening?: { count: number, holdMs: number }
+  /** How many of a run's first requests hold their slot for the whole run (one with a fault: through it and past). */
+  opening?: { count: number }
 }
 
 const RATE = { max: 4, timeWindow: 1000 }
@@ -68,7 +68,7 @@ export const KINDS: readonly Kind[] = [
     holdMs: [400, 1500],
     gapMs: [50, 250],
     // Both slots held from before a fault to well past a lease after it: a slot the fault lost shows.
-    opening: { count: 2, holdMs: 5500 }
+    opening: { count: 2 }
   },
   {
     name: 'maxWait',
@@ -185,7 +185,7 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
   const opening = traffic.opening === true ? cell.kind.opening : undefined
   for (let i = 0; performance.now() < ends; i++) {
     const long = opening !== undefined && i < opening.count
-    const holdMs = long ? opening.holdMs : d.int(...cell.kind.holdMs)
+    const holdMs = long ? traffic.ms : d.int(...cell.kind.holdMs)
     const hangUp = !long && traffic.hangUp !== undefined && d.random() < (traffic.hangUpOdds ?? 0.4)
       ? { when: traffic.hangUp, afterMs: traffic.hangUp === 'before' ? d.int(5, 150) : d.int(30, Math.max(40, holdMs - 20)) }
       : undefined
