@@ -34,7 +34,10 @@ export type RateLimitResult =
 export type RateLimitCheck = (request: FastifyRequest, options?: { increment?: boolean }) => Promise<RateLimitResult>
 export type RateLimitHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>
 
-/** Limiters (fastify.rateLimit()) whose budget has `concurrency`: a route they are placed on has its handler watched (lib/routes.ts). */
+/**
+ * Limiters (fastify.rateLimit()) whose budget has `concurrency`: a route they are placed on has its handler
+ * watched (lib/routes.ts).
+ */
 const HOLDING = new WeakSet<object>()
 
 /** Whether `hook` is a limiter whose requests may hold slots. */

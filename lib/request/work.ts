@@ -16,7 +16,10 @@ import type { FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
 // budget's `lease`, renewed meanwhile, as a process that dies holding them is given), then lets them go: the
 // bound for a handler that never settles, a reply never sent, or a hold never done.
 
-/** Where the handler is: `waiting` (or unseen), `running` (its promise pending), `returned` (nothing: callback style), `over`. */
+/**
+ * Where the handler is: `waiting` (or unseen), `running` (its promise pending), `returned` (nothing: callback
+ * style), `over`.
+ */
 type Handler = 'waiting' | 'running' | 'returned' | 'over'
 
 /** Slots a request holds: given back once, when its work is over, or a lease past its response's end. */
