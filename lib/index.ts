@@ -11,6 +11,7 @@ import type { RouteBudget } from './budgets.js'
 import { CHARGE, chargeOf } from './request/charge.js'
 import type { RequestCharge } from './request/charge.js'
 import { createHooks } from './request/pipeline.js'
+import { WORK } from './request/work.js'
 import type { BudgetHooks } from './request/pipeline.js'
 import { REFUSAL, stripCode } from './request/refusal.js'
 import { openDecider } from './connect.js'
@@ -47,7 +48,7 @@ declare module 'fastify' {
     createRateLimit (options?: RouteRateLimitOptions): RateLimitCheck
   }
   interface FastifyRequest {
-    /** What this request was charged, and `settle(amount)` to make its final charge another (once). */
+    /** What this request was charged, `settle(amount)` to make its final charge another (once), and `hold()` to keep its slots for work after it. */
     rateGuard: RequestCharge
   }
 }
@@ -125,6 +126,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     fastify.decorateRequest(REFUSAL, null)
     fastify.addHook('onSend', stripCode)
     fastify.decorateRequest(CHARGE, null)
+    fastify.decorateRequest(WORK, null)
     fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return chargeOf(this) } })
   }
   limitRoutes(fastify, opts, pluginHooks, (made, routeOptions, config) => hooks(made, routeOptions, config), budgets, warn)

@@ -34,6 +34,17 @@ export type RateLimitResult =
 export type RateLimitCheck = (request: FastifyRequest, options?: { increment?: boolean }) => Promise<RateLimitResult>
 export type RateLimitHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>
 
+/**
+ * Limiters (fastify.rateLimit()) whose budget has `concurrency`: a route they are placed on has its handler
+ * watched (lib/routes.ts).
+ */
+const HOLDING = new WeakSet<object>()
+
+/** Whether `hook` is a limiter whose requests may hold slots. */
+export function holdsSlots (hook: unknown): boolean {
+  return typeof hook === 'function' && HOLDING.has(hook)
+}
+
 export interface LimiterDecorators {
   rateLimit (options?: object): RateLimitHandler
   createRateLimit (options?: object): RateLimitCheck
@@ -43,14 +54,16 @@ export interface LimiterDecorators {
 export function createLimiters (timeout: number, hooksFor: (options: unknown, call: string) => BudgetHooks): LimiterDecorators {
   return {
     rateLimit (options) {
-      const { run } = hooksFor(options, 'rateLimit')
+      const { run, holds } = hooksFor(options, 'rateLimit')
       // Async, as theirs: usable as any hook, or awaited by hand. A refusal is thrown for the error handler.
-      return async function rateLimit (request, reply) {
+      const limiter: RateLimitHandler = async function rateLimit (request, reply) {
         const outcome = await run(request, reply)
         if (outcome === SENT) return reply
         if (outcome !== undefined) throw outcome
         return undefined
       }
+      if (holds) HOLDING.add(limiter)
+      return limiter
     },
     createRateLimit (options) {
       const { prepare, ask, theirStore } = hooksFor(options, 'createRateLimit')

@@ -9,10 +9,14 @@ import type { BudgetHooks, RequestHook } from './request/pipeline.js'
 import type { Callbacks } from './callbacks.js'
 import { declaredIn } from './declared.js'
 import type { HookName } from './types.js'
+import { holdsSlots } from './limiters.js'
+import { watchHandler } from './request/work.js'
 
 // Where a registration's budgets meet Fastify's routes: each route added gets its budget's hook (the
 // plugin-wide one, its own or its group's) in its own hook list, and the hooks that settle it when it settles
-// by itself; unmatched URLs get the ban check. At start-up, the routes of its scopes it never saw are named.
+// by itself; a route whose requests may hold `concurrency`'s slots has its handler watched, so they are held
+// until it ends (lib/request/work.ts); unmatched URLs get the ban check. At start-up, the routes of its
+// scopes it never saw are named.
 
 /** The hooks of a budget a route declares, with the route's options and its `config.rateLimit`. */
 type HooksFor = (made: RouteBudget, routeOptions: RouteOptions, config: object) => BudgetHooks
@@ -38,14 +42,28 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
         addHook(routeOptions, opts.route.hook, pluginHooks.hook)
         settling(routeOptions, opts.route, opts.callbacks)
       }
+      watching(routeOptions, opts.global ? opts.route : false)
       return
     }
     const route = resolveRouteConfig(config, opts, warn)
+    watching(routeOptions, route)
     if (route === false) return
     const made = budgets.route(routeOptions, route)
     addHook(routeOptions, route.hook, hooksFor(made, routeOptions, config as object).hook)
     settling(routeOptions, route, opts.callbacks)
   })
+}
+
+/** The hooks a limiter the app places may be given in. */
+const PLACES = ['onRequest', 'preParsing', 'preValidation', 'preHandler'] as const
+
+/**
+ * Watches the route's handler when its requests may hold slots: its budget (`route`, false when none) has
+ * `concurrency`, or a limiter with it (fastify.rateLimit()) is among its hooks. Other routes pay nothing.
+ */
+function watching (routeOptions: RouteOptions, route: ResolvedRoute | false): void {
+  const placed = PLACES.some(name => [routeOptions[name] as unknown].flat().some(holdsSlots))
+  if ((route !== false && route.concurrency !== null) || placed) routeOptions.handler = watchHandler(routeOptions.handler)
 }
 
 /** How many routes a warning names before it counts the rest. */

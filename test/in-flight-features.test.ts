@@ -347,8 +347,8 @@ for (const where of ['redis', 'memory'] as const) {
     t.equal((await app.inject('/quick')).statusCode, 200, 'its slot is free again')
   })
 
-  t.test(`${where}: a client that leaves frees its slot while the handler still runs (real HTTP)`, async t => {
-    const { app, held } = await makeApp(t, { ...await storeFor(t, where), concurrency: { max: 1 } })
+  t.test(`${where}: a client that leaves keeps its slot while the handler still runs, freed when it ends (real HTTP)`, async t => {
+    const { app, held, keys } = await makeApp(t, { ...await storeFor(t, where), concurrency: { max: 1 } })
     const url = await app.listen({ port: 0, host: '127.0.0.1' })
     const leaving = new AbortController()
     const gone = fetch(url, { signal: leaving.signal }).then(() => 'answered', (err: Error) => err.name)
@@ -358,9 +358,11 @@ for (const where of ['redis', 'memory'] as const) {
     leaving.abort()
     t.equal(await gone, 'AbortError')
     await running.closed
-    t.equal((await fetch(`${url}/quick`)).status, 200, 'its slot is free, the handler still running')
+    t.equal((await fetch(`${url}/quick`)).status, 429, 'its slot is still taken: the handler still runs')
     t.equal(held.running.length, 1, 'still running')
     await held.endAll()
+    if (where === 'redis') await holding(client(t, (await getRedis(t)).url), keys.leases, 0)
+    t.equal((await fetch(`${url}/quick`)).status, 200, 'its slot is free once the handler ended')
   })
 
   t.test(`${where}: a client that left while its slots were taken gives them back at once (real HTTP)`, async t => {

@@ -448,6 +448,15 @@ app.get('/llm', { config: { rateLimit: { cost: 500, refundAborted: true } } }, a
   return 'ok'
 })
 app.post('/login', { config: { rateLimit: { skipSuccessfulRequests: true, settle: async (_request, reply) => reply.statusCode } } }, async () => 'ok')
+// Holding a request's concurrency slots for work after its response: hold() gives the function that ends the hold.
+app.get('/report', { config: { rateLimit: { concurrency: { max: 2 } } } }, async (request) => {
+  const done = request.rateGuard.hold()
+  expectType<() => void>(done)
+  setImmediate(done)
+  // @ts-expect-error hold takes no argument
+  request.rateGuard.hold(1000)
+  return 'ok'
+})
 app.get('/count', { config: { rateLimit: { countWhen: (_request, reply) => reply.statusCode !== 304 } } }, async () => 'ok')
 // @ts-expect-error countWhen answers a boolean
 app.get('/count-bad', { config: { rateLimit: { countWhen: () => 'yes' } } }, async () => 'ok')

@@ -6,6 +6,7 @@ import type { Decidable } from '../stores/store.js'
 import type { Decider } from '../decider.js'
 import type { Decision, SettleInput } from '../stores/store.js'
 import type { ResolvedRoute } from '../options/resolved.js'
+import { holdWork } from './work.js'
 
 // What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
 // its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at
@@ -30,6 +31,13 @@ export interface RequestCharge {
    * request keeps its first charge then.
    */
   settle: (amount: number) => Promise<void>
+  /**
+   * Under `concurrency`, keeps the request's slots past its handler and its response, for the app's own work
+   * after them (a `setImmediate` job, a hijacked socket it keeps writing): they are held until `done` is called
+   * (once; later calls do nothing), and at most one lease past the response's end. Several holds may be taken;
+   * a request holding no slot (or whose slots were already let go) gets a `done` that does nothing.
+   */
+  hold: () => () => void
 }
 
 /** Where a request's charge is kept (the getter `request.rateGuard` reads it). */
@@ -49,6 +57,7 @@ export interface ChargedBudget {
 type Phase = 'waiting' | 'working' | 'abandoned'
 
 class Charge implements RequestCharge {
+  readonly #request: FastifyRequest
   readonly #decider: Decider
   readonly #counted: readonly ChargedBudget[]
   readonly #log: FastifyBaseLogger
@@ -56,10 +65,11 @@ class Charge implements RequestCharge {
   #settled = false
   #phase: Phase = 'waiting'
 
-  constructor (decider: Decider, counted: readonly ChargedBudget[], log: FastifyBaseLogger) {
+  constructor (request: FastifyRequest, decider: Decider, counted: readonly ChargedBudget[]) {
+    this.#request = request
     this.#decider = decider
     this.#counted = counted
-    this.#log = log
+    this.#log = request.log
     this.#charged = counted[0]!.input.cost ?? 1
   }
 
@@ -69,6 +79,10 @@ class Charge implements RequestCharge {
 
   get settled (): boolean {
     return this.#settled
+  }
+
+  hold (): () => void {
+    return holdWork(this.#request)
   }
 
   /** The handler starts now: false when the client left before, and its charge was given back. */
@@ -123,7 +137,8 @@ function capacity (decision: Decision): number {
 const UNCOUNTED: RequestCharge = Object.freeze({
   charged: 0,
   settled: false,
-  settle: async (amount: number): Promise<void> => { checkAmount(amount) }
+  settle: async (amount: number): Promise<void> => { checkAmount(amount) },
+  hold: () => () => {}
 })
 
 /** Where a request keeps its charge (null: nothing counted it). */
@@ -131,7 +146,7 @@ const slot = (request: FastifyRequest): Record<symbol, Charge | null> => request
 
 /** Records the charge of a request `counted` allowed (its own budget first), for the handler and the response hooks. */
 export function charge (request: FastifyRequest, decider: Decider, counted: readonly ChargedBudget[]): void {
-  slot(request)[CHARGE] = new Charge(decider, counted, request.log)
+  slot(request)[CHARGE] = new Charge(request, decider, counted)
 }
 
 /** The request's charge, as `request.rateGuard` gives it. */

@@ -4,15 +4,17 @@ import { then } from '../awaitable.js'
 import type { Decided } from './decide.js'
 import { giveBack } from './decide.js'
 import type { Plan } from './plan.js'
+import { workOf } from './work.js'
 
 // Stage 4b, hold: under `concurrency`, a request its rate limits let through takes its slots (its cost in
-// units) among its client's requests in flight on the budget (lib/leases.ts), and holds them until its
-// response is over: sent, failed or aborted (the response's `close`). A request that finds them full is
-// refused (429 `FST_RATE_GUARD_TOO_MANY_IN_FLIGHT`, `Retry-After: 1`; or a ban, which it may start), and what
-// its rate limits counted is given back: a refused request costs no budget. Redis unable to answer in time is
-// `failMode`'s, as for a decision: `open` goes on holding nothing, `closed` is a 503, `local` holds slots in
-// process; a request whose rate limits Redis did not decide is not asked of it again (one deadline a request,
-// not two). In shadow mode the slots are shadow mode's own, and a refusal is let through.
+// units) among its client's requests in flight on the budget (lib/leases.ts), and holds them until its work
+// is over: its handler and its response, whichever ends later, never merely its client's hang-up (./work.ts).
+// A request that finds them full is refused (429 `FST_RATE_GUARD_TOO_MANY_IN_FLIGHT`, `Retry-After: 1`; or a
+// ban, which it may start), and what its rate limits counted is given back: a refused request costs no budget.
+// Redis unable to answer in time is `failMode`'s, as for a decision: `open` goes on holding nothing, `closed`
+// is a 503, `local` holds slots in process (held by the same rule); a request whose rate limits Redis did not
+// decide is not asked of it again (one deadline a request, not two). In shadow mode the slots are shadow
+// mode's own, held by the same rule, and a refusal is let through.
 
 export function hold (plan: Plan, request: FastifyRequest, reply: FastifyReply, decided: Decided): Decided | PromiseLike<Decided> {
   const { concurrency } = plan
@@ -36,9 +38,7 @@ export function hold (plan: Plan, request: FastifyRequest, reply: FastifyReply, 
   }, request.log)
   return then(slots, ({ verdict: held, release }) => {
     if (release !== null) {
-      reply.raw.once('close', release)
-      // Its client may have left while the slots were taken.
-      if (reply.raw.destroyed || reply.raw.writableFinished) release()
+      workOf(request, reply).add(release, concurrency.leaseMs)
       return { ...decided, slots: held }
     }
     // Redis could not answer in time for its slots, and failMode 'open' lets the request through holding nothing.

@@ -51,6 +51,8 @@ export interface BudgetHooks {
   prepare (request: FastifyRequest): Prepared | PromiseLike<Prepared>
   /** The app's store (`@fastify/rate-limit`'s `store`) counts this budget, with their meaning of its count. */
   readonly theirStore: boolean
+  /** The budget has `concurrency`: its requests may hold slots until their work is over (./work.ts). */
+  readonly holds: boolean
   /**
    * For requests no route matched (`request.is404`): refuses a client known to be banned (held in process,
    * or in the in-process store), asking Redis nothing and counting nothing; lets every other request by.
@@ -75,6 +77,7 @@ export function createHooks (decider: Decider, leases: Leases, opts: ResolvedOpt
     ask: (input, given, log) => ask(plan, input, given, log),
     prepare: request => prepare(plan, request),
     theirStore: plan.appStore !== undefined,
+    holds: plan.concurrency !== null,
     notFound (request, reply, done) {
       if (request.is404) asHook(notFound, request, reply, done)
       else done()
