@@ -11,8 +11,9 @@ import type { Addressless } from './types.js'
 // lib/options/clients.ts's.
 
 /**
- * The identity of every request without an address. No tier of the default key gives it (an address is an
- * address, what is not one `ip:<it>`, then `apikey:` and `user:`), so no client can spend or free it.
+ * The identity of every request without an address. No other tier of the default key gives it (an address is
+ * an address, then `apikey:` and `user:`); a `request.ip` that is no address is the proxy's, and on a Unix
+ * socket that is this key too (lib/forwarded.ts): a client reaches it only as the proxy's other requests do.
  */
 const NO_ADDRESS_KEY = 'noaddr:'
 

@@ -3,6 +3,7 @@ import type { FastifyRequest } from 'fastify'
 import type { Awaitable, KeyGenerator } from './types.js'
 import { then } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
+import { proxyKey } from './forwarded.js'
 import { clientIP } from './ip.js'
 
 // Who a request is: a verified API key, then the authenticated user, then the client's address.
@@ -42,8 +43,9 @@ export function keyTiers ({ apiKeyHeader }: Pick<KeyHierarchyOptions, 'apiKeyHea
 /**
  * The default key: `apikey:<key>` when the API key header is present and `verifyApiKey` says it is valid,
  * else `user:<id>` for an authenticated user, else the client's address as `@fastify/rate-limit` writes it
- * (`normalizeIP`: IPv6 masked to its subnet); a `request.ip` that is no address is `ip:<it>`; none at all, the
- * `addressless` option's key. So an API key, a user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
+ * (`normalizeIP`: IPv6 masked to its subnet, a port or brackets a proxy wrote taken off); a `request.ip` that is
+ * no address even so is the proxy's (lib/forwarded.ts); none at all, the `addressless` option's key. So an API
+ * key, a user id and an address never name each other's budget. Without `verifyApiKey` there is no API-key tier:
  * a key nobody checked is free to mint, a fresh budget per request.
  * A `verifyApiKey` or `userId` that throws (or a `verifyApiKey` that misses the deadline) gives the next tier.
  */
@@ -52,10 +54,10 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
   const byAddress = (request: FastifyRequest): string => {
     said.proxy(request)
     if (request.ip !== undefined && request.ip !== '') {
-      // What is not an address (a forged X-Forwarded-For entry, under a trustProxy that trusts it) is kept
-      // apart from the other tiers: `user:victim` there must not spend that user's budget.
+      // What is no address (an entry a proxy wrote oddly, or a forged one under a trustProxy that trusts it)
+      // is the connection's: never a fresh client, and never another tier's (`user:victim`).
       const address = clientIP(request.ip, ipv6Subnet)
-      return isIP(address) !== 0 ? address : `ip:${address}`
+      return isIP(address) !== 0 ? address : proxyKey(request, ipv6Subnet, addressless)
     }
     return addressless(request)
   }

@@ -1,14 +1,18 @@
 import { isIP, isIPv4, isIPv6 } from 'node:net'
 import { compile } from '@fastify/proxy-addr'
 
-// Client addresses as keys: IPv4 as is, IPv6 masked to its subnet, IPv4 carried in IPv6 as the IPv4, and
-// whether a `trustProxy` setting trusts every address.
+// Client addresses as keys: IPv4 as is, IPv6 masked to its subnet, IPv4 carried in IPv6 as the IPv4, an
+// address as proxies also write it (a port, brackets, a zone, zero padding) as the plain address, and whether
+// a `trustProxy` setting trusts every address.
 
 /**
  * An IP in a canonical form: IPv4 as is (also when IPv4-mapped in IPv6), IPv6 masked to `subnet` bits and
  * written in its one RFC 5952 form (`2001:db8::`), so every address of one /64 is one client. The same
- * string as `@fastify/rate-limit`'s `normalizeIP`: anything that is not an IPv6 address is given back in
- * lower case, as theirs does (`undefined`, on which theirs throws, is `'unknown'`).
+ * string as `@fastify/rate-limit`'s `normalizeIP`, but for an address as a proxy may write it into
+ * `X-Forwarded-For` (`1.2.3.4:5678`, `[2001:db8::1]:443`, `001.002.003.004`, `1.2.3.4%eth0`: see
+ * `plainAddress`), which is that address where theirs gives it back as a string of its own, a fresh client
+ * per port. Anything else that is not an address is given back in lower case, as theirs does (`undefined`,
+ * on which theirs throws, is `'unknown'`).
  */
 export function normalizeIP (ip: string | undefined, subnet = 64): string {
   return canonicalIP(ip, subnet, isMapped)
@@ -28,7 +32,11 @@ function canonicalIP (ip: string | undefined, subnet: number, carries: (groups: 
   if (isIPv4(ip)) return ip
   const zone = ip.indexOf('%')
   const address = zone === -1 ? ip : ip.slice(0, zone)
-  if (!isIPv6(address)) return ip.toLowerCase()
+  if (!isIPv6(address)) {
+    // The slow path, for what is not a plain address: `plain` is one, so this recurses once at most.
+    const plain = plainAddress(ip)
+    return plain === undefined ? ip.toLowerCase() : canonicalIP(plain, subnet, carries)
+  }
   const groups = expandIPv6(address)
   if (carries(groups)) return lastIPv4(groups)
   const masked = groups.map((group, i) => {
@@ -36,6 +44,67 @@ function canonicalIP (ip: string | undefined, subnet: number, carries: (groups: 
     return group & ((0xffff << (16 - bits)) & 0xffff)
   })
   return rfc5952(masked)
+}
+
+/**
+ * Longest entry read: `[`, an IPv6 address with an IPv4 tail (45), a zone (an interface name is at most 15),
+ * `]:65535`, with room for zero padding. A longer one is none a proxy writes, and is not read at all.
+ */
+const MAX_ENTRY = 100
+
+/**
+ * The plain address an `X-Forwarded-For` entry spells in a form proxies write beside the plain one (Azure's
+ * load balancers write `ip:port`): with a port (`1.2.3.4:5678`, `[2001:db8::1]:443`), in brackets
+ * (`[::ffff:1.2.3.4]`), with a zone (`1.2.3.4%eth0`, `fe80::1%25eth0`) or zero-padded (`001.002.003.004`,
+ * `::ffff:010.000.000.001`: read in decimal, as a writer that pads means them, never as octal). `undefined`
+ * for anything else, the forms of `inet_aton` included (`0x7f.1`, `1.2.3`, `2130706433`, which no proxy
+ * writes and readers disagree on): read literally, they would let one address be written in endless ways.
+ */
+export function plainAddress (entry: string): string | undefined {
+  if (entry.length > MAX_ENTRY) return undefined
+  let host = entry
+  if (host.startsWith('[')) {
+    const close = host.indexOf(']')
+    if (close === -1 || (close + 1 < host.length && !isPort(host, close + 1))) return undefined
+    host = host.slice(1, close)
+  } else {
+    const colon = host.indexOf(':')
+    if (colon !== -1 && colon === host.lastIndexOf(':')) {
+      if (!isPort(host, colon)) return undefined
+      host = host.slice(0, colon)
+    }
+  }
+  const zone = host.indexOf('%')
+  if (zone !== -1) host = host.slice(0, zone)
+  if (isIP(host) !== 0) return host
+  // Zero-padded IPv4, alone or as an IPv6 address's tail.
+  const tail = host.lastIndexOf(':') + 1
+  const ipv4 = unpadded(host.slice(tail))
+  if (ipv4 === undefined) return undefined
+  const address = host.slice(0, tail) + ipv4
+  return isIP(address) !== 0 ? address : undefined
+}
+
+/** Whether `text` from `colon` on is `:` and a port, 0 to 65535. */
+function isPort (text: string, colon: number): boolean {
+  const digits = text.length - colon - 1
+  if (text[colon] !== ':' || digits < 1 || digits > 5) return false
+  for (let i = colon + 1; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c < 0x30 || c > 0x39) return false
+  }
+  return Number(text.slice(colon + 1)) <= 65535
+}
+
+/** Four decimal numbers (`\d` and `.` never overlap, so it cannot backtrack). */
+const DOTTED = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/
+
+/** Dotted decimal IPv4 with leading zeros as the plain address (`001.002.003.004` is `1.2.3.4`). */
+function unpadded (text: string): string | undefined {
+  const parts = DOTTED.exec(text)
+  if (parts === null) return undefined
+  const octets = parts.slice(1).map(Number)
+  return octets.every(octet => octet <= 255) ? octets.join('.') : undefined
 }
 
 /** IPv4-mapped (`::ffff:a.b.c.d`), the one form `@fastify/rate-limit` reads as its IPv4 address. */
