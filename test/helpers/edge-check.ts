@@ -10,7 +10,8 @@
 import { QUIET_MS, lagDuring } from './lag.js'
 
 /** One request's handler, as it recorded itself. */
-export interface Ran { client: string, start: number, end: number }
+/** A handler's run: its client, when its request was sent (by the driver), when it started and ended. */
+export interface Ran { client: string, sent: number, start: number, end: number }
 
 /** What ran and what clients were told, for every client of a run. */
 export class Observer {
@@ -22,8 +23,8 @@ export class Observer {
   readonly answers: Array<{ client: string, via: string, sent: number, at: number, status: number | 'gone' }> = []
 
   /** Called by a handler as it starts; the function it returns, as it ends. */
-  begin (client: string, now: number): (at: number) => void {
-    const record: Ran = { client, start: now, end: Infinity }
+  begin (client: string, now: number, sent: number): (at: number) => void {
+    const record: Ran = { client, sent, start: now, end: Infinity }
     this.ran.push(record)
     return (at) => { record.end = at }
   }
@@ -112,7 +113,7 @@ export function breaches (observer: Observer, client: string, promise: Bound, fa
  * Starts inside a ban the client was told of. A 403 told at `at` says a ban began at or before its decision,
  * and after the decision of the last request the client sent before it that was answered 200 or 429 (not
  * banned then): so the ban holds at least until that request was sent plus the ban's length. That span, the
- * slack taken off its end, must see no start.
+ * slack taken off its end, must see no start of a request sent after the 403 came.
  */
 function banBreaches (observer: Observer, client: string, runs: readonly Ran[], banMs: number, faults: readonly Fault[]): string[] {
   const found: string[] = []
@@ -126,7 +127,9 @@ function banBreaches (observer: Observer, client: string, runs: readonly Ran[], 
     const clear = Math.max(...answers.filter(a => (a.status === 200 || a.status === 429) && a.sent < ban.at).map(a => a.sent))
     if (clear === -Infinity) continue
     const ends = clear + banMs - 2 * slack(clear, clear + banMs)
-    const inside = runs.filter(r => r.start > ban.at && r.start < ends)
+    // A request sent after the 403 came was decided after the ban began. One sent before it may have been let
+    // through just before the ban and started late (a loaded loop): its start says nothing about the ban.
+    const inside = runs.filter(r => r.sent > ban.at && r.start < ends)
     if (inside.length > 0) {
       found.push(`${inside.length} started (at ${inside.map(r => when(r.start)).join(', ')}) inside a ban told at ${when(ban.at)}, ` +
         `not yet begun at ${when(clear)}, for ${banMs} ms${faults.length > 0 ? ' (times from the fault\'s start)' : ''}`)

@@ -128,7 +128,7 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
         url: `/${kind.name}`,
         config: { rateLimit: kind.config(opts.zone) },
         handler: async request => {
-          const end = opts.observer.begin(String(request.headers['x-api-key']), performance.now())
+          const end = opts.observer.begin(String(request.headers['x-api-key']), performance.now(), Number(request.headers['x-sent']))
           await sleep(Number(request.headers['x-hold-ms']))
           end(performance.now())
           return 'ok'
@@ -146,13 +146,13 @@ export type HangUp = 'before' | 'while'
 /**
  * One request on a fresh connection; resolves with its status, or 'gone' once the client hung up.
  */
-export async function send (url: string, client: string, holdMs: number, hangUp?: { when: HangUp, afterMs: number }): Promise<number | 'gone'> {
+export async function send (url: string, client: string, holdMs: number, sent: number, hangUp?: { when: HangUp, afterMs: number }): Promise<number | 'gone'> {
   return await new Promise(resolve => {
     const before = hangUp?.when === 'before'
     const req = httpRequest(url, {
       method: before ? 'POST' : 'GET',
       agent: false,
-      headers: { 'x-api-key': client, 'x-hold-ms': String(holdMs), ...(before ? { 'content-type': 'text/plain', 'content-length': '100' } : {}) }
+      headers: { 'x-api-key': client, 'x-hold-ms': String(holdMs), 'x-sent': String(sent), ...(before ? { 'content-type': 'text/plain', 'content-length': '100' } : {}) }
     }, res => {
       res.resume()
       res.on('end', () => { resolve(res.statusCode ?? 0) })
@@ -191,7 +191,7 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
       : undefined
     const url = `${d.pick(traffic.bases)}/${cell.kind.name}`
     const sent = performance.now()
-    answers.push(send(url, cell.client, holdMs, hangUp).then(status => {
+    answers.push(send(url, cell.client, holdMs, sent, hangUp).then(status => {
       observer.answers.push({ client: cell.client, via: url.slice(0, url.lastIndexOf('/')), sent, at: performance.now(), status })
     }))
     await sleep(d.ms(...cell.kind.gapMs))
