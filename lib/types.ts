@@ -303,6 +303,12 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
    */
   banCache?: boolean
   cache?: number
+  /**
+   * At most this many requests wait at once (`maxWait`) in this registration, every budget and client together
+   * (default 1000): one that would wait past it is refused at once (429, `FST_RATE_GUARD_TOO_MANY_WAITING`,
+   * `Retry-After` its own wait), what it counted given back, striking toward no ban. See docs/options.md, maxWait.
+   */
+  maxWaiting?: number
   apiKeyHeader?: string | false
   /**
    * Who a request without a client address is (a server on a Unix socket, with `trustProxy` giving no
