@@ -27,11 +27,6 @@ export class WaitingRoom {
     this.size = size
   }
 
-  /** The requests waiting now. */
-  get taken (): number {
-    return this.#taken
-  }
-
   /** Takes a place, if one is free. */
   enter (): boolean {
     if (this.#taken >= this.size) return false
