@@ -19,7 +19,7 @@ import { SENT, respond } from './respond.js'
 import type { HookResult } from './respond.js'
 import { watch } from './watch.js'
 import { LEFT, wait } from './wait.js'
-import type { WaitingRoom } from './wait.js'
+import type { WaitingRoom } from './waiting-room.js'
 
 // A request, as one budget limits it, in named stages:
 //   identify → allow → limits and cost → decide → wait → hold → charge → respond → watch

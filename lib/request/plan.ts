@@ -21,7 +21,7 @@ import type { HeaderStyle } from '../headers.js'
 import type { Leases } from '../leases.js'
 import type { ResolvedConcurrency } from '../options/concurrency.js'
 import type { Keyed } from './identify.js'
-import type { WaitingRoom } from './wait.js'
+import type { WaitingRoom } from './waiting-room.js'
 
 // What a budget's requests are decided with, worked out once when its route is added (onRoute): every stage
 // of lib/request/pipeline.ts reads it, and nothing in it changes afterwards. How the route's features meet

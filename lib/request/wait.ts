@@ -10,34 +10,13 @@ import type { Plan } from './plan.js'
 // handler under `refundAborted` does (499 `FST_RATE_GUARD_ABANDONED`, which nobody reads). In shadow mode
 // nothing waits: the decision says what enforce would have done.
 //
-// Every budget of a registration waits in one room of `maxWaiting` places: a request that would wait when
-// they are all taken is refused at once (429 `FST_RATE_GUARD_TOO_MANY_WAITING`), what it counted given back
-// as a leaving client's is, and strikes toward no ban: the room is filled by every client of the process, not
-// by this one alone. Its `Retry-After` is its own wait: by then its limits let it through without the room.
+// Every budget of a registration waits in one room of `maxWaiting` places (./waiting-room.ts): a request that
+// would wait when they are all taken is refused at once (429 `FST_RATE_GUARD_TOO_MANY_WAITING`), what it
+// counted given back as a leaving client's is, and strikes toward no ban: the room is filled by every client
+// of the process, not by this one alone. Its `Retry-After` is its own wait: by then its limits let it through without the room.
 
 /** A request whose client left while it waited: it goes no further. */
 export const LEFT = Symbol('left while waiting')
-
-/** The requests waiting at once in one registration, all its budgets together: at most `size`. */
-export class WaitingRoom {
-  readonly size: number
-  #taken = 0
-
-  constructor (size: number) {
-    this.size = size
-  }
-
-  /** Takes a place, if one is free. */
-  enter (): boolean {
-    if (this.#taken >= this.size) return false
-    this.#taken++
-    return true
-  }
-
-  leave (): void {
-    this.#taken--
-  }
-}
 
 export function wait (plan: Plan, request: FastifyRequest, reply: FastifyReply, decided: Decided): Decided | Promise<Decided | typeof LEFT> {
   const { verdict } = decided
