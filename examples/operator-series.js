@@ -12,7 +12,7 @@ export const BUDGETS = 20
 export const OTHER = '(other budgets)'
 
 /** The outcomes that refused a client for its traffic (not 'unavailable': Redis was; shadow ones let it through). */
-export const REFUSED = new Set(['limited', 'banned', 'ban-started', 'too-costly', 'in-flight'])
+export const REFUSED = new Set(['limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full'])
 
 export class DecisionSeries {
   #slots = Array.from({ length: SECONDS + 1 }, () => ({ second: -1, outcomes: new Map(), budgets: new Map() }))

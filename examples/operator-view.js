@@ -38,7 +38,7 @@ export const SCRIPT = `
   const url = path => new URL(path, here).href
   let last = null
   let notice = ''
-  const COLORS = { allowed: '#2e7d32', limited: '#e08a00', banned: '#c62828', 'ban-started': '#7b1fa2', 'too-costly': '#6d4c41', 'in-flight': '#00838f', unenforced: '#0277bd', unavailable: '#37474f', 'shadow-limited': '#d4b106', 'shadow-banned': '#ef8a80', 'shadow-ban-started': '#b39ddb' }
+  const COLORS = { allowed: '#2e7d32', limited: '#e08a00', banned: '#c62828', 'ban-started': '#7b1fa2', 'too-costly': '#6d4c41', 'in-flight': '#00838f', 'waiting-full': '#00695c', unenforced: '#0277bd', unavailable: '#37474f', 'shadow-limited': '#d4b106', 'shadow-banned': '#ef8a80', 'shadow-ban-started': '#b39ddb' }
   const colorOf = outcome => COLORS[outcome] ?? '#888'
   const SVG = 'http://www.w3.org/2000/svg'
   const svg = (name, attributes, text) => {

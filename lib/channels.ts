@@ -29,6 +29,8 @@ export type Outcome =
   | 'too-costly'
   /** Refused: `concurrency`'s units of the client's requests are in flight. */
   | 'in-flight'
+  /** Refused: it would have waited (`maxWait`), but `maxWaiting` requests wait in its registration. */
+  | 'waiting-full'
   /** Let through unenforced (failMode 'open': Redis did not decide). */
   | 'unenforced'
   /** Refused 503 (failMode 'closed'). */

@@ -84,6 +84,18 @@ export const TooManyInFlightError = createError<'FST_RATE_GUARD_TOO_MANY_IN_FLIG
   false
 )
 
+/**
+ * A request that would wait (`maxWait`) while `maxWaiting` requests already wait in its registration: refused
+ * instead, what it counted given back. `Retry-After`: when its limits let it through with no wait at all.
+ */
+export const TooManyWaitingError = createError<'FST_RATE_GUARD_TOO_MANY_WAITING', [string]>(
+  'FST_RATE_GUARD_TOO_MANY_WAITING',
+  'Too many requests waiting on this server: retry in %s',
+  429,
+  Error,
+  false
+)
+
 /** A request that costs more than a limit holds (`cost`): it would never pass, so it gets no `Retry-After`. */
 export const TooCostlyError = createError<'FST_RATE_GUARD_TOO_COSTLY', []>(
   'FST_RATE_GUARD_TOO_COSTLY',

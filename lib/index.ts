@@ -13,6 +13,7 @@ import type { RequestCharge } from './request/charge.js'
 import { createHooks } from './request/pipeline.js'
 import { WORK } from './request/work.js'
 import type { BudgetHooks } from './request/pipeline.js'
+import { WaitingRoom } from './request/waiting-room.js'
 import { REFUSAL, stripCode } from './request/refusal.js'
 import { openDecider } from './connect.js'
 import { Leases } from './leases.js'
@@ -85,6 +86,8 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const leases = new Leases(decider, fastify.log)
   fastify.addHook('onClose', async () => { leases.close() })
 
+  // Every budget's waiting requests (`maxWait`) in one room of `maxWaiting` places: what waits is this process's.
+  const room = new WaitingRoom(opts.maxWaiting)
   const budgets = new Budgets()
   const undoneScopes = new Set<string>()
   // A request is limited once per registration: by its route's hook, or by the first limiter the app applies.
@@ -97,7 +100,7 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   const hooks = (made: RouteBudget, routeInfo?: object, config?: object): BudgetHooks => {
     if (made.route.shared !== null) undoneScopes.add(made.scope)
     const store = routeInfo === undefined ? theirs : theirs?.child({ ...config, ...theirParams(made.route), routeInfo })
-    return createHooks(decider, leases, opts, made, undoneScopes, ran, store)
+    return createHooks(decider, leases, room, opts, made, undoneScopes, ran, store)
   }
   const pluginHooks = hooks(budgets.plugin(opts.route))
 

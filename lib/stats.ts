@@ -12,7 +12,7 @@ export interface StatsSnapshot {
   readonly ghosts: number
 }
 
-const OUTCOMES: readonly Outcome[] = ['allowed', 'limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'unenforced', 'unavailable', 'shadow-limited', 'shadow-banned', 'shadow-ban-started']
+const OUTCOMES: readonly Outcome[] = ['allowed', 'limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full', 'unenforced', 'unavailable', 'shadow-limited', 'shadow-banned', 'shadow-ban-started']
 
 /** One registration's decisions by outcome, counted in this process (one increment a decision). */
 export class DecisionStats {

@@ -228,11 +228,9 @@ export interface RouteRateLimitOptions {
   concurrency?: false | { max: number, lease?: number | string }
   /**
    * A request its limits deny, which every one of them would allow within this long, waits and goes on then
-   * instead of being refused: its place is counted at the end of the wait in the same decision (so the requests
-   * waiting never pass a limit, across instances), a client that leaves gives it back, and the response says
-   * `X-RateLimit-Waited-Ms`. A request that would wait longer, or finds `maxQueue` waiting, is refused as
-   * before. On the sliding log (the default algorithm) and the token bucket; not with `continueExceeding`,
-   * `exponentialBackoff` or `shared`. Default false. See docs/options.md, maxWait.
+   * instead of being refused: its place counted at the wait's end in the same decision (the requests waiting
+   * never pass a limit, across instances), given back if its client leaves; the response says how long
+   * (`X-RateLimit-Waited-Ms`). Not with `continueExceeding`, `exponentialBackoff` or `shared`. Default false.
    */
   maxWait?: false | number | string
   /** With `maxWait`: at most this many of a client's requests wait at once (default: the smallest `max` of its limits). */
@@ -303,6 +301,8 @@ export interface RateGuardOptions extends RouteRateLimitOptions {
    */
   banCache?: boolean
   cache?: number
+  /** At most this many requests wait (`maxWait`) at once in the registration, all budgets together (default 1000). */
+  maxWaiting?: number
   apiKeyHeader?: string | false
   /**
    * Who a request without a client address is (a server on a Unix socket, with `trustProxy` giving no

@@ -166,6 +166,7 @@ t.test('fastify.rateGuard.stats(): this instance\'s decisions by outcome, the sa
     'ban-started': 0,
     'too-costly': 0,
     'in-flight': 0,
+    'waiting-full': 0,
     unenforced: 0,
     unavailable: 0,
     'shadow-limited': 1,

@@ -15,6 +15,7 @@ import rateGuard from '../lib/index.js'
 import { CHANNELS } from '../lib/channels.js'
 import type { DecisionMessage } from '../lib/channels.js'
 import type { RateGuardOptions } from '../lib/types.js'
+import { resolveOptions } from '../lib/options/plugin.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
@@ -232,4 +233,51 @@ t.test('options that cannot meet maxWait are refused at register, with the code'
   await app.register(rateGuard, {})
   t.throws(() => app.createRateLimit({ maxWait: '1 second' }), { code: INVALID, message: /"createRateLimit\.maxWait": expected false: a check answers at once/ }, 'a check (createRateLimit) answers at once: no maxWait')
   t.throws(() => app.get('/', { config: { rateLimit: { maxWait: '1 second', continueExceeding: true } } }, async () => 'ok'), { code: INVALID, message: /"config\.rateLimit\.maxWait"/ }, 'a route, as the plugin')
+})
+
+t.test('maxWait and maxQueue past what the limits can make wait are accepted with a warning that says how far they reach', async t => {
+  const warned = (options: RateGuardOptions): string[] => {
+    const warnings: string[] = []
+    resolveOptions(options, message => { warnings.push(message) })
+    return warnings
+  }
+  const cases: Array<[string, RateGuardOptions, string[]]> = [
+    ['an hour on a 1 s window (the sliding log: one window per max queued)', { max: 5, timeWindow: '1 second', maxWait: '1 hour' },
+      ['rate-guard: maxWait 1 hour cannot take effect past 1 second: no request waits longer on these limits (sliding-log, maxQueue 5)']],
+    ['maxQueue 1e9', { max: 5, timeWindow: '1 second', maxWait: '1 second', maxQueue: 1e9 },
+      ['rate-guard: maxQueue 1000000000 cannot take effect past 5: the limits free no more places within maxWait 1 second (sliding-log)']],
+    ['the fixed window reserves the next window only', { algorithm: 'fixed-window', max: 5, timeWindow: '1 second', maxWait: '3 seconds', maxQueue: 20 }, [
+      'rate-guard: maxWait 3 seconds cannot take effect past 1 second: no request waits longer on these limits (fixed-window, maxQueue 20)',
+      'rate-guard: maxQueue 20 cannot take effect past 5: the limits free no more places within maxWait 3 seconds (fixed-window)'
+    ]],
+    ['the sliding window, this window or the next', { algorithm: 'sliding-window', max: 5, timeWindow: '1 second', maxWait: '3 seconds', maxQueue: 10 },
+      ['rate-guard: maxWait 3 seconds cannot take effect past 2 seconds: no request waits longer on these limits (sliding-window, maxQueue 10)']],
+    ['a queue of two windows\' max reaches two windows', { algorithm: 'token-bucket', max: 5, timeWindow: '1 second', maxWait: '2 seconds', maxQueue: 10 }, []],
+    ['the longest limit decides how long', { limits: [{ max: 5, timeWindow: '1 second' }, { max: 100, timeWindow: '1 minute' }], maxWait: '1 minute' }, []],
+    ['limits the app computes are not known at register', { max: async () => 5, timeWindow: '1 second', maxWait: '1 hour', maxQueue: 1e9 }, []]
+  ]
+  for (const [name, options, warnings] of cases) t.strictSame(warned(options), warnings, name)
+
+  // Through fastify.log, a route's named under config.rateLimit; it registers and waits as it says.
+  const lines: Array<{ level: number, msg: string }> = []
+  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  t.teardown(async () => await app.close())
+  await app.register(rateGuard, {})
+  app.post('/hooks', { config: { rateLimit: { max: 1, timeWindow: '1 second', maxWait: '1 hour' } } }, async () => 'ok')
+  await app.ready()
+  t.strictSame(lines.filter(line => line.msg.includes('maxWait')).map(line => [line.level, line.msg]), [
+    [40, 'rate-guard: config.rateLimit.maxWait 1 hour cannot take effect past 1 second: no request waits longer on these limits (sliding-log, maxQueue 1)']
+  ])
+})
+
+t.test('maxWaiting: a positive integer, at register only', async t => {
+  for (const maxWaiting of [0, -1, 1.5, '10', Infinity]) {
+    const app = Fastify()
+    t.teardown(async () => await app.close())
+    await t.rejects((async () => { await app.register(rateGuard, { maxWaiting: maxWaiting as number }) })(), { code: INVALID, message: /"maxWaiting": expected a positive integer/ }, String(maxWaiting))
+  }
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(rateGuard, { maxWaiting: 3 })
+  t.throws(() => app.get('/', { config: { rateLimit: { maxWaiting: 3 } as never } }, async () => 'ok'), { code: INVALID, message: /"config\.rateLimit\.maxWaiting".*at register only/ }, 'not on a route: the room is the registration\'s')
 })

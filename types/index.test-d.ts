@@ -139,6 +139,7 @@ const everything: RateGuardOptions = {
   strict: false,
   breaker: { threshold: 5, coolDown: '1s' },
   cache: 5000,
+  maxWaiting: 2000,
   addressless: 'shared',
   apiKeyHeader: 'x-api-key',
   verifyApiKey: async (apiKey, request) => apiKey.length === 32 && request.headers.host !== undefined,
@@ -258,6 +259,8 @@ app.get<{ Querystring: { q: string } }>('/on', { config: { rateLimit: true } }, 
 const perRouteRedis: RouteRateLimitOptions = { redis }
 // @ts-expect-error so does the in-process store's size
 const perRouteCache: RouteRateLimitOptions = { cache: 100 }
+// @ts-expect-error and how many requests wait in the process (maxWaiting: every budget's together)
+const perRouteMaxWaiting: RouteRateLimitOptions = { maxWaiting: 100 }
 // @ts-expect-error and who a request without an address is
 const perRouteAddressless: RouteRateLimitOptions = { addressless: 'connection' }
 // A route may choose its hook, what decides when Redis cannot, and the IPv6 subnet of its default key.

@@ -97,6 +97,8 @@ export interface ResolvedOptions {
   readonly breaker: ResolvedBreaker | null
   readonly banCache: boolean
   readonly cache: number
+  /** At most this many requests wait at once (`maxWait`) in the registration, all its budgets together. */
+  readonly maxWaiting: number
   readonly addressless: Addressless
   /** Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see `canonicalKey`), the app's as given. */
   readonly canonicalKey: (key: string) => string

@@ -44,7 +44,7 @@ export function resolveRoute ({ input, given }: Read, base: ResolvedRoute, where
     fieldNames: base.fieldNames,
     headerSwitches: resolveHeaderSwitches(given, base.fieldNames, base.headerSwitches, where, where !== '', context.warn)
   })
-  checkWaiting(route, given, where)
+  checkWaiting(route, given, where, context.warn)
   return route
 }
 

@@ -9,7 +9,7 @@ import { checkStandardHeaders, checkSwitches } from './headers.js'
 import { checkCost, checkLimitMax, checkLimitWindow, checkRouteLimits, checkShared } from './limits.js'
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
 import { checkBreaker, checkNameSpace, checkRedis, checkStoreClass } from './stores.js'
-import { checkMaxWait } from './wait.js'
+import { MAX_WAITING, checkMaxWait } from './wait.js'
 import type {
   BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
   RouteRateLimitOptions, SettleFunction
@@ -126,6 +126,8 @@ export const OPTIONS = {
   breaker: plugin(checkBreaker, { threshold: 5, coolDown: 500 }),
   banCache: plugin(checkBoolean, true),
   cache: plugin(checkMax, 10_000),
+  // The requests waiting at once (`maxWait`) in the registration, all its budgets together (wait.ts).
+  maxWaiting: plugin(checkMax, MAX_WAITING),
   // Who a request without a client address is (lib/addressless.ts): one shared client, or its connection.
   addressless: plugin((value, name) => checkOneOf(value, name, ADDRESSLESS), 'shared'),
   // The plugin's options read together: the key hierarchy (clients.ts).

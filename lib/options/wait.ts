@@ -1,7 +1,9 @@
 import { fail } from './checks.js'
-import { toMilliseconds } from '../duration.js'
+import type { Algorithm } from '../algorithms/index.js'
+import type { Warn } from './compat.js'
+import { formatDuration, toMilliseconds } from '../duration.js'
 import { InvalidOptionError } from '../errors.js'
-import type { ResolvedRoute } from './resolved.js'
+import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
 
 // `maxWait` and `maxQueue`: a request its limits deny, which every one of them would allow within `maxWait`, is
 // not refused: its place is counted at the end of that wait, in the same decision (so the requests waiting
@@ -11,6 +13,15 @@ import type { ResolvedRoute } from './resolved.js'
 // (`reserve` in lua/<algorithm>.lua and its twin): the sliding log as an entry ahead of the clock; the fixed
 // window and the sliding window as a count of the next window (one window ahead at most); the token bucket as
 // its tokens taken now, a debt paid off by the end of the wait (its queue counted in units).
+
+/**
+ * `maxWaiting`'s default: the requests that wait at once in one registration. Each holds an open connection (a
+ * file descriptor), its request and response, a timer and a promise in the app: about 11 KB of heap a waiting
+ * request, measured over HTTP with 1000 and 2000 of them (both ends of each connection in one process). A
+ * thousand hold ~11 MB and a thousand sockets, well inside Node's default heap and descriptors, and are more
+ * than honest traffic keeps waiting (a few requests of a client slightly over its rate).
+ */
+export const MAX_WAITING = 1000
 
 /** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once). */
 const LONGEST_WAIT_MS = 2 ** 31 - 1
@@ -27,8 +38,9 @@ export function checkMaxWait (value: unknown, name: string): number | null {
  * How `maxWait` meets a budget's other options, once they are merged (`where` prefixes the names): not with `continueExceeding` / `exponentialBackoff`, which
  * hold a client off where `maxWait` lets it through; not with `shared`, whose budget would count the request
  * when it is decided and the client's when its wait ends. `maxQueue` given where no request waits says nothing.
+ * Values past what the limits can make wait are warned about (`reach`).
  */
-export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?: unknown }, where: string): void {
+export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?: unknown }, where: string, warn: Warn): void {
   if (route.maxWait === null) {
     if (given.maxQueue !== undefined) throw new InvalidOptionError(`${where}maxQueue`, 'maxWait too: maxQueue bounds the requests that wait')
     return
@@ -36,4 +48,46 @@ export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?:
   const refuse = (why: string): never => { throw new InvalidOptionError(`${where}maxWait`, why) }
   if (route.overLimit !== undefined) refuse('false with continueExceeding or exponentialBackoff: they hold a client off over the limit, maxWait lets it through')
   if (route.shared !== null) refuse('false with shared: the shared budget would count the request when it is decided, the client\'s when its wait ends')
+  reach(route, route.maxWait, where, warn)
+}
+
+/** A limit whose `max` and window are known at register: one of the request's functions is not. */
+type Fixed = ResolvedLimit & { readonly max: number, readonly windowMs: number }
+
+/**
+ * `maxWait` and `maxQueue` past what the limits can make wait are accepted (each still bounds what it says, and
+ * the limits bound the rest: nothing is loosened) with a warning that says how far they reach. The longest a
+ * request can wait, per limit: the fixed window one window (it reserves the next window only), the sliding
+ * window two (later in this one, or in the next), the sliding log and the token bucket one window per
+ * `max` units queued ahead (an entry leaves, a token drips back, a window after the one before); a calendar
+ * quota as its algorithm, on its period's longest length. A request waits for every limit: the longest of
+ * theirs. The most that can wait, per limit: what it frees within `maxWait` (`max` for the fixed window, twice
+ * that for the sliding window, `max` per window of `maxWait` for the others); every limit must free a place:
+ * the fewest of theirs. Limits a function of the request gives are not known at register: nothing is said.
+ */
+function reach (route: ResolvedRoute, maxWait: number, where: string, warn: Warn): void {
+  const { algorithm, limits } = route
+  if (!limits.every((limit): limit is Fixed => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return
+  const queue = route.maxQueue ?? Math.min(...limits.map(limit => limit.max))
+  const longest = Math.max(...limits.map(limit => limit.windowMs * windowsWaited(algorithm, queue, limit.max)))
+  if (maxWait > longest) {
+    warn(`rate-guard: ${where}maxWait ${formatDuration(maxWait)} cannot take effect past ${formatDuration(longest)}: no request waits longer on these limits (${algorithm}, maxQueue ${queue})`)
+  }
+  if (route.maxQueue === undefined) return
+  const most = Math.min(...limits.map(limit => limit.max * windowsFreed(algorithm, maxWait, limit.windowMs)))
+  if (route.maxQueue > most) {
+    warn(`rate-guard: ${where}maxQueue ${route.maxQueue} cannot take effect past ${most}: the limits free no more places within maxWait ${formatDuration(maxWait)} (${algorithm})`)
+  }
+}
+
+function windowsWaited (algorithm: Algorithm, queue: number, max: number): number {
+  if (algorithm === 'fixed-window') return 1
+  if (algorithm === 'sliding-window') return 2
+  return Math.ceil(queue / max)
+}
+
+function windowsFreed (algorithm: Algorithm, maxWait: number, windowMs: number): number {
+  if (algorithm === 'fixed-window') return 1
+  if (algorithm === 'sliding-window') return 2
+  return Math.ceil(maxWait / windowMs)
 }

@@ -20,6 +20,8 @@ export interface Decided {
   readonly charged: readonly ChargedBudget[]
   /** Refused because its client's requests in flight fill its budget's `concurrency` (./hold.ts). */
   readonly inFlight?: true
+  /** Refused because `maxWaiting` requests wait in its registration, where it would have waited (./wait.ts). */
+  readonly roomFull?: true
   /** Under `concurrency`, the answer on its slots (./hold.ts): units in flight in its `count`. */
   readonly slots?: Verdict
 }

@@ -19,6 +19,7 @@ import { SENT, respond } from './respond.js'
 import type { HookResult } from './respond.js'
 import { watch } from './watch.js'
 import { LEFT, wait } from './wait.js'
+import type { WaitingRoom } from './waiting-room.js'
 
 // A request, as one budget limits it, in named stages:
 //   identify → allow → limits and cost → decide → wait → hold → charge → respond → watch
@@ -60,9 +61,9 @@ export interface BudgetHooks {
   readonly notFound: RequestHook
 }
 
-/** `ran`: the request decoration saying one of the registration's hooks has limited it. */
-export function createHooks (decider: Decider, leases: Leases, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, appStore?: TheirStore): BudgetHooks {
-  const plan = planBudget(decider, leases, opts, budget, undoneScopes, appStore)
+/** `room`: where the registration's requests wait (`maxWaiting`); `ran`: the request decoration saying one of the registration's hooks has limited it. */
+export function createHooks (decider: Decider, leases: Leases, room: WaitingRoom, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, appStore?: TheirStore): BudgetHooks {
+  const plan = planBudget(decider, leases, room, opts, budget, undoneScopes, appStore)
   const run = (request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> => {
     // Limited once: a route's own hook and a limiter the app put on it too count the request once, the first.
     const marked = request as unknown as Record<symbol, boolean>

@@ -21,6 +21,7 @@ import type { HeaderStyle } from '../headers.js'
 import type { Leases } from '../leases.js'
 import type { ResolvedConcurrency } from '../options/concurrency.js'
 import type { Keyed } from './identify.js'
+import type { WaitingRoom } from './waiting-room.js'
 
 // What a budget's requests are decided with, worked out once when its route is added (onRoute): every stage
 // of lib/request/pipeline.ts reads it, and nothing in it changes afterwards. How the route's features meet
@@ -49,6 +50,8 @@ export interface Plan {
   readonly holdable: boolean
   /** `maxWait` and `maxQueue` for a request decided on `limits` (null: no request waits). */
   readonly waitFor: ((limits: readonly Limit[]) => WaitPolicy) | null
+  /** Where the requests that wait do, every budget of the registration together (`maxWaiting`). */
+  readonly room: WaitingRoom
   /** The scopes some route gives counts back to (it has a shared budget): complete once the app is ready. */
   readonly undoneScopes: ReadonlySet<string>
   /** The limits the route watches (`mode: 'shadow'` per limit), as a budget of their own; its keys per request. */
@@ -65,7 +68,7 @@ export interface Plan {
   readonly unavailable: { readonly after: number, readonly body: string, readonly type: string }
 }
 
-export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
+export function planBudget (decider: Decider, leases: Leases, room: WaitingRoom, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
   const { route, scope } = budget
   const { algorithm, failMode, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
@@ -102,6 +105,7 @@ export function planBudget (decider: Decider, leases: Leases, opts: ResolvedOpti
     fallbacks: fixedLimits === null ? fallbacksOf(route.limits, opts.route.limits) : [],
     holdable,
     waitFor: waitPolicy(route, fixedLimits),
+    room,
     undoneScopes,
     watched,
     shared,

@@ -2,7 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Outcome } from '../channels.js'
 import { formatDuration } from '../duration.js'
-import { BannedError, InvalidOptionError, TooCostlyError, TooManyInFlightError, TooManyRequestsError } from '../errors.js'
+import { BannedError, InvalidOptionError, TooCostlyError, TooManyInFlightError, TooManyRequestsError, TooManyWaitingError } from '../errors.js'
 import { retryAfterSeconds } from '../headers.js'
 import type { Decidable, Decision } from '../stores/store.js'
 import type { Plan } from './plan.js'
@@ -24,7 +24,7 @@ export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, 
   const after = never ? 'never' : formatDuration(retryAfterSeconds(verdict.retryMs) * 1000)
   const statusCode = banned ? 403 : 429
   if (route.errorResponseBuilder === undefined) {
-    const error = banned ? new BannedError(after) : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : new TooManyRequestsError(after)
+    const error = banned ? new BannedError(after) : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : refusedFor(outcome, after)
     // Its problem details, for `stripCode` to send instead of the default body (never serialized with the error).
     if (route.errorFormat === 'problem') Object.defineProperty(error, PROBLEM, { value: refusalProblem(verdict, input.cost ?? 1, headers, statusCode, error.message) })
     return kept(request, error)
@@ -35,6 +35,11 @@ export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, 
   }
   (error as { statusCode?: number }).statusCode ??= statusCode
   return error as Error
+}
+
+/** A refusal of the rate limits, or of the registration's room for waiting requests (`maxWaiting`). */
+function refusedFor (outcome: Outcome, after: string): Error {
+  return outcome === 'waiting-full' ? new TooManyWaitingError(after) : new TooManyRequestsError(after)
 }
 
 /**

@@ -24,7 +24,7 @@ const WAITED_HEADER = 'x-ratelimit-waited-ms'
 export const SHADOW = Object.freeze({ shadow: true })
 const ENFORCED = Object.freeze({ shadow: false })
 
-export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers, inFlight, slots }: Decided): HookResult {
+export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers, inFlight, roomFull, slots }: Decided): HookResult {
   const { route } = plan
   // Under `concurrency`, the units in flight after its slots were asked for.
   const inUse = slots !== undefined && 'count' in slots ? slots.count : undefined
@@ -59,7 +59,7 @@ export function respond (plan: Plan, request: FastifyRequest, reply: FastifyRepl
     if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
     return undefined
   }
-  const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : inFlight === true ? 'in-flight' : 'limited'
+  const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : inFlight === true ? 'in-flight' : roomFull === true ? 'waiting-full' : 'limited'
   report(plan, outcome, key, verdict, input, headers, inUse)
   writeHeaders(reply, headers, verdict)
   route.onExceeded?.(request, key as string, ENFORCED)

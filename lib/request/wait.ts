@@ -9,6 +9,11 @@ import type { Plan } from './plan.js'
 // response's `close`) gives its place back, and its request goes no further: it ends as one left before its
 // handler under `refundAborted` does (499 `FST_RATE_GUARD_ABANDONED`, which nobody reads). In shadow mode
 // nothing waits: the decision says what enforce would have done.
+//
+// Every budget of a registration waits in one room of `maxWaiting` places (./waiting-room.ts): a request that
+// would wait when they are all taken is refused at once (429 `FST_RATE_GUARD_TOO_MANY_WAITING`), what it
+// counted given back as a leaving client's is, and strikes toward no ban: the room is filled by every client
+// of the process, not by this one alone. Its `Retry-After` is its own wait: by then its limits let it through without the room.
 
 /** A request whose client left while it waited: it goes no further. */
 export const LEFT = Symbol('left while waiting')
@@ -16,11 +21,17 @@ export const LEFT = Symbol('left while waiting')
 export function wait (plan: Plan, request: FastifyRequest, reply: FastifyReply, decided: Decided): Decided | Promise<Decided | typeof LEFT> {
   const { verdict } = decided
   if (verdict.status !== 'allowed' || verdict.waitMs === undefined || plan.route.mode === 'shadow') return decided
-  const { waitMs } = verdict
+  const { waitMs, ...now } = verdict
+  if (!plan.room.enter()) {
+    for (const charged of decided.charged) giveBack(plan, charged, request.log)
+    // Refused as its limits would refuse it without `maxWait`: until its wait is over (its count the one it saw).
+    return { ...decided, verdict: { ...now, status: 'limited', retryMs: waitMs }, charged: [], roomFull: true }
+  }
   const raw = reply.raw
   return new Promise(resolve => {
     const left = (): void => {
       clearTimeout(timer)
+      plan.room.leave()
       for (const charged of decided.charged) giveBack(plan, charged, request.log)
       resolve(LEFT)
     }
@@ -28,6 +39,7 @@ export function wait (plan: Plan, request: FastifyRequest, reply: FastifyReply, 
     // keeps the request from going before the place it was counted at.
     const timer = setTimeout(() => {
       raw.off('close', left)
+      plan.room.leave()
       resolve(decided)
     }, waitMs + 1)
     raw.once('close', left)
