@@ -216,8 +216,9 @@ function sequence (seed: number): Item[] {
     const waiter = waits.pick(['c0', 'c1'])
     const burst = at(waits)
     for (let i = 0; i < WAITS_PER_BLOCK; i++) steps.splice(burst + i, 0, plan(waiter, '/wait', 'GET', {}, { advance: STEP_MS + waits.pick(WAIT_GAPS) }))
-    // One block in three, on average: the others' waits run to their end.
-    if (waits.random() < 1 / 3) steps.splice(burst + WAITS_PER_BLOCK + waits.int(0, 3), 0, { leave: '/wait' })
+    // Right after the burst (within the wait, whatever the machine's speed), one block in three on average:
+    // the others' waits run to their end.
+    if (waits.random() < 1 / 3) steps.splice(burst + WAITS_PER_BLOCK, 0, { leave: '/wait' })
     // And two to /quota and one to /quota-shadow, by a stream of their own too.
     steps.splice(at(quotas), 0, quota(quotas))
     steps.splice(at(quotas), 0, quota(quotas))
@@ -226,8 +227,10 @@ function sequence (seed: number): Item[] {
     steps.splice(at(aborts), 0, { release: 'runs on', path: '/hold', which: aborts.random() })
     steps.splice(at(aborts), 0, { release: 'runs on', path: '/ban', which: aborts.random() })
   }
-  // /quota's month ends a third to two thirds of the way through (before, during or after the outage).
-  steps.splice(aborts.int(Math.floor(steps.length / 3), Math.floor(2 * steps.length / 3)), 0, 'month ends')
+  // /quota's month ends a third to two thirds of the way through (before, during or after the outage), and
+  // the clients /quota counts most ask again at once: a month's quota used up lets them through.
+  const ends = aborts.int(Math.floor(steps.length / 3), Math.floor(2 * steps.length / 3))
+  steps.splice(ends, 0, 'month ends', plan('c0', '/quota', 'GET', { 'x-cost': '1' }), plan('c1', '/quota', 'GET', { 'x-cost': '1' }))
   return steps
 }
 
@@ -483,6 +486,10 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   await answered(null)
   while ([...waiting.values()].some(({ answer }) => answer === undefined)) await leave(null)
   await answered(null)
+  const figures = ['waited on /wait', 'left while waiting on /wait', 'refused on /wait', 'decided on /quota in the new month',
+    'admitted /quota in a new month, past the last month\'s quota', 'hung up while its handler ran on /hold', 'hung up while its handler ran on /ban',
+    'a refusal checked for a current reason', 'refused on a reason from another scope, still current']
+  t.comment(`reached: ${figures.map(kind => `${kind} ${model.tally.get(kind) ?? 0}`).join(', ')}`)
   if (process.env.COMBO_HISTORY !== undefined) t.comment(history.map(([, line]) => line).join('\n'))
   const lines = (name: Invariant): string[] => model.violations.get(name) ?? []
   for (const name of Object.keys(INVARIANTS) as Invariant[]) {

@@ -114,8 +114,9 @@ export class Events {
   /** Its response's `close`, a turn after the plugin heard it (a request that left while it waited gave its place back). */
   readonly over = new Deferred()
   /**
-   * A turn after the plugin's hook took it: its decision is made (in process), or its batch sent to Redis with
-   * the app's clock (the batcher sends on the next turn), so the test may move the clock.
+   * Two turns after the plugin's hook took it: its decision is made (in process), or its batch sent to Redis
+   * with the app's clock (the batcher sends on the turn after it was given the request, which may come a
+   * microtask after the hook), so the test may move the clock.
    */
   readonly asked = new Deferred()
   /** Its response is over (`close`, heard after the plugin's: its slots are given back). */
@@ -168,7 +169,7 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     request.raw.once('close', () => events?.closed.resolve(request.raw.aborted))
     reply.raw.once('close', () => setImmediate(() => events?.over.resolve()))
     done()
-    setImmediate(() => events?.asked.resolve())
+    setImmediate(() => setImmediate(() => events?.asked.resolve()))
   })
   app.addHook('onRoute', (route: RouteOptions) => {
     const append = (name: 'onRequest' | 'onResponse' | 'onRequestAbort', fn: (request: FastifyRequest) => Promise<void>): void => {

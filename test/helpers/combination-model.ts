@@ -161,8 +161,9 @@ export class Model {
   /** Per route and client, units given back while Redis failed: their leases may still count there. */
   readonly #stuck = new Map<string, number>()
   readonly violations = new Map<Invariant, string[]>()
-  /** What the traffic reached, so a fixed seed can be held to reaching each. */
+  /** What the traffic reached, so a fixed seed can be held to reaching each, and how often. */
   readonly reached = new Set<string>()
+  readonly tally = new Map<string, number>()
   #redisDown = false
 
   constructor (failMode: FailMode, monthEnd: number) {
@@ -179,6 +180,11 @@ export class Model {
   get #scope (): string {
     if (!this.#redisDown) return 'redis'
     return this.#failMode === 'local' ? 'local' : 'nothing'
+  }
+
+  #reach (kind: string): void {
+    this.reached.add(kind)
+    this.tally.set(kind, (this.tally.get(kind) ?? 0) + 1)
   }
 
   #fail (invariant: Invariant, line: string): void {
@@ -202,7 +208,7 @@ export class Model {
     }
     if (status === 503) {
       if (!(this.#failMode === 'closed' && failing)) fail('unavailable', failing ? `failMode ${this.#failMode}` : 'Redis is up')
-      else this.reached.add('503 while Redis fails')
+      else this.#reach('503 while Redis fails')
     }
     if (status !== null && ![200, 403, 429, 503].includes(status) && !(status === 500 && seen.ran)) fail('answers', `status ${status}`)
     // While Redis fails, failMode 'open' lets requests through counted nowhere, by design; 'closed' lets none.
@@ -225,12 +231,12 @@ export class Model {
       const refused = seen.entry?.limit === String(concurrency)
       if (refused && slots.upper + cost <= concurrency) fail('slots', `let through as in flight with ${slots.upper} of ${concurrency} slot(s) in use`)
       if (!refused && slots.lower + cost > concurrency) fail('slots', `took its slot beside ${slots.lower} of ${concurrency} in use`)
-      if (refused) this.reached.add('let through in flight (shadow)')
+      if (refused) this.#reach('let through in flight (shadow)')
       return hold(scope, !refused)
     }
     if (seen.unenforced || seen.entry?.unenforced === true) {
       if (!(this.#failMode === 'open' && failing)) fail('enforcement', 'X-RateLimit-Enforced: false')
-      else this.reached.add('unenforced while Redis fails')
+      else this.#reach('unenforced while Redis fails')
     }
     if (!decided && (seen.ran || seen.passed)) {
       if (this.#failMode === 'closed') fail('enforcement', 'let through while Redis fails, under failMode closed')
@@ -256,8 +262,8 @@ export class Model {
     const denied = decided && BANNING.includes(path) && !banned && cost <= route.max && (over || (full && !admitted))
     const banStarts = denied && denials + 1 >= BAN_THRESHOLD
     if (admitted) {
-      this.reached.add(`admitted ${path}`)
-      if (scope === 'local') this.reached.add('admitted in process while Redis fails')
+      this.#reach(`admitted ${path}`)
+      if (scope === 'local') this.#reach('admitted in process while Redis fails')
       if (banned) fail('admissions', 'admitted under an enforced ban')
       else if (!lowerFits) fail('admissions', `admitted ${cost} unit(s) over ${lower} already admitted, max ${max}`)
       if (concurrency !== null && seen.entry !== undefined) {
@@ -265,10 +271,10 @@ export class Model {
         // The app's count, less the requests whose slots are another scope's (or none: failMode 'open').
         const elsewhere = this.#elsewhere(scope, path, client)
         if (seen.entry.running - elsewhere > concurrency) fail('slots', `${seen.entry.running} unit(s) of its client running at once (${elsewhere} on another scope's slots), max ${concurrency}`)
-        if (slots.lower > 0) this.reached.add('admitted beside one in flight')
+        if (slots.lower > 0) this.#reach('admitted beside one in flight')
       }
       if (path === '/quota' && now >= this.#monthEnd && ledger.reduce((n, e) => n + (e.period === 0 ? e.lower : 0), 0) + cost > ROUTES['/quota'].max) {
-        this.reached.add('admitted /quota in a new month, past the last month\'s quota')
+        this.#reach('admitted /quota in a new month, past the last month\'s quota')
       }
       ledger.push({ ...this.#charge(step, seen), period: now >= this.#monthEnd ? 1 : 0 })
       hold(scope, concurrency !== null)
@@ -276,28 +282,31 @@ export class Model {
       // Its rate limit allowed it (it decides first), then its slots were full.
       if (!lowerFits) fail('slots', `refused in flight, though its rate limit (${lower} of ${max} counted) refuses it first`)
       else if (!full) fail('slots', `refused in flight with ${slots.upper} of ${concurrency} slot(s) in use and a cost of ${cost}`)
-      else this.reached.add('refused in flight')
+      else this.#reach('refused in flight')
     } else if (status === 429 && seen.code === TOO_COSTLY && concurrency !== null && cost > concurrency) {
       // More units than its slots hold: it never fits, whatever is in flight, and waits for nothing.
       if (!lowerFits) fail('slots', `refused as never fitting its slots, though its rate limit (${lower} of ${max} counted) refuses it first`)
       else if (seen.headers?.retryAfter !== undefined) fail('slots', `refused as never fitting its slots, with Retry-After ${seen.headers.retryAfter}`)
-      else this.reached.add('too costly for its slots')
+      else this.#reach('too costly for its slots')
     } else if (status === 429) {
+      this.#reach('a refusal checked for a current reason')
       // A reason now, or one that still holds: a refusal held in process, or a ban, from another scope.
       const excused = this.#excused(this.#overUntil, key, now) || this.#excused(this.#bannedUntil, client, now)
       if (!(banned || over || excused)) fail('refusals', `429 with ${upper} of ${max} counted and a cost of ${cost}${this.#expired(key, client)}`)
-      else this.reached.add('refused for its count')
-      if (!banned && !over && excused) this.reached.add('refused on a reason from another scope, still current')
+      else this.#reach('refused for its count')
+      if (!banned && !over && excused) this.#reach('refused on a reason from another scope, still current')
       if (over) this.#overUntil.set(key, Math.max(this.#overUntil.get(key) ?? 0, ...overs.map(c => c.ends)))
     } else if (status === 403) {
+      this.#reach('a refusal checked for a current reason')
       if (!(banned || banStarts || this.#excused(this.#bannedUntil, client, now))) fail('refusals', `403 with no enforced ban (${denials} denials on /ban)${this.#expired(key, client)}`)
-      else this.reached.add('refused under an enforced ban')
+      else this.#reach('refused under an enforced ban')
     }
+    if (path === '/quota' && now >= this.#monthEnd) this.#reach('decided on /quota in the new month')
     if (denied) {
-      if (!over) this.reached.add('a refusal in flight struck toward a ban')
+      if (!over) this.#reach('a refusal in flight struck toward a ban')
       this.#denials.set(`${scope} ${client}`, denials + 1)
       if (banStarts) {
-        this.reached.add(`a ban started on ${path}`)
+        this.#reach(`a ban started on ${path}`)
         this.#banned.set(`${scope} ${client}`, now + HOUR_MS)
         this.#bannedUntil.set(client, now + HOUR_MS)
       }
@@ -313,14 +322,14 @@ export class Model {
     if (holding === undefined) return
     this.#holding.delete(where)
     if (how === 'finished' && status !== (holding.runsOn ? null : 200)) this.#fail('answers', `${where}: ${text}, let finish -> ${status}`)
-    if (holding.runsOn) this.reached.add('a handler hung up on ran to its end')
+    if (holding.runsOn) this.#reach('a handler hung up on ran to its end')
     if (!holding.slotted) return
-    this.reached.add(`a slot freed: ${how}`)
+    this.#reach(`a slot freed: ${how}`)
     if (holding.scope === 'redis' && this.#redisDown) {
       // Given back to a Redis that cannot hear it: its lease ends later than the run, so it may still count.
       const key = `${holding.path} ${holding.client}`
       this.#stuck.set(key, (this.#stuck.get(key) ?? 0) + holding.units)
-      this.reached.add('a slot given back while Redis fails')
+      this.#reach('a slot given back while Redis fails')
     }
   }
 
@@ -329,7 +338,7 @@ export class Model {
     const holding = this.#holding.get(where)
     if (holding === undefined) return
     this.#holding.set(where, { ...holding, runsOn: true })
-    this.reached.add(`hung up while its handler ran on ${holding.path}`)
+    this.#reach(`hung up while its handler ran on ${holding.path}`)
   }
 
   /**
@@ -358,7 +367,7 @@ export class Model {
     if (status === 403 && answer.kind !== 'banned' && this.#excused(this.#bannedUntil, who.split(' ')[1]!, now)) {
       // Banned in another scope, the ban held in process: the place the model kept was never taken.
       this.#waitLog.leave(who, where)
-      this.reached.add('refused under an enforced ban')
+      this.#reach('refused under an enforced ban')
       return
     }
     const expected = { now: 200, waits: 200, refused: 429, banned: 403, unenforced: 200, unavailable: 503 }[answer.kind]
@@ -367,7 +376,7 @@ export class Model {
     const waited = answer.kind === 'waits' ? answer.ms : undefined
     if (waitedMs !== waited) return fail(`expected ${waited === undefined ? 'no wait' : `a wait of ${waited} ms`}`)
     if (waited !== undefined && ranAfterMs !== undefined && ranAfterMs < waited) return fail(`its handler ran ${ranAfterMs.toFixed(1)} ms after it was sent`)
-    this.reached.add({ now: 'admitted /wait', waits: 'waited on /wait', refused: 'refused on /wait', banned: 'refused under an enforced ban', unenforced: 'unenforced while Redis fails', unavailable: '503 while Redis fails' }[answer.kind])
+    this.#reach({ now: 'admitted /wait', waits: 'waited on /wait', refused: 'refused on /wait', banned: 'refused under an enforced ban', unenforced: 'unenforced while Redis fails', unavailable: '503 while Redis fails' }[answer.kind])
   }
 
   /** The client of /wait request `where`, which was to wait, hung up: before its handler (`ran` false), it gave its place back. */
@@ -376,7 +385,7 @@ export class Model {
     this.#waiting.delete(where)
     if (ran) return
     this.#waitLog.leave(who, where)
-    this.reached.add('left while waiting on /wait')
+    this.#reach('left while waiting on /wait')
   }
 
   /** A client's slots on a route in `scope`: those its held requests hold, and (`upper`) those Redis may still count. */
@@ -423,15 +432,15 @@ export class Model {
   #charge (step: Step, seen: Seen): Omit<Entry, 'period'> {
     if (!seen.ran) {
       // Counted, then hung up before its handler: refundAborted gives it back (no work was done); else it stands.
-      this.reached.add('hung up before the handler')
+      this.#reach('hung up before the handler')
       return { lower: 0, upper: step.path === '/abort' ? 0 : step.cost }
     }
-    if (step.ends === 'after-handler') this.reached.add('hung up after the handler started')
+    if (step.ends === 'after-handler') this.#reach('hung up after the handler started')
     if (seen.settled === 'ok') {
-      this.reached.add(`settled on ${step.path}`)
+      this.#reach(`settled on ${step.path}`)
       return { lower: step.settle!, upper: step.settle! }
     }
-    if (seen.settled !== undefined) this.reached.add('settle refused')
+    if (seen.settled !== undefined) this.#reach('settle refused')
     if (step.givenBack && step.ends === 'answered') return { lower: 0, upper: 0 }
     return { lower: step.cost, upper: step.cost }
   }
