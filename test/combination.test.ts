@@ -4,7 +4,7 @@
 // amounts that are no amount), countWhen and skipFailedRequests, refundAborted, and aborts over real sockets
 // before and after the handler started, requests in flight (`concurrency`, enforced and in shadow mode:
 // requests held open in their handlers, refused past their slots, then let finish or hung up, some across the
-// outage, some hung up while their handler runs on), a route under `maxWait` (a second's window: requests
+// outage, some hung up while their handler runs on), a route under `maxWait` (a 2 s window: requests
 // let through at once, after a wait, or refused, and clients that leave while they wait), and calendar quotas
 // (a month's beside an hour's window, with costs, settlements and a ban policy, the month's end crossed in
 // every run; a day's in shadow mode); run on the in-process store and on Redis (a server of the run's own,
@@ -15,7 +15,7 @@
 //
 // The app's clock (test/helpers/app-clock.ts; on Redis, `clock: 'app'`) is held still during each request and
 // moved STEP_MS before it: a run spans seconds of it, and reaches /quota's month end at a step the seed
-// chose, whatever the machine's speed. Every other window is an hour and every lease 30 s, longer than a run.
+// chose, whatever the machine's speed. Every other window and every lease is an hour, longer than a run.
 // Each step waits for the events it causes (its handler, its settle, the plugin's response and abort hooks,
 // its response's close, told by the app: test/helpers/combination-app.ts), never for time; a request that
 // waits on /wait is read when its answer comes, steps later.
@@ -54,10 +54,10 @@ const HUGE = String(Number.MAX_SAFE_INTEGER)
  * speed. More than half what a step takes on a loaded machine: Redis expires /wait's log two windows after
  * its last write on its own clock, which must not pass a window of the app's first.
  */
-const STEP_MS = 50
+const STEP_MS = 100
 /** /wait's requests a block, all of one client, and how far the clock moves before each (besides STEP_MS). */
 const WAITS_PER_BLOCK = 4
-const WAIT_GAPS = [0, 150, 300, 450]
+const WAIT_GAPS = [0, 300, 600, 900]
 
 /** A request to send: the model's view of it, and how to send it. */
 interface Planned extends Step {
@@ -216,9 +216,9 @@ function sequence (seed: number): Item[] {
     const waiter = waits.pick(['c0', 'c1'])
     const burst = at(waits)
     for (let i = 0; i < WAITS_PER_BLOCK; i++) steps.splice(burst + i, 0, plan(waiter, '/wait', 'GET', {}, { advance: STEP_MS + waits.pick(WAIT_GAPS) }))
-    // Right after the burst (within the wait, whatever the machine's speed), one block in three on average:
+    // Right after the burst (within the wait, whatever the machine's speed), one block in two on average:
     // the others' waits run to their end.
-    if (waits.random() < 1 / 3) steps.splice(burst + WAITS_PER_BLOCK, 0, { leave: '/wait' })
+    if (waits.random() < 1 / 2) steps.splice(burst + WAITS_PER_BLOCK, 0, { leave: '/wait' })
     // And two to /quota and one to /quota-shadow, by a stream of their own too.
     steps.splice(at(quotas), 0, quota(quotas))
     steps.splice(at(quotas), 0, quota(quotas))
@@ -338,6 +338,8 @@ interface Pending {
   readonly events: Events
   readonly sent: Sent
   readonly sentAt: number
+  /** When its wait ends, as the model says (performance.now()). */
+  readonly until: number
   answer?: Answer
 }
 
@@ -353,7 +355,7 @@ async function sendWait (combo: ComboApp, model: Model, step: Planned, id: numbe
   const answer = model.decideWait(step, `#${id}`, appClock.now())
   const waits = answer.kind === 'waits'
   const sent = await send(combo.port, 'GET', '/wait', headers, waits ? events.asked.promise : new Promise(() => {}))
-  const pending: Pending = { step, events, sent, sentAt }
+  const pending: Pending = { step, events, sent, sentAt, until: sentAt + (waits ? answer.ms : 0) }
   sent.answered.then(got => { pending.answer = got }, () => {})
   if (sent.answer === null) return pending
   pending.answer = sent.answer
@@ -416,7 +418,8 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
     }
   }
   const leave = async (at: number | null): Promise<void> => {
-    const [of, pending] = [...waiting].find(([, { answer }]) => answer === undefined) ?? []
+    // The one whose wait ends last: still waiting, however slow the machine.
+    const [of, pending] = [...waiting].filter(([, { answer }]) => answer === undefined).sort(([, a], [, b]) => b.until - a.until)[0] ?? []
     if (of === undefined || pending === undefined) return
     waiting.delete(of)
     const left = await leaveWait(model, pending, of)
@@ -434,7 +437,7 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
       if (server === null || lent === null) continue
       history.push([id, `#${id} ${step}`])
       if (step === 'redis down') {
-        // Those that outlive the outage on Redis's clock (not /wait's, a second's window).
+        // Those that outlive the outage on Redis's clock (not /wait's, of a 2 s window).
         keys = []
         for (const key of await scanKeys(lent, nameSpace)) {
           const ttl = await lent.pttl(key)

@@ -63,7 +63,12 @@ export const QUOTA_ZONE = 'Pacific/Kiritimati'
 /** /quota's other limit: units an hour, which a month's end does not reset. */
 export const QUOTA_HOUR_MAX = 5
 /** /wait's window, the longest a request there waits for its place, and how many of a client's wait at once. */
-export const WAIT = { windowMs: 1000, maxWaitMs: 500, maxQueue: 1 } as const
+export const WAIT = { windowMs: 2000, maxWaitMs: 1000, maxQueue: 1 } as const
+/**
+ * Every lease: longer than the app's clock moves in a run, held still between steps while the leases' renewals
+ * run on real time (every third of a lease), so no lease ends under a request still running.
+ */
+const LEASE = '1 hour'
 
 /** What the handler did with `x-settle`: `ok`, or the rejection's code. */
 export type SettleOutcome = 'ok' | string
@@ -235,11 +240,11 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     }
   }, handler)
   app.get('/settle', { config: { rateLimit: { ...limit('/settle'), cost: ROUTES['/settle'].cost } } }, handler)
-  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
+  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency, lease: LEASE }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
   app.route({ method: ['GET', 'POST'], url: '/abort', config: { rateLimit: { ...limit('/abort'), refundAborted: true } }, handler })
   app.get('/watched', { config: { rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
   app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
-  app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency } } } }, handler)
+  app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency, lease: LEASE } } } }, handler)
   app.get('/wait', { config: { rateLimit: { max: ROUTES['/wait'].max, timeWindow: WAIT.windowMs, maxWait: WAIT.maxWaitMs, maxQueue: WAIT.maxQueue } } }, handler)
   app.get('/quota', {
     config: { rateLimit: { limits: [{ max: QUOTA_HOUR_MAX, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: QUOTA_ZONE }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
@@ -247,7 +252,7 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
   app.get('/quota-shadow', { config: { rateLimit: { limits: [{ max: ROUTES['/quota-shadow'].max, per: 'day' }], mode: 'shadow' } } }, handler)
   // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
   app.get('/hold-shadow', {
-    config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency } } }
+    config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency, lease: LEASE } } }
   }, handler)
   await app.listen({ port: 0, host: '127.0.0.1' })
   return {

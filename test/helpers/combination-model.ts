@@ -371,10 +371,10 @@ export class Model {
       return
     }
     const expected = { now: 200, waits: 200, refused: 429, banned: 403, unenforced: 200, unavailable: 503 }[answer.kind]
-    if (status !== expected) return fail(`expected ${expected}, as ${JSON.stringify(answer)} at ${now}`)
+    if (status !== expected) return fail(`expected ${expected}, as ${JSON.stringify(answer)} (its log: ${this.#waitLog.describe(who, now)})`)
     if (unenforced !== (answer.kind === 'unenforced')) return fail(`X-RateLimit-Enforced: ${String(!unenforced)}`)
     const waited = answer.kind === 'waits' ? answer.ms : undefined
-    if (waitedMs !== waited) return fail(`expected ${waited === undefined ? 'no wait' : `a wait of ${waited} ms`}`)
+    if (waitedMs !== waited) return fail(`expected ${waited === undefined ? 'no wait' : `a wait of ${waited} ms`} (its log: ${this.#waitLog.describe(who, now)})`)
     if (waited !== undefined && ranAfterMs !== undefined && ranAfterMs < waited) return fail(`its handler ran ${ranAfterMs.toFixed(1)} ms after it was sent`)
     this.#reach({ now: 'admitted /wait', waits: 'waited on /wait', refused: 'refused on /wait', banned: 'refused under an enforced ban', unenforced: 'unenforced while Redis fails', unavailable: '503 while Redis fails' }[answer.kind])
   }

@@ -43,6 +43,11 @@ export class WaitLog {
     if (at !== -1) places.splice(at, 1)
   }
 
+  /** For a report: `who`'s places, in ms from `now`, and the requests that took them. */
+  describe (who: string, now: number): string {
+    return (this.#places.get(who) ?? []).map(({ at, id }) => `${id} at ${at - now}`).join(', ')
+  }
+
   #keep (places: Place[], place: Place): void {
     let i = places.length
     while (i > 0 && places[i - 1]!.at > place.at) i--
