@@ -63,7 +63,7 @@ export const QUOTA_ZONE = 'Pacific/Kiritimati'
 /** /quota's other limit: units an hour, which a month's end does not reset. */
 export const QUOTA_HOUR_MAX = 5
 /** /wait's window, the longest a request there waits for its place, and how many of a client's wait at once. */
-export const WAIT = { windowMs: 2000, maxWaitMs: 1000, maxQueue: 1 } as const
+export const WAIT = { windowMs: 1000, maxWaitMs: 500, maxQueue: 1 } as const
 /**
  * Every lease: longer than the app's clock moves in a run, held still between steps while the leases' renewals
  * run on real time (every third of a lease), so no lease ends under a request still running.
