@@ -4,38 +4,44 @@
 // amounts that are no amount), countWhen and skipFailedRequests, refundAborted, and aborts over real sockets
 // before and after the handler started, requests in flight (`concurrency`, enforced and in shadow mode:
 // requests held open in their handlers, refused past their slots, then let finish or hung up, some across the
-// outage), a route under `maxWait` (shorter than an hour's window: over its limit, refused as before), and calendar
-// quotas (a month's beside an hour's window, with costs, settlements and a ban policy; a day's in shadow mode); run
-// on the in-process store and on Redis (a server of the run's own, stopped for a few requests late in the run and
-// started again), under each failMode. After every request the answer is checked against the
-// model of test/helpers/combination-model.ts: nothing a client controls, and no feature that only watches
-// traffic, may loosen a limit that is enforced.
+// outage, some hung up while their handler runs on), a route under `maxWait` (a second's window: requests
+// let through at once, after a wait, or refused, and clients that leave while they wait), and calendar quotas
+// (a month's beside an hour's window, with costs, settlements and a ban policy, the month's end crossed in
+// every run; a day's in shadow mode); run on the in-process store and on Redis (a server of the run's own,
+// stopped for a few requests late in the run and started again), under each failMode. After every request the
+// answer is checked against the model of test/helpers/combination-model.ts: nothing a client controls, and no
+// feature that only watches traffic, may loosen a limit that is enforced, and no refusal comes without a
+// reason that still holds.
 //
-// Every window is an hour and every lease 30 s, so "never more than max units per client in the run" is the
-// limit: no model of Redis's clock is needed. Each step waits for the events it causes (its handler, its
-// settle, the plugin's response and abort hooks, its response's close, told by the app:
-// test/helpers/combination-app.ts), never for time.
+// The app's clock (test/helpers/app-clock.ts; on Redis, `clock: 'app'`) is held still during each request and
+// moved STEP_MS before it: a run spans seconds of it, and reaches /quota's month end at a step the seed
+// chose, whatever the machine's speed. Every other window and every lease is an hour, longer than a run.
+// Each step waits for the events it causes (its handler, its settle, the plugin's response and abort hooks,
+// its response's close, told by the app: test/helpers/combination-app.ts), never for time; a request that
+// waits on /wait is read when its answer comes, steps later.
 //
 // Seeds: a few fixed ones (which must reach every kind of step and answer) and one fresh one per run;
 // COMBO_SEED=<n> replays one seed alone (every store and failMode); COMBO_HISTORY=1 prints every step. The
-// whole file takes about 20 s (30 runs of 200 steps), within .taprc's 60 s.
-import { setTimeout as sleep } from 'node:timers/promises'
+// whole file takes about 20 s on a quiet machine (30 runs of 300 steps), within .taprc's 60 s.
+import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import type { Test } from 'tap'
 import { changesChannel } from '../lib/changes.js'
 import type { FailMode } from '../lib/index.js'
 import { periodOf } from '../lib/calendar.js'
+import { appClock } from './helpers/app-clock.js'
 import { comboApp, hangUp, QUOTA_ZONE, ROUTES, send, waitFor } from './helpers/combination-app.js'
-import type { ComboApp, Events, Path, Sent } from './helpers/combination-app.js'
+import type { Answer, ComboApp, Events, Path, Sent } from './helpers/combination-app.js'
 import { INVARIANTS, Model } from './helpers/combination-model.js'
 import type { Invariant, Seen, Step } from './helpers/combination-model.js'
 import { draws } from './helpers/random.js'
 import type { Draws } from './helpers/random.js'
+import type { Redis } from 'ioredis'
 import { client, ready, scanKeys, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 
 // Seed 7 also settles one client's requests at Number.MAX_SAFE_INTEGER, then asks again (the in-process store's
 // count past 2^53).
-const FIXED_SEEDS = [1, 2, 3, 7]
+const FIXED_SEEDS = [1, 7, 9, 11]
 const replay = process.env.COMBO_SEED
 const seeds = replay !== undefined && replay !== '' ? [Number(replay)] : [...FIXED_SEEDS, Math.floor(Math.random() * 2 ** 31)]
 const STORES = ['memory', 'redis'] as const
@@ -44,12 +50,23 @@ const CLIENTS = ['c0', 'c1', 'c2', 'c3']
 /** Steps come in blocks holding each kind once, in a random order: every run reaches every kind. */
 const BLOCKS = 10
 const HUGE = String(Number.MAX_SAFE_INTEGER)
+/**
+ * How far the app's clock moves before each request (ms): a run spans seconds of it, whatever the machine's
+ * speed. More than half what a step takes on a loaded machine: Redis expires /wait's log two windows after
+ * its last write on its own clock, which must not pass a window of the app's first.
+ */
+const STEP_MS = 100
+/** /wait's requests a block, all of one client, and how far the clock moves before each (besides STEP_MS). */
+const WAITS_PER_BLOCK = 4
+const WAIT_GAPS = [0, 150, 300, 450]
 
 /** A request to send: the model's view of it, and how to send it. */
 interface Planned extends Step {
   readonly method: 'GET' | 'POST'
   readonly headers: Readonly<Record<string, string>>
   readonly body: object | undefined
+  /** How far the app's clock moves before it is sent (ms). */
+  readonly advance: number
 }
 
 /**
@@ -57,9 +74,15 @@ interface Planned extends Step {
  * and how. /ban's least often: a client's request held there, the next one it sends is refused in flight.
  */
 interface Release {
-  readonly release: 'finish' | 'hang up'
+  /** `runs on`: its client hangs up while its handler goes on working (until a later `finish` lets it end). */
+  readonly release: 'finish' | 'hang up' | 'runs on'
   readonly path: Path
   readonly which: number
+}
+
+/** The client of the oldest request waiting on /wait hangs up. */
+interface Leave {
+  readonly leave: '/wait'
 }
 const HELD_ON: readonly Path[] = ['/hold', '/hold', '/hold-shadow', '/ban']
 
@@ -71,7 +94,7 @@ function costOf (given: string): number {
   return Number.isSafeInteger(value) && value >= 1 ? value : 1
 }
 
-function plan (client: string, path: Path, method: 'GET' | 'POST', headers: Record<string, string>, extra: Partial<Step> & { body?: object } = {}): Planned {
+function plan (client: string, path: Path, method: 'GET' | 'POST', headers: Record<string, string>, extra: Partial<Step> & { body?: object, advance?: number } = {}): Planned {
   const shown = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join(', ')
   const body = extra.body === undefined ? '' : ` ${JSON.stringify(extra.body).slice(0, 40)}`
   const ends = extra.ends ?? 'answered'
@@ -83,6 +106,7 @@ function plan (client: string, path: Path, method: 'GET' | 'POST', headers: Reco
     method,
     headers,
     body: extra.body,
+    advance: extra.advance ?? STEP_MS,
     cost: extra.cost ?? ROUTES[path].cost ?? 1,
     ends,
     givenBack: extra.givenBack ?? false,
@@ -158,16 +182,22 @@ function quota ({ pick }: Draws): Planned {
   return plan(client, '/quota', 'GET', { 'x-cost': cost, ...(amount === undefined ? {} : { 'x-settle': amount }) }, { cost: costOf(cost), settle: amount === undefined ? undefined : Number(amount) })
 }
 
-/** Redis fails from here (stopped), or is back (started again, with its data); the in-process store goes on. */
-type Outage = 'redis down' | 'redis up'
+/**
+ * Redis fails from here (stopped), or is back (started again, with its data); the in-process store goes on.
+ * Or /quota's month ends: the app's clock reaches the month's end in QUOTA_ZONE.
+ */
+type Marker = 'redis down' | 'redis up' | 'month ends'
+type Item = Planned | Release | Leave | Marker
 
 /** The seed's sequence: the same for every store and failMode. */
-function sequence (seed: number): Array<Planned | Release | Outage> {
+function sequence (seed: number): Item[] {
   const draw = draws(seed, 0)
   // Its own stream: another seed of the same run's.
   const waits = draws(seed ^ 0x2545f491, 0)
   const quotas = draws(seed ^ 0x5bd1e995, 0)
-  const steps: Array<Planned | Release | Outage> = []
+  const aborts = draws(seed ^ 0x68e31da4, 0)
+  const steps: Item[] = []
+  const at = (stream: Draws): number => steps.length - stream.int(0, KINDS_PER_BLOCK - 1)
   const names = Object.keys(KINDS)
   // One outage of 8 to 13 requests, late in the run (what comes before has Redis to itself).
   const outage = draw.int(BLOCKS - 3, BLOCKS - 2)
@@ -180,15 +210,36 @@ function sequence (seed: number): Array<Planned | Release | Outage> {
       ;[order[i], order[j]] = [order[j]!, order[i]!]
     }
     for (const name of order) steps.push(KINDS[name]!(draw, draw.pick(CLIENTS)))
-    // One request to /wait a block, placed by a stream of its own: every other step is the one the seed made
-    // before /wait was added, so a seed reaches what it reached.
-    steps.splice(steps.length - waits.int(0, KINDS_PER_BLOCK - 1), 0, plan(waits.pick(CLIENTS), '/wait', 'GET', {}))
+    // A client's requests to /wait, close enough on the clock to wait, and one client leaving while it waits,
+    // placed by a stream of their own: every other step is the one the seed made before, so a seed reaches what
+    // it reached.
+    // The clients /ban leaves be: a banned one's requests are refused before /wait's log is asked.
+    const waiter = waits.pick(['c0', 'c1'])
+    const burst = at(waits)
+    for (let i = 0; i < WAITS_PER_BLOCK; i++) steps.splice(burst + i, 0, plan(waiter, '/wait', 'GET', {}, { advance: STEP_MS + waits.pick(WAIT_GAPS) }))
+    // Right after the burst (within the wait, whatever the machine's speed), one block in two on average:
+    // the others' waits run to their end.
+    // Then the client asks again: with the place given back it waits; else its queue is full, and it is refused.
+    if (waits.random() < 1 / 2) steps.splice(burst + WAITS_PER_BLOCK, 0, { leave: '/wait' }, plan(waiter, '/wait', 'GET', {}))
     // And two to /quota and one to /quota-shadow, by a stream of their own too.
-    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, quota(quotas))
-    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, quota(quotas))
-    steps.splice(steps.length - quotas.int(0, KINDS_PER_BLOCK - 1), 0, plan(quotas.pick(CLIENTS), '/quota-shadow', 'GET', {}))
+    steps.splice(at(quotas), 0, quota(quotas))
+    steps.splice(at(quotas), 0, quota(quotas))
+    steps.splice(at(quotas), 0, plan(quotas.pick(CLIENTS), '/quota-shadow', 'GET', {}))
+    // Requests held in their handler whose client hangs up while the handler goes on (each ends at a `finish`).
+    steps.splice(at(aborts), 0, { release: 'runs on', path: '/hold', which: aborts.random() })
+    steps.splice(at(aborts), 0, { release: 'runs on', path: '/ban', which: aborts.random() })
   }
+  // /quota's month ends a third to two thirds of the way through (before, during or after the outage), and
+  // the clients /quota counts most ask again at once: a month's quota used up lets them through.
+  const ends = aborts.int(Math.floor(steps.length / 3), Math.floor(2 * steps.length / 3))
+  steps.splice(ends, 0, 'month ends', plan('c0', '/quota', 'GET', { 'x-cost': '1' }), plan('c1', '/quota', 'GET', { 'x-cost': '1' }))
   return steps
+}
+
+/** Where the app's clock starts: as far before the month's end as the requests before 'month ends' move it, and 1 ms. */
+function clockStart (steps: readonly Item[], monthEnd: number): number {
+  const before = steps.slice(0, steps.indexOf('month ends'))
+  return monthEnd - 1 - before.reduce((sum, step) => sum + (typeof step === 'object' && 'advance' in step ? step.advance : 0), 0)
 }
 
 /** Sends one step and waits for everything it starts on the server to finish. */
@@ -254,23 +305,89 @@ interface Held {
   readonly sent: Sent
 }
 
-/** Ends a request held open, and waits until its slots are given back: its answer's status, or null when hung up. */
+/**
+ * Ends a request held open, and waits until its slots are given back: its answer's status, or null when hung up.
+ * `runs on`: its client hangs up, and the test waits for the abort's hooks only: the handler goes on, holding
+ * its slots, until a later `finish` lets it end (with no answer: its client is gone).
+ */
 async function release (held: Map<number, Held>, id: number, how: Release['release']): Promise<number | null> {
   const { events, sent } = held.get(id)!
-  held.delete(id)
   const what = `held step ${id}:`
   let status: number | null = null
-  if (how === 'finish') {
+  if (how === 'finish' && !events.runsOn) {
     events.release.resolve()
     status = (await waitFor(sent.answered, `${what} its answer`)).status
     await waitFor(events.responded.promise, `${what} the onResponse hooks`)
+  } else if (how === 'finish') {
+    events.release.resolve()
   } else {
+    events.runsOn = how === 'runs on'
     sent.request.destroy()
     if (await waitFor(events.closed.promise, `${what} the close`)) await waitFor(events.aborted.promise, `${what} the onRequestAbort hooks`)
+    if (how === 'runs on') return null
   }
+  held.delete(id)
   await waitFor(events.handled.promise, `${what} the handler's end`)
   await waitFor(events.finished.promise, `${what} the response's close`)
+  // A turn for what the plugin does once the handler's work is over (its slots given back).
+  await new Promise(resolve => setImmediate(resolve))
   return status
+}
+
+/** A request to /wait that waits: its answer once it comes. */
+interface Pending {
+  readonly step: Planned
+  readonly events: Events
+  readonly sent: Sent
+  readonly sentAt: number
+  /** When its wait ends, as the model says (performance.now()). */
+  readonly until: number
+  answer?: Answer
+}
+
+/**
+ * Sends a request to /wait on the clock held still: when the model says it waits, the test goes on once the
+ * plugin has taken it (its batch sent with the clock's time) and reads its answer when it comes; otherwise it
+ * waits for the answer. Returns it as pending, or checks it at once.
+ */
+async function sendWait (combo: ComboApp, model: Model, step: Planned, id: number): Promise<Pending | string> {
+  const events = combo.events(id)
+  const headers = { ...step.headers, 'x-api-key': step.client, 'x-step': String(id) }
+  const sentAt = performance.now()
+  const answer = model.decideWait(step, `#${id}`, appClock.now())
+  const waits = answer.kind === 'waits'
+  const sent = await send(combo.port, 'GET', '/wait', headers, waits ? events.asked.promise : new Promise(() => {}))
+  const pending: Pending = { step, events, sent, sentAt, until: sentAt + (waits ? answer.ms : 0) }
+  sent.answered.then(got => { pending.answer = got }, () => {})
+  if (sent.answer === null) return pending
+  pending.answer = sent.answer
+  return await answerWait(model, pending, id)
+}
+
+/** Checks the answer that came to a request to /wait; what the history says of it. */
+async function answerWait (model: Model, { events, answer, sentAt }: Pending, id: number): Promise<string> {
+  const { status, headers } = answer!
+  if (events.entered.done) await waitFor(events.finished.promise, `/wait step ${id}: the response's close`)
+  const waited = headers['x-ratelimit-waited-ms'] === undefined ? undefined : Number(headers['x-ratelimit-waited-ms'])
+  model.waitAnswered(`#${id}`, status, waited, events.entered.done ? events.entered.value!.at - sentAt : undefined, headers['x-ratelimit-enforced'] === 'false')
+  return `${status}${waited === undefined ? '' : ` after a wait of ${waited} ms`}`
+}
+
+/**
+ * The client of a request waiting on /wait hangs up: whether it was still waiting (its handler never ran). On
+ * Redis, a PING on the plugin's connection, after the call that gives its place back, answers once that has.
+ */
+async function leaveWait (model: Model, { events, sent }: Pending, id: number, lent: Redis | null): Promise<boolean> {
+  sent.request.destroy()
+  await waitFor(events.over.promise, `/wait step ${id}: the response's close`)
+  // A turn first: the call may wait for the batcher's, queued after the turn `over` came on.
+  await new Promise(resolve => setImmediate(resolve))
+  await lent?.ping().catch(() => {})
+  // Gone past its wait just before: it runs, counted, and nobody reads its answer.
+  const ran = events.passed.done
+  if (events.entered.done) await waitFor(events.handled.promise, `/wait step ${id}: the handler's end`)
+  model.waitLeft(`#${id}`, ran)
+  return !ran
 }
 
 function handled (events: Events): string | undefined {
@@ -283,23 +400,57 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   const server = where === 'redis' ? await startRedisServer(t, ['--appendonly', 'yes']) : null
   const lent = server === null ? null : await ready(client(t, server.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 }))
   const nameSpace = uniquePrefix()
+  // The app's clock, held still and moved by each step, reaches /quota's month end at 'month ends'.
+  const steps = sequence(seed)
+  const monthEnd = periodOf('month', QUOTA_ZONE, Date.now()).end
+  appClock.hold(clockStart(steps, monthEnd))
+  t.teardown(() => { appClock.release() })
   const combo = await comboApp(t, lent === null ? null : { redis: lent, nameSpace }, failMode)
-  const model = new Model(failMode)
+  const model = new Model(failMode, monthEnd)
   const history: Array<[number, string]> = []
   const held = new Map<number, Held>()
+  const waiting = new Map<number, Pending>()
   const end = async (of: number, how: Release['release'], at: number | null): Promise<void> => {
     const { text } = held.get(of)!.step
     const status = await release(held, of, how)
-    history.push([at ?? -1, `${at === null ? 'at the end' : `#${at}`} ${how === 'finish' ? 'let finish' : 'hung up'} #${of} (${text}) -> ${status ?? 'hung up'}`])
-    model.end(`#${of}`, text, how === 'finish' ? 'finished' : 'hung up', status)
+    history.push([at ?? -1, `${at === null ? 'at the end' : `#${at}`} ${{ finish: 'let finish', 'hang up': 'hung up', 'runs on': 'hung up (its handler runs on)' }[how]} #${of} (${text}) -> ${status ?? 'hung up'}`])
+    if (how === 'runs on') model.runsOn(`#${of}`)
+    else model.end(`#${of}`, text, how === 'finish' ? 'finished' : 'hung up', status)
+  }
+  // The answers that came to requests waiting on /wait.
+  const answered = async (at: number | null): Promise<void> => {
+    for (const [of, pending] of waiting) {
+      if (pending.answer === undefined) continue
+      waiting.delete(of)
+      history.push([at ?? -1, `${at === null ? 'at the end' : `#${at}`} answered #${of} (${pending.step.text}) -> ${await answerWait(model, pending, of)}`])
+    }
+  }
+  const leave = async (at: number | null): Promise<void> => {
+    // The one whose wait ends last: still waiting, however slow the machine.
+    const [of, pending] = [...waiting].filter(([, { answer }]) => answer === undefined).sort(([, a], [, b]) => b.until - a.until)[0] ?? []
+    if (of === undefined || pending === undefined) return
+    waiting.delete(of)
+    const left = await leaveWait(model, pending, of, lent)
+    history.push([at ?? -1, `${at === null ? 'at the end' : `#${at}`} hung up #${of} (${pending.step.text}) ${left ? 'while it waited' : 'once it had waited'}`])
   }
   let keys: string[] = []
-  for (const [id, step] of sequence(seed).entries()) {
+  for (const [id, step] of steps.entries()) {
+    await answered(id)
+    if (step === 'month ends') {
+      t.equal(appClock.advance(1), monthEnd, 'the app\'s clock reaches the month\'s end')
+      history.push([id, `#${id} ${step} (${new Date(monthEnd).toISOString()})`])
+      continue
+    }
     if (typeof step === 'string') {
       if (server === null || lent === null) continue
       history.push([id, `#${id} ${step}`])
       if (step === 'redis down') {
-        keys = await scanKeys(lent, nameSpace)
+        // Those that outlive the outage on Redis's clock (not /wait's, of a second's window).
+        keys = []
+        for (const key of await scanKeys(lent, nameSpace)) {
+          const ttl = await lent.pttl(key)
+          if (ttl === -1 || ttl > 60_000) keys.push(key)
+        }
         // Not events.once: the client's 'error' (ECONNRESET) may come first, and would reject it.
         const closed = new Promise(resolve => lent.once('close', resolve))
         await server.stop()
@@ -316,18 +467,40 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
       continue
     }
     if ('release' in step) {
-      // The held request `which` points at, in the order they were sent; none held, nothing to do.
-      const ids = [...held].filter(([, { step: sent }]) => sent.path === step.path).map(([of]) => of)
+      // The held request `which` points at, in the order they were sent; none held, nothing to do. A client
+      // that hung up already cannot again.
+      const ids = [...held].filter(([, { step: sent, events }]) => sent.path === step.path && !(events.runsOn && step.release !== 'finish')).map(([of]) => of)
       if (ids.length > 0) await end(ids[Math.floor(step.which * ids.length)]!, step.release, id)
+      continue
+    }
+    if ('leave' in step) {
+      await leave(id)
+      continue
+    }
+    appClock.advance(step.advance)
+    if (step.path === '/wait') {
+      const sent = await sendWait(combo, model, step, id)
+      if (typeof sent === 'string') history.push([id, `#${id} ${step.text} -> ${sent}`])
+      else {
+        waiting.set(id, sent)
+        history.push([id, `#${id} ${step.text} -> waits`])
+      }
       continue
     }
     const seen = await perform(combo, step, id, held)
     const answer = seen.held === true ? `held (${seen.entry!.running} running${seen.entry!.limit === undefined ? '' : `, limit ${seen.entry!.limit}`})` : seen.status ?? 'hung up'
     history.push([id, `#${id} ${step.text} -> ${answer}${seen.ran ? ' (ran)' : ''}${seen.code === undefined ? '' : ` ${seen.code}`}${seen.settled === undefined ? '' : ` settle: ${seen.settled}`}`])
-    model.observe(step, seen, `#${id}`)
+    model.observe(step, seen, `#${id}`, appClock.now())
   }
-  // What is still held is let finish, so the app closes with nothing in flight.
+  // What is still held is let finish, and what still waits leaves, so the app closes with nothing in flight.
   for (const id of [...held.keys()]) await end(id, 'finish', null)
+  await answered(null)
+  while ([...waiting.values()].some(({ answer }) => answer === undefined)) await leave(null)
+  await answered(null)
+  const figures = ['waited on /wait', 'left while waiting on /wait', 'refused on /wait', 'decided on /quota in the new month',
+    'admitted /quota in a new month, past the last month\'s quota', 'hung up while its handler ran on /hold', 'hung up while its handler ran on /ban',
+    'a refusal checked for a current reason', 'refused on a reason from another scope, still current']
+  t.comment(`reached: ${figures.map(kind => `${kind} ${model.tally.get(kind) ?? 0}`).join(', ')}`)
   if (process.env.COMBO_HISTORY !== undefined) t.comment(history.map(([, line]) => line).join('\n'))
   const lines = (name: Invariant): string[] => model.violations.get(name) ?? []
   for (const name of Object.keys(INVARIANTS) as Invariant[]) {
@@ -342,15 +515,6 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   return model
 }
 
-// The model holds /quota to one month. A file run (about 20 s; a minute or two on a loaded machine) that would
-// cross the month's end in QUOTA_ZONE, where every count starts again, starts once it has passed.
-const monthLeft = periodOf('month', QUOTA_ZONE, Date.now()).end - Date.now()
-if (monthLeft < 180_000) {
-  t.setTimeout(monthLeft + 240_000)
-  t.comment(`the month ends in ${QUOTA_ZONE} in ${Math.ceil(monthLeft / 1000)} s: the runs start after it`)
-  await sleep(monthLeft + 1000)
-}
-
 for (const seed of seeds) {
   for (const where of STORES) {
     for (const failMode of FAIL_MODES) {
@@ -363,7 +527,9 @@ for (const seed of seeds) {
         for (const kind of [...Object.keys(ROUTES).filter(path => !ROUTES[path as Path].shadow).map(path => `admitted ${path}`),
           'refused for its count', 'refused under an enforced ban', 'a ban started on /ban', 'a ban started on /quota', 'hung up before the handler', 'hung up after the handler started',
           'settled on /settle', 'settled on /quota', 'settle refused',
-          'refused in flight', 'a refusal in flight struck toward a ban', 'let through in flight (shadow)', 'a slot freed: finished', 'a slot freed: hung up', ...outage]) {
+          'refused in flight', 'a refusal in flight struck toward a ban', 'let through in flight (shadow)', 'a slot freed: finished', 'a slot freed: hung up',
+          'waited on /wait', 'refused on /wait', 'left while waiting on /wait', 'admitted /quota in a new month, past the last month\'s quota',
+          'hung up while its handler ran on /hold', 'a handler hung up on ran to its end', ...outage]) {
           t.ok(model.reached.has(kind), `the traffic reached: ${kind}`)
         }
       })

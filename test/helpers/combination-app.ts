@@ -1,4 +1,5 @@
-// The app of test/combination.test.ts: one route per feature under test, every window an hour long, and the
+// The app of test/combination.test.ts: one route per feature under test, every window an hour long but /wait's
+// (WAIT), the scripts on the app's clock, which the test moves (test/helpers/app-clock.ts), and the
 // events of each request (its handler entered, its settle's outcome, its response's and its abort's hooks done)
 // told to the test by the request's `x-step` header, so each step waits for what it started and no more.
 //
@@ -8,12 +9,13 @@
 // after the one the plugin's hook put there to give its slots back (`concurrency`).
 //
 // A request sent with `x-hold: 1` stays in its handler until the test lets it finish (its `release` event) or
-// its client hangs up; the handler counts each client's units running on each route, for the test to hold
-// `concurrency` to.
+// its client hangs up (unless the test says it runs on: then only `release` ends it); the handler counts each
+// client's units running on each route, for the test to hold `concurrency` to.
 import { request as httpRequest } from 'node:http'
 import type { ClientRequest, IncomingHttpHeaders, IncomingMessage } from 'node:http'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
+import { performance } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Redis } from 'ioredis'
@@ -40,11 +42,12 @@ export const ROUTES = {
   '/hold': { max: 5, cost: null, shadow: false, concurrency: 2 },
   // A rate no run reaches: what shadow mode lets through is the slots' alone.
   '/hold-shadow': { max: 50, cost: 1, shadow: true, concurrency: 1 },
-  // maxWait shorter than any wait an hour's window gives: every request over the limit is refused as before,
-  // on a budget whose denials are never held in process.
+  // A window of WAIT.windowMs, not an hour: a request over the limit waits when its place comes within
+  // WAIT.maxWaitMs (the model of test/helpers/combination-wait.ts says when).
   '/wait': { max: 2, cost: 1, shadow: false, concurrency: null },
-  // A calendar quota, the tighter of its two limits: a month's (a run never crosses its end: see combination.test.ts);
-  // its cost is `x-cost`, it settles, and its denials strike toward /ban's ban (one client's strikes, wherever).
+  // A calendar quota, the tighter of its two limits while a month lasts: a month's, whose end every run crosses
+  // (the app's clock moved: see combination.test.ts), beside QUOTA_HOUR_MAX an hour; its cost is `x-cost`, it
+  // settles, and its denials strike toward /ban's ban (one client's strikes, wherever).
   '/quota': { max: 3, cost: null, shadow: false, concurrency: null },
   // A day's quota that only watches.
   '/quota-shadow': { max: 1, cost: 1, shadow: true, concurrency: null }
@@ -57,6 +60,15 @@ export const BANNING: readonly Path[] = ['/ban', '/quota']
 
 /** Where /quota's month is counted (UTC+14: its months end at 10:00 UTC). */
 export const QUOTA_ZONE = 'Pacific/Kiritimati'
+/** /quota's other limit: units an hour, which a month's end does not reset. */
+export const QUOTA_HOUR_MAX = 5
+/** /wait's window, the longest a request there waits for its place, and how many of a client's wait at once. */
+export const WAIT = { windowMs: 1000, maxWaitMs: 500, maxQueue: 1 } as const
+/**
+ * Every lease: longer than the app's clock moves in a run, held still between steps while the leases' renewals
+ * run on real time (every third of a lease), so no lease ends under a request still running.
+ */
+const LEASE = '1 hour'
 
 /** What the handler did with `x-settle`: `ok`, or the rejection's code. */
 export type SettleOutcome = 'ok' | string
@@ -82,6 +94,8 @@ class Deferred<T = void> {
 
 /** What the handler saw as it started: its client's units running on the route (its own included), and headers. */
 export interface Started {
+  /** When (performance.now()). */
+  readonly at: number
   readonly running: number
   /** `X-RateLimit-Limit` as the plugin set it: under shadow mode, a slot refused shows `concurrency.max`. */
   readonly limit: string | undefined
@@ -100,6 +114,16 @@ export class Events {
   readonly aborted = new Deferred()
   /** A held request (`x-hold`): the test lets its handler finish. */
   readonly release = new Deferred()
+  /** Its client hangs up while its handler runs on (a held request's: it ends only when the test lets it finish). */
+  runsOn = false
+  /** Its response's `close`, a turn after the plugin heard it (a request that left while it waited gave its place back). */
+  readonly over = new Deferred()
+  /**
+   * Two turns after the plugin's hook took it: its decision is made (in process), or its batch sent to Redis
+   * with the app's clock (the batcher sends on the turn after it was given the request, which may come a
+   * microtask after the hook), so the test may move the clock.
+   */
+  readonly asked = new Deferred()
   /** Its response is over (`close`, heard after the plugin's: its slots are given back). */
   readonly finished = new Deferred()
   /** The code of the error the request was refused with (Fastify's `onError`), if any. */
@@ -142,10 +166,15 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
   t.teardown(() => app.close())
   // A deadline no loaded machine misses: a 503 here is Redis failing, never a slow test. No breaker: Redis
   // decides again from the first request after it is back.
-  await app.register(rateGuard, { ...store, timeout: 10_000, breaker: false, failMode, verifyApiKey: () => true, max: 1000, timeWindow: HOUR })
-  app.addHook('onRequest', async (request) => {
+  // On the app's clock (test/helpers/app-clock.ts), which the test moves: Redis's cannot be.
+  await app.register(rateGuard, { ...store, ...(store === null ? {} : { clock: 'app' as const }), timeout: 10_000, breaker: false, failMode, verifyApiKey: () => true, max: 1000, timeWindow: HOUR })
+  // Callback style: `done` runs the next hooks at once, the plugin's among them (the route's come after the app's).
+  app.addHook('onRequest', (request, reply, done) => {
     const events = of(request)
     request.raw.once('close', () => events?.closed.resolve(request.raw.aborted))
+    reply.raw.once('close', () => setImmediate(() => events?.over.resolve()))
+    done()
+    setImmediate(() => setImmediate(() => events?.asked.resolve()))
   })
   app.addHook('onRoute', (route: RouteOptions) => {
     const append = (name: 'onRequest' | 'onResponse' | 'onRequestAbort', fn: (request: FastifyRequest) => Promise<void>): void => {
@@ -175,9 +204,11 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
         const value = reply.getHeader(name)
         return value === undefined ? undefined : String(value)
       }
-      events?.entered.resolve({ running: running.get(held)!, limit: header('x-ratelimit-limit'), unenforced: header('x-ratelimit-enforced') === 'false' })
+      events?.entered.resolve({ at: performance.now(), running: running.get(held)!, limit: header('x-ratelimit-limit'), unenforced: header('x-ratelimit-enforced') === 'false' })
       if (request.headers['x-hang'] === '1') await new Promise(resolve => request.raw.once('close', resolve))
-      if (request.headers['x-hold'] === '1') await Promise.race([events?.release.promise, new Promise(resolve => reply.raw.once('close', resolve))])
+      // Held: until the test lets it finish, or its client hangs up (unless it runs on: the work goes on).
+      const gone = new Promise(resolve => reply.raw.once('close', () => { if (events?.runsOn !== true) resolve(undefined) }))
+      if (request.headers['x-hold'] === '1') await Promise.race([events?.release.promise, gone])
       const amount = request.headers['x-settle']
       const settled = amount === undefined
         ? undefined
@@ -209,19 +240,19 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     }
   }, handler)
   app.get('/settle', { config: { rateLimit: { ...limit('/settle'), cost: ROUTES['/settle'].cost } } }, handler)
-  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
+  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency, lease: LEASE }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
   app.route({ method: ['GET', 'POST'], url: '/abort', config: { rateLimit: { ...limit('/abort'), refundAborted: true } }, handler })
   app.get('/watched', { config: { rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
   app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
-  app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency } } } }, handler)
-  app.get('/wait', { config: { rateLimit: { ...limit('/wait'), maxWait: '1 second', maxQueue: 1 } } }, handler)
+  app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency, lease: LEASE } } } }, handler)
+  app.get('/wait', { config: { rateLimit: { max: ROUTES['/wait'].max, timeWindow: WAIT.windowMs, maxWait: WAIT.maxWaitMs, maxQueue: WAIT.maxQueue } } }, handler)
   app.get('/quota', {
-    config: { rateLimit: { limits: [{ max: 5, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: QUOTA_ZONE }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
+    config: { rateLimit: { limits: [{ max: QUOTA_HOUR_MAX, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: QUOTA_ZONE }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
   }, handler)
   app.get('/quota-shadow', { config: { rateLimit: { limits: [{ max: ROUTES['/quota-shadow'].max, per: 'day' }], mode: 'shadow' } } }, handler)
   // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
   app.get('/hold-shadow', {
-    config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency } } }
+    config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency, lease: LEASE } } }
   }, handler)
   await app.listen({ port: 0, host: '127.0.0.1' })
   return {
