@@ -271,7 +271,7 @@ const perRouteSkip: FastifyContextConfig = { rateLimit: { skipOnError: false } }
 app.get('/string-max', { config: { rateLimit: { max: '10' } } }, async () => 'ok')
 // @ts-expect-error a route window is a duration
 app.get('/window', { config: { rateLimit: { timeWindow: [10, 's'] } } }, async () => 'ok')
-expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteCache, perRouteAddressless, perRouteFailMode, perRouteSkip])
+expectType<unknown[]>([on, yes, routeOn, perRouteRedis, perRouteCache, perRouteMaxWaiting, perRouteAddressless, perRouteFailMode, perRouteSkip])
 
 // ---- fastify.rateGuard -----------------------------------------------------------------------------------
 
