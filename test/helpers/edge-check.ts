@@ -111,9 +111,10 @@ export function breaches (observer: Observer, client: string, promise: Bound, fa
 
 /**
  * Starts inside a ban the client was told of. A 403 told at `at` says a ban began at or before its decision,
- * and after the decision of the last request the client sent before it that was answered 200 or 429 (not
- * banned then): so the ban holds at least until that request was sent plus the ban's length. That span, the
- * slack taken off its end, must see no start of a request sent after the 403 came.
+ * and after the decision of the last request the client sent before it that was answered 200 (not banned
+ * then; a 429 is no such proof: an instance answers a denial it holds without asking Redis, ban or not): so
+ * the ban holds at least until that request was sent plus the ban's length. That span, the slack taken off its
+ * end, must see no start of a request sent after the 403 came.
  */
 function banBreaches (observer: Observer, client: string, runs: readonly Ran[], banMs: number, faults: readonly Fault[]): string[] {
   const found: string[] = []
@@ -124,7 +125,7 @@ function banBreaches (observer: Observer, client: string, runs: readonly Ran[], 
     // A ban Redis forgot with its data is not held against it (an instance holds a ban it was told of in
     // process until it ends: one told after the loss may be older).
     if (faults.some(f => f.lost === 'data' && ban.at <= f.to + banMs)) continue
-    const clear = Math.max(...answers.filter(a => (a.status === 200 || a.status === 429) && a.sent < ban.at).map(a => a.sent))
+    const clear = Math.max(...answers.filter(a => a.status === 200 && a.sent < ban.at).map(a => a.sent))
     if (clear === -Infinity) continue
     const ends = clear + banMs - 2 * slack(clear, clear + banMs)
     // A request sent after the 403 came was decided after the ban began. One sent before it may have been let
