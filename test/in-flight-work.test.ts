@@ -135,12 +135,20 @@ t.test('a client that hangs up frees nothing until the app\'s work ends (real HT
 t.test('a handler that never ends, its client gone: its slot comes back a lease after the hang-up', async t => {
   const leaseMs = 1000
   const entered = deferred()
+  // It ends at last only when the test says, long after its slot was let go; /hold holds the slot meanwhile.
+  const atLast = deferred()
+  const holds = deferred()
+  const holdOn = deferred()
   let closed: Promise<unknown> = Promise.resolve()
   const app = await makeApp(t, { concurrency: { max: 1, lease: leaseMs } }, app => {
     app.get('/never', async (_request, reply) => {
       closed = once(reply.raw, 'close')
       entered.resolve()
-      await new Promise(() => {})
+      await atLast.promise
+    })
+    app.get('/hold', async () => {
+      holds.resolve()
+      await holdOn.promise
     })
   })
   const url = await app.listen({ port: 0, host: '127.0.0.1' })
@@ -157,6 +165,18 @@ t.test('a handler that never ends, its client gone: its slot comes back a lease 
   }
   t.ok(freedMs >= leaseMs - 50, `not before a lease: ${Math.round(freedMs)} ms`)
   t.ok(freedMs <= allowing(leaseMs + 50, from), `free ${Math.round(freedMs)} ms after the hang-up (a lease: ${leaseMs} ms)`)
+
+  // Another request takes the slot; then the first handler ends: what it gave back is not given back again.
+  const holding = app.inject('/hold')
+  await holds.promise
+  t.equal(await quick(app), 429, 'the slot is held by another request')
+  atLast.resolve()
+  // The handler's end and what follows it are promise callbacks: all run before the loop's next turn.
+  await new Promise(resolve => setImmediate(resolve))
+  t.equal(await quick(app), 429, 'the first handler\'s late end gives nothing back twice: the other still holds the slot')
+  holdOn.resolve()
+  t.equal((await holding).statusCode, 200, 'the other request ends')
+  t.equal(await quick(app), 200, 'and its slot is free')
 })
 
 t.test('request.rateGuard.hold(): the slot stays for work after the response, until done', async t => {
