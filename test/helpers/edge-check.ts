@@ -20,7 +20,7 @@ export class Observer {
    * Every answer a client saw: the instance it asked, when it sent the request, when the answer came
    * (performance.now()), its status.
    */
-  readonly answers: Array<{ client: string, via: string, sent: number, at: number, status: number | 'gone' }> = []
+  readonly answers: Array<{ client: string, via: string, sent: number, at: number, status: number | 'gone', retryAfter?: number }> = []
 
   /** Called by a handler as it starts; the function it returns, as it ends. */
   begin (client: string, now: number, sent: number): (at: number) => void {
@@ -125,6 +125,9 @@ function banBreaches (observer: Observer, client: string, runs: readonly Ran[], 
     // A ban Redis forgot with its data is not held against it (an instance holds a ban it was told of in
     // process until it ends: one told after the loss may be older).
     if (faults.some(f => f.lost === 'data' && ban.at <= f.to + banMs)) continue
+    // A 403 that says less than a whole ban is left may be a ban an instance holds in process a little past
+    // Redis's end (it counts the time Redis gave from when the answer reached it): no new ban is proved by it.
+    if (ban.retryAfter === undefined || ban.retryAfter < Math.ceil(banMs / 1000)) continue
     const clear = Math.max(...answers.filter(a => a.status === 200 && a.sent < ban.at).map(a => a.sent))
     if (clear === -Infinity) continue
     const ends = clear + banMs - 2 * slack(clear, clear + banMs)

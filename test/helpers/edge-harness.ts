@@ -144,9 +144,10 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
 export type HangUp = 'before' | 'while'
 
 /**
- * One request on a fresh connection; resolves with its status, or 'gone' once the client hung up.
+ * One request on a fresh connection; resolves with its status (and its Retry-After, in seconds, when it has one),
+ * or 'gone' once the client hung up.
  */
-export async function send (url: string, client: string, holdMs: number, sent: number, hangUp?: { when: HangUp, afterMs: number }): Promise<number | 'gone'> {
+export async function send (url: string, client: string, holdMs: number, sent: number, hangUp?: { when: HangUp, afterMs: number }): Promise<{ status: number | 'gone', retryAfter?: number }> {
   return await new Promise(resolve => {
     const before = hangUp?.when === 'before'
     const req = httpRequest(url, {
@@ -155,13 +156,14 @@ export async function send (url: string, client: string, holdMs: number, sent: n
       headers: { 'x-api-key': client, 'x-hold-ms': String(holdMs), 'x-sent': String(sent), ...(before ? { 'content-type': 'text/plain', 'content-length': '100' } : {}) }
     }, res => {
       res.resume()
-      res.on('end', () => { resolve(res.statusCode ?? 0) })
-      res.on('error', () => { resolve('gone') })
+      const retryAfter = res.headers['retry-after'] === undefined ? undefined : Number(res.headers['retry-after'])
+      res.on('end', () => { resolve({ status: res.statusCode ?? 0, retryAfter }) })
+      res.on('error', () => { resolve({ status: 'gone' }) })
     })
-    req.on('error', () => { resolve('gone') })
+    req.on('error', () => { resolve({ status: 'gone' }) })
     if (before) req.write('0123456789')
     else req.end()
-    if (hangUp !== undefined) setTimeout(() => { req.destroy(); resolve('gone') }, hangUp.afterMs)
+    if (hangUp !== undefined) setTimeout(() => { req.destroy(); resolve({ status: 'gone' }) }, hangUp.afterMs)
   })
 }
 
@@ -191,8 +193,8 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
       : undefined
     const url = `${d.pick(traffic.bases)}/${cell.kind.name}`
     const sent = performance.now()
-    answers.push(send(url, cell.client, holdMs, sent, hangUp).then(status => {
-      observer.answers.push({ client: cell.client, via: url.slice(0, url.lastIndexOf('/')), sent, at: performance.now(), status })
+    answers.push(send(url, cell.client, holdMs, sent, hangUp).then(({ status, retryAfter }) => {
+      observer.answers.push({ client: cell.client, via: url.slice(0, url.lastIndexOf('/')), sent, at: performance.now(), status, retryAfter })
     }))
     await sleep(d.ms(...cell.kind.gapMs))
   }
