@@ -29,8 +29,13 @@ interface Holder {
   cap?: NodeJS.Timeout
 }
 
-/** Where a request keeps its work (null: it holds no slot). */
+/** Where a request keeps its work (null, as every request is decorated: it holds no slot). */
 export const WORK = Symbol('rate-guard.work')
+
+/** The request's work, or undefined when it holds no slot. */
+function workIn (request: FastifyRequest): Work | undefined {
+  return (request as unknown as Record<symbol, Work | null>)[WORK] ?? undefined
+}
 
 const NOTHING = (): void => {}
 /** Handlers watched already. */
@@ -128,13 +133,12 @@ export class Work {
 
 /** The request's work, made on the first slots it takes. */
 export function workOf (request: FastifyRequest, reply: FastifyReply): Work {
-  const slot = request as unknown as Record<symbol, Work | null>
-  return (slot[WORK] ??= new Work(reply))
+  return workIn(request) ?? ((request as unknown as Record<symbol, Work | null>)[WORK] = new Work(reply))
 }
 
 /** A hold on the request's slots (`request.rateGuard.hold()`): nothing to hold when it holds none. */
 export function holdWork (request: FastifyRequest): () => void {
-  return (request as unknown as Record<symbol, Work | null>)[WORK]?.hold() ?? NOTHING
+  return workIn(request)?.hold() ?? NOTHING
 }
 
 /**
@@ -145,8 +149,8 @@ export function watchHandler (handler: RouteHandlerMethod): RouteHandlerMethod {
   // Watched once, whatever the registrations that see the route.
   if (WATCHED.has(handler)) return handler
   const watched = function (this: unknown, request: FastifyRequest, reply: FastifyReply) {
-    const work = (request as unknown as Record<symbol, Work | null>)[WORK]
-    if (work == null) return handler.call(this as never, request, reply)
+    const work = workIn(request)
+    if (work === undefined) return handler.call(this as never, request, reply)
     let result: unknown
     try {
       result = handler.call(this as never, request, reply)
