@@ -8,9 +8,9 @@
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { Observer } from '../helpers/edge-check.js'
-import { KINDS, drive, instance, judge, nearestMidnight, seeds, selected } from '../helpers/edge-harness.js'
+import { KINDS, drive, judge, nearestMidnight, pair, seeds, selected } from '../helpers/edge-harness.js'
 import type { Cell } from '../helpers/edge-harness.js'
-import { getRedis, uniquePrefix } from '../helpers/redis.js'
+import { getRedis } from '../helpers/redis.js'
 
 t.setTimeout(150_000)
 
@@ -37,13 +37,9 @@ for (const seed of seeds(t, 4141)) {
         const cells = KINDS.map(kind => ({ name: `${kind.name}/${skew.name}, ${side} of Redis/redis`, kind, client: `${kind.name}/${skew.name}#${seed}` }))
           .filter(cell => selected(cell.name))
         if (cells.length === 0) continue
-        const nameSpace = uniquePrefix()
         // The first instance reaches midnight CROSS_MS after the traffic starts (built + a second, about).
         const first = midnight - Date.now() - CROSS_MS - 1000 + (performance.now() - built)
-        const bases = [
-          (await instance(t, { redis: url, nameSpace, zone, observer, skewMs: first })).base,
-          (await instance(t, { redis: url, nameSpace, zone, observer, skewMs: first + skew.ms })).base
-        ]
+        const bases = await pair(t, { redis: url, zone, observer }, [first, first + skew.ms])
         runs.push({ cells, bases })
       }
       await Promise.all(runs.flatMap(({ cells, bases }) => cells.map(async cell => { await drive(cell, seed, { ms: 3000, bases }, observer) })))

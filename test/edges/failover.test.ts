@@ -10,9 +10,9 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { Observer } from '../helpers/edge-check.js'
 import type { Fault } from '../helpers/edge-check.js'
-import { KINDS, drive, instance, judge, nearestMidnight, seeds, selected } from '../helpers/edge-harness.js'
+import { KINDS, drive, judge, nearestMidnight, pair, seeds, selected } from '../helpers/edge-harness.js'
 import { pollUntil, startCluster } from '../helpers/cluster.js'
-import { client, startRedisServer, uniquePrefix } from '../helpers/redis.js'
+import { client, startRedisServer } from '../helpers/redis.js'
 import { startSwitchProxy } from '../helpers/switch-proxy.js'
 
 // A Cluster of six redis-servers and a standalone pair, each run under traffic twice (two seeds).
@@ -27,11 +27,7 @@ async function underTraffic (t: Test, edge: string, seed: number, redis: string 
   if (cells.length === 0) return
   const { zone } = nearestMidnight()
   const observer = new Observer()
-  const nameSpace = uniquePrefix()
-  const bases = [
-    (await instance(t, { redis, nameSpace, zone, observer })).base,
-    (await instance(t, { redis, nameSpace, zone, observer })).base
-  ]
+  const bases = await pair(t, { redis, zone, observer })
   const traffic = Promise.all(cells.map(async c => { await drive(c, seed, { ms: TRAFFIC_MS, bases, opening: true }, observer) }))
   await sleep(FAULT_AT_MS)
   const from = performance.now()

@@ -5,7 +5,7 @@
 // of. On Redis two instances share the client; in process one instance (two would share nothing).
 import t from 'tap'
 import { Observer } from '../helpers/edge-check.js'
-import { KINDS, drive, instance, judge, nearestMidnight, seeds, selected } from '../helpers/edge-harness.js'
+import { KINDS, drive, instance, judge, nearestMidnight, pair, seeds, selected } from '../helpers/edge-harness.js'
 import type { Cell, HangUp } from '../helpers/edge-harness.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
@@ -25,10 +25,7 @@ for (const seed of seeds(t, 41)) {
     const observer = new Observer()
     const bases = {
       memory: [(await instance(t, { nameSpace: uniquePrefix(), zone, observer })).base],
-      redis: await (async (nameSpace) => [
-        (await instance(t, { redis: url, nameSpace, zone, observer })).base,
-        (await instance(t, { redis: url, nameSpace, zone, observer })).base
-      ])(uniquePrefix())
+      redis: await pair(t, { redis: url, zone, observer })
     }
     const cells: Array<Cell & { edge: typeof EDGES[number], store: typeof STORES[number] }> = []
     for (const kind of KINDS) {

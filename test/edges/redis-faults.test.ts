@@ -14,9 +14,9 @@ import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
 import { Observer } from '../helpers/edge-check.js'
 import type { Fault } from '../helpers/edge-check.js'
-import { KINDS, drive, instance, judge, nearestMidnight, seeds, selected } from '../helpers/edge-harness.js'
+import { KINDS, drive, judge, nearestMidnight, pair, seeds, selected } from '../helpers/edge-harness.js'
 import { startFaultProxy } from '../helpers/fault-proxy.js'
-import { client, startRedisServer, uniquePrefix } from '../helpers/redis.js'
+import { client, startRedisServer } from '../helpers/redis.js'
 import type { RedisProcess } from '../helpers/redis.js'
 
 t.setTimeout(150_000)
@@ -82,11 +82,7 @@ async function cell (t: Test, edge: Edge, seed: number): Promise<void> {
   const redis = proxy?.url ?? server.url
   const { zone } = nearestMidnight()
   const observer = new Observer()
-  const nameSpace = uniquePrefix()
-  const bases = [
-    (await instance(t, { redis, nameSpace, zone, observer })).base,
-    (await instance(t, { redis, nameSpace, zone, observer })).base
-  ]
+  const bases = await pair(t, { redis, zone, observer })
   const traffic = Promise.all(cells.map(async c => { await drive(c, seed, { ms: TRAFFIC_MS, bases, opening: true }, observer) }))
   await sleep(FAULT_AT_MS)
   const before = await connections(admin)

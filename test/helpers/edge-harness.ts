@@ -15,6 +15,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 import { breaches } from './edge-check.js'
+import { uniquePrefix } from './redis.js'
 import type { Bound, Fault, Observer } from './edge-check.js'
 import { draws } from './random.js'
 
@@ -138,6 +139,16 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { app, base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` }
   })
+}
+
+/**
+ * Two app instances sharing `redis` under one `nameSpace` (their clocks `skewsMs` off, if given): their bases.
+ */
+export async function pair (t: Test, opts: { redis: string | string[], zone: string, observer: Observer }, skewsMs: readonly [number, number] = [0, 0]): Promise<string[]> {
+  const nameSpace = uniquePrefix()
+  const bases: string[] = []
+  for (const skewMs of skewsMs) bases.push((await instance(t, { ...opts, nameSpace, skewMs })).base)
+  return bases
 }
 
 /** A client leaving: before its handler runs (its body never sent whole) or while it runs. */
