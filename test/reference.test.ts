@@ -27,6 +27,7 @@ function exportsOf (file: string): string[] {
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
     allowImportingTsExtensions: true,
+    allowJs: true,
     noEmit: true,
     skipLibCheck: true,
     types: ['node']
@@ -51,8 +52,8 @@ function sources (dir: string): string[] {
 function codesInLib (): Map<string, string> {
   const codes = new Map<string, string>()
   for (const file of sources(join(ROOT, 'lib'))) {
-    for (const match of readFileSync(file, 'utf8').matchAll(/['"`](FST_RATE_GUARD_[A-Z_]+)['"`]/g)) {
-      if (!codes.has(match[1])) codes.set(match[1], relative(ROOT, file))
+    for (const [, code] of readFileSync(file, 'utf8').matchAll(/['"`](FST_RATE_GUARD_[A-Z_]+)['"`]/g)) {
+      if (code !== undefined && !codes.has(code)) codes.set(code, relative(ROOT, file))
     }
   }
   return codes
@@ -70,13 +71,16 @@ function targetOf (target: unknown): string | undefined {
   return undefined
 }
 
-/** A subpath's module to read its exports from: its lib/ source when there is one, else the built file. */
+/**
+ * A subpath's module to read its exports from: its lib/ source when there is one (dist/x.js is lib/x.ts), else
+ * the file itself (a .d.ts, or JavaScript), when it exists; none for a data file (JSON) or one not built yet.
+ */
 function moduleOf (target: string): string | undefined {
+  if (!/\.[cm]?[jt]s$/.test(target)) return undefined
   const path = join(ROOT, target)
-  const source = path.replace(`${join(ROOT, 'dist')}`, join(ROOT, 'lib')).replace(/(\.d)?\.[cm]?[jt]s$/, '.ts')
-  if (/\.[cm]?[jt]s$/.test(target) && existsSync(source)) return source
-  if (/\.d\.[cm]?ts$/.test(target) && existsSync(path)) return path
-  return undefined
+  const source = path.replace(join(ROOT, 'dist'), join(ROOT, 'lib')).replace(/(\.d)?\.[cm]?[jt]s$/, '.ts')
+  if (existsSync(source)) return source
+  return existsSync(path) ? path : undefined
 }
 
 /** The subpath exports of package.json other than the package itself and package.json. */
