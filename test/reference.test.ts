@@ -20,9 +20,9 @@ const OPTIONS_PAGE = readFileSync(join(ROOT, 'docs', 'options.md'), 'utf8')
 // to the paragraph below the table that explains it) fits in 200; its prose is wrapped at 120.
 const LONGEST_LINE = 200
 
-/** The names `file` exports, value and type-only ones alike, as TypeScript resolves them (re-exports included). */
-function exportsOf (file: string): string[] {
-  const program = ts.createProgram([file], {
+/** A TypeScript program of `file` and what it imports. */
+function programOf (file: string): ts.Program {
+  return ts.createProgram([file], {
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
@@ -32,6 +32,15 @@ function exportsOf (file: string): string[] {
     skipLibCheck: true,
     types: ['node']
   })
+}
+
+// The last program made: lib/errors.ts is read from lib/index.ts's, which already holds it (a program costs seconds).
+let last: ts.Program | undefined
+
+/** The names `file` exports, value and type-only ones alike, as TypeScript resolves them (re-exports included). */
+function exportsOf (file: string): string[] {
+  const program = last?.getSourceFile(file) !== undefined ? last : programOf(file)
+  last = program
   const source = program.getSourceFile(file)
   if (source === undefined) throw new Error(`TypeScript could not read ${file}`)
   const checker = program.getTypeChecker()
