@@ -3,7 +3,8 @@ import type { Algorithm, Limit } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import { budgetName } from './budgets.js'
 import type { BudgetOptions, Budgets, RouteBudget } from './budgets.js'
-import { staticLimits } from './request/computed.js'
+import { fallbacksOf, limitsOf, staticLimits } from './request/computed.js'
+import type { Callbacks } from './callbacks.js'
 import { remainingOf } from './headers.js'
 import { hashedKeys, identityKeys, isKeyHash, isShadowBan, keyHashOf } from './stores/key-names.js'
 import type { Family, IdentityKeys } from './stores/key-names.js'
@@ -44,6 +45,9 @@ interface Context {
   readonly store: GuardedStore
   readonly bans: (limit: number, signal: AbortSignal) => Promise<readonly Ban[]>
   readonly canonicalKey: (key: string) => string
+  /** What `peek` with a request calls the budget's limit functions through (and the plugin's limits, their fallbacks). */
+  readonly callbacks: Callbacks
+  readonly pluginLimits: readonly ResolvedLimit[]
 }
 
 interface GuardedStore {
@@ -64,6 +68,8 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     nameSpace: opts.nameSpace,
     budgets,
     canonicalKey: opts.canonicalKey,
+    callbacks: opts.callbacks,
+    pluginLimits: opts.route.limits,
     // The deadline (or an answer) stops the store's work: on a Cluster, no more slots are read.
     bans: async (limit, signal) => await within(inner.bans(opts.nameSpace, limit, signal)),
     store: {
@@ -126,7 +132,7 @@ async function reset (ctx: Context, key: string): Promise<void> {
 async function peek (ctx: Context, key: string, options: PeekOptions = {}): Promise<PeekResult> {
   const budget = budgetOf(ctx, options, 'peek')
   const { algorithm, mode } = budget.route
-  const limits = peekedLimits(budget, options)
+  const limits = await peekedLimits(ctx, budget, key, options)
   const family: Family = mode === 'shadow' ? 'shadow' : 'enforce'
   const input = { keys: keysOf(ctx, key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
   const refused = refusedOutright(input)
@@ -155,8 +161,11 @@ async function peek (ctx: Context, key: string, options: PeekOptions = {}): Prom
   }
 }
 
-/** The budget's limits for `peek`: `max` / `timeWindow` stand in for the parts that are functions of the request. */
-function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOptions): readonly Limit[] {
+/**
+ * The budget's limits for `peek`: `max` / `timeWindow` stand in for the parts that are functions of the
+ * request; the others are called with `request` (a request of the client, its key `key`), when given.
+ */
+async function peekedLimits (ctx: Context, budget: RouteBudget & { name: string }, key: string, options: PeekOptions): Promise<readonly Limit[]> {
   const max = options.max === undefined ? undefined : checkMax(options.max)
   const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
   const given = budget.route.limits.map(limit => ({
@@ -166,8 +175,24 @@ function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOpti
   }))
   checkSizes(given, budget.route.algorithm, '')
   const limits = staticLimits(given, Date.now())
-  if (limits === null) throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
-  return limits
+  if (limits !== null) return limits
+  const { request } = options
+  if (request !== undefined) return await limitsOf(given, fallbacksOf(given, ctx.pluginLimits), budget.route.algorithm, request, key, ctx.callbacks)
+  throw new InvalidOptionError('peek', needs(budget.name, given))
+}
+
+/** What `peek` needs on a budget whose limits are functions of the request: which options, with an example. */
+function needs (name: string, limits: readonly ResolvedLimit[]): string {
+  const missing = [
+    ...limits.some(limit => typeof limit.max === 'function') ? ['max'] : [],
+    ...limits.some(limit => typeof limit.windowMs === 'function') ? ['timeWindow'] : []
+  ]
+  const budget = name === 'default' ? '' : name.startsWith('group:') ? `groupId: ${JSON.stringify(name.slice(6))}, ` : `route: ${JSON.stringify(name)}, `
+  const example = missing.map(option => option === 'max' ? 'max: 100' : "timeWindow: '1 minute'").join(', ')
+  const what = missing.join(' and ')
+  return `budget ${JSON.stringify(name)} computes ${what} per request (a function of it): give peek ${what} (the client's own, ` +
+    `standing in for the function), e.g. peek(key, { ${budget}${example} }), or request (a request of the client, which the functions are called with), ` +
+    `e.g. peek(key, { ${budget}request })`
 }
 
 async function setOverride (ctx: Context, key: string, options: OverrideOptions): Promise<void> {
