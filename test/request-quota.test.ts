@@ -9,6 +9,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard, { keyHash } from '../lib/index.js'
 import type { RateGuardOptions, RouteRateLimitOptions } from '../lib/index.js'
+import { startCluster } from './helpers/cluster.js'
 import { getRedis, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 type Where = 'redis' | 'memory'
@@ -82,6 +83,32 @@ function ietf (header: unknown): Array<{ name: string, r: number, t: number }> {
   })
 }
 
+/** Three limits, a calendar quota among them (given first, counted last), and the IETF fields. */
+const SEVERAL: RateGuardOptions = {
+  standardHeaders: 'draft-10',
+  limits: [{ max: 1000, per: 'day', timeZone: 'Asia/Kathmandu' }, { max: 5, timeWindow: '10 seconds', name: 'burst' }, { max: 50, timeWindow: '1 hour' }]
+}
+
+/** Three requests under SEVERAL: each limit as the RateLimit fields say it, the tightest as X-RateLimit-* do. */
+async function severalLimits (t: Test, fastify: FastifyInstance): Promise<void> {
+  for (let i = 1; i <= 3; i++) {
+    const res = await get(fastify)
+    const { read: q } = res
+    // The quota goes last, as in the fields.
+    t.strictSame(q.limits.map(l => [l.name, l.limit, l.used, l.remaining, l.per, l.timeZone]), [
+      ['burst', 5, i, 5 - i, null, null],
+      ['default-2', 50, i, 50 - i, null, null],
+      ['default-3', 1000, i, 1000 - i, 'day', 'Asia/Kathmandu']
+    ], `request ${i}: every limit`)
+    t.strictSame(ietf(res.headers.ratelimit), q.limits.map(l => ({ name: l.name, r: l.remaining, t: Math.ceil(l.resetMs / 1000) })), `request ${i}: each limit is its RateLimit item`)
+    t.match(String(res.headers['ratelimit-policy']), `"default-3";q=1000;qu="requests";w=${Math.ceil(q.limits[2]!.windowMs / 1000)}`)
+    // The tightest (fewest left) is the one X-RateLimit-* tells of.
+    t.match(q, { limit: 5, used: i, remaining: 5 - i })
+    matchesHeaders(t, res, q, `request ${i}`)
+    t.ok(q.limits[2]!.windowMs >= 23 * 3_600_000 && q.limits[2]!.windowMs <= 25 * 3_600_000, 'the quota\'s window is its day')
+  }
+}
+
 for (const where of ['memory', 'redis'] as const) {
   t.test(`${where}: one limit: the key as the app's generator gave it, and the headers' numbers`, async t => {
     const fastify = await app(t, where, { max: 3, timeWindow: '1 minute', keyGenerator: () => 7 })
@@ -102,27 +129,24 @@ for (const where of ['memory', 'redis'] as const) {
     t.equal(refused.statusCode, 429, 'the fourth is refused: the counts were the real ones')
   })
 
+  t.test(`${where}: JSON.stringify (a log line, a reply) shows the fields, not the methods`, async t => {
+    const fastify = Fastify()
+    t.teardown(async () => await fastify.close())
+    const redis = where === 'redis' ? { redis: (await getRedis(t)).url } : {}
+    await fastify.register(rateGuard, { ...redis, nameSpace: uniquePrefix(), max: 4, timeWindow: '1 minute', concurrency: { max: 2 } })
+    fastify.get('/', async request => JSON.stringify(request.rateGuard))
+    fastify.get('/off', { config: { rateLimit: false } }, async request => JSON.stringify(request.rateGuard))
+    await fastify.ready()
+    const res = await fastify.inject('/')
+    const shown = JSON.parse(res.body) as Record<string, unknown>
+    t.strictSame(Object.keys(shown).sort(), ['charged', 'concurrency', 'key', 'keyHash', 'limit', 'limited', 'limits', 'remaining', 'resetMs', 'resetTime', 'settled', 'used'])
+    t.match(shown, { limited: true, key: '127.0.0.1', limit: 4, used: 1, remaining: 3, charged: 1, settled: false, concurrency: { max: 2, inFlight: 1 } })
+    t.equal(shown.remaining, Number(res.headers['x-ratelimit-remaining']))
+    t.match(JSON.parse((await fastify.inject('/off')).body), { limited: false, reason: 'off', limits: [], charged: 0 }, 'a route off too')
+  })
+
   t.test(`${where}: several limits and a calendar quota, each named as the RateLimit fields name it`, async t => {
-    const fastify = await app(t, where, {
-      standardHeaders: 'draft-10',
-      limits: [{ max: 1000, per: 'day', timeZone: 'Asia/Kathmandu' }, { max: 5, timeWindow: '10 seconds', name: 'burst' }, { max: 50, timeWindow: '1 hour' }]
-    })
-    for (let i = 1; i <= 3; i++) {
-      const res = await get(fastify)
-      const { read: q } = res
-      // The quota goes last, as in the fields.
-      t.strictSame(q.limits.map(l => [l.name, l.limit, l.used, l.remaining, l.per, l.timeZone]), [
-        ['burst', 5, i, 5 - i, null, null],
-        ['default-2', 50, i, 50 - i, null, null],
-        ['default-3', 1000, i, 1000 - i, 'day', 'Asia/Kathmandu']
-      ], `request ${i}: every limit`)
-      t.strictSame(ietf(res.headers.ratelimit), q.limits.map(l => ({ name: l.name, r: l.remaining, t: Math.ceil(l.resetMs / 1000) })), `request ${i}: each limit is its RateLimit item`)
-      t.match(String(res.headers['ratelimit-policy']), `"default-3";q=1000;qu="requests";w=${Math.ceil(q.limits[2]!.windowMs / 1000)}`)
-      // The tightest (fewest left) is the one X-RateLimit-* tells of.
-      t.match(q, { limit: 5, used: i, remaining: 5 - i })
-      matchesHeaders(t, res, q, `request ${i}`)
-      t.ok(q.limits[2]!.windowMs >= 23 * 3_600_000 && q.limits[2]!.windowMs <= 25 * 3_600_000, 'the quota\'s window is its day')
-    }
+    await severalLimits(t, await app(t, where, SEVERAL))
   })
 
   t.test(`${where}: concurrency: the slots in flight, this request's among them`, async t => {
@@ -305,4 +329,11 @@ t.test('Redis down: failMode open says unenforced, failMode local says so with i
   const decided = await get(local)
   t.match(decided.read, { limited: true, reason: 'local', key: '127.0.0.1', limit: 3, used: 1, remaining: 2 }, 'local: the in-process twin\'s counts, from nothing')
   matchesHeaders(t, decided, decided.read, 'local')
+})
+
+t.test('a Redis Cluster: the same fields, from the same decisions', async t => {
+  const cluster = await startCluster(t)
+  const fastify = await app(t, 'memory', { ...SEVERAL, redis: cluster.urls, timeout: 2000, concurrency: { max: 2 }, keyGenerator: () => 'tenant-9' })
+  await severalLimits(t, fastify)
+  t.match((await get(fastify)).read, { limited: true, reason: null, key: 'tenant-9', keyHash: keyHash('tenant-9'), concurrency: { max: 2, inFlight: 1, remaining: 1 } })
 })

@@ -26,7 +26,7 @@ export type QuotaReason = 'off' | 'allow-listed' | 'shadow' | 'unenforced' | 'lo
 
 /** One limit of the decision on a request, as `request.rateGuard.limits` gives it: the numbers its headers say. */
 export interface QuotaLimit {
-  /** Its name in the IETF `RateLimit` fields: the limit's `name`, else the budget's (`default`, `default-2`…, a group id). */
+  /** Its name in the IETF `RateLimit` fields: the limit's `name`, else the budget's (`default`, `default-2`…). */
   readonly name: string
   /** Units it lets through (its `max`; the token bucket's `burst`). */
   readonly limit: number
@@ -34,7 +34,7 @@ export interface QuotaLimit {
   readonly used: number
   /** Units left: 0 while banned, never below 0. */
   readonly remaining: number
-  /** Milliseconds until one more unit is free (`X-RateLimit-Reset`, in ms); a calendar quota: until its period ends when full. */
+  /** Ms until one more unit is free (`X-RateLimit-Reset`, in ms); a full calendar quota: until its period ends. */
   readonly resetMs: number
   /** When that is, as a `Date` (express-rate-limit's `resetTime`), on the clock that decided. */
   readonly resetTime: Date
@@ -70,7 +70,7 @@ export interface RequestQuota {
    * `'apikey:*'` (its `keyHash` names it). Undefined when no budget limited the request (`'off'`).
    */
   readonly key: string | number | undefined
-  /** The key's hash, as `bans()`, `unban({ keyHash })`, the decision channel and `mode: 'report'`'s log name the client. */
+  /** The key's hash: how `bans()`, `unban({ keyHash })`, the decision channel and the report log name the client. */
   readonly keyHash: string | undefined
   /** The binding limit's: its `max`, the units counted, the units left, ms until one more is free, and when. */
   readonly limit: number | undefined
@@ -99,7 +99,8 @@ interface Admission {
   view: RequestRateGuard | undefined
 }
 
-const slot = (request: FastifyRequest): Record<symbol, Admission | null> => request as unknown as Record<symbol, Admission | null>
+type Slot = Record<symbol, Admission | null>
+const slot = (request: FastifyRequest): Slot => request as unknown as Slot
 
 /** Records the decision on `request` (null: allow-listed); the last budget to decide it is the one read. */
 export function admit (request: FastifyRequest, plan: Plan, given: Given, decided: Decided | null): void {
@@ -183,13 +184,22 @@ class Admitted extends Charged implements RequestRateGuard {
   }
 
   get resetTime (): Date | undefined {
-    const decision = this.#decision
-    return decision === undefined ? undefined : new Date(decidedAt(decision) + resetOf(decision, decision.resetMs, this.#banned))
+    const resetMs = this.resetMs
+    return resetMs === undefined ? undefined : new Date(decidedAt(this.#decision!) + resetMs)
   }
 
   get limits (): readonly QuotaLimit[] {
     this.#limits ??= this.#decision === undefined ? NO_LIMITS : limitsOf(this.#admission, this.#decision, this.#banned)
     return this.#limits
+  }
+
+  /** What `JSON.stringify(request.rateGuard)` (a log line, a reply) shows: the quota's fields and the charge. */
+  toJSON (): Omit<RequestRateGuard, 'settle' | 'hold'> {
+    const { limited, reason, key, keyHash, limit, used, remaining, resetMs, resetTime } = this
+    const { limits, concurrency, charged, settled } = this
+    return {
+      limited, reason, key, keyHash, limit, used, remaining, resetMs, resetTime, limits, concurrency, charged, settled
+    }
   }
 
   /** Read as banned as the headers were written: shadow mode writes an allowed request's (./respond.ts). */
@@ -201,7 +211,8 @@ class Admitted extends Charged implements RequestRateGuard {
     const { plan: { concurrency }, decided } = this.#admission
     const slots = decided?.slots
     if (concurrency === null || slots === undefined || !('count' in slots)) return null
-    return Object.freeze({ max: concurrency.max, inFlight: slots.count, remaining: Math.max(0, concurrency.max - slots.count) })
+    const { max } = concurrency
+    return Object.freeze({ max, inFlight: slots.count, remaining: Math.max(0, max - slots.count) })
   }
 }
 
@@ -211,7 +222,8 @@ function reasonOf ({ route, decider, appStore }: Plan, decided: Decided | null):
   if (decided.verdict.status === 'unenforced') return 'unenforced'
   if (route.mode === 'shadow') return 'shadow'
   // Redis decides this budget, yet the in-process twin answered: failMode 'local' (it names no member).
-  const local = decider.remote && appStore === undefined && decided.verdict.status === 'allowed' && decided.verdict.member === ''
+  const { verdict } = decided
+  const local = decider.remote && appStore === undefined && verdict.status === 'allowed' && verdict.member === ''
   return local ? 'local' : undefined
 }
 
@@ -231,7 +243,9 @@ function limitsOf ({ plan, decided }: Admission, decision: Decision, banned: boo
   const at = decidedAt(decision)
   // An override may change how many limits the algorithm counts, never the quotas: they are the last ones.
   // Only the client's own budget has quotas (a shared budget's refusal, or its slots', has none).
-  const quotas: readonly ResolvedLimit[] = headers === plan.budget.headers ? plan.route.limits.filter(limit => limit.calendar !== undefined) : []
+  const quotas: readonly ResolvedLimit[] = headers === plan.budget.headers
+    ? plan.route.limits.filter(limit => limit.calendar !== undefined)
+    : []
   const firstQuota = decision.limits.length - quotas.length
   return Object.freeze(decision.limits.map((state, i) => {
     const calendar = i >= firstQuota ? quotas[i - firstQuota]!.calendar : undefined
