@@ -9,6 +9,7 @@ import { remainingOf } from './headers.js'
 import { hashedKeys, identityKeys, isKeyHash, isShadowBan, keyHashOf } from './stores/key-names.js'
 import type { Family, IdentityKeys } from './stores/key-names.js'
 import { deadline } from './deadline.js'
+import { isPromise } from './awaitable.js'
 import { refusedOutright } from './decider.js'
 import { checkDuration, checkMax } from './options/checks.js'
 import { checkSizes, checkStaticLimits } from './options/limits.js'
@@ -132,7 +133,9 @@ async function reset (ctx: Context, key: string): Promise<void> {
 async function peek (ctx: Context, key: string, options: PeekOptions = {}): Promise<PeekResult> {
   const budget = budgetOf(ctx, options, 'peek')
   const { algorithm, mode } = budget.route
-  const limits = await peekedLimits(ctx, budget, key, options)
+  // Static limits at once, so the store is asked before this call's first await (as every other call is).
+  const found = peekedLimits(ctx, budget, key, options)
+  const limits = isPromise(found) ? await found : found
   const family: Family = mode === 'shadow' ? 'shadow' : 'enforce'
   const input = { keys: keysOf(ctx, key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
   const refused = refusedOutright(input)
@@ -161,11 +164,13 @@ async function peek (ctx: Context, key: string, options: PeekOptions = {}): Prom
   }
 }
 
+type Named = RouteBudget & { name: string }
+
 /**
  * The budget's limits for `peek`: `max` / `timeWindow` stand in for the parts that are functions of the
  * request; the others are called with `request` (a request of the client, its key `key`), when given.
  */
-async function peekedLimits (ctx: Context, budget: RouteBudget & { name: string }, key: string, options: PeekOptions): Promise<readonly Limit[]> {
+function peekedLimits (ctx: Context, budget: Named, key: string, options: PeekOptions): readonly Limit[] | Promise<Limit[]> {
   const max = options.max === undefined ? undefined : checkMax(options.max)
   const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
   const given = budget.route.limits.map(limit => ({
@@ -177,8 +182,8 @@ async function peekedLimits (ctx: Context, budget: RouteBudget & { name: string 
   const limits = staticLimits(given, Date.now())
   if (limits !== null) return limits
   const { request } = options
-  if (request !== undefined) return await limitsOf(given, fallbacksOf(given, ctx.pluginLimits), budget.route.algorithm, request, key, ctx.callbacks)
-  throw new InvalidOptionError('peek', needs(budget.name, given))
+  if (request === undefined) throw new InvalidOptionError('peek', needs(budget.name, given))
+  return limitsOf(given, fallbacksOf(given, ctx.pluginLimits), budget.route.algorithm, request, key, ctx.callbacks)
 }
 
 /** What `peek` needs on a budget whose limits are functions of the request: which options, with an example. */
@@ -187,12 +192,14 @@ function needs (name: string, limits: readonly ResolvedLimit[]): string {
     ...limits.some(limit => typeof limit.max === 'function') ? ['max'] : [],
     ...limits.some(limit => typeof limit.windowMs === 'function') ? ['timeWindow'] : []
   ]
-  const budget = name === 'default' ? '' : name.startsWith('group:') ? `groupId: ${JSON.stringify(name.slice(6))}, ` : `route: ${JSON.stringify(name)}, `
+  const budget = name === 'default'
+    ? ''
+    : name.startsWith('group:') ? `groupId: ${JSON.stringify(name.slice(6))}, ` : `route: ${JSON.stringify(name)}, `
   const example = missing.map(option => option === 'max' ? 'max: 100' : "timeWindow: '1 minute'").join(', ')
   const what = missing.join(' and ')
-  return `budget ${JSON.stringify(name)} computes ${what} per request (a function of it): give peek ${what} (the client's own, ` +
-    `standing in for the function), e.g. peek(key, { ${budget}${example} }), or request (a request of the client, which the functions are called with), ` +
-    `e.g. peek(key, { ${budget}request })`
+  return `budget ${JSON.stringify(name)} computes ${what} per request (a function of it): give peek ${what} ` +
+    `(the client's own, standing in for the function), e.g. peek(key, { ${budget}${example} }), ` +
+    `or request (a request of the client, which the functions are called with), e.g. peek(key, { ${budget}request })`
 }
 
 async function setOverride (ctx: Context, key: string, options: OverrideOptions): Promise<void> {
