@@ -248,6 +248,7 @@ for (const where of ['memory', 'redis'] as const) {
     t.match(banned.read, { limited: true, limit: 1, remaining: 0, limits: [{ remaining: 0 }] })
     t.ok(banned.read.resetMs! > 9 * 60_000 && banned.read.resetMs! <= 10 * 60_000, `resets when the ban ends (${banned.read.resetMs} ms)`)
     t.equal(banned.read.limits[0]!.resetMs, banned.read.resetMs, 'each limit too')
+    t.ok(Math.abs(banned.read.resetTime! - (Date.now() + banned.read.resetMs!)) < 2000, 'resetTime: when the ban ends')
     matchesHeaders(t, banned, banned.read, 'banned')
   })
 
@@ -329,6 +330,26 @@ t.test('Redis down: failMode open says unenforced, failMode local says so with i
   const decided = await get(local)
   t.match(decided.read, { limited: true, reason: 'local', key: '127.0.0.1', limit: 3, used: 1, remaining: 2 }, 'local: the in-process twin\'s counts, from nothing')
   matchesHeaders(t, decided, decided.read, 'local')
+})
+
+t.test('the app\'s own store (@fastify/rate-limit\'s interface): its count, limited', async t => {
+  const counts = new Map<string, number>()
+  class CountingStore {
+    incr (key: string, callback: (err: Error | null, result?: { current: number, ttl: number }) => void): void {
+      counts.set(key, (counts.get(key) ?? 0) + 1)
+      callback(null, { current: counts.get(key)!, ttl: 30_000 })
+    }
+
+    child (): CountingStore { return new CountingStore() }
+  }
+  const fastify = await app(t, 'memory', { store: CountingStore, max: 2, timeWindow: '1 minute' })
+  for (let i = 1; i <= 2; i++) {
+    const before = Date.now()
+    const res = await get(fastify)
+    t.match(res.read, { limited: true, reason: null, key: '127.0.0.1', limit: 2, used: i, remaining: 2 - i, resetMs: 30_000, charged: 0 }, `request ${i}`)
+    t.ok(res.read.resetTime! >= before + 30_000 && res.read.resetTime! <= Date.now() + 30_000, 'resetTime: its ttl from now')
+    matchesHeaders(t, res, res.read, `request ${i}`)
+  }
 })
 
 t.test('a Redis Cluster: the same fields, from the same decisions', async t => {

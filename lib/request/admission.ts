@@ -36,7 +36,7 @@ export interface QuotaLimit {
   readonly remaining: number
   /** Ms until one more unit is free (`X-RateLimit-Reset`, in ms); a full calendar quota: until its period ends. */
   readonly resetMs: number
-  /** When that is, as a `Date` (express-rate-limit's `resetTime`), on the clock that decided. */
+  /** When that is, as a `Date` (express-rate-limit's `resetTime`), from when the store decided (Redis's `TIME`). */
   readonly resetTime: Date
   /** Its window, ms; a calendar quota's: its current period's length. */
   readonly windowMs: number
@@ -232,9 +232,12 @@ function resetOf (decision: Decision, resetMs: number, banned: boolean): number 
   return banned ? decision.retryMs : resetMs
 }
 
-/** When the store decided (a request that waited was counted at its wait's end: `at` is that). */
+/**
+ * When the store decided: its time (a request that waited was counted at its wait's end, `at`); a decision that
+ * gives none (a ban or denial held in process, the app's store) is read as of now.
+ */
 function decidedAt (decision: Decision): number {
-  return decision.at - (decision.waitMs ?? 0)
+  return decision.at === 0 ? Date.now() : decision.at - (decision.waitMs ?? 0)
 }
 
 /** Each limit of the decision, named as the `RateLimit` fields name it; its calendar quotas last, as the budget's. */
