@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify'
 import type { BudgetOptions } from './budgets.js'
 import type { StatsSnapshot } from './stats.js'
 
@@ -5,9 +6,14 @@ import type { StatsSnapshot } from './stats.js'
 // lib/admin.ts makes.
 
 export interface PeekOptions extends BudgetOptions {
-  /** Needed when that budget's `max` / `timeWindow` are functions of the request: they stand in for the functions. */
+  /** When that budget's `max` / `timeWindow` are functions of the request: the client's, standing in for the functions. */
   max?: number
   timeWindow?: number | string
+  /**
+   * Or a request of the client (`request` in its handler, say): the budget's `max` / `timeWindow` functions
+   * are called with it and the key, as for its requests (one that fails gives its fallback, as there).
+   */
+  request?: FastifyRequest
 }
 
 /** New limits for one client on one budget, and how long they hold. */

@@ -3,11 +3,13 @@ import type { Algorithm, Limit } from './algorithms/index.js'
 import { InvalidOptionError } from './errors.js'
 import { budgetName } from './budgets.js'
 import type { BudgetOptions, Budgets, RouteBudget } from './budgets.js'
-import { staticLimits } from './request/computed.js'
+import { fallbacksOf, limitsOf, staticLimits } from './request/computed.js'
+import type { Callbacks } from './callbacks.js'
 import { remainingOf } from './headers.js'
 import { hashedKeys, identityKeys, isKeyHash, isShadowBan, keyHashOf } from './stores/key-names.js'
 import type { Family, IdentityKeys } from './stores/key-names.js'
 import { deadline } from './deadline.js'
+import { isPromise } from './awaitable.js'
 import { refusedOutright } from './decider.js'
 import { checkDuration, checkMax } from './options/checks.js'
 import { checkSizes, checkStaticLimits } from './options/limits.js'
@@ -44,6 +46,9 @@ interface Context {
   readonly store: GuardedStore
   readonly bans: (limit: number, signal: AbortSignal) => Promise<readonly Ban[]>
   readonly canonicalKey: (key: string) => string
+  /** What `peek` with a request calls the budget's limit functions through (and the plugin's limits, their fallbacks). */
+  readonly callbacks: Callbacks
+  readonly pluginLimits: readonly ResolvedLimit[]
 }
 
 interface GuardedStore {
@@ -64,6 +69,8 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
     nameSpace: opts.nameSpace,
     budgets,
     canonicalKey: opts.canonicalKey,
+    callbacks: opts.callbacks,
+    pluginLimits: opts.route.limits,
     // The deadline (or an answer) stops the store's work: on a Cluster, no more slots are read.
     bans: async (limit, signal) => await within(inner.bans(opts.nameSpace, limit, signal)),
     store: {
@@ -126,7 +133,9 @@ async function reset (ctx: Context, key: string): Promise<void> {
 async function peek (ctx: Context, key: string, options: PeekOptions = {}): Promise<PeekResult> {
   const budget = budgetOf(ctx, options, 'peek')
   const { algorithm, mode } = budget.route
-  const limits = peekedLimits(budget, options)
+  // Static limits at once, so the store is asked before this call's first await (as every other call is).
+  const found = peekedLimits(ctx, budget, key, options)
+  const limits = isPromise(found) ? await found : found
   const family: Family = mode === 'shadow' ? 'shadow' : 'enforce'
   const input = { keys: keysOf(ctx, key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
   const refused = refusedOutright(input)
@@ -155,8 +164,13 @@ async function peek (ctx: Context, key: string, options: PeekOptions = {}): Prom
   }
 }
 
-/** The budget's limits for `peek`: `max` / `timeWindow` stand in for the parts that are functions of the request. */
-function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOptions): readonly Limit[] {
+type Named = RouteBudget & { name: string }
+
+/**
+ * The budget's limits for `peek`: `max` / `timeWindow` stand in for the parts that are functions of the
+ * request; the others are called with `request` (a request of the client, its key `key`), when given.
+ */
+function peekedLimits (ctx: Context, budget: Named, key: string, options: PeekOptions): readonly Limit[] | Promise<Limit[]> {
   const max = options.max === undefined ? undefined : checkMax(options.max)
   const windowMs = options.timeWindow === undefined ? undefined : checkDuration(options.timeWindow, 'timeWindow')
   const given = budget.route.limits.map(limit => ({
@@ -166,8 +180,26 @@ function peekedLimits (budget: RouteBudget & { name: string }, options: PeekOpti
   }))
   checkSizes(given, budget.route.algorithm, '')
   const limits = staticLimits(given, Date.now())
-  if (limits === null) throw new InvalidOptionError('peek', `budget ${JSON.stringify(budget.name)} computes max or timeWindow per request: pass them`)
-  return limits
+  if (limits !== null) return limits
+  const { request } = options
+  if (request === undefined) throw new InvalidOptionError('peek', needs(budget.name, given))
+  return limitsOf(given, fallbacksOf(given, ctx.pluginLimits), budget.route.algorithm, request, key, ctx.callbacks)
+}
+
+/** What `peek` needs on a budget whose limits are functions of the request: which options, with an example. */
+function needs (name: string, limits: readonly ResolvedLimit[]): string {
+  const missing = [
+    ...limits.some(limit => typeof limit.max === 'function') ? ['max'] : [],
+    ...limits.some(limit => typeof limit.windowMs === 'function') ? ['timeWindow'] : []
+  ]
+  const budget = name === 'default'
+    ? ''
+    : name.startsWith('group:') ? `groupId: ${JSON.stringify(name.slice(6))}, ` : `route: ${JSON.stringify(name)}, `
+  const example = missing.map(option => option === 'max' ? 'max: 100' : "timeWindow: '1 minute'").join(', ')
+  const what = missing.join(' and ')
+  return `budget ${JSON.stringify(name)} computes ${what} per request (a function of it): give peek ${what} ` +
+    `(the client's own, standing in for the function), e.g. peek(key, { ${budget}${example} }), ` +
+    `or request (a request of the client, which the functions are called with), e.g. peek(key, { ${budget}request })`
 }
 
 async function setOverride (ctx: Context, key: string, options: OverrideOptions): Promise<void> {

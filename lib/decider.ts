@@ -82,6 +82,11 @@ export class Decider {
     this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log)) : undefined
   }
 
+  /** Whether Redis decides (a decision with no member was then failMode 'local''s, in process). */
+  get remote (): boolean {
+    return this.#remote !== undefined
+  }
+
   /** The deadline of a call to Redis, ms. */
   get timeout (): number {
     return this.#timeout

@@ -8,8 +8,9 @@ import { Budgets } from './budgets.js'
 import { createRegistrations } from './registrations.js'
 import type { RateGuardDecorator, Registrations } from './registrations.js'
 import type { RouteBudget } from './budgets.js'
-import { CHARGE, chargeOf } from './request/charge.js'
-import type { RequestCharge } from './request/charge.js'
+import { CHARGE } from './request/charge.js'
+import { ADMISSION, rateGuardOf } from './request/admission.js'
+import type { RequestRateGuard } from './request/admission.js'
 import { createHooks } from './request/pipeline.js'
 import { WORK } from './request/work.js'
 import type { BudgetHooks } from './request/pipeline.js'
@@ -49,8 +50,12 @@ declare module 'fastify' {
     createRateLimit (options?: RouteRateLimitOptions): RateLimitCheck
   }
   interface FastifyRequest {
-    /** What this request was charged, `settle(amount)` to make its final charge another (once), and `hold()` to keep its slots for work after it. */
-    rateGuard: RequestCharge
+    /**
+     * The decision that let this request in (its client's key, `limit`, `remaining`, `resetMs`, every limit,
+     * its in-flight slots: express-rate-limit's `req.rateLimit`), what it was charged, `settle(amount)` to make
+     * its final charge another (once), and `hold()` to keep its slots for work after it.
+     */
+    rateGuard: RequestRateGuard
   }
 }
 
@@ -130,7 +135,8 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     fastify.addHook('onSend', stripCode)
     fastify.decorateRequest(CHARGE, null)
     fastify.decorateRequest(WORK, null)
-    fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return chargeOf(this) } })
+    fastify.decorateRequest(ADMISSION, null)
+    fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return rateGuardOf(this) } })
   }
   limitRoutes(fastify, opts, pluginHooks, (made, routeOptions, config) => hooks(made, routeOptions, config), budgets, warn)
 }
@@ -176,6 +182,7 @@ export type {
   HookName, FailMode, ErrorFormat, Addressless, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
 export type { RequestCharge } from './request/charge.js'
+export type { RequestRateGuard, RequestQuota, QuotaLimit, QuotaConcurrency, QuotaReason } from './request/admission.js'
 export type { StatsSnapshot } from './stats.js'
 export { CHANNELS }
 export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, RedisCallContext, Outcome } from './channels.js'

@@ -13,7 +13,7 @@ import type {
   RateGuardOptions, RouteRateLimitOptions, RateGuardDecorator, PeekOptions, PeekResult, BanOptions,
   ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction,
   AllowListFunction, KeyCallback, HookName, FailMode, Addressless, RedisLike, LimitOptions, CalendarLimitOptions, SharedOptions, BanCallback, BanInfo,
-  OverrideOptions, BanEntry
+  OverrideOptions, BanEntry, RequestRateGuard, RequestQuota, QuotaLimit, QuotaConcurrency, QuotaReason
 } from 'fastify-rate-guard'
 
 /** True only when A and B are the same type (not merely assignable either way). */
@@ -459,6 +459,35 @@ app.get('/report', { config: { rateLimit: { concurrency: { max: 2 } } } }, async
   // @ts-expect-error hold takes no argument
   request.rateGuard.hold(1000)
   return 'ok'
+})
+// The decision that let the request in (express-rate-limit's req.rateLimit): the binding limit's numbers, every limit, slots.
+app.get('/quota', { config: { rateLimit: { limits: [{ max: 10, timeWindow: '1s' }, { max: 1000, per: 'day' }], concurrency: { max: 2 } } } }, async (request) => {
+  const quota = request.rateGuard
+  expectType<RequestRateGuard>(quota)
+  expectType<boolean>(quota.limited)
+  assertEqual<typeof quota.reason, QuotaReason | undefined>(true)
+  assertEqual<typeof quota.key, string | number | undefined>(true)
+  assertEqual<typeof quota.keyHash, string | undefined>(true)
+  assertEqual<typeof quota.remaining, number | undefined>(true)
+  assertEqual<typeof quota.limit, number | undefined>(true)
+  assertEqual<typeof quota.used, number | undefined>(true)
+  assertEqual<typeof quota.resetMs, number | undefined>(true)
+  assertEqual<typeof quota.resetTime, Date | undefined>(true)
+  const first: QuotaLimit | undefined = quota.limits[0]
+  if (first !== undefined) {
+    expectType<string>(first.name)
+    expectType<number>(first.remaining)
+    expectType<Date>(first.resetTime)
+    assertEqual<typeof first.per, 'day' | 'week' | 'month' | undefined>(true)
+  }
+  assertEqual<typeof quota.concurrency, QuotaConcurrency | null>(true)
+  expectType<number | undefined>(quota.concurrency?.inFlight)
+  const quotaOnly: RequestQuota = quota
+  // @ts-expect-error the quota is read, never written
+  quota.remaining = 5
+  // peek with a request of the client: the budget's max / timeWindow functions are called with it
+  await app.rateGuard.peek('user:42', { route: 'GET /quota', request })
+  return { remaining: quotaOnly.remaining ?? 0 }
 })
 app.get('/count', { config: { rateLimit: { countWhen: (_request, reply) => reply.statusCode !== 304 } } }, async () => 'ok')
 // @ts-expect-error countWhen answers a boolean

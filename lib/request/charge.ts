@@ -134,7 +134,7 @@ function capacity (decision: Decision): number {
 }
 
 /** The charge of a request nothing counted (let through by the allow list, by failMode, on a route off): settling it changes nothing. */
-const UNCOUNTED: RequestCharge = Object.freeze({
+export const UNCOUNTED: RequestCharge = Object.freeze({
   charged: 0,
   settled: false,
   settle: async (amount: number): Promise<void> => { checkAmount(amount) },

@@ -14,6 +14,7 @@ import { hold } from './hold.js'
 import { decidableFor } from './limits.js'
 import type { Leases } from '../leases.js'
 import { planBudget } from './plan.js'
+import { admit } from './admission.js'
 import type { Plan } from './plan.js'
 import { SENT, respond } from './respond.js'
 import type { HookResult } from './respond.js'
@@ -69,7 +70,11 @@ export function createHooks (decider: Decider, leases: Leases, room: WaitingRoom
     const marked = request as unknown as Record<symbol, boolean>
     if (marked[ran]) return undefined
     marked[ran] = true
-    return then(prepare(plan, request), ready => ready.input === null ? undefined : decideAndRespond(plan, request, reply, ready.given, ready.input))
+    return then(prepare(plan, request), ready => {
+      if (ready.input !== null) return decideAndRespond(plan, request, reply, ready.given, ready.input)
+      admit(request, plan, ready.given, null)
+      return undefined
+    })
   }
   const notFound = (request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> => refuseIfBanned(plan, request, reply)
   return {
@@ -102,6 +107,7 @@ function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyRe
   return then(then(waited, decided => decided === LEFT ? decided : hold(plan, request, reply, decided)), decided => {
     // Its client left while it waited: it gave its place back, and is not handled.
     if (decided === LEFT) return new AbandonedError()
+    admit(request, plan, given, decided)
     if (decided.charged.length > 0) charge(request, plan.decider, decided.charged)
     const result = respond(plan, request, reply, given, decided)
     if (plan.watched !== null && decided.verdict.status === 'allowed') watch(plan, request, given, decided.input)
