@@ -1,0 +1,119 @@
+// Warnings without a logger: under `Fastify()` (abstract-logging's noop logger) each start-up warning is a
+// process warning with its FST_RATE_GUARD_* code, said once per registration; with a logger, each goes to it
+// (its code in the line) and none through the process; a logger silenced on purpose (pino at 'silent') is the
+// app's choice, and nothing is emitted either.
+import Fastify from 'fastify'
+import type { FastifyInstance } from 'fastify'
+import { Redis } from 'ioredis'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import { WARNINGS, hasLogger } from '../lib/warnings.js'
+import { freePort } from './helpers/redis.js'
+
+type Warning = Error & { code?: string }
+
+/** The process warnings emitted while `run` runs (and on the ticks after it), ours only. */
+async function processWarnings (t: Test, run: () => Promise<void>): Promise<Warning[]> {
+  const seen: Warning[] = []
+  const onWarning = (warning: Warning): void => { if (warning.name === 'RateGuardWarning') seen.push(warning) }
+  process.on('warning', onWarning)
+  t.teardown(() => process.off('warning', onWarning))
+  await run()
+  // A process warning is emitted on the next tick.
+  await new Promise(resolve => setImmediate(resolve))
+  process.off('warning', onWarning)
+  return seen
+}
+
+const codes = (warnings: Warning[]): string[] => warnings.map(warning => warning.code!).sort()
+
+/** An app that says every start-up warning that needs no Redis, each once; `early` declared before the plugin. */
+async function everyStartupWarning (app: FastifyInstance): Promise<void> {
+  app.decorate('rateLimit', 'another plugin\'s')
+  app.get('/early', async () => 'early')
+  await app.register(rateGuard, {
+    max: 1.5,
+    timeWindow: '1 minute',
+    maxWait: '1 hour',
+    addHeadersOnExceeding: { 'retry-after': true }
+  })
+  await app.register(rateGuard, { nameSpace: 'inner:', max: 5 })
+  app.get('/beside', { rateLimit: { max: 1 } } as object, async () => 'beside')
+  await app.ready()
+}
+
+t.test('no logger: each start-up warning is a process warning with its code, once', async t => {
+  const app = Fastify({ trustProxy: true })
+  t.teardown(() => app.close())
+  t.notOk(hasLogger(app.log), 'Fastify() has no logger')
+  const warnings = await processWarnings(t, () => everyStartupWarning(app))
+  t.same(codes(warnings), [
+    WARNINGS.DECORATOR_TAKEN,
+    WARNINGS.IN_PROCESS, WARNINGS.IN_PROCESS,
+    WARNINGS.NESTED_REGISTRATION,
+    WARNINGS.OPTION_UNUSED,
+    WARNINGS.RATE_LIMIT_BESIDE_CONFIG, WARNINGS.RATE_LIMIT_BESIDE_CONFIG,
+    WARNINGS.ROUTES_BEFORE_PLUGIN, WARNINGS.ROUTES_BEFORE_PLUGIN,
+    WARNINGS.TRUSTS_EVERY_PROXY, WARNINGS.TRUSTS_EVERY_PROXY,
+    WARNINGS.VALUE_REPLACED,
+    WARNINGS.WAIT_UNREACHABLE
+  ].sort(), 'each once per registration (two registrations say what both see)')
+  const early = warnings.filter(warning => warning.code === WARNINGS.ROUTES_BEFORE_PLUGIN)
+  t.match(early[0]?.message, /\/early/, 'naming the route declared before the plugin')
+  t.match(warnings.find(warning => warning.code === WARNINGS.VALUE_REPLACED)?.message, /max 1\.5 is not valid; using 1/)
+})
+
+t.test('a logger: every warning goes to it with its code, none through the process', async t => {
+  const lines: Array<{ level: number, code?: string, msg: string }> = []
+  const stream = { write: (line: string) => { lines.push(JSON.parse(line) as { level: number, msg: string }) } }
+  const app = Fastify({ trustProxy: true, logger: { level: 'warn', stream } })
+  t.teardown(() => app.close())
+  t.ok(hasLogger(app.log))
+  const warnings = await processWarnings(t, () => everyStartupWarning(app))
+  t.same(warnings, [], 'nothing through the process')
+  const logged = lines.filter(line => line.level === 40)
+  t.ok(logged.length >= 8, 'the warnings are logged')
+  t.ok(logged.every(line => typeof line.code === 'string' && line.code.startsWith('FST_RATE_GUARD_')), 'each with its code')
+})
+
+t.test('a logger silenced on purpose (level silent): nothing through the process either', async t => {
+  const app = Fastify({ trustProxy: true, logger: { level: 'silent' } })
+  t.teardown(() => app.close())
+  t.ok(hasLogger(app.log), 'pino at silent is the app\'s logger')
+  t.same(await processWarnings(t, () => everyStartupWarning(app)), [])
+})
+
+t.test('no logger, a lent client with no error listener and Redis down: each said once, with its code', async t => {
+  const port = await freePort()
+  const redis = new Redis({ host: '127.0.0.1', port, lazyConnect: false, retryStrategy: () => 200 })
+  const app = Fastify()
+  t.teardown(async () => { await app.close(); redis.disconnect() })
+  const warnings = await processWarnings(t, async () => {
+    await app.register(rateGuard, { redis, max: 5, failMode: 'open' })
+    await app.ready()
+  })
+  t.same(codes(warnings), [WARNINGS.NO_ERROR_LISTENER, WARNINGS.OFFLINE_QUEUE, WARNINGS.REDIS_NOT_READY].sort())
+  t.match(warnings.find(warning => warning.code === WARNINGS.NO_ERROR_LISTENER)?.message, /redis\.on\('error'/, 'naming the fix')
+  t.match(warnings.find(warning => warning.code === WARNINGS.REDIS_NOT_READY)?.message, /ECONNREFUSED/, 'with the error\'s own message')
+  t.equal(redis.listenerCount('error'), 0, 'the app\'s client is left as lent: no listener added')
+})
+
+t.test('a lent client with an error listener: nothing said about it', async t => {
+  const port = await freePort()
+  const redis = new Redis({ host: '127.0.0.1', port, enableOfflineQueue: false, retryStrategy: () => 200 })
+  const onError = (): void => {}
+  redis.on('error', onError)
+  const app = Fastify()
+  t.teardown(async () => { await app.close(); redis.disconnect() })
+  const warnings = await processWarnings(t, async () => {
+    await app.register(rateGuard, { redis, max: 5, failMode: 'open' })
+    await app.ready()
+  })
+  t.same(codes(warnings), [WARNINGS.REDIS_NOT_READY])
+  t.same(redis.listeners('error'), [onError], 'the app\'s listener alone')
+})
+
+t.test('every code is FST_RATE_GUARD_ and its name', async t => {
+  for (const [name, code] of Object.entries(WARNINGS)) t.equal(code, `FST_RATE_GUARD_${name}`)
+})
