@@ -8,6 +8,7 @@ import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
 import { WARNINGS, hasLogger } from '../lib/warnings.js'
 import { freePort } from './helpers/redis.js'
 
@@ -30,13 +31,14 @@ const codes = (warnings: Warning[]): string[] => warnings.map(warning => warning
 
 /** An app that says every start-up warning that needs no Redis, each once; `early` declared before the plugin. */
 async function everyStartupWarning (app: FastifyInstance): Promise<void> {
-  app.decorate('rateLimit', 'another plugin\'s')
+  app.decorate('rateLimit', 'another plugin\'s' as never)
   app.get('/early', async () => 'early')
   await app.register(rateGuard, {
     max: 1.5,
     timeWindow: '1 minute',
     maxWait: '1 hour',
-    addHeadersOnExceeding: { 'retry-after': true }
+    // A header theirs names but never sends on an allowed request: switches nothing, with a warning.
+    addHeadersOnExceeding: { 'retry-after': true } as RateGuardOptions['addHeadersOnExceeding']
   })
   await app.register(rateGuard, { nameSpace: 'inner:', max: 5 })
   app.get('/beside', { rateLimit: { max: 1 } } as object, async () => 'beside')
