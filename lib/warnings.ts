@@ -53,7 +53,9 @@ export function hasLogger (log: FastifyBaseLogger): boolean {
  * Says warning `name`: `log[level]` with `{ code, ...fields }` first when the app has a logger, else
  * `process.emitWarning(message, { type: 'RateGuardWarning', code })`. How often is the caller's to decide.
  */
-export function warn (log: FastifyBaseLogger, name: WarningName, message: string, fields?: object, level: 'warn' | 'error' = 'warn'): void {
+export function warn (
+  log: FastifyBaseLogger, name: WarningName, message: string, fields?: object, level: 'warn' | 'error' = 'warn'
+): void {
   const code = WARNINGS[name]
   if (hasLogger(log)) log[level]({ ...fields, code }, message)
   else process.emitWarning(withCause(message, fields), { type: 'RateGuardWarning', code })

@@ -61,7 +61,7 @@ async function run (t: Test, redisUrl: string): Promise<Running> {
   return { child, stderr: () => stderr, base }
 }
 
-t.test('with Redis: the route declared before register is warned about once, with its code; the example limits', async t => {
+t.test('with Redis: the route before register is warned about once, with its code; the example limits', async t => {
   const redis = await startRedisServer(t)
   const { stderr, base } = await run(t, redis.url)
   const statuses: number[] = []

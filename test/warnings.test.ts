@@ -76,7 +76,8 @@ t.test('a logger: every warning goes to it with its code, none through the proce
   t.same(warnings, [], 'nothing through the process')
   const logged = lines.filter(line => line.level === 40)
   t.ok(logged.length >= 8, 'the warnings are logged')
-  t.ok(logged.every(line => typeof line.code === 'string' && line.code.startsWith('FST_RATE_GUARD_')), 'each with its code')
+  const coded = logged.filter(line => typeof line.code === 'string' && line.code.startsWith('FST_RATE_GUARD_'))
+  t.equal(coded.length, logged.length, 'each with its code')
 })
 
 t.test('a logger silenced on purpose (level silent): nothing through the process either', async t => {
@@ -96,8 +97,9 @@ t.test('no logger, a lent client with no error listener and Redis down: each sai
     await app.ready()
   })
   t.same(codes(warnings), [WARNINGS.NO_ERROR_LISTENER, WARNINGS.OFFLINE_QUEUE, WARNINGS.REDIS_NOT_READY].sort())
-  t.match(warnings.find(warning => warning.code === WARNINGS.NO_ERROR_LISTENER)?.message, /redis\.on\('error'/, 'naming the fix')
-  t.match(warnings.find(warning => warning.code === WARNINGS.REDIS_NOT_READY)?.message, /ECONNREFUSED/, 'with the error\'s own message')
+  const said = (code: string): string | undefined => warnings.find(warning => warning.code === code)?.message
+  t.match(said(WARNINGS.NO_ERROR_LISTENER), /redis\.on\('error'/, 'naming the fix')
+  t.match(said(WARNINGS.REDIS_NOT_READY), /ECONNREFUSED/, 'with the error\'s own message')
   t.equal(redis.listenerCount('error'), 0, 'the app\'s client is left as lent: no listener added')
 })
 
