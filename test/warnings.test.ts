@@ -1,7 +1,9 @@
 // Warnings without a logger: under `Fastify()` (abstract-logging's noop logger) each start-up warning is a
 // process warning with its FST_RATE_GUARD_* code, said once per registration; with a logger, each goes to it
 // (its code in the line) and none through the process; a logger silenced on purpose (pino at 'silent') is the
-// app's choice, and nothing is emitted either.
+// app's choice, and nothing is emitted either. A lent client without an 'error' listener is warned about (and left
+// as lent); a client the plugin made has its errors reported once per interval.
+import diagnostics from 'node:diagnostics_channel'
 import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
 import { Redis } from 'ioredis'
@@ -9,6 +11,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import type { RateGuardOptions } from '../lib/index.js'
+import { CHANNELS } from '../lib/channels.js'
 import { WARNINGS, hasLogger } from '../lib/warnings.js'
 import { freePort } from './helpers/redis.js'
 
@@ -120,4 +123,24 @@ t.test('a lent client with an error listener: nothing said about it', async t =>
 
 t.test('every code is FST_RATE_GUARD_ and its name', async t => {
   for (const [name, code] of Object.entries(WARNINGS)) t.equal(code, `FST_RATE_GUARD_${name}`)
+})
+
+t.test('no logger, a client the plugin made with Redis down: its errors are reported once per interval', async t => {
+  // Each 'error' event of the client made here is reported (the trouble channel hears every one); the warning
+  // is said once per interval, however many come, and ioredis has a listener, so prints nothing of its own.
+  const heard: unknown[] = []
+  let third: () => void = () => {}
+  const thirdHeard = new Promise<void>(resolve => { third = resolve })
+  const onTrouble = (message: unknown): void => { if (heard.push(message) === 3) third() }
+  diagnostics.subscribe(CHANNELS.trouble, onTrouble)
+  t.teardown(() => diagnostics.unsubscribe(CHANNELS.trouble, onTrouble))
+  const app = Fastify()
+  t.teardown(() => app.close())
+  const warnings = await processWarnings(t, async () => {
+    await app.register(rateGuard, { redis: `redis://127.0.0.1:${await freePort()}`, max: 5, failMode: 'open' })
+    await app.ready()
+    await thirdHeard
+  })
+  t.ok(heard.length >= 3, 'several errors reported')
+  t.same(codes(warnings), [WARNINGS.REDIS_NOT_READY, WARNINGS.REDIS_TROUBLE].sort(), 'each said once')
 })
