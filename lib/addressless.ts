@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { Addressless } from './types.js'
+import { warn } from './warnings.js'
 
 // Who a request without a client address is: a server on a Unix socket, where Fastify's `trustProxy` gives no
 // `request.ip` (false, a list of CIDRs, 'loopback'). Nothing in such a request tells its clients apart, and its
@@ -29,7 +30,7 @@ export function addresslessKey (mode: Addressless): (request: FastifyRequest) =>
     const key = mode === 'shared' ? NO_ADDRESS_KEY : `conn:${connectionId(request.raw.socket)}`
     if (!warned) {
       warned = true
-      request.log.warn({ key, addressless: mode }, mode === 'shared' ? SHARED : PER_CONNECTION)
+      warn(request.log, 'ADDRESSLESS', mode === 'shared' ? SHARED : PER_CONNECTION, { key, addressless: mode })
     }
     return key
   }

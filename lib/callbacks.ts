@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { isPromise } from './awaitable.js'
 import { deadline } from './deadline.js'
+import { warn } from './warnings.js'
 
 // The app's callbacks that decide who a request is and what it may do (`verifyApiKey`, `userId`,
 // `keyGenerator`, `allowList`, limits and costs that are functions, `countWhen` and `settle` after the
@@ -66,6 +67,6 @@ export class Callbacks {
     const said = `${kind}\n${used}`
     if (now - (this.#warned.get(said) ?? -Infinity) < CALLBACK_LOG_INTERVAL) return
     this.#warned.set(said, now)
-    log.error({ err, fallback: used }, `rate-guard: ${KINDS[kind].name} failed; ${used} (logged once a minute at most)`)
+    warn(log, 'CALLBACK_FAILED', `rate-guard: ${KINDS[kind].name} failed; ${used} (logged once a minute at most)`, { err, fallback: used }, 'error')
   }
 }

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { isCluster } from './stores/redis.js'
 import type { RedisLike } from './types.js'
 import type { HeldAnswers } from './held-answers.js'
+import { warn } from './warnings.js'
 
 // Operators' changes (unban, ban, reset, override) and units given back, told to every instance on one Redis
 // channel, so none goes on answering from what it held for the keys changed (see lib/held-answers.ts).
@@ -88,7 +89,7 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
   const subscribe = (): void => {
     subscriber.subscribe(channel).then(() => held.listening(true), (err: unknown) => {
       held.listening(false)
-      log.warn({ err }, 'rate-guard: could not subscribe to changes (unban, reset, overrides); bans and denials are asked of Redis on every request')
+      warn(log, 'SUBSCRIBE_FAILED', 'rate-guard: could not subscribe to changes (unban, reset, overrides); bans and denials are asked of Redis on every request', { err })
     })
   }
   subscriber.on('ready', subscribe)

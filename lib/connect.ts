@@ -14,6 +14,7 @@ import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
 import type { ResolvedOptions } from './options/resolved.js'
 import type { RedisLike } from './types.js'
+import { warn as say, type Warn } from './warnings.js'
 
 // Where a registration's requests are decided: in process when no Redis is given (with the warning that
 // limits are per process), else a Redis store (a client made here or lent), with its breaker, its held
@@ -27,20 +28,25 @@ const UNTIL_REDIS = Object.freeze({
   local: "each instance limits on its own, in process (failMode: 'local')"
 })
 
+/** Said once when the app lends a client with no 'error' listener: ioredis prints each error event then. */
+const NO_ERROR_LISTENER = "rate-guard: the Redis client lent to rate-guard has no 'error' listener, so ioredis prints " +
+  "'[ioredis] Unhandled error event' on every failed connection attempt while Redis is down. Give it one, e.g. " +
+  "redis.on('error', err => app.log.error({ err }, 'redis')); rate-guard reports Redis trouble itself, once per interval"
+
 /** How long registration waits for Redis to be ready before starting degraded (it keeps reconnecting). */
 const READY_WAIT = 2000
 
-export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptions): Promise<Decider> {
+export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptions, warn: Warn): Promise<Decider> {
   const { timeout, cache, redis: given } = opts
   const local = (): MemoryStore => new MemoryStore({
     cache,
-    onFull: () => fastify.log.warn({ cache }, 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic')
+    onFull: () => say(fastify.log, 'STORE_FULL', 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic', { cache })
   })
   if (given === undefined) {
     // With a store of the app's own, the in-process store decides only for failMode: 'local'.
     if (opts.store === undefined) {
       const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
-      fastify.log.warn(`rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
+      warn('IN_PROCESS', `rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
     }
     return new Decider({ store: local(), remote: false, timeout, local, breaker: undefined })
   }
@@ -59,7 +65,7 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
       else if (time !== true) readiness = time
     }
     if (clock === 'app') {
-      fastify.log.warn({ clock }, `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`)
+      warn('APP_CLOCK', `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`, { clock })
     }
     // A server that locks per key (Upstash) runs a script under its global lock unless the script asks.
     const locking = readiness === true && !isCluster(client) && await takesKeyLocking(client) ? 'keys' : 'global'
@@ -92,10 +98,12 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
       client.on('error', (err: Error) => decider.report(err, fastify.log))
     } else {
       for (const option of queueingOptions(client)) {
-        fastify.log.warn({ option }, 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false')
+        warn('OFFLINE_QUEUE', 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false', { option })
       }
+      // A lent client is the app's: its 'error' events are the app's to handle, never silenced here.
+      if (client.listenerCount('error') === 0) warn('NO_ERROR_LISTENER', NO_ERROR_LISTENER)
     }
-    await checkStartup(fastify, opts, store, readiness)
+    await checkStartup(fastify, opts, store, readiness, warn)
     return decider
   } catch (err) {
     stopListening()
@@ -141,7 +149,7 @@ const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst
  * (an ACL user without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
  * the plugin starts degraded, `failMode` deciding until Redis answers.
  */
-async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore, readiness: true | Error): Promise<void> {
+async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore, readiness: true | Error, warn: Warn): Promise<void> {
   let outcome = readiness
   if (outcome === true) {
     try {
@@ -150,13 +158,14 @@ async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, st
       outcome = err as Error
     }
   }
-  if (outcome === true) return await checkEvictionPolicy(fastify, store.client)
+  if (outcome === true) return await checkEvictionPolicy(fastify, store.client, warn)
   if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
   if (opts.strict) throw new RedisNotReadyError(outcome.message)
-  fastify.log.warn({ err: outcome, failMode: opts.route.failMode }, `rate-guard: Redis is not ready; starting anyway, failMode decides until it answers: ${UNTIL_REDIS[opts.route.failMode]}`)
+  const fields = { err: outcome, failMode: opts.route.failMode }
+  warn('REDIS_NOT_READY', `rate-guard: Redis is not ready; starting anyway, failMode decides until it answers: ${UNTIL_REDIS[opts.route.failMode]}`, fields)
 }
 
-async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike): Promise<void> {
+async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike, warn: Warn): Promise<void> {
   let policy: unknown
   try {
     policy = await deadline(evictionPolicy(client), READY_WAIT)
@@ -165,7 +174,7 @@ async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike)
     fastify.log.debug({ err }, 'rate-guard: could not read maxmemory-policy')
   }
   if (typeof policy === 'string' && policy !== 'noeviction') {
-    fastify.log.warn({ policy }, 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters')
+    warn('EVICTION_POLICY', 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters', { policy })
   }
 }
 

@@ -15,6 +15,7 @@ import type { LateNews } from './late.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Decidable, DecideInput, Decision, RemoteStore, SettleInput, Store, Verdict } from './stores/store.js'
+import { warn } from './warnings.js'
 
 // One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides —
 // `open` lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
@@ -105,7 +106,7 @@ export class Decider {
     const late = new LateReplies(timeout, TROUBLE_LOG_INTERVAL, (news: LateNews) => {
       const error = new LateRedisError(news.late, news.p99Ms, news.timeoutMs, news.coverMs)
       this.#trouble(error, undefined)
-      log?.warn({ err: error, ...news }, 'rate-guard: Redis answers, but after the deadline; failMode decides those requests')
+      if (log !== undefined) warn(log, 'REDIS_LATE', 'rate-guard: Redis answers, but after the deadline; failMode decides those requests', { err: error, ...news })
     })
     return {
       sent: at => silence?.sent(at),
@@ -268,7 +269,8 @@ export class Decider {
     this.#heldBack = 0
     const level = isPermanent(err) ? 'error' : 'warn'
     // A call that decides nothing (a settlement, a lease's release or renewal) has no failMode to answer it.
-    log[level]({ err, failMode, heldBack }, failMode === undefined ? 'rate-guard: Redis did not answer a call that decides no request (a settlement, a lease released or renewed)' : 'rate-guard: Redis did not decide; failMode decides')
+    const message = failMode === undefined ? 'rate-guard: Redis did not answer a call that decides no request (a settlement, a lease released or renewed)' : 'rate-guard: Redis did not decide; failMode decides'
+    warn(log, 'REDIS_TROUBLE', message, { err, failMode, heldBack }, level)
   }
 
   /** Tells the trouble channel, when someone listens. */

@@ -1,6 +1,7 @@
 import { isIP } from 'node:net'
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { clientIP } from './ip.js'
+import { warn } from './warnings.js'
 
 // Who a request is when `request.ip`, the `X-Forwarded-For` entry Fastify's `trustProxy` picked, is no address
 // even as proxies also write one (lib/ip.ts's `plainAddress`): the proxy that sent it, by the address of the
@@ -9,9 +10,6 @@ import { clientIP } from './ip.js'
 // request. Said once per process, to the app's log, or as a process warning when the app has no logger.
 
 const FIX = 'make the proxy write plain addresses into X-Forwarded-For (no port, no brackets), or give Fastify\'s trustProxy only your proxies\' addresses, so that request.ip is the entry the nearest of them appended'
-
-/** The warning's code, for `process.on('warning')` (there when the app has no logger). */
-export const UNREADABLE_ENTRY = 'RATE_GUARD_UNREADABLE_FORWARDED_FOR'
 
 let said = false
 
@@ -25,23 +23,14 @@ export function proxyKey (request: FastifyRequest, ipv6Subnet: number, addressle
   const key = address !== undefined && isIP(address) !== 0 ? address : addressless(request)
   if (!said) {
     said = true
-    warn(request.log, request.ip, key)
+    sayUnreadable(request.log, request.ip, key)
   }
   return key
 }
 
-function warn (log: FastifyBaseLogger, ip: string, key: string): void {
+function sayUnreadable (log: FastifyBaseLogger, ip: string, key: string): void {
   // The entry is the client's (or a proxy's) text: shown cut short, quoted, never as it came.
   const entry = JSON.stringify(ip.slice(0, 64))
   const message = `rate-guard: request.ip is an X-Forwarded-For entry that is no address, ${entry}: requests with such an entry are counted as the proxy that sent them (its connection's address, ${key}), so every client behind that proxy shares one budget. To count each client apart, ${FIX}`
-  if (hasLogger(log)) log.warn({ entry: ip.slice(0, 64), key }, message)
-  else process.emitWarning(message, { type: 'RateGuardWarning', code: UNREADABLE_ENTRY })
-}
-
-/**
- * Whether Fastify has a logger: without one, `request.log` is `abstract-logging`'s, whose methods are all one
- * function named `noop` and which has no `level` (pino, even with warnings off, has one).
- */
-function hasLogger (log: FastifyBaseLogger): boolean {
-  return (log as Partial<FastifyBaseLogger>).level !== undefined || log.warn.name !== 'noop'
+  warn(log, 'UNREADABLE_FORWARDED_FOR', message, { entry: ip.slice(0, 64), key })
 }

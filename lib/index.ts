@@ -30,6 +30,7 @@ import { resolveOptions } from './options/plugin.js'
 import { resolveLimiterOptions } from './options/route.js'
 import type { FastifyRateLimitStoreCtor, RateGuardOptions, RouteRateLimitOptions, TheirStore } from './types.js'
 import { theirParams } from './options/stores.js'
+import { startupWarnings } from './warnings.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -66,13 +67,7 @@ const REGISTRATIONS = Symbol.for('fastify-rate-guard.registrations')
 const THEIR_NAME = fp(async () => {}, { fastify: '5.x', name: '@fastify/rate-limit' })
 
 async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOptions): Promise<void> {
-  // Each replaced value said once: a GET route's HEAD twin is declared with the same config.
-  const said = new Set<string>()
-  const warn = (message: string): void => {
-    if (said.has(message)) return
-    said.add(message)
-    fastify.log.warn(message)
-  }
+  const warn = startupWarnings(fastify.log)
   const opts = resolveOptions(options, warn)
   const outer = outerRegistrations(fastify)
   // Answers to @fastify/rate-limit's name too: a plugin of the app's that says `dependencies:
@@ -84,9 +79,9 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   outer?.check(opts.nameSpace, remote)
   if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
   if (trustsEveryProxy(fastify)) {
-    fastify.log.warn('rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
+    warn('TRUSTS_EVERY_PROXY', 'rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
   }
-  const decider = await openDecider(fastify, opts)
+  const decider = await openDecider(fastify, opts, warn)
   fastify.addHook('onClose', async () => await decider.close())
   const leases = new Leases(decider, fastify.log)
   fastify.addHook('onClose', async () => { leases.close() })
@@ -120,11 +115,11 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     fastify.decorate('rateGuard', made.decorator)
     fastify.decorate(REGISTRATIONS, { getter: () => made })
     for (const name of ['rateLimit', 'createRateLimit'] as const) {
-      if (fastify.hasDecorator(name)) fastify.log.warn(`rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
+      if (fastify.hasDecorator(name)) warn('DECORATOR_TAKEN', `rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
       else fastify.decorate(name, decorators[name] as never)
     }
   } else {
-    fastify.log.warn({ nameSpace: opts.nameSpace }, 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)')
+    warn('NESTED_REGISTRATION', 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)', { nameSpace: opts.nameSpace })
   }
   registrations.add({ ...createAdmin(decider.store, opts, budgets, decider.forget, decider.stats), ...decorators, nameSpace: opts.nameSpace, remote })
 

@@ -7,6 +7,7 @@ import { deadline } from './deadline.js'
 import type { Decision, Held, LeaseInput, LeaseStore, Store, Verdict } from './stores/store.js'
 import type { BanPolicy, FailMode } from './types.js'
 import type { IdentityKeys } from './stores/key-names.js'
+import { warn } from './warnings.js'
 
 // `concurrency`'s slots as this process holds them: a request's leases taken where its decisions are made
 // (Redis under the breaker and the deadline, or in process; when Redis cannot answer, `failMode`: `open` lets
@@ -123,8 +124,8 @@ export class Leases {
   #restored (units: number, leaseMs: number): void {
     if (units === 0 || Date.now() - this.#restoredSaid < leaseMs) return
     this.#restoredSaid = Date.now()
-    this.#log.warn({ units }, 'rate-guard: leases of requests still running were gone from Redis (restarted, ' +
-      'failed over or evicted) and were written back; clients past their concurrency max are refused until under it')
+    warn(this.#log, 'LEASES_LOST', 'rate-guard: leases of requests still running were gone from Redis (restarted, ' +
+      'failed over or evicted) and were written back; clients past their concurrency max are refused until under it', { units })
   }
 
   /** A release or a renewal, bounded by the deadline; its failure is reported (a request does not wait for it). */

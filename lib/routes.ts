@@ -33,7 +33,7 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
     seen.add(routeOptions)
     // `rateLimit` beside `config`, not in it: Fastify keeps it and nobody reads it. Said, once per route.
     if ('rateLimit' in routeOptions) {
-      warn(`rate-guard: route ${routeOptions.url} gives rateLimit beside config, where it is not read: move it into config: { rateLimit: { ... } }`)
+      warn('RATE_LIMIT_BESIDE_CONFIG', `rate-guard: route ${routeOptions.url} gives rateLimit beside config, where it is not read: move it into config: { rateLimit: { ... } }`)
     }
     const config = routeOptions.config?.rateLimit
     // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.
@@ -86,7 +86,7 @@ function unseen (fastify: FastifyInstance, opts: ResolvedOptions, seen: WeakSet<
   const named = [...names].filter(name => !(name.startsWith('HEAD ') && names.has(`GET ${name.slice(5)}`)))
   if (named.length === 0) return
   const more = named.length > NAMED ? ` and ${named.length - NAMED} more` : ''
-  warn(`rate-guard: ${named.length} route(s) declared before the plugin was registered, never seen by it and so not limited: ${named.slice(0, NAMED).join(', ')}${more}. Register the plugin first, with await (await fastify.register(rateGuard, options)), then declare the routes and register the plugins that declare them`)
+  warn('ROUTES_BEFORE_PLUGIN', `rate-guard: ${named.length} route(s) declared before the plugin was registered, never seen by it and so not limited: ${named.slice(0, NAMED).join(', ')}${more}. Register the plugin first, with await (await fastify.register(rateGuard, options)), then declare the routes and register the plugins that declare them`)
 }
 
 /** A route that settles by itself (countWhen, settle, refundAborted) gets the hooks that do it; others none. */

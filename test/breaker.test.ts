@@ -29,7 +29,7 @@ import { decideInput } from './helpers/stores.js'
 import { allowing, inTime, lagDuring, under } from './helpers/lag.js'
 
 /** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
-const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
+const unexpected = (_name: string, message: string): never => { throw new Error(`unexpected warning: ${message}`) }
 
 // An answer is held to the deadline plus the lag measured while it was out (lag.ts).
 const TIMEOUT = 100

@@ -9,7 +9,7 @@ import { LONGEST, formatDuration, toMilliseconds } from '../lib/duration.js'
 import { resolveOptions } from '../lib/options/plugin.js'
 
 /** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
-const unexpected = (message: string): never => { throw new Error(`unexpected warning: ${message}`) }
+const unexpected = (_name: string, message: string): never => { throw new Error(`unexpected warning: ${message}`) }
 
 const INVALID = 'FST_RATE_GUARD_INVALID_OPTION'
 
@@ -204,7 +204,7 @@ t.test('values @fastify/rate-limit replaces by a default get that default, with 
   ]
   for (const [input, option, shown, value] of cases) {
     const warnings: string[] = []
-    const { route } = resolveOptions(input, message => { warnings.push(message) })
+    const { route } = resolveOptions(input, (_name, message) => { warnings.push(message) })
     const resolved = option === 'max' ? route.limits[0]!.max : option === 'timeWindow' ? route.limits[0]!.windowMs : route.ipv6Subnet
     t.equal(resolved, value, `${option} = ${shown}: ${value}`)
     const theirs = option === 'timeWindow' && Number(shown) >= 0 && Number(shown) < 1
@@ -213,15 +213,15 @@ t.test('values @fastify/rate-limit replaces by a default get that default, with 
     t.strictSame(warnings, [`rate-guard: ${option} ${shown} is not valid; using ${value}, ${theirs}`], `${option} = ${shown}: one warning`)
   }
   const warnings: string[] = []
-  resolveOptions({ max: 0, timeWindow: 1, ipv6Subnet: 0 }, message => { warnings.push(message) })
-  resolveOptions({ max: 5, timeWindow: '1 minute', ipv6Subnet: 128 }, message => { warnings.push(message) })
+  resolveOptions({ max: 0, timeWindow: 1, ipv6Subnet: 0 }, (_name, message) => { warnings.push(message) })
+  resolveOptions({ max: 5, timeWindow: '1 minute', ipv6Subnet: 128 }, (_name, message) => { warnings.push(message) })
   t.strictSame(warnings, [], 'valid values are not replaced and say nothing')
   t.equal(resolveOptions({ ipv6Subnet: 0 }, unexpected).route.ipv6Subnet, 0, 'ipv6Subnet 0 is valid')
 })
 
 t.test("@fastify/rate-limit's options given as null are their defaults, and a ban below 0 none (-1, their README's, says nothing)", async t => {
   const warnings: string[] = []
-  const opts = resolveOptions({ max: null, timeWindow: null, allowList: null, onExceeded: null, ban: null, global: null, cache: null }, message => { warnings.push(message) })
+  const opts = resolveOptions({ max: null, timeWindow: null, allowList: null, onExceeded: null, ban: null, global: null, cache: null }, (_name, message) => { warnings.push(message) })
   t.match(opts, { global: true, cache: 10_000, route: { limits: [{ max: 1000, windowMs: 60_000 }], allowList: null, onExceeded: undefined, ban: null } })
   t.strictSame(warnings, ['global', 'max', 'timeWindow', 'allowList', 'ban', 'onExceeded', 'cache'].map(option =>
     `rate-guard: ${option} null is not valid; using its default, as @fastify/rate-limit does`), 'one warning each')
@@ -233,7 +233,7 @@ t.test("@fastify/rate-limit's options given as null are their defaults, and a ba
   ]
   for (const [ban, denials, said] of bans) {
     const seen: string[] = []
-    const { route } = resolveOptions({ ban }, message => { seen.push(message) })
+    const { route } = resolveOptions({ ban }, (_name, message) => { seen.push(message) })
     t.equal(route.banDenials, denials, `ban ${ban}: ${String(denials)}`)
     t.equal(route.ban === null, denials === null, `ban ${ban}: ${denials === null ? 'no ban' : 'a ban'}`)
     t.strictSame(seen, said, `ban ${ban}: ${said.length} warning`)
@@ -242,7 +242,7 @@ t.test("@fastify/rate-limit's options given as null are their defaults, and a ba
 
 t.test('store and redis: the store counts, redis is not used, and one warning says so (theirs take the store)', async t => {
   const warnings: string[] = []
-  const opts = resolveOptions({ store: Store, redis: 'redis://127.0.0.1:1' }, message => { warnings.push(message) })
+  const opts = resolveOptions({ store: Store, redis: 'redis://127.0.0.1:1' }, (_name, message) => { warnings.push(message) })
   t.equal(opts.store, Store)
   t.equal(opts.redis, undefined)
   t.strictSame(warnings, ['rate-guard: redis is not used: the store given counts, as with @fastify/rate-limit'])
@@ -269,7 +269,7 @@ t.test('a window past the longest duration (2^53 - 1024 ms) is the longest, with
   const cases: Array<[unknown, string]> = [['285421 years', '"285421 years"'], [2 ** 60, String(2 ** 60)], [LONGEST + 1, String(LONGEST + 1)]]
   for (const [timeWindow, shown] of cases) {
     const warnings: string[] = []
-    const { route } = resolveOptions({ timeWindow }, message => { warnings.push(message) })
+    const { route } = resolveOptions({ timeWindow }, (_name, message) => { warnings.push(message) })
     t.equal(route.limits[0]!.windowMs, LONGEST, `${shown}: the longest`)
     t.strictSame(warnings, [`rate-guard: timeWindow ${shown} is longer than the longest, 2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`], `${shown}: one warning`)
   }

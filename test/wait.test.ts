@@ -238,7 +238,7 @@ t.test('options that cannot meet maxWait are refused at register, with the code'
 t.test('maxWait and maxQueue past what the limits can make wait are accepted with a warning that says how far they reach', async t => {
   const warned = (options: RateGuardOptions): string[] => {
     const warnings: string[] = []
-    resolveOptions(options, message => { warnings.push(message) })
+    resolveOptions(options, (_name, message) => { warnings.push(message) })
     return warnings
   }
   const cases: Array<[string, RateGuardOptions, string[]]> = [

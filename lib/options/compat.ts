@@ -1,6 +1,7 @@
 import { fail, show } from './checks.js'
 import { LONGEST, pastLongest } from '../duration.js'
 import type { CountWhenFunction, FailMode, OverLimit } from '../types.js'
+import type { Warn } from '../warnings.js'
 
 // `@fastify/rate-limit`'s options that this plugin spells another way, mapped once at register: `skipOnError`,
 // `continueExceeding` and `exponentialBackoff` (and express-rate-limit's `skipSuccessfulRequests` /
@@ -23,8 +24,7 @@ export function resolveOverLimit (given: { continueExceeding?: boolean, exponent
 /** `@fastify/rate-limit`'s defaults for the values it replaces rather than refuses. */
 export const THEIR_DEFAULTS = Object.freeze({ max: 1000, timeWindow: 60_000, ipv6Subnet: 64 })
 
-/** Says, once at register, that an option's value was replaced (`fastify.log.warn`). */
-export type Warn = (message: string) => void
+export type { Warn }
 
 /** `@fastify/rate-limit`'s options that it reads as absent when they are null (a `groupId` it refuses, as here). */
 const THEIR_OPTIONS = [
@@ -46,7 +46,7 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   const out = { ...input }
   const replace = (option: string, value: unknown, shown = String(value), theirs = 'as @fastify/rate-limit does'): void => {
     out[option] = value
-    warn(`rate-guard: ${where}${option} ${show(input[option])} is not valid; using ${shown}, ${theirs}`)
+    warn('VALUE_REPLACED', `rate-guard: ${where}${option} ${show(input[option])} is not valid; using ${shown}, ${theirs}`)
   }
   for (const option of THEIR_OPTIONS) if (input[option] === null) replace(option, undefined, 'its default')
   const { max, timeWindow, ipv6Subnet, ban } = out
@@ -59,7 +59,7 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   // Theirs takes any longer window, and stops its waits at 2^53 - 1 ms; here the window stops at the longest.
   if (pastLongest(out.timeWindow)) {
     out.timeWindow = LONGEST
-    warn(`rate-guard: ${where}timeWindow ${show(timeWindow)} is longer than the longest, 2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`)
+    warn('VALUE_REPLACED', `rate-guard: ${where}timeWindow ${show(timeWindow)} is longer than the longest, 2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`)
   }
   if (ipv6Subnet !== undefined && !(Number.isInteger(ipv6Subnet) && (ipv6Subnet as number) >= 0 && (ipv6Subnet as number) <= 128)) {
     replace('ipv6Subnet', typeof ipv6Subnet === 'number' && ipv6Subnet >= 0 && ipv6Subnet <= 128 ? Math.trunc(ipv6Subnet) : THEIR_DEFAULTS.ipv6Subnet)

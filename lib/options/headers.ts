@@ -1,5 +1,6 @@
 import { checkBoolean, checkKeys, fail } from './checks.js'
 import type { FieldNames, HeaderSwitches } from '../types.js'
+import type { Warn } from './compat.js'
 
 // The header options: which names the binding limit's three fields are sent under (`enableDraftSpec`), the
 // IETF fields (`standardHeaders`), and `@fastify/rate-limit`'s per-header switches (`addHeaders`,
@@ -41,7 +42,7 @@ export interface GivenSwitches {
  * the ones `names` sends (the draft's with `enableDraftSpec`); a name of theirs for a header not sent there (the
  * other style's, `retry-after` on an allowed request) switches nothing, as theirs, and a warning says so.
  */
-export function resolveHeaderSwitches (given: GivenSwitches, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean, warn: (message: string) => void): HeaderSwitches {
+export function resolveHeaderSwitches (given: GivenSwitches, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean, warn: Warn): HeaderSwitches {
   const switches = (option: keyof GivenSwitches, current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
     const value = given[option]
     if (value === undefined) return current
@@ -53,7 +54,7 @@ export function resolveHeaderSwitches (given: GivenSwitches, names: FieldNames, 
       const sent = checkBoolean(on, `${where}${option}.${name}`)
       const field = byName.get(name)
       if (field !== undefined) out[field] = sent
-      else warn(`rate-guard: ${where}${option}.${name} is not used: no such header is sent there (as with @fastify/rate-limit)`)
+      else warn('OPTION_UNUSED', `rate-guard: ${where}${option}.${name} is not used: no such header is sent there (as with @fastify/rate-limit)`)
     }
     return out
   }

@@ -20,7 +20,7 @@ export function resolveOptions (options: unknown, warn: Warn): ResolvedOptions {
   const read = readOptions(options, 'plugin', '', warn)
   let plugin = readAlone('plugin', read.given)
   if (plugin.store !== undefined && plugin.redis !== undefined) {
-    warn('rate-guard: redis is not used: the store given counts, as with @fastify/rate-limit')
+    warn('OPTION_UNUSED', 'rate-guard: redis is not used: the store given counts, as with @fastify/rate-limit')
     plugin = { ...plugin, redis: undefined }
   }
   const callbacks = new Callbacks(plugin.callbackTimeout)

@@ -53,7 +53,7 @@ function acceptedAt (options: object, place: Place, where: string, warn: Warn, a
     if (entry.limiter === 'refused') {
       fail(`${where}${option}`, out[option], 'it on a route\'s config.rateLimit or the plugin\'s options: a limiter the app places settles from the handler (request.rateGuard.settle)')
     }
-    warn(`rate-guard: ${where}${option} is not used: the limiter runs where the app places it`)
+    warn('OPTION_UNUSED', `rate-guard: ${where}${option} is not used: the limiter runs where the app places it`)
     delete out[option]
   }
   return out

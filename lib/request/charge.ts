@@ -7,6 +7,7 @@ import type { Decider } from '../decider.js'
 import type { Decision, SettleInput } from '../stores/store.js'
 import type { ResolvedRoute } from '../options/resolved.js'
 import { holdWork } from './work.js'
+import { warn } from '../warnings.js'
 
 // What a request was charged, and how it settles: reserve, then settle. A request the decider allowed holds
 // its cost on every budget it was counted on (its own, and the route's shared one) until it settles, once, at
@@ -108,7 +109,8 @@ class Charge implements RequestCharge {
     const finals = this.#counted.map(({ decision }) => Math.min(amount, capacity(decision)))
     this.#charged = finals[0]!
     if (finals.some(final => final < amount)) {
-      this.#log.warn({ amount, charged: this.#charged }, 'rate-guard: a request settled at more than its limits hold: charged what the largest holds')
+      const fields = { amount, charged: this.#charged }
+      warn(this.#log, 'SETTLED_PAST_LIMITS', 'rate-guard: a request settled at more than its limits hold: charged what the largest holds', fields)
     }
     await Promise.all(this.#counted.map(async ({ input, decision }, i) => {
       const final = finals[i]!

@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis'
 import { deadline } from '../deadline.js'
 import { isCluster } from './redis.js'
 import type { RedisLike } from '../types.js'
+import { warn } from '../warnings.js'
 
 // What is done with a connection that takes commands and returns nothing (lib/silence.ts tells when).
 //
@@ -53,19 +54,19 @@ export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLo
         // Heard from meanwhile (a frozen Redis thawed while the fresh connection waited): not dead after all.
         if (!quiet()) return
         if (answer === 'writes') cut(client, err, log)
-        else if (answer === 'paused') log.warn({ err }, PAUSED)
-        else log.warn({ err }, 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until Redis answers)')
+        else if (answer === 'paused') warn(log, 'REDIS_STALLED', PAUSED, { err })
+        else warn(log, 'REDIS_STALLED', 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until Redis answers)', { err })
       })
       return
     }
     if (Date.now() - lastSaid < quietMs) return
     lastSaid = Date.now()
-    log.warn({ err }, 'rate-guard: the connection of the Redis client lent to rate-guard stopped answering and stays open; ioredis will not replace it by itself. Give the client socketTimeout (e.g. 5000) so a stalled connection is cut and made again')
+    warn(log, 'REDIS_STALLED', 'rate-guard: the connection of the Redis client lent to rate-guard stopped answering and stays open; ioredis will not replace it by itself. Give the client socketTimeout (e.g. 5000) so a stalled connection is cut and made again', { err })
   }
 }
 
 function cut (client: RedisLike, err: Error, log: FastifyBaseLogger): void {
-  log.warn({ err }, 'rate-guard: the connection to Redis stopped answering; reconnecting')
+  warn(log, 'REDIS_STALLED', 'rate-guard: the connection to Redis stopped answering; reconnecting', { err })
   client.disconnect(true)
 }
 

@@ -65,7 +65,7 @@ t.test("a switch naming a header theirs take but never send there (the other sty
     for (const plugin of ['theirs', 'ours'] as const) seen[plugin] = await headersOf(t, plugin, options)
     t.strictSame(seen.ours, seen.theirs, `${named}: the same headers`)
     const warnings: string[] = []
-    resolveOptions(options, message => { warnings.push(message) })
+    resolveOptions(options, (_name, message) => { warnings.push(message) })
     t.strictSame(warnings, [`rate-guard: ${named} is not used: no such header is sent there (as with @fastify/rate-limit)`])
   }
 })
