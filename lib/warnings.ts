@@ -46,7 +46,8 @@ export type Warn = (name: WarningName, message: string, fields?: object) => void
 
 /** Whether `log` is the app's logger, not Fastify's stand-in for none (see the top of this file). */
 export function hasLogger (log: FastifyBaseLogger): boolean {
-  return (log as Partial<FastifyBaseLogger>).level !== undefined || log.warn.name !== 'noop'
+  const partial = log as Partial<FastifyBaseLogger>
+  return partial.level !== undefined || partial.warn?.name !== 'noop'
 }
 
 /**

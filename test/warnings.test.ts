@@ -144,3 +144,14 @@ t.test('no logger, a client the plugin made with Redis down: its errors are repo
   t.ok(heard.length >= 3, 'several errors reported')
   t.same(codes(warnings), [WARNINGS.REDIS_NOT_READY, WARNINGS.REDIS_TROUBLE].sort(), 'each said once')
 })
+
+t.test('a start-up warning said twice in one registration (a GET route and its HEAD twin) is emitted once', async t => {
+  const seen = await processWarnings(t, async () => {
+    const app = Fastify()
+    t.teardown(async () => await app.close())
+    await app.register(rateGuard, {})
+    app.get('/twice', { config: { rateLimit: { max: -1 } } }, async () => 'twice')
+    await app.ready()
+  })
+  t.strictSame(codes(seen).filter(code => code === WARNINGS.VALUE_REPLACED), [WARNINGS.VALUE_REPLACED], 'GET and HEAD gave the same message; it was said once')
+})
