@@ -40,6 +40,11 @@ t.test('examples/grafana-dashboard.json charts only what the example exports', a
   const exported = (await app.inject('/metrics')).body
   const series = new Set([...exported.matchAll(/^(rate_guard_\w+?)(?:\{| )/gm)].map(([, name]) => name!))
   const labels = new Set([...exported.matchAll(/(\w+)="/g)].map(([, label]) => label!))
+  const refused = dashboard.panels.find(panel => panel.title.startsWith('Refused'))?.targets[0]?.expr ?? ''
+  const shown = new Set(/outcome=~\\?"([^"\\]+)/.exec(refused)?.[1]?.split('|'))
+  for (const outcome of ['limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full']) {
+    t.ok(shown.has(outcome), `the Refused panel counts ${outcome}`)
+  }
   t.ok(dashboard.panels.length >= 6, 'decisions by outcome and budget, refusals, latency, the breaker, trouble, failMode answers')
   for (const { title, targets } of dashboard.panels) {
     for (const { expr } of targets) {
