@@ -17,6 +17,7 @@ t.test('the tarball carries LICENSE, dist/ and lua/', async t => {
   t.ok(files.has('LICENSE'), 'LICENSE')
   t.ok(files.has('dist/index.js') && files.has('dist/index.d.ts'), 'the built module and its types')
   t.ok(files.has('lua/decide.lua'), 'the Lua scripts')
+  t.ok(files.has('CHANGELOG.md'), 'the CHANGELOG')
   t.notOk([...files].some(file => file.startsWith('test/') || file.startsWith('lib/')), 'no tests, no sources')
 })
 
@@ -26,6 +27,14 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   t.match(readFileSync(new URL('LICENSE', root), 'utf8'), /^MIT License/)
   t.equal(pkg.engines.node, '>=20.19')
   t.equal(pkg.scripts.prepare, pkg.scripts.build, 'prepare builds, so an install from git has dist/')
+})
+
+t.test('package.json says where the project lives: repository, homepage, bugs', async t => {
+  const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as Record<string, unknown>
+  const home = 'https://github.com/fastify-rate-guard/fastify-rate-guard'
+  t.strictSame(pkg.repository, { type: 'git', url: `git+${home}.git` })
+  t.equal(pkg.homepage, `${home}#readme`)
+  t.strictSame(pkg.bugs, { url: `${home}/issues` })
 })
 
 t.test('npm test stops at once when the machine cannot install what it lacks, naming the command that does', async t => {
