@@ -26,6 +26,9 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   t.equal(pkg.license, 'MIT')
   t.match(readFileSync(new URL('LICENSE', root), 'utf8'), /^MIT License/)
   t.equal(pkg.engines.node, '>=20.19')
+  // prepare, not prepack: installing from git, npm's pacote (lib/git.js) installs the dev deps, then lib/dir.js
+  // runs *only* prepare ("pre/post-pack is run by the npm CLI for publish and pack") before packing the clone:
+  // with prepack alone a git install would have no dist/. A tarball from the registry runs neither.
   t.equal(pkg.scripts.prepare, pkg.scripts.build, 'prepare builds, so an install from git has dist/')
 })
 
