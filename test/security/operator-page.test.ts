@@ -1,4 +1,4 @@
-// Attack: the example operator page (examples/operator-page.js, mounted by examples/app.js) took unlimited
+// Attack: the example operator page (lib/operator/page.ts, mounted by examples/app.js) took unlimited
 // password guesses (3,000 wrong Basic passwords in 5 s from one address, all 401), could be framed (its unban
 // button clickjacked), was cacheable, and took an unban POST from any origin. Defence, each checked over real
 // HTTP against the example app, on Redis and in process:
@@ -15,9 +15,10 @@
 import { createHash } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import rateGuard from '../../lib/index.js'
+import { operatorPage } from '../../lib/operator/page.js'
 import { hashIdentity } from '../../lib/stores/key-names.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
@@ -123,8 +124,6 @@ for (const [store, redisOf] of stores) {
 }
 
 t.test('the page keeps its limit whatever the app\'s plugin-wide options (shadow, preHandler, an allow list)', async t => {
-  const page = 'operator-page.js'
-  const { operatorPage } = await import(`../../examples/${page}`) as { operatorPage: FastifyPluginAsync<{ credentials: { user: string, password: string } }> }
   const app = Fastify()
   t.teardown(() => app.close())
   await app.register(rateGuard, { nameSpace: uniquePrefix(), hook: 'preHandler', mode: 'shadow', allowList: () => true, max: 1000 })
