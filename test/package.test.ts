@@ -18,6 +18,10 @@ t.test('the tarball carries LICENSE, dist/ and lua/', async t => {
   t.ok(files.has('dist/index.js') && files.has('dist/index.d.ts'), 'the built module and its types')
   t.ok(files.has('lua/decide.lua'), 'the Lua scripts')
   t.ok(files.has('CHANGELOG.md'), 'the CHANGELOG')
+  t.ok(files.has('dashboards/grafana.json'), 'the Grafana dashboard')
+  for (const tool of ['page', 'view', 'names', 'series', 'prometheus', 'opentelemetry']) {
+    t.ok(files.has(`dist/operator/${tool}.js`) && files.has(`dist/operator/${tool}.d.ts`), `the operator tool ${tool}, typed`)
+  }
   t.notOk([...files].some(file => file.startsWith('test/') || file.startsWith('lib/')), 'no tests, no sources')
 })
 
@@ -32,7 +36,24 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   // The cost, seen with npm 11.19 installing the packed tarball: "npm warn install-scripts 1 package has install
   // scripts not yet covered by allowScripts: fastify-rate-guard@0.1.0 (prepare: tsc -p tsconfig.json)", though
   // npm does not run prepare for a tarball. Dropping it would silence that and break installs from git.
+  // prepack as well: npm pack and npm publish run it (and prepare too, but only a prepack is what a pack is
+  // sure to run whatever npm decides about prepare next), so a tarball always ships a fresh build.
   t.equal(pkg.scripts.prepare, pkg.scripts.build, 'prepare builds, so an install from git has dist/')
+  t.equal(pkg.scripts.prepack, pkg.scripts.build, 'prepack builds, so a pack ships a fresh dist/')
+})
+
+t.test('the operator tools are subpath exports, their libraries optional peers', async t => {
+  const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as {
+    exports: Record<string, unknown>, peerDependencies: Record<string, string>, peerDependenciesMeta: Record<string, { optional: boolean }>
+  }
+  for (const [subpath, file] of [['operator-page', 'page'], ['prometheus', 'prometheus'], ['opentelemetry', 'opentelemetry']] as const) {
+    t.strictSame(pkg.exports[`./${subpath}`], { types: `./dist/operator/${file}.d.ts`, default: `./dist/operator/${file}.js` }, subpath)
+  }
+  t.equal(pkg.exports['./grafana-dashboard.json'], './dashboards/grafana.json', 'the dashboard, as a file')
+  for (const peer of ['prom-client', '@opentelemetry/api']) {
+    t.ok(pkg.peerDependencies[peer], `${peer} a peer`)
+    t.equal(pkg.peerDependenciesMeta[peer]?.optional, true, `${peer} optional: only its subpath imports it`)
+  }
 })
 
 t.test('package.json says where the project lives: repository, homepage, bugs', async t => {
