@@ -8,13 +8,13 @@ import t, { type Test } from 'tap'
 import { keyHash } from '../lib/index.js'
 import { NAME_LENGTH, identitiesOf, maskAddress, maskId } from '../lib/operator/names.js'
 import { operatorPage as page } from '../lib/operator/page.js'
+import { buildOperatorApp } from './helpers/operator-app.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
 const PASSWORD = 'operator-test-password'
 const RIGHT = 'Basic ' + Buffer.from(`operator:${PASSWORD}`).toString('base64')
 
 type ClientNames = boolean | 'masked' | 'full'
-interface Example { buildApp: (options: { redis: string, nameSpace: string, operatorPassword: string, operatorClientNames?: ClientNames }) => Promise<FastifyInstance> }
 interface Data {
   clientNames?: string
   top: Array<{ keyHash: string, keyKind: string, refused: number, client?: string }>
@@ -32,9 +32,7 @@ const CLIENTS = {
 }
 
 async function app (t: Test, operatorClientNames?: ClientNames): Promise<FastifyInstance> {
-  const example = 'app.js'
-  const { buildApp } = await import(`../examples/${example}`) as Example
-  const built = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD, ...(operatorClientNames === undefined ? {} : { operatorClientNames }) })
+  const built = await buildOperatorApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD, ...(operatorClientNames === undefined ? {} : { operatorClientNames }) })
   t.teardown(() => built.close())
   return built
 }

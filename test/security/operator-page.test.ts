@@ -1,4 +1,5 @@
-// Attack: the example operator page (lib/operator/page.ts, mounted by examples/app.js) took unlimited
+// Attack: the operator page (lib/operator/page.ts, mounted as examples/app.js does: test/helpers/operator-app.ts)
+// took unlimited
 // password guesses (3,000 wrong Basic passwords in 5 s from one address, all 401), could be framed (its unban
 // button clickjacked), was cacheable, and took an unban POST from any origin. Defence, each checked over real
 // HTTP against the example app, on Redis and in process:
@@ -20,19 +21,17 @@ import t, { type Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 import { operatorPage } from '../../lib/operator/page.js'
 import { hashIdentity } from '../../lib/stores/key-names.js'
+import { buildOperatorApp } from '../helpers/operator-app.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
 const PASSWORD = 'operator-test-password'
 const RIGHT = 'Basic ' + Buffer.from(`operator:${PASSWORD}`).toString('base64')
 const WRONG = (n: number): string => 'Basic ' + Buffer.from(`operator:guess-${n}`).toString('base64')
 
-interface Example { buildApp: (options: { redis?: string, nameSpace: string, operatorPassword: string }) => Promise<FastifyInstance> }
 interface Served { app: FastifyInstance, origin: string, ask: (path: string, from: string, init?: RequestInit & { headers?: Record<string, string> }) => Promise<Response> }
 
 async function serve (t: Test, redis: string | undefined): Promise<Served> {
-  const example = 'app.js'
-  const { buildApp } = await import(`../../examples/${example}`) as Example
-  const app = await buildApp({ redis, nameSpace: uniquePrefix(), operatorPassword: PASSWORD })
+  const app = await buildOperatorApp({ redis, nameSpace: uniquePrefix(), operatorPassword: PASSWORD })
   t.teardown(() => app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })
   const origin = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
