@@ -73,6 +73,7 @@ export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['ra
   }
   const onBreaker = (message: unknown): void => {
     const { nameSpace, state } = message as BreakerMessage
+    start(nameSpace) // first: a later first decision must not set an open breaker's gauge back to 0
     breaker.set({ namespace: nameSpace }, state === 'open' ? 1 : 0)
   }
   const onTrouble = (message: unknown): void => { trouble.inc({ namespace: (message as TroubleMessage).nameSpace }) }

@@ -1,7 +1,6 @@
 // Attack: the operator page (lib/operator/page.ts, mounted as examples/app.js does: test/helpers/operator-app.ts)
-// took unlimited
-// password guesses (3,000 wrong Basic passwords in 5 s from one address, all 401), could be framed (its unban
-// button clickjacked), was cacheable, and took an unban POST from any origin. Defence, each checked over real
+// took unlimited password guesses (3,000 wrong Basic passwords in 5 s from one address, all 401), could be
+// framed (its unban button clickjacked), was cacheable, and took an unban POST from any origin. Defence, each checked over real
 // HTTP against the example app, on Redis and in process:
 //   - failed logins are counted by the plugin itself, per client address, before the password is checked:
 //     5 per 15 minutes, then a ban of an hour, refused even with the right password;
