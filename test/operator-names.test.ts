@@ -140,7 +140,9 @@ t.test('how a name is masked, or cut', async t => {
   t.equal(maskAddress('not-an-address'), 'n…s', 'anything else: as an id')
   t.equal(maskId('alice'), 'a…e', 'an id: its first and last characters')
   t.equal(maskId('😀bob😀'), '😀…😀', 'characters, not UTF-16 units')
-  t.equal(maskId('bob'), '…', 'three or fewer: nothing')
+  t.equal(maskId('bob'), 'b…', 'three: its first character')
+  t.equal(maskId('42'), '4…', 'user 42: its first character, not a bare …')
+  t.equal(maskId('7'), '…', 'one character: nothing')
 
   const request = (headers: Record<string, string>, user?: unknown): FastifyRequest => ({ headers, ip: '203.0.113.9', user } as unknown as FastifyRequest)
   const names = (naming: Parameters<typeof identitiesOf>[0], of: FastifyRequest): Record<string, string> =>

@@ -11,7 +11,7 @@
 // screenshot in a ticket) and an address or a user id is personal data; whole with `clientNames: 'full'`.
 //   address   masked: IPv4 without its last octet (203.0.113.x), IPv6 its /48 (2001:db8:1::/48)
 //             full: the IPv4 address, the IPv6 /64 the plugin counts (2001:db8:1:2::/64)
-//   user      masked: its first and last characters (a…e; `…` for 3 characters or fewer); full: the id
+//   user      masked: its first and last characters (a…e; its first for 2 or 3: 4…; `…` for 1); full: the id
 //   API key   its owner as the app's `apiKeyOwner(apiKey)` names it, masked like a user id unless 'full';
 //             never the key itself: without an owner, the key is masked, with 'full' too
 // Masked, clients of one IPv4 /24 or one IPv6 /48 look alike: their hashes tell them apart. A name is cut at
@@ -83,11 +83,13 @@ function fullAddress (address: string): string {
 }
 
 /**
- * An id with its first and last characters only (`a…e`); one of three characters or fewer, none (`…`).
+ * An id with its first and last characters only (`a…e`); one of two or three characters, its first (`4…`: a
+ * short user id such as `42` showed as a bare `…`, telling the operator nothing); one character, none (`…`).
  */
 export function maskId (id: string): string {
   const characters = [...id]
-  return characters.length <= 3 ? '…' : `${characters[0]}…${characters.at(-1)}`
+  if (characters.length <= 1) return '…'
+  return characters.length <= 3 ? `${characters[0]}…` : `${characters[0]}…${characters.at(-1)}`
 }
 
 /**
