@@ -72,6 +72,10 @@ export interface Credentials { user: string, password: string }
 
 interface Devices { issue: () => string, deviceOf: (request: FastifyRequest) => string | undefined }
 
+/** The page's own budget of failed logins: its group, and the budget's name on the decision channel. */
+const PAGE_GROUP = 'rate-guard-operator'
+const PAGE_BUDGET = `group:${PAGE_GROUP}`
+
 /**
  * Device cookies, signed with a key made from the credentials: `<id>.<mac>`, the id random, the mac its
  * HMAC-SHA256. `issue` makes one; `deviceOf` gives the id of the request's valid one, else undefined.
@@ -132,7 +136,7 @@ const loginConfig = (loginKey: LoginKey): Readonly<{ rateLimit: RouteRateLimitOp
     hook: 'onRequest',
     mode: 'enforce',
     allowList: [],
-    groupId: 'rate-guard-operator',
+    groupId: PAGE_GROUP,
     keyGenerator: loginKey,
     countWhen: (request, reply) => reply.statusCode === 401 && request.headers.authorization !== undefined,
     failMode: 'local'
@@ -204,8 +208,9 @@ async function page (app: FastifyInstance, { credentials, device, loginKey, refu
   const series = new DecisionSeries()
   const onDecision = (message: unknown): void => {
     const decision = message as DecisionMessage
-    series.count(decision)
     const { outcome, keyHash, keyKind } = decision
+    // The page's own polling is no traffic of the app's: only its refused logins are charted.
+    if (decision.budget !== PAGE_BUDGET || REFUSED.has(outcome)) series.count(decision)
     if (!REFUSED.has(outcome) || keyHash === undefined) return
     if (refused.size >= TRACKED && !refused.has(keyHash)) refused.clear()
     const seen = refused.get(keyHash) ?? { keyHash, keyKind, refused: 0 }
