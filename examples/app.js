@@ -10,7 +10,7 @@
 
 import Fastify from 'fastify'
 import rateGuard from 'fastify-rate-guard'
-import { operatorPage } from './operator-page.js'
+import { operatorPage } from 'fastify-rate-guard/operator-page'
 
 /** The API keys this toy service has issued, and to whom; a real one would look them up (and cache the answer). */
 export const API_KEYS = new Map([['key-acme-0001', 'acme'], ['key-globex-0002', 'globex']])

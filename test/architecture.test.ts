@@ -56,6 +56,22 @@ t.test('the stores and the bottom floor import nothing above them', async t => {
   }
 })
 
+t.test('the operator tools (lib/operator/, the subpath exports) sit beside the plugin: nothing else imports them', async t => {
+  const operator = files.filter(file => file.startsWith('operator/'))
+  t.ok(operator.length >= 6, 'page, view, names, series, prometheus, opentelemetry')
+  for (const file of files.filter(file => !file.startsWith('operator/'))) {
+    t.strictSame(imports.get(file)!.filter(target => target.startsWith('operator/')), [], `${file} imports no operator tool`)
+    const source = readFileSync(join(lib, file), 'utf8')
+    t.notMatch(source, /from '(prom-client|@opentelemetry\/api)'/, `${file} imports no optional peer`)
+  }
+  // What a user imports besides the plugin: the channels' names and messages, IP forms, key hashes, the types.
+  const used = new Set(['channels.ts', 'ip.ts', 'types.ts', 'stores/key-names.ts'])
+  for (const file of operator) {
+    const others = imports.get(file)!.filter(target => !target.startsWith('operator/') && !used.has(target))
+    t.strictSame(others, [], `${file} imports only its folder and ${[...used].join(', ')}`)
+  }
+})
+
 t.test('ARCHITECTURE.md names every file of lib/, and only files that exist', async t => {
   const page = readFileSync(join(root, 'ARCHITECTURE.md'), 'utf8')
   const named = new Set([...page.matchAll(/[\w-]+\.ts\b/g)].map(([name]) => name!).filter(name => !name.endsWith('test.ts')))

@@ -1,15 +1,33 @@
-// examples/metrics-prometheus.js: the diagnostics channels as Prometheus metrics (prom-client), scraped from
-// GET /metrics after real traffic on Redis, through the built package.
+// lib/operator/prometheus.ts (`fastify-rate-guard/prometheus`): the diagnostics channels as Prometheus metrics
+// (prom-client), scraped from GET /metrics after real traffic on Redis, mounted as examples/metrics-prometheus.js
+// mounts it; and the shipped dashboard (dashboards/grafana.json) held to the series it exports.
 import { readFileSync } from 'node:fs'
-import t from 'tap'
+import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
+import client from 'prom-client'
+import t from 'tap'
+import rateGuard from '../lib/index.js'
+import { collectRateGuardMetrics } from '../lib/operator/prometheus.js'
+import { REFUSED } from '../lib/operator/series.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
-interface Example { buildApp: (options: { redis: string, nameSpace: string }) => Promise<FastifyInstance> }
+/** The app of examples/metrics-prometheus.js, on lib/ (the example's own is run from the package by test/tarball.test.ts). */
+async function buildApp ({ redis, nameSpace }: { redis: string, nameSpace: string }): Promise<FastifyInstance> {
+  const registry = new client.Registry()
+  const stop = collectRateGuardMetrics(registry, { nameSpaces: [nameSpace] })
+  const app = Fastify()
+  app.addHook('onClose', async () => stop())
+  await app.register(rateGuard, { redis, nameSpace, max: 5, timeWindow: '1 minute' })
+  app.get('/items', async () => ({ items: [] }))
+  app.get('/search', { config: { rateLimit: { max: 2, mode: 'shadow' } } }, async () => ({ results: [] }))
+  app.get('/metrics', { config: { rateLimit: false } }, async (_request, reply) => {
+    reply.type(registry.contentType)
+    return await registry.metrics()
+  })
+  return app
+}
 
 t.test('decisions by budget, limit and outcome, and each Redis call\'s latency', async t => {
-  const example = 'metrics-prometheus.js'
-  const { buildApp } = await import(`../examples/${example}`) as Example
   const nameSpace = uniquePrefix()
   const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace })
   t.teardown(() => app.close())
@@ -30,16 +48,17 @@ t.test('decisions by budget, limit and outcome, and each Redis call\'s latency',
   t.notOk(lines.some(line => /^rate_guard_decisions_total\{[^}]*outcome="unenforced"/.test(line)), 'no decision fell to failMode')
 })
 
-t.test('examples/grafana-dashboard.json charts only what the example exports', async t => {
-  const dashboard = JSON.parse(readFileSync(new URL('../examples/grafana-dashboard.json', import.meta.url), 'utf8')) as { panels: Array<{ title: string, targets: Array<{ expr: string }> }> }
-  const example = 'metrics-prometheus.js'
-  const { buildApp } = await import(`../examples/${example}`) as Example
+t.test('dashboards/grafana.json charts only what the wiring exports', async t => {
+  const dashboard = JSON.parse(readFileSync(new URL('../dashboards/grafana.json', import.meta.url), 'utf8')) as { panels: Array<{ title: string, targets: Array<{ expr: string }> }> }
   const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix() })
   t.teardown(() => app.close())
   await app.inject('/items')
   const exported = (await app.inject('/metrics')).body
   const series = new Set([...exported.matchAll(/^(rate_guard_\w+?)(?:\{| )/gm)].map(([, name]) => name!))
   const labels = new Set([...exported.matchAll(/(\w+)="/g)].map(([, label]) => label!))
+  const refused = dashboard.panels.find(panel => panel.title.startsWith('Refused'))?.targets[0]?.expr ?? ''
+  const shown = new Set(/outcome=~\\?"([^"\\]+)/.exec(refused)?.[1]?.split('|'))
+  t.strictSame([...shown].sort(), [...REFUSED].sort(), 'the Refused panel counts every refusal the operator page counts, in-flight too')
   t.ok(dashboard.panels.length >= 6, 'decisions by outcome and budget, refusals, latency, the breaker, trouble, failMode answers')
   for (const { title, targets } of dashboard.panels) {
     for (const { expr } of targets) {

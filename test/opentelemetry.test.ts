@@ -1,4 +1,4 @@
-// examples/opentelemetry.js: the diagnostics channels as OpenTelemetry metrics and spans, read back with the
+// lib/operator/opentelemetry.ts (`fastify-rate-guard/opentelemetry`): the diagnostics channels as OpenTelemetry metrics and spans, read back with the
 // SDK's in-memory exporters after real traffic on Redis, through the built package.
 import Fastify from 'fastify'
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics'
@@ -6,13 +6,10 @@ import type { DataPoint } from '@opentelemetry/sdk-metrics'
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
 import t from 'tap'
 import rateGuard from '../lib/index.js'
+import { instrumentRateGuard } from '../lib/operator/opentelemetry.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
-interface Example { instrumentRateGuard: (options: { meter: unknown, tracer: unknown }) => () => void }
-
 t.test('a counter of decisions by budget, limit and outcome; a span and a duration per Redis call', async t => {
-  const example = 'opentelemetry.js'
-  const { instrumentRateGuard } = await import(`../examples/${example}`) as Example
   const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE)
   const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 })
   const meterProvider = new MeterProvider({ readers: [reader] })

@@ -1,4 +1,4 @@
-// The operator page's `clientNames` (examples/operator-page.js, examples/operator-names.js): by default its data
+// The operator page's `clientNames` (lib/operator/page.ts, lib/operator/names.ts): by default its data
 // names clients by hash alone; when the app opts in, the clients refused (and banned) are named beside their
 // hash as the operator knows them, masked, or whole with 'full', never by an API key. Real traffic through the
 // example app on Redis, by address (IPv4 and IPv6), user, API key and the page's own failed logins.
@@ -6,13 +6,15 @@ import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
 import t, { type Test } from 'tap'
 import { keyHash } from '../lib/index.js'
+import { NAME_LENGTH, identitiesOf, maskAddress, maskId } from '../lib/operator/names.js'
+import { operatorPage as page } from '../lib/operator/page.js'
+import { buildOperatorApp } from './helpers/operator-app.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 
 const PASSWORD = 'operator-test-password'
 const RIGHT = 'Basic ' + Buffer.from(`operator:${PASSWORD}`).toString('base64')
 
 type ClientNames = boolean | 'masked' | 'full'
-interface Example { buildApp: (options: { redis: string, nameSpace: string, operatorPassword: string, operatorClientNames?: ClientNames }) => Promise<FastifyInstance> }
 interface Data {
   clientNames?: string
   top: Array<{ keyHash: string, keyKind: string, refused: number, client?: string }>
@@ -30,9 +32,7 @@ const CLIENTS = {
 }
 
 async function app (t: Test, operatorClientNames?: ClientNames): Promise<FastifyInstance> {
-  const example = 'app.js'
-  const { buildApp } = await import(`../examples/${example}`) as Example
-  const built = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD, ...(operatorClientNames === undefined ? {} : { operatorClientNames }) })
+  const built = await buildOperatorApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), operatorPassword: PASSWORD, ...(operatorClientNames === undefined ? {} : { operatorClientNames }) })
   t.teardown(() => built.close())
   return built
 }
@@ -127,33 +127,25 @@ t.test('clientNames: \'full\': each client whole, an API key still as its owner'
 })
 
 t.test('clientNames: anything else is refused at register, naming what it takes', async t => {
-  const file = 'operator-page.js'
-  const { operatorPage } = await import(`../examples/${file}`) as { operatorPage: FastifyPluginAsync<{ credentials: { user: string, password: string }, clientNames: unknown }> }
+  const operatorPage = page as FastifyPluginAsync<{ credentials: { user: string, password: string }, clientNames: unknown }>
   const bare = Fastify()
   t.teardown(() => bare.close())
   await t.rejects(async () => { await bare.register(operatorPage, { credentials: { user: 'operator', password: PASSWORD }, clientNames: 'yes' }) },
     { name: 'TypeError', message: /clientNames is false, true, 'masked' or 'full', got "yes"/ })
 })
 
-interface Names {
-  NAME_LENGTH: number
-  maskAddress: (address: string) => string
-  maskId: (id: string) => string
-  identitiesOf: (naming: { full: boolean, apiKeyOwner?: (apiKey: string) => string | undefined }) => (request: FastifyRequest) => Array<{ key: string, name: () => string }>
-}
-
 t.test('how a name is masked, or cut', async t => {
-  const file = 'operator-names.js'
-  const { NAME_LENGTH, maskAddress, maskId, identitiesOf } = await import(`../examples/${file}`) as Names
   t.equal(maskAddress('203.0.113.250'), '203.0.113.x', 'IPv4: the last octet hidden')
   t.equal(maskAddress('2001:db8:abcd:12::'), '2001:db8:abcd::/48', 'IPv6: its /48')
   t.equal(maskAddress('not-an-address'), 'n…s', 'anything else: as an id')
   t.equal(maskId('alice'), 'a…e', 'an id: its first and last characters')
   t.equal(maskId('😀bob😀'), '😀…😀', 'characters, not UTF-16 units')
-  t.equal(maskId('bob'), '…', 'three or fewer: nothing')
+  t.equal(maskId('bob'), 'b…', 'three: its first character')
+  t.equal(maskId('42'), '4…', 'user 42: its first character, not a bare …')
+  t.equal(maskId('7'), '…', 'one character: nothing')
 
   const request = (headers: Record<string, string>, user?: unknown): FastifyRequest => ({ headers, ip: '203.0.113.9', user } as unknown as FastifyRequest)
-  const names = (naming: Parameters<Names['identitiesOf']>[0], of: FastifyRequest): Record<string, string> =>
+  const names = (naming: Parameters<typeof identitiesOf>[0], of: FastifyRequest): Record<string, string> =>
     Object.fromEntries(identitiesOf(naming)(of).map(({ key, name }) => [key, name()]))
   t.strictSame(names({ full: true }, request({ 'x-api-key': 'sk-live-0123456789' }, { id: 7 })), {
     'apikey:sk-live-0123456789': 's…9',

@@ -17,6 +17,11 @@ t.test('the tarball carries LICENSE, dist/ and lua/', async t => {
   t.ok(files.has('LICENSE'), 'LICENSE')
   t.ok(files.has('dist/index.js') && files.has('dist/index.d.ts'), 'the built module and its types')
   t.ok(files.has('lua/decide.lua'), 'the Lua scripts')
+  t.ok(files.has('CHANGELOG.md'), 'the CHANGELOG')
+  t.ok(files.has('dashboards/grafana.json'), 'the Grafana dashboard')
+  for (const tool of ['page', 'view', 'names', 'series', 'prometheus', 'opentelemetry']) {
+    t.ok(files.has(`dist/operator/${tool}.js`) && files.has(`dist/operator/${tool}.d.ts`), `the operator tool ${tool}, typed`)
+  }
   t.notOk([...files].some(file => file.startsWith('test/') || file.startsWith('lib/')), 'no tests, no sources')
 })
 
@@ -25,7 +30,38 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   t.equal(pkg.license, 'MIT')
   t.match(readFileSync(new URL('LICENSE', root), 'utf8'), /^MIT License/)
   t.equal(pkg.engines.node, '>=20.19')
+  // prepare, not prepack: installing from git, npm's pacote (lib/git.js) installs the dev deps, then lib/dir.js
+  // runs *only* prepare ("pre/post-pack is run by the npm CLI for publish and pack") before packing the clone:
+  // with prepack alone a git install would have no dist/. A tarball from the registry runs neither.
+  // The cost, seen with npm 11.19 installing the packed tarball: "npm warn install-scripts 1 package has install
+  // scripts not yet covered by allowScripts: fastify-rate-guard@0.1.0 (prepare: tsc -p tsconfig.json)", though
+  // npm does not run prepare for a tarball. Dropping it would silence that and break installs from git.
+  // prepack as well: npm pack and npm publish run it (and prepare too, but only a prepack is what a pack is
+  // sure to run whatever npm decides about prepare next), so a tarball always ships a fresh build.
   t.equal(pkg.scripts.prepare, pkg.scripts.build, 'prepare builds, so an install from git has dist/')
+  t.equal(pkg.scripts.prepack, pkg.scripts.build, 'prepack builds, so a pack ships a fresh dist/')
+})
+
+t.test('the operator tools are subpath exports, their libraries optional peers', async t => {
+  const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as {
+    exports: Record<string, unknown>, peerDependencies: Record<string, string>, peerDependenciesMeta: Record<string, { optional: boolean }>
+  }
+  for (const [subpath, file] of [['operator-page', 'page'], ['prometheus', 'prometheus'], ['opentelemetry', 'opentelemetry']] as const) {
+    t.strictSame(pkg.exports[`./${subpath}`], { types: `./dist/operator/${file}.d.ts`, default: `./dist/operator/${file}.js` }, subpath)
+  }
+  t.equal(pkg.exports['./grafana-dashboard.json'], './dashboards/grafana.json', 'the dashboard, as a file')
+  for (const peer of ['prom-client', '@opentelemetry/api']) {
+    t.ok(pkg.peerDependencies[peer], `${peer} a peer`)
+    t.equal(pkg.peerDependenciesMeta[peer]?.optional, true, `${peer} optional: only its subpath imports it`)
+  }
+})
+
+t.test('package.json says where the project lives: repository, homepage, bugs', async t => {
+  const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as Record<string, unknown>
+  const home = 'https://github.com/fastify-rate-guard/fastify-rate-guard'
+  t.strictSame(pkg.repository, { type: 'git', url: `git+${home}.git` })
+  t.equal(pkg.homepage, `${home}#readme`)
+  t.strictSame(pkg.bugs, { url: `${home}/issues` })
 })
 
 t.test('npm test stops at once when the machine cannot install what it lacks, naming the command that does', async t => {

@@ -1,6 +1,6 @@
-// Attack: the example operator page (examples/operator-page.js, mounted by examples/app.js) took unlimited
-// password guesses (3,000 wrong Basic passwords in 5 s from one address, all 401), could be framed (its unban
-// button clickjacked), was cacheable, and took an unban POST from any origin. Defence, each checked over real
+// Attack: the operator page (lib/operator/page.ts, mounted as examples/app.js does: test/helpers/operator-app.ts)
+// took unlimited password guesses (3,000 wrong Basic passwords in 5 s from one address, all 401), could be
+// framed (its unban button clickjacked), was cacheable, and took an unban POST from any origin. Defence, each checked over real
 // HTTP against the example app, on Redis and in process:
 //   - failed logins are counted by the plugin itself, per client address, before the password is checked:
 //     5 per 15 minutes, then a ban of an hour, refused even with the right password;
@@ -15,23 +15,22 @@
 import { createHash } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import rateGuard from '../../lib/index.js'
+import { operatorPage } from '../../lib/operator/page.js'
 import { hashIdentity } from '../../lib/stores/key-names.js'
+import { buildOperatorApp } from '../helpers/operator-app.js'
 import { getRedis, uniquePrefix } from '../helpers/redis.js'
 
 const PASSWORD = 'operator-test-password'
 const RIGHT = 'Basic ' + Buffer.from(`operator:${PASSWORD}`).toString('base64')
 const WRONG = (n: number): string => 'Basic ' + Buffer.from(`operator:guess-${n}`).toString('base64')
 
-interface Example { buildApp: (options: { redis?: string, nameSpace: string, operatorPassword: string }) => Promise<FastifyInstance> }
 interface Served { app: FastifyInstance, origin: string, ask: (path: string, from: string, init?: RequestInit & { headers?: Record<string, string> }) => Promise<Response> }
 
 async function serve (t: Test, redis: string | undefined): Promise<Served> {
-  const example = 'app.js'
-  const { buildApp } = await import(`../../examples/${example}`) as Example
-  const app = await buildApp({ redis, nameSpace: uniquePrefix(), operatorPassword: PASSWORD })
+  const app = await buildOperatorApp({ redis, nameSpace: uniquePrefix(), operatorPassword: PASSWORD })
   t.teardown(() => app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })
   const origin = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
@@ -123,8 +122,6 @@ for (const [store, redisOf] of stores) {
 }
 
 t.test('the page keeps its limit whatever the app\'s plugin-wide options (shadow, preHandler, an allow list)', async t => {
-  const page = 'operator-page.js'
-  const { operatorPage } = await import(`../../examples/${page}`) as { operatorPage: FastifyPluginAsync<{ credentials: { user: string, password: string } }> }
   const app = Fastify()
   t.teardown(() => app.close())
   await app.register(rateGuard, { nameSpace: uniquePrefix(), hook: 'preHandler', mode: 'shadow', allowList: () => true, max: 1000 })

@@ -1,4 +1,4 @@
-// What the operator page's browser gets (examples/operator-page.js serves it): one HTML document with one
+// What the operator page's browser gets (lib/operator/page.ts serves it): one HTML document with one
 // style sheet and one script, inline, no build step and no library. The page's Content-Security-Policy allows
 // these two by their SHA-256 alone, so nothing here may add another script, a style attribute in markup, or
 // a resource from elsewhere: the chart is SVG drawn by the script with presentation attributes (stroke, fill),
@@ -12,9 +12,10 @@
 //     "known as" beside the hash (masked, or whole), blank where the page knows no name for it.
 // A request that fails says so in the status line at the top (in red), and the last data stays on the page.
 
-import { RECENT, SECONDS } from './operator-series.js'
+import { RECENT, SECONDS } from './series.js'
 
-export const STYLE = `
+/** The page's one style sheet. */
+export const STYLE: string = `
   body { font: 15px/1.4 system-ui, sans-serif; margin: 2rem; color: #1d2430; background: #f7f8fa; }
   h1 { font-size: 1.4rem; margin: 0 0 1rem; }
   h2 { font-size: 1.05rem; margin: 1.6rem 0 .5rem; }
@@ -31,7 +32,8 @@ export const STYLE = `
   #chart text { font: 11px system-ui, sans-serif; fill: #5b6675; }
 `
 
-export const SCRIPT = `
+/** The page's one script. */
+export const SCRIPT: string = `
   // Its own origin, not the document's URL: opened as http://user:password@host/rate-guard, that URL holds
   // the credentials, and fetch refuses a URL with credentials in it (the browser sends the ones it holds).
   const here = location.origin
@@ -172,7 +174,8 @@ export const SCRIPT = `
   poll()
 `
 
-export const PAGE = `<!doctype html>
+/** The page's HTML document, with STYLE and SCRIPT inline. */
+export const PAGE: string = `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">

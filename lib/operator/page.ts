@@ -1,20 +1,20 @@
 // The operator's view of fastify-rate-guard, as a Fastify plugin: GET /rate-guard, one page of plain HTML and
 // a little script (no build step), live from what the plugin tells this instance:
 //   - decisions per second by outcome, charted over the last three minutes (the rate-guard:decision channel,
-//     counted per second here: examples/operator-series.js), with each outcome's rate now and count since
+//     counted per second here: series.ts), with each outcome's rate now and count since
 //     start (fastify.rateGuard.stats(), polled each second);
 //   - decisions per second by budget (the same channel: each decision names its budget);
 //   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
 //   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button.
-// What the browser gets, and how it draws, is examples/operator-view.js.
-// Guarded by HTTP Basic authentication (`credentials`): an example; put your own operators' check there.
+// What the browser gets, and how it draws, is view.ts.
+// Guarded by HTTP Basic authentication (`credentials`).
 //
 // Its data names clients by hash alone, unless the app opts in with `clientNames`: `true` (or 'masked') shows
 // beside a hash, in both tables, the client as the operator knows it, masked (203.0.113.x, 2001:db8:1::/48,
 // a user id's first and last characters: an operator's screen is often shared); 'full' shows it whole. An
 // API key is never shown: its owner is, as `apiKeyOwner(apiKey)` names it, else the key masked. The page
 // learns a name from the refused requests it sees, by hashing their identities with the plugin's `keyHash`,
-// so a name it shows is always the hash's (how, and what is shown: examples/operator-names.js). Names are
+// so a name it shows is always the hash's (how, and what is shown: names.ts). Names are
 // kept with the refusal counts and forgotten with them (TRACKED clients at most); they go nowhere but to this
 // page. Off, no hook is added; on, every response of the app costs a status check, a refused one a few hashes.
 //
@@ -42,34 +42,53 @@
 
 import diagnostics from 'node:diagnostics_channel'
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, preParsingAsyncHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
-import { CHANNELS, keyHash as hashOf, normalizeIP } from 'fastify-rate-guard'
-import { identitiesOf } from './operator-names.js'
-import { DecisionSeries, REFUSED } from './operator-series.js'
-import { PAGE, SCRIPT, STYLE } from './operator-view.js'
+import { CHANNELS } from '../channels.js'
+import type { DecisionMessage } from '../channels.js'
+import { normalizeIP } from '../ip.js'
+import { keyHash as hashOf } from '../stores/key-names.js'
+import type { RouteRateLimitOptions } from '../types.js'
+import { identitiesOf } from './names.js'
+import { DecisionSeries, REFUSED } from './series.js'
+import { PAGE, SCRIPT, STYLE } from './view.js'
 
-/** How many clients the refusal counts keep at most (past it, they start over: an example's bound). */
+/** How many clients the refusal counts keep at most (past it, they start over). */
 const TRACKED = 10_000
 
 /** Failed logins per client (a device that logged in before, else an address), and the ban past them (the first refusal starts it). */
-export const LOGIN_LIMIT = Object.freeze({ max: 5, timeWindow: '15 minutes', ban: Object.freeze({ threshold: 1, duration: '1 hour' }) })
+export const LOGIN_LIMIT = Object.freeze({
+  max: 5,
+  timeWindow: '15 minutes',
+  ban: Object.freeze({ threshold: 1, duration: '1 hour' })
+})
 
 /** The device cookie's name, and how long a browser keeps it (a year). */
 export const DEVICE_COOKIE = 'rate-guard-device'
 const DEVICE_MAX_AGE_S = 365 * 24 * 3600
 
+/** Who may see the page: HTTP Basic credentials. */
+export interface Credentials { user: string, password: string }
+
+interface Devices { issue: () => string, deviceOf: (request: FastifyRequest) => string | undefined }
+
+/** The page's own budget of failed logins: its group, and the budget's name on the decision channel. */
+const PAGE_GROUP = 'rate-guard-operator'
+const PAGE_BUDGET = `group:${PAGE_GROUP}`
+
 /**
  * Device cookies, signed with a key made from the credentials: `<id>.<mac>`, the id random, the mac its
  * HMAC-SHA256. `issue` makes one; `deviceOf` gives the id of the request's valid one, else undefined.
- * @param {{ user: string, password: string }} credentials
  */
-function devices (credentials) {
-  const key = createHash('sha256').update(`rate-guard operator device\0${credentials.user}\0${credentials.password}`).digest()
-  /** @param {string} id */
-  const mac = (id) => createHmac('sha256', key).update(id).digest('base64url')
+function devices (credentials: Credentials): Devices {
+  const key = createHash('sha256')
+    .update(`rate-guard operator device\0${credentials.user}\0${credentials.password}`).digest()
+  const mac = (id: string): string => createHmac('sha256', key).update(id).digest('base64url')
   return {
-    issue: () => { const id = randomBytes(16).toString('base64url'); return `${id}.${mac(id)}` },
-    /** @param {import('fastify').FastifyRequest} request */
+    issue: () => {
+      const id = randomBytes(16).toString('base64url')
+      return `${id}.${mac(id)}`
+    },
     deviceOf (request) {
       const value = cookie(request.headers.cookie, DEVICE_COOKIE)
       const dot = value?.indexOf('.') ?? -1
@@ -85,10 +104,8 @@ function devices (credentials) {
 /**
  * One cookie's value from a Cookie header (the first of that name), or undefined; a header past 8 KiB is
  * not read (no cookie of this page is that long).
- * @param {string | undefined} header
- * @param {string} name
  */
-function cookie (header, name) {
+function cookie (header: string | undefined, name: string): string | undefined {
   if (header === undefined || header.length > 8192) return undefined
   for (const pair of header.split(';')) {
     const eq = pair.indexOf('=')
@@ -100,10 +117,8 @@ function cookie (header, name) {
 /**
  * The client whose failed logins a request counts on: its device, when it carries a valid device cookie, else
  * its address.
- * @param {(request: import('fastify').FastifyRequest) => string | undefined} deviceOf
- * @returns {(request: import('fastify').FastifyRequest) => string}
  */
-const loginKeyOf = (deviceOf) => (request) => {
+const loginKeyOf = (deviceOf: Devices['deviceOf']) => (request: FastifyRequest): string => {
   const device = deviceOf(request)
   return device === undefined ? `operator-login:${normalizeIP(request.ip)}` : `operator-device:${device}`
 }
@@ -114,46 +129,47 @@ const loginKeyOf = (deviceOf) => (request) => {
  * its response unless it was a 401 to credentials that were given: only a guess counts, and a burst gets no
  * more tries. Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is
  * checked), for every address.
- * @param {(request: import('fastify').FastifyRequest) => string} loginKey
- * @returns {Readonly<{ rateLimit: import('fastify-rate-guard').RouteRateLimitOptions }>}
  */
-const loginConfig = (loginKey) => Object.freeze({
+const loginConfig = (loginKey: LoginKey): Readonly<{ rateLimit: RouteRateLimitOptions }> => Object.freeze({
   rateLimit: {
     ...LOGIN_LIMIT,
     hook: 'onRequest',
     mode: 'enforce',
     allowList: [],
-    groupId: 'rate-guard-operator',
+    groupId: PAGE_GROUP,
     keyGenerator: loginKey,
     countWhen: (request, reply) => reply.statusCode === 401 && request.headers.authorization !== undefined,
     failMode: 'local'
   }
 })
 
-/**
- * @typedef {object} OperatorPageOptions
- * @property {{ user: string, password: string }} credentials
- * @property {boolean | 'masked' | 'full'} [clientNames] show clients as the operator knows them (default false)
- * @property {(apiKey: string) => string | undefined} [apiKeyOwner] who an API key belongs to, shown in its place
- */
+type LoginKey = (request: FastifyRequest) => string
 
-/**
- * The clients refused, by hash: how often, and (with clientNames) who, once the page has seen it.
- * @typedef {Map<string, { keyHash: string, keyKind: string, refused: number, client?: string }>} Refused
- */
+/** The operator page's options. */
+export interface OperatorPageOptions {
+  /** the operator's HTTP Basic user and password */
+  credentials: Credentials
+  /** show clients as the operator knows them: `true` or 'masked' masked, 'full' whole (default false: hashes) */
+  clientNames?: boolean | 'masked' | 'full'
+  /** who an API key belongs to, shown in its place */
+  apiKeyOwner?: (apiKey: string) => string | undefined
+}
 
-const CLIENT_NAMES = [false, true, 'masked', 'full']
+/** The clients refused, by hash: how often, and (with clientNames) who, once the page has seen it. */
+type Refused = Map<string, { keyHash: string, keyKind: string, refused: number, client?: string | undefined }>
+
+const CLIENT_NAMES: ReadonlyArray<unknown> = [false, true, 'masked', 'full']
 
 /**
  * The page (its routes encapsulated, their hooks theirs alone) and, with `clientNames`, the app-wide hook that
  * names the clients it sees refused: fastify-plugin lets that one hook reach every route of the app.
- * @param {import('fastify').FastifyInstance} app
- * @param {OperatorPageOptions} options
  */
-async function pageAndNames (app, { credentials, clientNames = false, apiKeyOwner }) {
-  if (!CLIENT_NAMES.includes(clientNames)) throw new TypeError(`operatorPage: clientNames is false, true, 'masked' or 'full', got ${JSON.stringify(clientNames)}`)
-  /** @type {Refused} */
-  const refused = new Map()
+async function pageAndNames (app: FastifyInstance, options: OperatorPageOptions): Promise<void> {
+  const { credentials, clientNames = false, apiKeyOwner } = options
+  if (!CLIENT_NAMES.includes(clientNames)) {
+    throw new TypeError(`operatorPage: clientNames is false, true, 'masked' or 'full', got ${JSON.stringify(clientNames)}`)
+  }
+  const refused: Refused = new Map()
   const device = devices(credentials)
   const loginKey = loginKeyOf(device.deviceOf)
   if (clientNames !== false) {
@@ -167,23 +183,34 @@ async function pageAndNames (app, { credentials, clientNames = false, apiKeyOwne
       }
     })
   }
-  await app.register(page, { credentials, device, loginKey, refused, clientNames: clientNames === 'full' ? 'full' : clientNames === false ? undefined : 'masked' })
+  const shown = clientNames === 'full' ? 'full' : clientNames === false ? undefined : 'masked'
+  await app.register(page, { credentials, device, loginKey, refused, clientNames: shown })
 }
-export const operatorPage = fp(pageAndNames, { fastify: '5.x' })
 
 /**
- * @param {import('fastify').FastifyInstance} app
- * @param {{ credentials: { user: string, password: string }, device: ReturnType<typeof devices>, loginKey: (request: import('fastify').FastifyRequest) => string, refused: Refused, clientNames: 'masked' | 'full' | undefined }} options
+ * The operator page, a Fastify plugin: GET /rate-guard (the page), GET /rate-guard/data (its JSON), POST
+ * /rate-guard/unban. Register it after the rate guard.
  */
-async function page (app, { credentials, device, loginKey, refused, clientNames }) {
+export const operatorPage: FastifyPluginAsync<OperatorPageOptions> = fp(pageAndNames, { fastify: '5.x' })
+
+interface PageOptions {
+  credentials: Credentials
+  device: Devices
+  loginKey: LoginKey
+  refused: Refused
+  clientNames: 'masked' | 'full' | undefined
+}
+
+async function page (app: FastifyInstance, { credentials, device, loginKey, refused, clientNames }: PageOptions): Promise<void> {
   const login = loginConfig(loginKey)
-  const expected = Buffer.from(`Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`)
+  const basic = Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')
+  const expected = Buffer.from(`Basic ${basic}`)
   const series = new DecisionSeries()
-  /** @param {unknown} message a DecisionMessage */
-  const onDecision = (message) => {
-    const decision = /** @type {import('fastify-rate-guard').DecisionMessage} */ (message)
-    series.count(decision)
+  const onDecision = (message: unknown): void => {
+    const decision = message as DecisionMessage
     const { outcome, keyHash, keyKind } = decision
+    // The page's own polling is no traffic of the app's: only its refused logins are charted.
+    if (decision.budget !== PAGE_BUDGET || REFUSED.has(outcome)) series.count(decision)
     if (!REFUSED.has(outcome) || keyHash === undefined) return
     if (refused.size >= TRACKED && !refused.has(keyHash)) refused.clear()
     const seen = refused.get(keyHash) ?? { keyHash, keyKind, refused: 0 }
@@ -197,21 +224,23 @@ async function page (app, { credentials, device, loginKey, refused, clientNames 
   app.addHook('onSend', async (_request, reply) => { reply.headers(SECURITY_HEADERS) })
 
   // The rate guard's hook is the route's onRequest; these run after it (and before the body is parsed).
-  /** @type {import('fastify').preParsingAsyncHookHandler} */
-  const authenticate = async (request, reply) => {
+  const authenticate: preParsingAsyncHookHandler = async (request, reply) => {
     const given = Buffer.from(request.headers.authorization ?? '')
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      return await reply.code(401).header('www-authenticate', 'Basic realm="rate-guard"').send({ error: 'operators only' })
+      return await reply.code(401).header('www-authenticate', 'Basic realm="rate-guard"')
+        .send({ error: 'operators only' })
     }
     // Logged in: this browser is the operator's from now on (its failed logins its own, see the top).
     if (device.deviceOf(request) === undefined) {
       const secure = request.protocol === 'https' ? '; Secure' : ''
-      reply.header('set-cookie', `${DEVICE_COOKIE}=${device.issue()}; Path=/rate-guard; Max-Age=${DEVICE_MAX_AGE_S}; HttpOnly; SameSite=Strict${secure}`)
+      const attributes = `Path=/rate-guard; Max-Age=${DEVICE_MAX_AGE_S}; HttpOnly; SameSite=Strict${secure}`
+      reply.header('set-cookie', `${DEVICE_COOKIE}=${device.issue()}; ${attributes}`)
     }
   }
   const preParsing = [sameOrigin, authenticate]
 
-  app.get('/rate-guard', { config: login, preParsing }, async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
+  app.get('/rate-guard', { config: login, preParsing },
+    async (_request, reply) => await reply.type('text/html; charset=utf-8').send(PAGE))
 
   app.get('/rate-guard/data', { config: login, preParsing }, async () => {
     const bans = await app.rateGuard.bans({ limit: 50 })
@@ -229,7 +258,7 @@ async function page (app, { credentials, device, loginKey, refused, clientNames 
 
   app.post('/rate-guard/unban', { config: login, preParsing }, async (request) => {
     // Checked by unban itself: anything but a key hash is refused with a coded error (400).
-    const keyHash = /** @type {string} */ (/** @type {{ keyHash?: unknown } | undefined} */ (request.body)?.keyHash)
+    const keyHash = (request.body as { keyHash?: unknown } | undefined)?.keyHash as string
     await app.rateGuard.unban({ keyHash })
     refused.delete(keyHash)
     return { unbanned: keyHash }
@@ -239,20 +268,18 @@ async function page (app, { credentials, device, loginKey, refused, clientNames 
 /**
  * A state-changing request comes from the page's own origin, or from no browser: Origin, when sent, is the
  * page's (scheme, host and port, as the request reached the app), and Sec-Fetch-Site, when sent, says so.
- * @param {import('fastify').FastifyRequest} request
- * @param {import('fastify').FastifyReply} reply
  */
-async function sameOrigin (request, reply) {
+async function sameOrigin (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
   if (request.method === 'GET' || request.method === 'HEAD') return
   const { origin, 'sec-fetch-site': site } = request.headers
-  if ((origin !== undefined && origin !== `${request.protocol}://${request.host}`) || (site !== undefined && site !== 'same-origin')) {
+  const foreign = origin !== undefined && origin !== `${request.protocol}://${request.host}`
+  if (foreign || (site !== undefined && site !== 'same-origin')) {
     return await reply.code(403).send({ error: 'only from the operator page itself' })
   }
 }
 
-// The page's one style sheet and one script (examples/operator-view.js), inline, allowed by their hashes alone.
-/** @param {string} source */
-const sha256 = (source) => `'sha256-${createHash('sha256').update(source).digest('base64')}'`
+// The page's one style sheet and one script (view.ts), inline, allowed by their hashes alone.
+const sha256 = (source: string): string => `'sha256-${createHash('sha256').update(source).digest('base64')}'`
 
 /** What every response of the page says (see the top of this file). */
 const SECURITY_HEADERS = Object.freeze({

@@ -1,4 +1,4 @@
-// The operator page's decisions per second over the last few minutes, by outcome and by budget: counted from
+// The operator page's (lib/operator/page.ts) decisions per second over the last few minutes, by outcome and by budget: counted from
 // the rate-guard:decision channel (one message per decision, carrying its `outcome` and `budget`) into a ring
 // of one slot per second. Its memory is bounded whatever the traffic: SECONDS + 1 slots (the seconds shown and
 // the one still running), each with at most one count per outcome (the plugin has ten) and BUDGETS budgets,
@@ -12,21 +12,40 @@ export const BUDGETS = 20
 export const OTHER = '(other budgets)'
 
 /** The outcomes that refused a client for its traffic (not 'unavailable': Redis was; shadow ones let it through). */
-export const REFUSED = new Set(['limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full'])
+export const REFUSED: ReadonlySet<string> = new Set(['limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full'])
 
+interface Slot {
+  second: number
+  outcomes: Map<string, number>
+  budgets: Map<string, { decisions: number, refused: number }>
+}
+
+/** A budget's rates in a snapshot: per second over the last RECENT seconds, and decisions over the window. */
+export interface BudgetRate { budget: string, perSecond: number, refusedPerSecond: number, decisions: number }
+
+/** What `DecisionSeries.snapshot()` gives (see there). */
+export interface SeriesSnapshot {
+  end: number
+  seconds: number
+  recent: number
+  outcomes: Record<string, number[]>
+  budgets: BudgetRate[]
+}
+
+/** Decisions per second, by outcome and by budget, over the last SECONDS seconds (a bounded ring). */
 export class DecisionSeries {
-  #slots = Array.from({ length: SECONDS + 1 }, () => ({ second: -1, outcomes: new Map(), budgets: new Map() }))
-  #now
+  #slots: Slot[] = Array.from({ length: SECONDS + 1 }, () => ({ second: -1, outcomes: new Map(), budgets: new Map() }))
+  #now: () => number
 
-  /** @param {() => number} now the clock, in ms */
-  constructor (now = Date.now) {
+  /** @param now the clock, in ms */
+  constructor (now: () => number = Date.now) {
     this.#now = now
   }
 
-  /** @param {{ outcome: string, budget: string }} decision */
-  count ({ outcome, budget }) {
+  /** Counts one decision in the running second. */
+  count ({ outcome, budget }: { outcome: string, budget: string }): void {
     const second = Math.floor(this.#now() / 1000)
-    const slot = this.#slots[second % this.#slots.length]
+    const slot = this.#slots[second % this.#slots.length]!
     if (slot.second !== second) {
       slot.second = second
       slot.outcomes.clear()
@@ -46,16 +65,15 @@ export class DecisionSeries {
    * none in the window is left out), `budgets` each budget's decisions and refusals per second over the last
    * RECENT seconds and its decisions over the whole window, the busiest BUDGETS first.
    */
-  snapshot () {
+  snapshot (): SeriesSnapshot {
     const end = Math.floor(this.#now() / 1000)
     const first = end - SECONDS
-    /** @type {Record<string, number[]>} */
-    const outcomes = {}
-    const budgets = new Map()
+    const outcomes: Record<string, number[]> = {}
+    const budgets = new Map<string, { budget: string, decisions: number, recent: number, recentRefused: number }>()
     for (const slot of this.#slots) {
       if (slot.second < first || slot.second >= end) continue
       const at = slot.second - first
-      for (const [outcome, n] of slot.outcomes) (outcomes[outcome] ??= new Array(SECONDS).fill(0))[at] = n
+      for (const [outcome, n] of slot.outcomes) (outcomes[outcome] ??= new Array<number>(SECONDS).fill(0))[at] = n
       const recent = at >= SECONDS - RECENT
       for (const [budget, counts] of slot.budgets) {
         const sums = budgets.get(budget) ?? { budget, decisions: 0, recent: 0, recentRefused: 0 }
@@ -75,7 +93,8 @@ export class DecisionSeries {
       budgets: [...budgets.values()]
         .sort((a, b) => b.recent - a.recent || b.decisions - a.decisions)
         .slice(0, BUDGETS)
-        .map(({ budget, decisions, recent, recentRefused }) => ({ budget, perSecond: recent / RECENT, refusedPerSecond: recentRefused / RECENT, decisions }))
+        .map(({ budget, decisions, recent, recentRefused }) =>
+          ({ budget, perSecond: recent / RECENT, refusedPerSecond: recentRefused / RECENT, decisions }))
     }
   }
 }
