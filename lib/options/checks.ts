@@ -61,7 +61,9 @@ export function checkOneOf<T extends string> (value: unknown, name: string, allo
  * Every name of `input` among `allowed`, or the coded error naming the first that is not (`where`: how names are
  * prefixed), with what `unknown` says of it: by default the nearest allowed name, if one is near.
  */
-export function checkKeys (input: object, allowed: ReadonlySet<string>, where: string, unknown = (name: string) => unknownName(name, allowed)): void {
+export function checkKeys (
+  input: object, allowed: ReadonlySet<string>, where: string, unknown = (name: string) => unknownName(name, allowed)
+): void {
   for (const key of Object.keys(input)) {
     if (!allowed.has(key)) throw new InvalidOptionError(`${where}${key}`, unknown(key))
   }
