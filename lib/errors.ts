@@ -10,10 +10,11 @@ export const InvalidOptionError = createError<'FST_RATE_GUARD_INVALID_OPTION', [
 )
 
 // `@fastify/rate-limit`'s messages, word for word (apps and their tests compare them); the stack of either
-// points at the route declared with the bad value.
-export const InvalidRouteConfigError = createError<'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', []>(
+// points at the route declared with the bad value. A route's configuration of `true`, which theirs refuses in
+// the same words, is told after them what to write instead (the argument; '' for any other value).
+export const InvalidRouteConfigError = createError<'FST_RATE_GUARD_INVALID_ROUTE_CONFIG', [string]>(
   'FST_RATE_GUARD_INVALID_ROUTE_CONFIG',
-  'Unknown value for route rate-limit configuration',
+  'Unknown value for route rate-limit configuration%s',
   500,
   TypeError
 )

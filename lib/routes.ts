@@ -45,7 +45,8 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
       watching(routeOptions, opts.global ? opts.route : false)
       return
     }
-    const route = resolveRouteConfig(config, opts, warn)
+    const declared = `${[routeOptions.method].flat().join(',')} ${routeOptions.url}`
+    const route = resolveRouteConfig(config, opts, warn, declared)
     watching(routeOptions, route)
     if (route === false) return
     const made = budgets.route(routeOptions, route)

@@ -1,6 +1,7 @@
 import { MAX_DEADLINE } from '../deadline.js'
 import { toMilliseconds } from '../duration.js'
 import { InvalidOptionError } from '../errors.js'
+import { unknownName } from './suggestions.js'
 
 // The checks every option goes through: each returns the value, typed, or throws the coded error naming the
 // option and the value. The checks of one kind of option are their files' (limits.ts, bans.ts, headers.ts,
@@ -56,9 +57,15 @@ export function checkOneOf<T extends string> (value: unknown, name: string, allo
   return value as T
 }
 
-export function checkKeys (input: object, allowed: ReadonlySet<string>, where: string): void {
+/**
+ * Every name of `input` among `allowed`, or the coded error naming the first that is not (`where`: how names are
+ * prefixed), with what `unknown` says of it: by default the nearest allowed name, if one is near.
+ */
+export function checkKeys (
+  input: object, allowed: ReadonlySet<string>, where: string, unknown = (name: string) => unknownName(name, allowed)
+): void {
   for (const key of Object.keys(input)) {
-    if (!allowed.has(key)) fail(`${where}${key}`, (input as Record<string, unknown>)[key], 'no such option (see docs/options.md for the list)')
+    if (!allowed.has(key)) throw new InvalidOptionError(`${where}${key}`, unknown(key))
   }
 }
 

@@ -1,6 +1,7 @@
 import { checkKeys, fail } from './checks.js'
 import { theirFallbacks } from './compat.js'
 import type { Warn } from './compat.js'
+import { unknownOption } from './suggestions.js'
 import { ENTRIES, PLUGIN_ONLY, ROUTE_OPTIONS } from './table.js'
 import type { At, Given, ReadAlone } from './table.js'
 
@@ -39,13 +40,13 @@ export function readOptions (options: object, place: Place, where: string, warn:
 /** The options `place` takes: each name checked, and what a limiter does not use left out. */
 function acceptedAt (options: object, place: Place, where: string, warn: Warn, anyName: boolean): Record<string, unknown> {
   if (place === 'plugin') {
-    checkKeys(options, PLUGIN_KEYS, '')
+    checkKeys(options, PLUGIN_KEYS, '', name => unknownOption(name, PLUGIN_KEYS, PLUGIN_ONLY))
     return options as Record<string, unknown>
   }
   for (const [key, value] of Object.entries(options)) {
     if (PLUGIN_ONLY.has(key)) fail(`${where}${key}`, value, 'it at register only (it holds for the whole plugin)')
   }
-  if (!anyName) checkKeys(options, ROUTE_OPTIONS, where)
+  if (!anyName) checkKeys(options, ROUTE_OPTIONS, where, name => unknownOption(name, ROUTE_OPTIONS, PLUGIN_ONLY))
   if (place === 'route') return options as Record<string, unknown>
   const out = { ...options } as Record<string, unknown>
   for (const [option, entry] of ENTRIES) {

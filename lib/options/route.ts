@@ -3,7 +3,8 @@ import { resolveKeys } from './clients.js'
 import { resolveCountWhen, resolveFailMode, resolveOverLimit } from './compat.js'
 import type { Warn } from './compat.js'
 import { fail } from './checks.js'
-import { InvalidRouteConfigError } from '../errors.js'
+import { docsUrl } from '../docs-links.js'
+import { InvalidOptionError, InvalidRouteConfigError } from '../errors.js'
 import { ALL_HEADERS, resolveHeaderSwitches } from './headers.js'
 import { checkLimitsFit, resolveLimits } from './limits.js'
 import { readAlone, readOptions } from './read.js'
@@ -73,12 +74,45 @@ export function defaultRoute (keyGeneratorFor: (ipv6Subnet: number) => KeyGenera
   }
 }
 
-/** A route's `config.rateLimit`: `false` (off), an object (merged over the plugin's), or a coded error. */
-export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, warn: Warn): ResolvedRoute | false {
+/**
+ * A route's `config.rateLimit`: `false` (off), an object (merged over the plugin's), or a coded error; an
+ * invalid option's names the route (`route`: its methods and URL, `GET /search`).
+ */
+export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, warn: Warn, route: string): ResolvedRoute | false {
   if (config === false) return false
-  if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new InvalidRouteConfigError()
+  if (config === true) throw new InvalidRouteConfigError(trueInstead(route))
+  if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new InvalidRouteConfigError('')
   const where = 'config.rateLimit.'
-  return counted(resolveRoute(readOptions(config, 'route', where, warn, opts.store !== undefined), opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
+  try {
+    const read = readOptions(config, 'route', where, warn, opts.store !== undefined)
+    return counted(resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
+  } catch (err) {
+    throw onRoute(err, route)
+  }
+}
+
+/** What a route's `rateLimit: true` is told to write instead, after `@fastify/rate-limit`'s words. */
+function trueInstead (route: string): string {
+  return `: ${route} gives config: { rateLimit: true }, which is not a configuration. Leave rateLimit out (or null)` +
+    ' to count on the plugin\'s budget; write rateLimit: {} for a budget of the route\'s own with the plugin\'s' +
+    ' options (how to limit a route under global: false), or rateLimit: false for no limit. See ' +
+    docsUrl('options', 'per-route-configuration')
+}
+
+/**
+ * An invalid option of a route, its message led by the route's methods and URL; any other error (`groupId`'s,
+ * `@fastify/rate-limit`'s words) as it is. The stack's first line says the same.
+ */
+function onRoute (err: unknown, route: string): unknown {
+  // The checks throw coded errors only. InvalidGroupIdError shares the code, so `instanceof` holds for it too:
+  // the constructor tells them apart.
+  const error = err as Error
+  const made: unknown = error.constructor
+  if (made !== InvalidOptionError) return error
+  const message = `${route}: ${error.message}`
+  error.stack = error.stack?.replace(error.message, message)
+  error.message = message
+  return error
 }
 
 /** The options given to `fastify.rateLimit()` / `createRateLimit()` (`call`), merged over the plugin's. */
