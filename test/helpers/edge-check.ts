@@ -52,7 +52,7 @@ export type Algorithm = 'sliding-log' | 'fixed-window' | 'sliding-window' | 'tok
 
 /** What a kind of limit promises, in terms an observer can check. */
 export type Bound =
-  | { kind: 'rate', algorithm: Algorithm, max: number, windowMs: number, banMs?: number }
+  | { kind: 'rate', algorithm: Algorithm, max: number, windowMs: number, banMs?: number, aheadMs?: number }
   | { kind: 'period', max: number }
   | { kind: 'running', max: number, leaseMs: number }
 
@@ -70,7 +70,9 @@ export function allowedIn (p: Extract<Bound, { kind: 'rate' }>, ms: number, loss
     // A span meets windows + 2 aligned windows, each holding at most max (the sliding window's estimate
     // weighs the previous window on top of this one's count, so this one's count alone is at most max too).
     : p.algorithm === 'token-bucket' ? p.max + Math.ceil(ms * p.max / p.windowMs) : p.max * (windows + 2)
-  return base + losses * p.max
+  // A loss forgets the window's count and the places handed out ahead of it (`maxWait`: up to aheadMs on),
+  // each window of those one budget.
+  return base + losses * p.max * (1 + Math.ceil((p.aheadMs ?? 0) / p.windowMs))
 }
 
 /** The slack around `from`..`to`: what a quiet machine adds, and twice the lag measured there. */

@@ -74,7 +74,7 @@ export const KINDS: readonly Kind[] = [
   {
     name: 'maxWait',
     config: () => ({ max: 3, timeWindow: 1000, maxWait: '1 second' }),
-    bound: { kind: 'rate', algorithm: 'sliding-log', max: 3, windowMs: 1000 },
+    bound: { kind: 'rate', algorithm: 'sliding-log', max: 3, windowMs: 1000, aheadMs: 1000 },
     holdMs: [20, 300],
     gapMs: [40, 250]
   },
