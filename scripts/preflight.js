@@ -8,9 +8,13 @@
 // password), as on a fresh Debian machine; otherwise the run stops in its first second naming the one command
 // that installs it. RATE_GUARD_TEST_INSTALL=no refuses the install. (The harness can also start the shared
 // Redis in a container when testcontainers is installed and an engine answers: docs/testing.md.)
+//   - Valkey 8.0.1 and Redis 7.4.1 for test/servers/ (scripts/servers.js finds them): no Debian package has
+//     them, so nothing installs them; when they are missing the run says so here, in its first seconds, with
+//     how to get them, and test/servers/ fails with the same words.
 import { spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { delimiter, join } from 'node:path'
+import { findServers } from './servers.js'
 
 const onPath = (name) => (process.env.PATH ?? '').split(delimiter).some(dir => dir !== '' && existsSync(join(dir, name)))
 const chromium = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
@@ -50,6 +54,9 @@ if (prefix !== null) {
   missing = lacking()
 }
 for (const need of missing.filter(need => !need.required)) console.error(`npm test: no ${need.what} (${need.why}): sudo apt-get install -y ${need.debian}`)
+const servers = findServers()
+if ('missing' in servers) console.error(`npm test: test/servers/ will fail: ${servers.missing}`)
+else console.error(`npm test: test/servers/ runs ${servers.servers.map(server => server.name).join(' and ')} from ${servers.dir}`)
 const blocking = missing.filter(need => need.required)
 if (blocking.length > 0) {
   const lines = blocking.map(need => `  - ${need.what} (${need.why}): sudo apt-get install -y ${need.debian}${need.else}`)

@@ -3,7 +3,6 @@
 // master, a slot migrated by hand, and every node killed (then restarted) each leave every decision within
 // the deadline, with limiting exact again afterwards. Measured latencies, recovery times and ghost hits are
 // printed as comments (`npx tap test/cluster.test.ts -R tap` shows them).
-import diagnostics from 'node:diagnostics_channel'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
@@ -20,11 +19,8 @@ import { keySlot, slotTags } from '../lib/slots.js'
 import { Masters } from '../lib/stores/masters.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { RedisStore } from '../lib/stores/redis.js'
-import type { Decision, DecideInput } from '../lib/stores/store.js'
-import { CHANNELS } from '../lib/channels.js'
-import type { RedisCallContext } from '../lib/channels.js'
-import type { Algorithm } from '../lib/algorithms/index.js'
 import { clusterReady, pollUntil, startCluster } from './helpers/cluster.js'
+import { allowedBy, callsOf, identityOn, inputOf } from './helpers/cluster-batches.js'
 import type { ClusterNode, TestCluster } from './helpers/cluster.js'
 import { commandCalls, scanKeys, uniquePrefix } from './helpers/redis.js'
 import { watchEscapes } from './helpers/faults.js'
@@ -167,15 +163,6 @@ async function checkExact (t: Test, app: FastifyInstance, identity: string, what
   t.same(statuses, [...Array<number>(EXACT_MAX).fill(200), 429], `${what}: max + 1 requests give exactly one 429`)
 }
 
-/** An identity whose keys live on `owner` now, found by asking the cluster where each candidate's keys go. */
-async function identityOn (cluster: TestCluster, owner: ClusterNode, nameSpace: string, label: string): Promise<string> {
-  for (let i = 0; i < 200; i++) {
-    const identity = `${label}-${i}`
-    if (await cluster.ownerOf(await cluster.keySlot(identityKeys(nameSpace, GLOBAL_SCOPE, identity).log)) === owner) return identity
-  }
-  throw new Error(`no identity on ${owner.port} among 200 candidates`)
-}
-
 const HOSTILE = [
   '', '}', '{', '{}', '{{}}', '}{', '{a}', 'a{}b', '{}}', '\0', '\0{\0}', '\r\n', '\r\nSet-Cookie: x=1', '\n{x}\r',
   'x'.repeat(16 * 1024), '{' + 'y'.repeat(16 * 1024) + '}', '🦀', '{🦀}', '\ud800', '\udfff{', 'ip:127.0.0.1', 'apikey:{}'
@@ -273,25 +260,6 @@ t.test('4 instances, each with its own cluster client: exactly max allowed per i
   t.comment(`300 parallel decisions on 4 instances: worst ${worst(replies).toFixed(1)} ms`)
 })
 
-/** The script calls of `nameSpace` (the TracingChannel around each, lib/channels.ts) while `t` runs: each one's batch size. */
-function callsOf (t: Test, nameSpace: string): number[] {
-  const sizes: number[] = []
-  const start = (context: unknown): void => {
-    const call = context as RedisCallContext
-    if (call.nameSpace === nameSpace) sizes.push(call.batchSize)
-  }
-  const channel = diagnostics.tracingChannel(CHANNELS.redis)
-  const handlers = { start, end () {}, asyncStart () {}, asyncEnd () {}, error () {} }
-  channel.subscribe(handlers)
-  t.teardown(() => { channel.unsubscribe(handlers) })
-  return sizes
-}
-
-/** A store-level decision of `identity`'s request under `nameSpace`, max `max` a minute. */
-function inputOf (nameSpace: string, identity: string, max: number, algorithm: Algorithm = 'sliding-log', cost = 1): DecideInput {
-  return { keys: identityKeys(nameSpace, GLOBAL_SCOPE, identity, algorithm), limits: [{ max, windowMs: 60_000, burst: max }], ban: null, peek: false, algorithm, cost }
-}
-
 /** A store on its own cluster client, ready, whose batches are grouped by master from the first. */
 async function groupingStore (t: Test, nameSpace: string): Promise<RedisStore> {
   const client = cluster.client()
@@ -305,16 +273,6 @@ async function groupingStore (t: Test, nameSpace: string): Promise<RedisStore> {
   if (calls.length !== 1) throw new Error(`two identities on one master took ${calls.length} calls`)
   calls.length = 0
   return store
-}
-
-/** Each identity's allowed count in `decisions` (inputs in the same order). */
-function allowedBy (inputs: readonly DecideInput[], decisions: ReadonlyArray<Decision | Error>): Map<string, number> {
-  const allowed = new Map<string, number>()
-  decisions.forEach((decision, i) => {
-    const log = inputs[i]!.keys.log
-    allowed.set(log, (allowed.get(log) ?? 0) + (!(decision instanceof Error) && decision.status === 'allowed' ? 1 : 0))
-  })
-  return allowed
 }
 
 t.test('a batch over the three masters: one call per master (Redis 7 cross-slot scripts), exact', async t => {

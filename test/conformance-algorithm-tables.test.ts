@@ -4,21 +4,19 @@
 // several limits, overrides, escalating bans, undo, costs, settling). Every number below was worked out by hand
 // from the definitions in lua/<algorithm>.lua and lua/decide.lua; both stores must give exactly it. Then a
 // seeded differential test over what the one in test/conformance-log-table.test.ts does not reach: several limits per
-// budget, costs, overrides set and cleared, and settling.
+// budget, costs, overrides set and cleared, and settling (test/helpers/costs-differential.ts).
 import t from 'tap'
 import type { Test } from 'tap'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { LONGEST } from '../lib/duration.js'
 import type { Algorithm, Limit } from '../lib/algorithms/index.js'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { encodeLimits } from '../lib/stores/overrides.js'
 import type { Decision } from '../lib/stores/store.js'
 import { LEAN_ALGORITHMS } from '../lib/stores/scripts.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { decideInput, memoryStore, redisPaths, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest, Stored } from './helpers/stores.js'
-import { agreement } from './helpers/differential.js'
-import { draws } from './helpers/random.js'
+import { costsDifferential } from './helpers/costs-differential.js'
 
 // The seeded differentials are CPU-bound: 30 s on a quiet machine, up to 47 s beside a CPU-bound process. A
 // hang still fails within three minutes.
@@ -1295,117 +1293,8 @@ for (const algorithm of ALGORITHMS) {
   for (const lean of LEAN_ALGORITHMS.includes(algorithm) ? [true, false] : [true]) {
     for (const seed of lean ? seeds : seeds.slice(0, 1)) {
       t.test(`differential (${algorithm}${lean ? '' : ', general path only'}): several limits, costs, overrides and settling, identical on both stores step by step (seed ${seed})`, async t => {
-        await differential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, lean)
+        await costsDifferential(t, algorithm, seed, seed === FIXED_SEED || seeds.length === 1, { lean })
       })
     }
-  }
-}
-
-interface Allowed { readonly decisions: readonly Decision[], readonly limits: readonly Limit[], readonly cost: number }
-
-async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, lean: boolean): Promise<void> {
-  t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
-  // On a 10 ms grid (rarely off it), so steps land where windows, tokens, bans and overrides end.
-  const { random, int, pick, ms } = draws(seed, 0.05)
-  const randomLimits = (): Limit[] => Array.from({ length: int(1, 2) }, () => {
-    const max = int(1, 5)
-    return { max, windowMs: ms(10, 800), burst: algorithm === 'token-bucket' ? int(1, 2 * max) : max }
-  })
-
-  const prefix = uniquePrefix()
-  const identities = Array.from({ length: 3 }, (_, i) => {
-    const threshold = [0, int(1, 2), int(2, 4)][i]!
-    const first = ms(10, 800)
-    const ladder = random() < 0.3 ? [first] : [first, first + ms(10, 800), first + ms(800, 1600)]
-    return {
-      name: `ip:198.51.100.${i}`,
-      threshold,
-      ladder,
-      forgetMs: ms(0, 1500),
-      budgets: ['s0', 's1'].map(scope => ({ scope, limits: randomLimits(), counted: [] as Allowed[] }))
-    }
-  })
-  const redis = await redisStore(t, undefined, { lean })
-  const stores = [redis, memoryStore(t)] as const
-  const STEPS = 1000
-  let now = T0
-  const record = agreement(t, seed)
-  const seen = new Set<string>()
-
-  for (let step = 0; step < STEPS; step++) {
-    const roll = random()
-    now += roll < 0.75 ? ms(0, 40) : roll < 0.95 ? ms(40, 300) : ms(300, 2000)
-    const who = pick(identities)
-    const budget = pick(who.budgets)
-    const keys = identityKeys(prefix, budget.scope, who.name, algorithm)
-    const action = random()
-    let results: string[]
-    let text: string
-    if (action < 0.05) {
-      const value = encodeLimits(randomLimits())
-      const ttl = random() < 0.25 ? null : ms(10, 3000)
-      text = `setOverride(${who.name}/${budget.scope}, '${value}', ${ttl})`
-      for (const store of stores) {
-        await store.setValue(keys.override, value, ttl, now)
-      }
-      results = ['', '']
-    } else if (action < 0.08) {
-      text = `clearOverride(${who.name}/${budget.scope})`
-      for (const store of stores) await store.delete([keys.override], now)
-      results = ['', '']
-    } else if (action < 0.09) {
-      const banMs = ms(1, 1500)
-      text = `setBan(${who.name}, ${banMs})`
-      for (const store of stores) await store.setBan(keys.banned, banMs, now)
-      results = ['', '']
-    } else if (action < 0.2 && budget.counted.length > 0) {
-      // Settle a request counted earlier (each once): give it back, or charge it another amount; then look,
-      // with a peek both stores must agree on.
-      const [given] = budget.counted.splice(int(0, budget.counted.length - 1), 1)
-      const final = random() < 0.5 ? 0 : int(1, 6)
-      text = `settle(${who.name}/${budget.scope}, at T0+${given!.decisions[0]!.at - T0}, cost ${given!.cost}, final ${final}) then peek`
-      const peek = decideInput({ keys, limits: [...budget.limits], peek: true, algorithm })
-      results = []
-      for (const [i, store] of stores.entries()) {
-        const d = given!.decisions[i]!
-        await store.settle({ keys, limits: given!.limits, algorithm, member: d.member, at: d.at, cost: given!.cost, final }, now)
-        const { member, ...rest } = await store.decide(peek, now)
-        results.push(JSON.stringify(rest))
-      }
-      seen.add(final === 0 ? 'undo' : 'settle')
-    } else {
-      const input = decideInput({
-        keys,
-        limits: [...budget.limits],
-        banThreshold: who.threshold,
-        ladder: who.ladder,
-        forgetMs: who.forgetMs,
-        peek: random() < 0.1,
-        algorithm,
-        // Some requests cost more than one unit, a few more than a limit holds.
-        cost: random() < 0.3 ? int(2, 6) : 1
-      })
-      const cost = input.cost!
-      text = `decide(${who.name}/${budget.scope}, ${encodeLimits(input.limits)}, threshold ${who.threshold}, ladder ${who.ladder.join(' ')}, forget ${who.forgetMs}${input.peek ? ', peek' : ''}, cost ${cost})`
-      const decisions = [await stores[0].decide(input, now), await stores[1].decide(input, now)]
-      results = decisions.map(({ member, ...d }) => JSON.stringify(d))
-      const d = decisions[1]!
-      if (d.status === 'allowed' && !input.peek) {
-        budget.counted.push({ decisions, limits: input.limits, cost })
-        if (budget.counted.length > 20) budget.counted.shift()
-      }
-      seen.add(d.status + (d.banStarted ? '+start' : ''))
-      if (cost > 1) seen.add(d.status === 'allowed' ? 'costly, allowed' : d.retryMs === 0 ? 'too costly' : 'costly, limited')
-      if (d.offence > 1) seen.add('escalated')
-      if (d.limits.length > 1) seen.add('two limits')
-      if (encodeLimits(d.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, burst: l.limit }))) !==
-        encodeLimits(input.limits.map(l => ({ ...l, max: l.burst })))) seen.add('overridden')
-    }
-    if (!record.step(step, now - T0, text, results)) break
-  }
-  record.done(STEPS)
-  if (!requireEveryKind) return
-  for (const kind of ['allowed', 'limited', 'banned', 'banned+start', 'escalated', 'two limits', 'overridden', 'undo', 'settle', 'costly, allowed', 'costly, limited', 'too costly']) {
-    t.ok(seen.has(kind), `the random traffic produced: ${kind}`)
   }
 }

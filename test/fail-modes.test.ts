@@ -2,53 +2,22 @@
 // deadline as failMode says, Redis trouble is logged once per interval, limiting is exact again once Redis
 // is back, and nothing escapes as an unhandled rejection or an unlistened 'error' event.
 import { performance } from 'node:perf_hooks'
-import Fastify from 'fastify'
-import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { Redis } from 'ioredis'
-import type { RedisOptions } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
-import rateGuard from '../lib/index.js'
-import type { RateGuardOptions } from '../lib/index.js'
 import { GLOBAL_SCOPE, identityKeys } from '../lib/stores/key-names.js'
 import { changesChannel } from '../lib/changes.js'
-import { client, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
-import { watchEscapes } from './helpers/faults.js'
-import { allowing, inTime, overdue } from './helpers/lag.js'
-import type { Span } from './helpers/lag.js'
+import { ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
+import { lend, timed, watchEscapes } from './helpers/faults.js'
+import type { App } from './helpers/faults.js'
+import { checkDegraded, makeApp, MODES, within } from './helpers/fail-modes.js'
+import { allowing } from './helpers/lag.js'
 
-// Every answer is held to the deadline plus the lag measured while it was out (lag.ts).
-const TIMEOUT = 100
 /** The operator calls' deadline (lib/admin.ts: the decision deadline, but at least 1 s). */
 const ADMIN_DEADLINE = 1000
 
 // Whatever escapes during this file is recorded here and fails the last test.
 const escaped = watchEscapes()
-
-interface LogLine { level: number, msg: string, [field: string]: unknown }
-
-interface App {
-  app: FastifyInstance
-  logs: LogLine[]
-}
-
-/** An app with the plugin on `GET /` and its log lines kept. */
-async function makeApp (t: Test, options: RateGuardOptions): Promise<App> {
-  const logs: LogLine[] = []
-  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } } } })
-  t.teardown(async () => { await app.close() })
-  await app.register(rateGuard, { nameSpace: uniquePrefix(), timeout: TIMEOUT, verifyApiKey: () => true, ...options })
-  app.get('/', async () => 'ok')
-  await app.ready()
-  return { app, logs }
-}
-
-/** A lent client, with the 'error' listener its owner is expected to attach. */
-function lend (t: Test, url: string, opts: RedisOptions = {}): Redis {
-  const redis = client(t, url, opts)
-  redis.on('error', () => {})
-  return redis
-}
 
 /** The next client the plugin creates for itself: read from `defineCommand` (once per algorithm's script). */
 async function withOwnedClient<T> (register: () => Promise<T>): Promise<[T, Redis]> {
@@ -66,67 +35,6 @@ async function withOwnedClient<T> (register: () => Promise<T>): Promise<[T, Redi
   } finally {
     delete proto.defineCommand
   }
-}
-
-async function timed (app: FastifyInstance, apiKey?: string): Promise<{ res: LightMyRequestResponse, at: number, ms: number }> {
-  const at = performance.now()
-  const res = await app.inject({ url: '/', headers: apiKey === undefined ? {} : { 'x-api-key': apiKey } })
-  return { res, at, ms: performance.now() - at }
-}
-
-function within (t: Test, answer: Span, what: string): void {
-  t.ok(inTime(TIMEOUT, answer), `${what}: answered in ${answer.ms.toFixed(1)} ms (bound ${allowing(TIMEOUT, answer.at, answer.at + answer.ms).toFixed(0)} ms)`)
-}
-
-/** Checks what each failMode answers while Redis cannot decide. */
-async function checkDegraded (t: Test, apps: Record<string, App>, label: string): Promise<void> {
-  for (const name of ['open', 'skipOnError: true']) {
-    for (let i = 0; i < 5; i++) {
-      const answer = await timed(apps[name]!.app)
-      const { res } = answer
-      t.equal(res.statusCode, 200, `${label}, ${name}: let through`)
-      t.equal(res.headers['x-ratelimit-enforced'], 'false', `${label}, ${name}: marked unenforced`)
-      t.notOk('x-ratelimit-remaining' in res.headers, `${label}, ${name}: no counts are claimed`)
-      within(t, answer, `${label}, ${name}`)
-    }
-  }
-  for (const name of ['closed', 'skipOnError: false']) {
-    for (let i = 0; i < 3; i++) {
-      const answer = await timed(apps[name]!.app)
-      const { res } = answer
-      t.equal(res.statusCode, 503, `${label}, ${name}: refused`)
-      t.equal(res.headers['retry-after'], '1', `${label}, ${name}: Retry-After, one deadline rounded up to a second`)
-      t.match(res.json(), { statusCode: 503, code: 'FST_RATE_GUARD_UNAVAILABLE' })
-      within(t, answer, `${label}, ${name}`)
-    }
-  }
-  const codes = []
-  for (let i = 0; i < 4; i++) {
-    const answer = await timed(apps.local!.app)
-    const { res } = answer
-    codes.push(res.statusCode)
-    if (res.statusCode === 429) {
-      // @fastify/rate-limit's body, exactly: no code (the thrown error keeps it, for the app's error handler).
-      const body = res.json()
-      t.strictSame(Object.keys(body).sort(), ['error', 'message', 'statusCode'], `${label}, local: the 429 body has their fields alone`)
-      t.match(body, { statusCode: 429, error: 'Too Many Requests', message: /^Rate limit exceeded, retry in / })
-    }
-    within(t, answer, `${label}, local`)
-  }
-  t.same(codes, [200, 200, 200, 429], `${label}, local: the in-process twin limits, max + 1 gives exactly one 429`)
-
-  // A burst in parallel is bounded the same way.
-  const burst = await Promise.all(Array.from({ length: 20 }, async () => await timed(apps.open!.app)))
-  t.ok(burst.every(({ res }) => res.statusCode === 200), `${label}: a burst of 20 is let through`)
-  t.same(overdue(TIMEOUT, burst), [], `${label}: a burst of 20 answered within the deadline (slowest ${Math.max(...burst.map(({ ms }) => ms)).toFixed(1)} ms)`)
-}
-
-const MODES: Record<string, RateGuardOptions> = {
-  open: { failMode: 'open' },
-  closed: { failMode: 'closed' },
-  'skipOnError: true': { skipOnError: true },
-  'skipOnError: false': { skipOnError: false },
-  local: { failMode: 'local' }
 }
 
 const KINDS: Record<string, (t: Test, url: string) => Redis | string> = {

@@ -51,6 +51,8 @@ export interface StartClusterOptions {
   nodeTimeout?: number
   /** More `redis-server` arguments for every node. */
   extraArgs?: readonly string[]
+  /** The path of the redis-server executable every node runs (Valkey's, another Redis's); PATH's without it. */
+  bin?: string
 }
 
 export interface TestCluster {
@@ -160,7 +162,7 @@ async function redisCli (args: readonly string[]): Promise<string> {
 interface Started { proc: RedisProcess, busPort: number }
 
 /** One cluster-enabled redis-server, with a bus port of its own: data port + 10000 may be above 65535. */
-async function startNode (t: Teardownable, nodeTimeout: number, extraArgs: readonly string[]): Promise<Started> {
+async function startNode (t: Teardownable, nodeTimeout: number, extraArgs: readonly string[], bin?: string): Promise<Started> {
   for (let attempt = 1; ; attempt++) {
     const busPort = await freePort()
     try {
@@ -176,7 +178,7 @@ async function startNode (t: Teardownable, nodeTimeout: number, extraArgs: reado
         '--repl-diskless-sync', 'yes',
         '--repl-diskless-sync-delay', '0',
         ...extraArgs
-      ])
+      ], { bin })
       return { proc, busPort }
     } catch (err) {
       // The bus port was taken between the probe and the bind: another one.
@@ -236,7 +238,7 @@ export async function startCluster (t: Teardownable, opts: StartClusterOptions =
   const extraArgs = opts.extraArgs ?? []
   const clients: Array<{ status: string, disconnect: () => void }> = []
   const started: Started[] = []
-  for (let i = 0; i < 6; i++) started.push(await startNode(t, nodeTimeout, extraArgs))
+  for (let i = 0; i < 6; i++) started.push(await startNode(t, nodeTimeout, extraArgs, opts.bin))
   // Teardowns run last-registered first, so this one runs before the processes' own: clients are dropped
   // while their servers still answer (an ioredis disconnect from a server already gone holds the event loop
   // for its 2 s disconnectTimeout), then every node is SIGKILLed (instant; SIGTERM would save nodes.conf).

@@ -1,5 +1,6 @@
 // The seeded differential test of test/conformance-log-table.test.ts (and test/over-limit.test.ts): the Lua script
 // (time injected) and the in-process twin, on the same random traffic, must decide every step alike.
+import type { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import type { Algorithm } from '../../lib/algorithms/index.js'
 import { identityKeys } from '../../lib/stores/key-names.js'
@@ -16,7 +17,8 @@ type KeyName = keyof IdentityKeys
 
 /**
  * What a differential run decides under: an over-limit policy, `maxWait` (each budget its own, drawn), calendar
- * quotas (each budget one, beside its limit), how many steps, and whether the lean path may take them.
+ * quotas (each budget one, beside its limit), how many steps, whether the lean path may take them, and the
+ * Redis the scripts run on (the file's shared one without it).
  */
 export interface Traffic {
   readonly overLimit?: DecideInput['overLimit']
@@ -24,6 +26,7 @@ export interface Traffic {
   readonly quotas?: boolean
   readonly steps?: number
   readonly lean?: boolean
+  readonly redis?: Redis
 }
 
 /**
@@ -32,7 +35,7 @@ export interface Traffic {
  * be identical. With `requireEveryKind`, the traffic must also have reached every kind of answer (so agreement
  * means something).
  */
-export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, quotas = false, steps: STEPS = 2000, lean = true }: Traffic = {}): Promise<void> {
+export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, quotas = false, steps: STEPS = 2000, lean = true, redis: server }: Traffic = {}): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
   // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
   // entry, a strike or a ban ends: the edges are where two implementations part.
@@ -52,7 +55,7 @@ export async function differential (t: Test, algorithm: Algorithm, seed: number,
   }))
   // The last request of each budget that waits: a later step may give its place back (its client left).
   const waiting = new Map<string, { decision: Decision, input: DecideInput }>()
-  const redis = await redisStore(t, undefined, { lean })
+  const redis = await redisStore(t, server, { lean })
   const stores = [redis, memoryStore(t)] as const
   let now = T0
   let highWater = T0

@@ -36,6 +36,7 @@ const READY_LINE = 'Ready to accept connections'
 const READY_DEADLINE_MS = 10_000
 const STOP_GRACE_MS = 5_000
 const PORT_ATTEMPTS = 5
+const REDIS_SERVER = 'redis-server'
 
 export const HOW_TO_GET_REDIS =
   'Tests need a real Redis. Install redis-server (Debian/Ubuntu: `apt-get install -y redis-server`, ' +
@@ -87,7 +88,7 @@ class StartError extends Error {
  * connections. Rejects (and kills it) if it exits first, fails to spawn,
  * or stays silent past the deadline.
  */
-async function spawnReady (port: number, dir: string, extraArgs: readonly string[]): Promise<ChildProcess> {
+async function spawnReady (bin: string, port: number, dir: string, extraArgs: readonly string[]): Promise<ChildProcess> {
   const args = [
     '--port', String(port),
     '--bind', HOST,
@@ -98,7 +99,7 @@ async function spawnReady (port: number, dir: string, extraArgs: readonly string
     '--logfile', '',
     ...extraArgs
   ]
-  const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
   // Keep the last lines for error messages, and keep draining the pipes for
   // the whole life of the process so a chatty server never blocks on a full pipe.
   const tail: string[] = []
@@ -129,8 +130,8 @@ async function spawnReady (port: number, dir: string, extraArgs: readonly string
     }
     const onError = (err: NodeJS.ErrnoException): void => {
       fail(err.code === 'ENOENT'
-        ? new Error(`redis-server was not found on PATH. ${HOW_TO_GET_REDIS}`)
-        : new Error(`could not spawn redis-server: ${err.message}`))
+        ? new Error(bin === REDIS_SERVER ? `redis-server was not found on PATH. ${HOW_TO_GET_REDIS}` : `${bin} was not found`)
+        : new Error(`could not spawn ${bin}: ${err.message}`))
     }
     const onExit = (code: number | null, signal: NodeJS.Signals | null): void => {
       const log = tail.join('\n')
@@ -156,12 +157,17 @@ async function spawnReady (port: number, dir: string, extraArgs: readonly string
   })
 }
 
+export interface ServerBinary {
+  /** The path of a redis-server executable (Valkey's, another Redis's); `redis-server` from PATH without it. */
+  bin?: string
+}
+
 /**
  * Always start a dedicated redis-server (for tests that kill, freeze,
  * restart or configure it). `extraArgs` are appended to the command line,
  * e.g. `['--maxmemory', '1mb']`. Stopped by `t.teardown`.
  */
-export async function startRedisServer (t: Teardownable, extraArgs: readonly string[] = []): Promise<RedisProcess> {
+export async function startRedisServer (t: Teardownable, extraArgs: readonly string[] = [], { bin = REDIS_SERVER }: ServerBinary = {}): Promise<RedisProcess> {
   installExitHook()
   const dir = mkdtempSync(join(tmpdir(), 'rate-guard-redis-'))
   dirs.add(dir)
@@ -173,7 +179,7 @@ export async function startRedisServer (t: Teardownable, extraArgs: readonly str
   for (let attempt = 1; child === undefined; attempt++) {
     port = await freePort()
     try {
-      child = await spawnReady(port, dir, extraArgs)
+      child = await spawnReady(bin, port, dir, extraArgs)
     } catch (err) {
       if (!(err instanceof StartError && err.portTaken && attempt < PORT_ATTEMPTS)) {
         dirs.delete(dir)
@@ -225,7 +231,7 @@ export async function startRedisServer (t: Teardownable, extraArgs: readonly str
     },
     async restart () {
       await redis.stop()
-      const next = await spawnReady(port, dir, extraArgs)
+      const next = await spawnReady(bin, port, dir, extraArgs)
       current = next
       live.add(next)
       next.once('exit', () => live.delete(next))
