@@ -20,7 +20,7 @@ import { POOL } from './plan.js'
 import { startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
 import { spread } from './report.js'
-import { batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, scriptDelta, setUp, times, writeJson } from './harness.js'
+import { batchDelta, command, readsPerRequest, syscalls, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, scriptDelta, setUp, times, writeJson } from './harness.js'
 
 /** `/`'s limit here: far above what a client sends, so every request is allowed (the issue's setting). */
 const LIMIT = limitSetting(Object.freeze({ max: 1_000_000, windowMs: 60_000 }))
@@ -75,7 +75,9 @@ async function runOne (ctx, server, variant, round) {
   if (settings.warmupS > 0) await cannon(server.port, `warm-${prefix}`, settings.warmupS)
   const before = await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(ctx.redis)])
   const cores = coreTimes()
+  const ioBefore = syscalls(before[1])
   const result = await cannon(server.port, prefix, settings.durationS)
+  const ioAfter = syscalls(before[1])
   const after = await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(ctx.redis)])
   const busy = coreBusy(cores, coreTimes())
   const requests = result.requests.total
@@ -94,6 +96,9 @@ async function runOne (ctx, server, variant, round) {
     errors: result.errors + result.timeouts,
     serverCpuUsPerRequest: per(after[0].cpuUs - before[0].cpuUs),
     redisCpuUsPerRequest: variant.redis ? per(redis.cpuUs) : null,
+    redisCommandsPerRequest: variant.redis ? per(redis.commands) : null,
+    // Redis's read system calls per request: below 1, several requests' commands arrived in one read.
+    redisReadsPerRequest: variant.redis ? readsPerRequest(ioBefore, ioAfter, requests) : null,
     scriptCallsPerRequest: variant.redis ? per(scripts.calls) : null,
     scriptUsPerRequest: variant.redis ? per(scripts.usec) : null,
     scriptUsPerCall: variant.redis && scripts.calls > 0 ? scripts.usec / scripts.calls : null,

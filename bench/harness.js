@@ -2,7 +2,7 @@
 // environment, the Redis they measure, the variants they compare, script counters read from INFO commandstats,
 // ratios within a round, and where their JSON goes.
 import { spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { Redis } from 'ioredis'
 import { pinning, startRedis } from './processes.js'
@@ -44,6 +44,24 @@ export function batchDelta (before, after) {
 export function fullShare (batches, full) {
   const requests = Object.entries(batches).reduce((a, [size, calls]) => a + Number(size) * calls, 0)
   return requests === 0 ? null : (batches[full] ?? 0) * full / requests
+}
+
+/**
+ * The read and write system calls Redis's process has made (`/proc/<pid>/io`, `process_id` of INFO server), or
+ * null where that is not readable (another machine, another user): how many commands arrive per read.
+ */
+export function syscalls (redisInfo) {
+  try {
+    const io = readFileSync(`/proc/${redisInfo.process_id}/io`, 'utf8')
+    return { reads: Number(/^syscr: (\d+)/m.exec(io)[1]), writes: Number(/^syscw: (\d+)/m.exec(io)[1]) }
+  } catch {
+    return null
+  }
+}
+
+/** Read system calls per request between two `syscalls()` readings, or null. */
+export function readsPerRequest (before, after, requests) {
+  return before === null || after === null || requests === 0 ? null : (after.reads - before.reads) / requests
 }
 
 /** The script commands a limiter's call can arrive as: EVALSHA (ioredis's defineCommand), EVAL, FCALL. */

@@ -17,7 +17,7 @@ import { POOL } from './plan.js'
 import { startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
 import { spread } from './report.js'
-import { batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, scriptDelta, setUp, times, writeJson } from './harness.js'
+import { batchDelta, command, readsPerRequest, syscalls, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, scriptDelta, setUp, times, writeJson } from './harness.js'
 
 const LIMIT = limitSetting(Object.freeze({ max: 1_000, windowMs: 60_000 }))
 const settings = {
@@ -35,7 +35,9 @@ async function runOne (ctx, server, variant, round) {
   const drive = (prefix, requests) => server.ask({ type: 'drive', url: '/', prefix, pool: settings.pool, requests, inFlight: settings.inFlight }, 'driven')
   if (settings.warmup > 0) await drive(`warm${round}-`, settings.warmup)
   const before = await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(ctx.redis)])
+  const ioBefore = syscalls(before[1])
   const driven = await drive(`r${round}-`, settings.requests)
+  const ioAfter = syscalls(before[1])
   const after = await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(ctx.redis)])
   const n = settings.requests
   const redis = delta(before[1], after[1])
@@ -49,6 +51,9 @@ async function runOne (ctx, server, variant, round) {
     statuses: driven.statuses,
     serverCpuUsPerRequest: (after[0].cpuUs - before[0].cpuUs) / n,
     redisCpuUsPerRequest: redis.cpuUs / n,
+    redisCommandsPerRequest: redis.commands / n,
+    // Redis's read system calls per request: below 1, several requests' commands arrived in one read.
+    redisReadsPerRequest: readsPerRequest(ioBefore, ioAfter, n),
     scriptUsPerRequest: scripts.usec / n,
     scriptUsPerCall: scripts.calls > 0 ? scripts.usec / scripts.calls : null,
     requestsPerScriptCall: scripts.calls > 0 ? n / scripts.calls : null,

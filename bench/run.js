@@ -6,8 +6,8 @@
 // Prints markdown to stdout and writes bench/results/latest.json (each child harness's JSON under `harnesses`).
 //
 // BENCH_HARNESSES: comma-separated, of load, autocannon, inject, cluster. For the load harness:
-// Environment: BENCH_DURATION (s measured per run, default 2.5), BENCH_WARMUP (s, default 0.75), BENCH_ROUNDS
-// (default 3), BENCH_CONNECTIONS (default 100), BENCH_SINGLE (s measured at one connection, default 0.75),
+// Environment: BENCH_DURATION (s measured per run, default 2), BENCH_WARMUP (s, default 0.75), BENCH_ROUNDS
+// (default 3), BENCH_CONNECTIONS (default 100), BENCH_SINGLE (s measured at one connection, default 0.5),
 // BENCH_ONLY (comma-separated substrings of variant ids), BENCH_SCENARIOS (comma-separated: allowed, hot,
 // banned, mixed, realistic), BENCH_SCRIPTS (0 to skip the redis-benchmark section), BENCH_OUT (the JSON file),
 // REDIS_URL (default redis://127.0.0.1:6379), BENCH_REDIS=start (a redis-server of its own, pinned with the load),
@@ -23,7 +23,7 @@ import { coreBusy, coreTimes, loadAverage, machine } from './machine.js'
 import { MAX, POOL, SCENARIOS, bannedKeys, key } from './plan.js'
 import { pinning, startLoad, startRedis, startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
-import { batchDelta, fullShare, scriptDelta } from './harness.js'
+import { batchDelta, fullShare, readsPerRequest, scriptDelta, syscalls } from './harness.js'
 import { aggregate, markdown, spread } from './report.js'
 import { scriptCosts } from './scripts.js'
 import { allVariants, selectVariants } from './variants.js'
@@ -37,11 +37,11 @@ const number = (name, fallback) => {
   return value
 }
 const settings = {
-  durationS: number('BENCH_DURATION', 2.5),
+  durationS: number('BENCH_DURATION', 2),
   warmupS: number('BENCH_WARMUP', 0.75),
   rounds: Math.max(1, Math.round(number('BENCH_ROUNDS', 3))),
   connections: Math.max(1, Math.round(number('BENCH_CONNECTIONS', 100))),
-  singleS: number('BENCH_SINGLE', 0.75),
+  singleS: number('BENCH_SINGLE', 0.5),
   redisUrl: env.REDIS_URL || 'redis://127.0.0.1:6379',
   scripts: env.BENCH_SCRIPTS !== '0',
   batches: env.BENCH_BATCHES === '1',
@@ -74,6 +74,7 @@ async function measure ({ redis }, load, server, plan, connections, seconds, wit
   await sleep(warmupS * 1000 * (connections === 1 ? 0.3 : 1))
   const before = withCounters ? await Promise.all([server.ask({ type: 'snapshot' }, 'snapshot'), info(redis)]) : null
   const cores = coreTimes()
+  const ioBefore = withCounters ? syscalls(before[1]) : null
   await load.ask({ type: 'mark' }, 'marked')
   await sleep(seconds * 1000)
   const [result, ...after] = await Promise.all([
@@ -82,7 +83,7 @@ async function measure ({ redis }, load, server, plan, connections, seconds, wit
   ])
   const busy = coreBusy(cores, coreTimes())
   if (!withCounters) return { result }
-  return { result, server: [before[0], after[0]], redis: [before[1], after[1]], busy }
+  return { result, server: [before[0], after[0]], redis: [before[1], after[1]], busy, io: [ioBefore, syscalls(after[1])] }
 }
 
 async function runScenario (ctx, load, server, variant, scenario, round) {
@@ -120,6 +121,8 @@ async function runScenario (ctx, load, server, variant, scenario, round) {
     redisCommandsPerRequest: perRequest(redisDelta.commands),
     // Script calls and their time inside Redis (INFO commandstats), and with BENCH_BATCHES=1 the share of
     // requests the plugin sent in full batches (its TracingChannel, counted in the server).
+    // Redis's read system calls per request: below 1, several requests' commands arrived in one read.
+    redisReadsPerRequest: readsPerRequest(main.io[0], main.io[1], requests),
     scriptCallsPerRequest: perRequest(scriptDelta(main.redis[0], main.redis[1]).calls),
     scriptUsPerRequest: perRequest(scriptDelta(main.redis[0], main.redis[1]).usec),
     fullBatchShare: fullShare(batchDelta(main.server[0].batchSizes, main.server[1].batchSizes), BATCH_FULL),
