@@ -20,7 +20,10 @@ import { POOL } from './plan.js'
 import { startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
 import { spread } from './report.js'
-import { batchDelta, command, readsPerRequest, syscalls, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, scriptDelta, setUp, times, writeJson } from './harness.js'
+import {
+  batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, readsPerRequest, scriptDelta, setUp, syscalls, times,
+  unavailableNote, writeJson
+} from './harness.js'
 
 /** `/`'s limit here: far above what a client sends, so every request is allowed (the issue's setting). */
 const LIMIT = limitSetting(Object.freeze({ max: 1_000_000, windowMs: 60_000 }))
@@ -157,7 +160,7 @@ function markdown (results) {
       ...s.batches ? [row.fullBatchShare === null ? '–' : `${(row.fullBatchShare.median * 100).toFixed(0)}%`] : [],
       responses + (row.errors > 0 ? `; ${row.errors} errors` : '')].join(' | ')} |`)
   }
-  return lines.join('\n') + '\n'
+  return lines.join('\n') + '\n' + unavailableNote(results.runs)
 }
 
 const started = Date.now()

@@ -145,6 +145,19 @@ export function times (s) {
   return s.n === 1 ? `${fmt(s.median, 2)}×` : `${fmt(s.median, 2)}× (${fmt(s.min, 2)}–${fmt(s.max, 2)})`
 }
 
+/**
+ * A line under a table when some runs answered 503 (Redis missed the plugin's deadline, `failMode: 'closed'`,
+ * and its breaker then skipped Redis): such a run's Redis figures count only the requests Redis decided, so its
+ * ratios say nothing of the code. An empty string otherwise.
+ */
+export function unavailableNote (runs) {
+  const missed = runs.filter(run => (run.statuses['503'] ?? 0) > 0)
+  if (missed.length === 0) return ''
+  const worst = Math.max(...missed.map(run => run.statuses['503'] / Object.values(run.statuses).reduce((a, b) => a + b, 0)))
+  return `\n⚠ ${missed.length} of ${runs.length} runs answered 503s (up to ${(worst * 100).toFixed(1)}% of a run's requests): Redis missed ` +
+    'the plugin\'s 100 ms deadline, so the machine was too busy for those runs\' ratios to mean anything; rerun on a quieter machine.\n'
+}
+
 /** Writes `results` as JSON to BENCH_OUT when it is set. */
 export function writeJson (results) {
   const out = process.env.BENCH_OUT

@@ -17,7 +17,10 @@ import { POOL } from './plan.js'
 import { startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
 import { spread } from './report.js'
-import { batchDelta, command, readsPerRequest, syscalls, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, scriptDelta, setUp, times, writeJson } from './harness.js'
+import {
+  batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, readsPerRequest, scriptDelta, setUp, syscalls, times,
+  unavailableNote, writeJson
+} from './harness.js'
 
 const LIMIT = limitSetting(Object.freeze({ max: 1_000, windowMs: 60_000 }))
 const settings = {
@@ -106,7 +109,7 @@ function markdown (results) {
       times(ref.redisCpuUsPerRequest ?? null), range(row.scriptUsPerRequest), times(ref.scriptUsPerRequest ?? null), range(row.scriptUsPerCall), range(row.requestsPerScriptCall),
       ...s.batches ? [row.fullBatchShare === null ? '–' : `${(row.fullBatchShare.median * 100).toFixed(0)}%`] : [], responses].join(' | ')} |`)
   }
-  return lines.join('\n') + '\n'
+  return lines.join('\n') + '\n' + unavailableNote(results.runs)
 }
 
 const started = Date.now()
