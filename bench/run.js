@@ -215,6 +215,10 @@ async function childHarness (name, script) {
   const child = spawn(process.execPath, [path], { env: { ...env, BENCH_OUT: out }, stdio: ['ignore', 'inherit', 'inherit'] })
   const code = await new Promise((resolve, reject) => { child.on('error', reject); child.on('exit', resolve) })
   if (code !== 0) throw new Error(`bench/${script} exited with ${code}`)
+  if (!existsSync(out)) {
+    log(`bench: bench/${script} wrote no JSON to BENCH_OUT`)
+    return null
+  }
   const results = JSON.parse(readFileSync(out, 'utf8'))
   rmSync(out)
   return results
@@ -230,7 +234,14 @@ if (harnesses.includes('load')) {
 for (const name of harnesses) {
   if (name === 'load') continue
   process.stdout.write('\n')
-  results.harnesses[name] = await childHarness(name, HARNESSES[name])
+  try {
+    results.harnesses[name] = await childHarness(name, HARNESSES[name])
+  } catch (err) {
+    // The other harnesses still run, and the JSON keeps what they measured; the run exits 1.
+    log(`bench: the ${name} harness failed: ${err.message}`)
+    results.harnesses[name] = { error: err.message }
+    process.exitCode = 1
+  }
 }
 writeFileSync(settings.out, JSON.stringify(results, null, 2) + '\n')
 log(`bench: ${harnesses.join(', ')}: ${Math.round((Date.now() - began) / 1000)} s; JSON in ${settings.out}`)
