@@ -18,7 +18,7 @@ export const WINDOW_MS = 3_600_000
  * A realistic limit, where a client's log fills: 100 requests per second on `/realistic`, over 200 clients.
  * At this bench's 20,000 to 30,000 req/s a client sends 100 to 150 per window, so up to a third are denied
  * and each log holds about 100 entries: what 100 per minute does over 10,000 clients sending about 2 req/s
- * each, in windows short enough for the measured 2.5 s to span several (a client's denials come in phases
+ * each, in windows short enough for the measured 2 s to span several (a client's denials come in phases
  * of its window) and for a warm-up of one window and a half to reach that steady state.
  */
 export const REALISTIC = Object.freeze({ clients: 200, max: 100, windowMs: 1_000 })

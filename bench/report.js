@@ -3,7 +3,7 @@ import { SCENARIOS } from './plan.js'
 import { BANS, BARE, BARE_REFUSAL, REFERENCE } from './variants.js'
 
 const METRICS = ['rps', 'p50Ms', 'p99Ms', 'p50SingleMs', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'commandsSentPerRequest', 'roundTripsPerRequest', 'redisCommandsPerRequest',
-  'redisBytesPerClient', 'requestsPerClient', 'serverCpuShare', 'loadCpuShare']
+  'redisBytesPerClient', 'requestsPerClient', 'serverCpuShare', 'loadCpuShare', 'scriptCallsPerRequest', 'scriptUsPerRequest', 'fullBatchShare', 'redisReadsPerRequest']
 
 function median (sorted) {
   const mid = sorted.length >> 1
@@ -50,7 +50,7 @@ export function aggregate (runs, variants, scenarios) {
         rounds: mine.length,
         ...Object.fromEntries(METRICS.map(metric => [metric, spread(mine.map(run => run[metric]))])),
         vsBare: { rps: ratio(mine, of(BARE), 'rps'), serverCpu: ratio(mine, of(BARE), 'serverCpuUsPerRequest') },
-        vsReference: { rps: ratio(mine, of(REFERENCE), 'rps'), serverCpu: ratio(mine, of(REFERENCE), 'serverCpuUsPerRequest') },
+        vsReference: { rps: ratio(mine, of(REFERENCE), 'rps'), serverCpu: ratio(mine, of(REFERENCE), 'serverCpuUsPerRequest'), redisCpu: ratio(mine, of(REFERENCE), 'redisCpuUsPerRequest') },
         // The limiter's own cost: server CPU per request above bare Fastify's, and as a share of frl-redis's.
         cpuOverBareUs: spread(mine.map(run => overBare(run, of(BARE)))),
         overheadVsReference: spread(mine.map(run => {
@@ -77,6 +77,8 @@ const med = (s, digits) => s === null ? '–' : fmt(s.median, digits)
 const range = (s, digits) => s === null ? '–' : s.n === 1 ? fmt(s.median, digits) : `${fmt(s.median, digits)} (${fmt(s.min, digits)}–${fmt(s.max, digits)})`
 const scale = (s, k) => ({ ...s, median: s.median * k, min: s.min * k, max: s.max * k })
 const times = (s) => s === null ? '–' : `${fmt(s.median, 2)}×`
+/** A ratio's spread over the rounds: `0.69× (0.58–0.71)`. */
+const ratioRange = (s) => s.n === 1 ? times(s) : `${fmt(s.median, 2)}× (${fmt(s.min, 2)}–${fmt(s.max, 2)})`
 
 function responses (shares) {
   const digits = (share) => share < 0.01 ? 2 : share < 0.995 ? 1 : 0
@@ -87,13 +89,15 @@ function scenarioTable (rows, scenario) {
   const mine = rows.filter(row => row.scenario === scenario)
   const memory = mine.some(row => row.redisBytesPerClient !== null)
   const head = ['server', 'req/s', '× bare', '× frl-redis', 'p50 ms', 'p99 ms', 'p50 ms, 1 conn', 'server µs/req', 'CPU × bare', 'CPU × frl-redis', 'µs/req over bare',
-    'Redis µs/req', 'cmds sent/req (round trips)', 'Redis cmds/req', ...memory ? ['Redis B/client (req/client)'] : [], 'core busy: server / load', 'unenforced', 'responses']
+    'Redis µs/req', 'Redis × frl-redis', 'cmds sent/req (round trips)', 'Redis cmds/req', 'req per script call', ...memory ? ['Redis B/client (req/client)'] : [], 'core busy: server / load', 'unenforced', 'responses']
   const lines = [`| ${head.join(' | ')} |`, `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`]
   for (const row of mine) {
     lines.push(`| ${[
       row.variant, range(row.rps, 0), times(row.vsBare.rps), times(row.vsReference.rps), med(row.p50Ms, 2), med(row.p99Ms, 2), med(row.p50SingleMs, 3),
       range(row.serverCpuUsPerRequest, 1), times(row.vsBare.serverCpu), times(row.vsReference.serverCpu), med(row.cpuOverBareUs, 1), med(row.redisCpuUsPerRequest, 1),
+      row.vsReference.redisCpu === null || !(row.redisCpuUsPerRequest?.median > 1) ? '–' : ratioRange(row.vsReference.redisCpu),
       `${med(row.commandsSentPerRequest, 2)} (${med(row.roundTripsPerRequest, 2)})`, med(row.redisCommandsPerRequest, 2),
+      row.scriptCallsPerRequest?.median > 0 ? fmt(1 / row.scriptCallsPerRequest.median, 1) : '–',
       ...memory ? [row.redisBytesPerClient === null ? '–' : `${med(row.redisBytesPerClient, 0)} (${med(row.requestsPerClient, 1)})`] : [],
       `${med(row.serverCpuShare === null ? null : scale(row.serverCpuShare, 100), 0)}% / ${med(row.loadCpuShare === null ? null : scale(row.loadCpuShare, 100), 0)}%`,
       fmt(row.unenforced, 0),

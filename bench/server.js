@@ -1,15 +1,20 @@
 // One server variant in its own process (pinned by the runner to one core). argv[2] is JSON:
-// { variant, redisUrl, nameSpace }. It answers the runner over IPC:
+// { variant, redisUrl, nameSpace, limit?, batches? }: `limit` ({ max, windowMs }) replaces `/`'s limit of
+// MAX per WINDOW_MS; `batches` (rate-guard only) subscribes to the plugin's Redis TracingChannel and counts
+// the requests in each script call (a subscriber costs a little: off unless asked). It answers over IPC:
 //   { type: 'snapshot' }            → { cpuUs, commands, roundTrips, rss, heapUsed }: process CPU (user + system,
 //                                     µs), Redis commands and round trips sent by this process, since start
 //   { type: 'inject', url, key, count } → sends that many requests in process (to put a key over its limit)
 //   { type: 'ban', keys }           → bans those clients the variant's way (see BANS in bench/variants.js)
+//   { type: 'drive', url, prefix, pool, requests, inFlight } → sends `requests` requests in process with
+//                                     `app.inject`, `inFlight` at a time, keys `<prefix>k<i>` round-robin over
+//                                     `pool` clients: { elapsedMs, cpuUs, statuses } (bench/inject.js)
 //   { type: 'close' }               → closes the app and its clients, then exits
 import Fastify from 'fastify'
 import { Pipeline, Redis } from 'ioredis'
 import { MAX, REALISTIC, WINDOW_MS } from './plan.js'
 
-const { variant, redisUrl, nameSpace } = JSON.parse(process.argv[2])
+const { variant, redisUrl, nameSpace, limit = { max: MAX, windowMs: WINDOW_MS }, batches = false } = JSON.parse(process.argv[2])
 
 // Commands sent to Redis, and round trips: a command sent on its own, or one batch (a pipeline, a MULTI, or
 // what autopipelining gathered in one tick), written at once and answered together. Counted in this process,
@@ -31,6 +36,8 @@ Pipeline.prototype.exec = function (...args) {
 const clients = []
 async function redisClient (options) {
   const client = new Redis(redisUrl, { lazyConnect: true, ...options })
+  // A Redis that fails shows in the responses (503s, errors), not as ioredis's unhandled error events.
+  client.on('error', () => {})
   clients.push(client)
   await client.connect()
   return client
@@ -44,6 +51,30 @@ let ban = async () => {}
 async function inject (url, key, count) {
   for (let i = 0; i < count; i++) await app.inject({ method: 'GET', url, headers: { 'x-api-key': key } })
 }
+
+/**
+ * `requests` requests in process, `inFlight` at a time, round-robin over `pool` clients: the in-process load of
+ * bench/inject.js (no socket: what the plugin and Redis cost without HTTP's).
+ */
+async function drive ({ url, prefix, pool, requests, inFlight }) {
+  const keys = Array.from({ length: pool }, (_, i) => `${prefix}k${i}`)
+  const statuses = {}
+  let next = 0
+  const worker = async () => {
+    while (next < requests) {
+      const res = await app.inject({ method: 'GET', url, headers: { 'x-api-key': keys[next++ % pool] } })
+      statuses[res.statusCode] = (statuses[res.statusCode] ?? 0) + 1
+    }
+  }
+  const cpu = process.cpuUsage()
+  const started = performance.now()
+  await Promise.all(Array.from({ length: inFlight }, worker))
+  const used = process.cpuUsage(cpu)
+  return { elapsedMs: performance.now() - started, cpuUs: used.user + used.system, statuses }
+}
+
+/** Requests per script call, as the plugin sent them (`batches`): size → calls. */
+const batchSizes = {}
 
 /** Sends each key two requests to /banned: over a limit of 1, so banned (or blocked) from then on. */
 async function banByRequests (keys) {
@@ -77,6 +108,16 @@ switch (variant.kind) {
   case 'rate-guard': {
     const { rateGuard, CHANNELS } = await import('../dist/index.js')
     const client = await redisClient({ enableOfflineQueue: false, enableAutoPipelining: variant.autopipelining })
+    if (batches) {
+      const diagnostics = await import('node:diagnostics_channel')
+      diagnostics.tracingChannel(CHANNELS.redis).subscribe({
+        start: (context) => { if (context.mode === 'decide') batchSizes[context.batchSize] = (batchSizes[context.batchSize] ?? 0) + 1 },
+        end () {},
+        asyncStart () {},
+        asyncEnd () {},
+        error () {}
+      })
+    }
     if (variant.subscribed) {
       const diagnostics = await import('node:diagnostics_channel')
       const nothing = () => {}
@@ -87,7 +128,7 @@ switch (variant.kind) {
     // 503 in the responses column, and must not happen.
     // The bench's clients are its API keys, which the app vouches for (as @fastify/rate-limit's variant is
     // told by its keyGenerator): the API-key tier is on only where keys are verified.
-    await app.register(rateGuard, { redis: client, algorithm: variant.algorithm, max: MAX, timeWindow: WINDOW_MS, nameSpace, verifyApiKey: () => true })
+    await app.register(rateGuard, { redis: client, algorithm: variant.algorithm, max: limit.max, timeWindow: limit.windowMs, nameSpace, verifyApiKey: () => true })
     app.get('/', handler)
     app.get('/banned', handler)
     app.get('/realistic', { config: { rateLimit: { max: REALISTIC.max, timeWindow: REALISTIC.windowMs } } }, handler)
@@ -102,7 +143,7 @@ switch (variant.kind) {
     const store = variant.kind === 'frl-redis'
       ? { redis: await redisClient({ connectTimeout: 500, maxRetriesPerRequest: 1 }) }
       : { cache: 100_000 }
-    await app.register(rateLimit, { ...store, nameSpace, max: MAX, timeWindow: WINDOW_MS, keyGenerator: request => request.headers['x-api-key'] })
+    await app.register(rateLimit, { ...store, nameSpace, max: limit.max, timeWindow: limit.windowMs, keyGenerator: request => request.headers['x-api-key'] })
     app.get('/', handler)
     app.get('/banned', { config: { rateLimit: { max: 1, timeWindow: 600_000, ban: 0 } } }, handler)
     app.get('/realistic', { config: { rateLimit: { max: REALISTIC.max, timeWindow: REALISTIC.windowMs } } }, handler)
@@ -112,7 +153,7 @@ switch (variant.kind) {
   case 'rlf-redis': {
     const { RateLimiterRedis } = await import('rate-limiter-flexible')
     const client = await redisClient({ enableOfflineQueue: false })
-    const limiter = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}main`, points: MAX, duration: WINDOW_MS / 1000 })
+    const limiter = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}main`, points: limit.max, duration: limit.windowMs / 1000 })
     const blocking = new RateLimiterRedis({ storeClient: client, keyPrefix: `${nameSpace}banned`, points: 1, duration: 600, blockDuration: 600 })
     app.get('/', { onRequest: rlfHook(limiter) }, handler)
     app.get('/banned', { onRequest: rlfHook(blocking) }, handler)
@@ -153,10 +194,12 @@ process.on('message', async (msg) => {
   if (msg.type === 'snapshot') {
     const cpu = process.cpuUsage()
     const { rss, heapUsed } = process.memoryUsage()
-    process.send({ type: 'snapshot', cpuUs: cpu.user + cpu.system, commands, roundTrips, rss, heapUsed })
+    process.send({ type: 'snapshot', cpuUs: cpu.user + cpu.system, commands, roundTrips, rss, heapUsed, batchSizes: { ...batchSizes } })
   } else if (msg.type === 'inject') {
     await inject(msg.url, msg.key, msg.count)
     process.send({ type: 'injected' })
+  } else if (msg.type === 'drive') {
+    process.send({ type: 'driven', ...await drive(msg) })
   } else if (msg.type === 'ban') {
     await ban(msg.keys)
     process.send({ type: 'banned' })

@@ -18,11 +18,12 @@ export function allVariants (algorithms) {
     ? []
     : algorithms.flatMap(algorithm => algorithm === 'sliding-log'
       ? [
-          { id: `rate-guard ${algorithm} autopipelining`, kind: 'rate-guard', redis: true, algorithm, autopipelining: true },
+          // `extra`: run when BENCH_ONLY names them, not by default (what they show moves little between runs).
+          { id: `rate-guard ${algorithm} autopipelining`, kind: 'rate-guard', redis: true, algorithm, autopipelining: true, extra: true },
           { id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false },
           // The same, with a subscriber on every diagnostics channel (doing nothing): what listening costs; the
           // variant above, nobody listening, is what the channels cost when nobody does.
-          { id: `rate-guard ${algorithm} subscribed`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false, subscribed: true }
+          { id: `rate-guard ${algorithm} subscribed`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false, subscribed: true, extra: true }
         ]
       : [{ id: `rate-guard ${algorithm}`, kind: 'rate-guard', redis: true, algorithm, autopipelining: false }])
   return [
@@ -46,8 +47,8 @@ export const BANS = Object.freeze({
   'rlf-redis': '`/banned` has its own `RateLimiterRedis` with `points: 1, duration: 600, blockDuration: 600` (no `inMemoryBlockOnConsumed`), and each client sends 2 requests first; blocked requests are answered 429 after a Redis call'
 })
 
-/** Select by `BENCH_ONLY`: comma-separated substrings of the ids; empty selects all. */
+/** Select by `BENCH_ONLY`: comma-separated substrings of the ids; empty selects all but the `extra` ones. */
 export function selectVariants (variants, only) {
   const wanted = (only ?? '').split(',').map(s => s.trim()).filter(s => s !== '')
-  return wanted.length === 0 ? variants : variants.filter(v => wanted.some(w => v.id.includes(w)))
+  return wanted.length === 0 ? variants.filter(v => !v.extra) : variants.filter(v => wanted.some(w => v.id.includes(w)))
 }

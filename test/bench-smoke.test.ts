@@ -51,8 +51,9 @@ function run (env: NodeJS.ProcessEnv): Promise<{ code: number | null, stdout: st
 
 const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
 
-// Seven server processes one after another, each measured for a moment: about 25 s on a quiet machine.
-t.setTimeout(180_000)
+// Seven server processes one after another, each measured for a moment, then five more under each of two
+// harnesses: about 60 s on a quiet machine.
+t.setTimeout(300_000)
 
 t.test('each of our bench variants, and @fastify/rate-limit\'s, starts, serves and limits', async (t) => {
   // The runner loads the plugin from dist/: it must be the plugin of lib/ (npm test builds it first).
@@ -73,6 +74,7 @@ t.test('each of our bench variants, and @fastify/rate-limit\'s, starts, serves a
     BENCH_SINGLE: '0.1',
     BENCH_CONNECTIONS: '10',
     BENCH_SCRIPTS: '0',
+    BENCH_HARNESSES: 'load',
     BENCH_OUT: out
   })
   t.equal(code, 0, `exits 0; stderr: ${stderr}`)
@@ -110,4 +112,63 @@ t.test('each of our bench variants, and @fastify/rate-limit\'s, starts, serves a
 
   const redis = client(t, url)
   t.same(await scanKeys(redis, 'bench:'), [], 'the run\'s keys were deleted')
+})
+
+/** The harnesses compare each algorithm's plain variant (not autopipelining, not subscribed) and the reference. */
+const HARNESS_VARIANTS = VARIANTS.filter(id => !id.endsWith(' autopipelining') && !id.endsWith(' subscribed'))
+
+interface HarnessRun { variant: string, requests: number, statuses: Record<string, number>, redisCpuUsPerRequest: number | null }
+interface HarnessResults { harness: string, rows: Array<{ variant: string }>, runs: HarnessRun[], settings: { pool: number, limit: { max: number } } }
+
+// The harnesses beside the load generator's (bench/autocannon.js over HTTP, bench/inject.js in process), run
+// through the runner's selector, short, with 20 clients over a limit of 5 a minute: each variant starts,
+// serves (200s) and limits (429s, and never more 200s than a window's turn allows), and prints a row.
+t.test('the autocannon and inject harnesses run through `npm run bench`: each variant starts, serves, limits and prints a row', async (t) => {
+  const { url } = await getRedis(t)
+  const out = join(t.testdir(), 'latest.json')
+  const clients = 20
+  const max = 5
+  const { code, stdout, stderr } = await run({
+    REDIS_URL: url,
+    BENCH_HARNESSES: 'autocannon,inject',
+    BENCH_ONLY: `rate-guard,${REFERENCE}`,
+    BENCH_CLIENTS: String(clients),
+    BENCH_LIMIT: `${max}/60`,
+    BENCH_KEYS: 'lockstep',
+    BENCH_AUTOCANNON_DURATION: '0.5',
+    BENCH_AUTOCANNON_WARMUP: '0',
+    BENCH_AUTOCANNON_ROUNDS: '1',
+    BENCH_AUTOCANNON_CONNECTIONS: '10',
+    BENCH_INJECT_REQUESTS: '300',
+    BENCH_INJECT_WARMUP: '0',
+    BENCH_INJECT_ROUNDS: '1',
+    BENCH_INJECT_IN_FLIGHT: '10',
+    BENCH_OUT: out
+  })
+  t.equal(code, 0, `exits 0; stderr: ${stderr}`)
+  const all = JSON.parse(readFileSync(out, 'utf8')) as { harnesses: Record<string, HarnessResults> }
+  t.same(Object.keys(all.harnesses), ['autocannon', 'inject'], 'the JSON holds each harness selected, and no other')
+  for (const [name, heading] of [['autocannon', '## Over HTTP with autocannon'], ['inject', '## In process (`app.inject`)']] as const) {
+    const results = all.harnesses[name]!
+    t.match(stdout, new RegExp(`^${escape(heading)}`, 'm'), `${name}: prints its heading`)
+    t.same(results.rows.map(row => row.variant).sort(), [...HARNESS_VARIANTS].sort(), `${name}: a row in its JSON for each variant`)
+    t.equal(results.settings.pool, clients, `${name}: BENCH_CLIENTS is heard`)
+    t.equal(results.settings.limit.max, max, `${name}: BENCH_LIMIT is heard`)
+    for (const id of HARNESS_VARIANTS) {
+      const mine = results.runs.find(r => r.variant === id)
+      const statuses = mine?.statuses ?? {}
+      t.same(Object.keys(statuses).filter(s => s !== '200' && s !== '429'), [], `${name}, ${id}: 200s and 429s only (${JSON.stringify(statuses)})`)
+      t.ok((statuses['200'] ?? 0) > 0, `${name}, ${id}: it served`)
+      t.ok((statuses['429'] ?? 0) > 0, `${name}, ${id}: it limits`)
+      // A window's turn (the fixed window's minute ending mid-run, a token refilled) may let a client through
+      // once more: never beyond two windows' worth.
+      t.ok((statuses['200'] ?? 0) <= 2 * max * clients, `${name}, ${id}: never past its limit (${statuses['200']} 200s)`)
+      t.ok((mine?.redisCpuUsPerRequest ?? 0) > 0, `${name}, ${id}: Redis's CPU was read`)
+    }
+  }
+  for (const id of HARNESS_VARIANTS) {
+    t.equal(stdout.match(new RegExp(`^\\| ${escape(id)} \\| [\\d,]+ \\|`, 'mg'))?.length, 2, `${id}: a table row with its requests/s under each harness`)
+  }
+  const redis = client(t, url)
+  t.same([...await scanKeys(redis, 'bench-ac:'), ...await scanKeys(redis, 'bench-inject:')], [], 'the runs\' keys were deleted')
 })
