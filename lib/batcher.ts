@@ -3,8 +3,11 @@ import { onDeadline } from './deadline.js'
 import { DeadlineError } from './errors.js'
 import type { DecideInput, Decision } from './stores/store.js'
 
-// Decisions asked of Redis in one turn of the event loop go together: one script call per algorithm and per
-// `BATCH_MAX` requests: one round trip, one timer, one reply for all. A batch is sent as soon as it is full,
+// Decisions asked of Redis in one turn of the event loop go together: one script call per algorithm, per shard
+// (on a Redis Cluster the master that serves the request's keys, `ShardOf`; one shard elsewhere) and per
+// `BATCH_MAX` requests: one round trip, one timer, one reply for all. Batching by master fills each master's
+// calls whatever the number of masters: a batch of 32 split by master afterwards reached each of three with
+// about 9 requests (issue 43). A batch is sent as soon as it is full,
 // or once the turn's I/O is handled, so under load Redis works on the first requests of a turn while the app
 // still reads the rest (a turn's requests in one call made Redis and the app take turns: the server's core
 // was 80% busy at 100 connections, 97% with batches of 32; bench/README.md).
@@ -27,7 +30,10 @@ export const BATCH_MAX = 32
 /** What a request gets: its decision, or why Redis gave none (for it alone, or for its whole batch); when its batch was sent, and its size. */
 export type Answer = (result: Decision | Error, sentAt: number, batchSize: number) => void
 
-/** Sends one batch of one algorithm: a decision, or the error of that request alone, per request, in order. */
+/** Which shard a request's batch is (the master serving its keys on a Cluster); requests of one shard and algorithm go together. */
+export type ShardOf = (input: DecideInput) => string
+
+/** Sends one batch of one algorithm (and shard): a decision, or the error of that request alone, per request, in order. */
 export type Send = (inputs: readonly DecideInput[], algorithm: Algorithm) => Promise<ReadonlyArray<Decision | Error>>
 
 /** Told once per batch, before its requests are answered: Redis replied (`undefined`), or why it did not. */
@@ -52,6 +58,7 @@ export interface BatchWatch {
 interface Batch {
   state: 'open' | 'sent' | 'settled'
   readonly algorithm: Algorithm
+  readonly shard: string
   readonly inputs: DecideInput[]
   readonly answers: Answer[]
   /** When it was sent (ms): what Redis answers holds from no earlier than that. */
@@ -64,30 +71,33 @@ export class Batcher {
   readonly #send: Send
   readonly #timeout: number
   readonly #settled: Settled
-  /** The batches still open, one per algorithm at most: each sent when full or in the check phase of this turn. */
+  /** The batches still open, one per algorithm and shard at most: each sent when full or in the check phase of this turn. */
   #open: Batch[] = []
   /** Whether the check phase of this turn will send what is open. */
   #scheduled = false
   readonly #watch: BatchWatch | undefined
+  readonly #shardOf: ShardOf | undefined
 
-  constructor (send: Send, timeout: number, settled: Settled, watch?: BatchWatch) {
+  constructor (send: Send, timeout: number, settled: Settled, watch?: BatchWatch, shardOf?: ShardOf) {
     this.#send = send
     this.#timeout = timeout
     this.#settled = settled
     this.#watch = watch
+    this.#shardOf = shardOf
   }
 
-  /** Adds `input` to the open batch of its algorithm (a new one when none is open); `answer` is called once. */
+  /** Adds `input` to the open batch of its algorithm and shard (a new one when none is open); `answer` is called once. */
   add (input: DecideInput & { readonly algorithm: Algorithm }, answer: Answer): void {
     const { algorithm } = input
+    const shard = this.#shardOf?.(input) ?? ''
     let batch: Batch | undefined
-    for (const open of this.#open) if (open.algorithm === algorithm) batch = open
+    for (const open of this.#open) if (open.algorithm === algorithm && open.shard === shard) batch = open
     if (batch === undefined) {
       if (!this.#scheduled) {
         this.#scheduled = true
         setImmediate(this.#sendOpen)
       }
-      batch = { state: 'open', algorithm, inputs: [], answers: [], sentAt: 0, cancel: null }
+      batch = { state: 'open', algorithm, shard, inputs: [], answers: [], sentAt: 0, cancel: null }
       this.#open.push(batch)
     }
     batch.inputs.push(input)

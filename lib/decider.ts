@@ -80,7 +80,7 @@ export class Decider {
     this.#held = held
     this.#announce = announce
     this.#givenBack = announce === undefined ? undefined : new GivenBack(announce, (err, log) => this.report(err, log))
-    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log)) : undefined
+    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log), input => this.#remote!.shardOf(input)) : undefined
   }
 
   /** Whether Redis decides (a decision with no member was then failMode 'local''s, in process). */

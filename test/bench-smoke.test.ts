@@ -117,7 +117,7 @@ t.test('each of our bench variants, and @fastify/rate-limit\'s, starts, serves a
 /** The harnesses compare each algorithm's plain variant (not autopipelining, not subscribed) and the reference. */
 const HARNESS_VARIANTS = VARIANTS.filter(id => !id.endsWith(' autopipelining') && !id.endsWith(' subscribed'))
 
-interface HarnessRun { variant: string, requests: number, statuses: Record<string, number>, redisCpuUsPerRequest: number | null }
+interface HarnessRun { variant: string, requests: number, statuses: Record<string, number>, redisCpuUsPerRequest: number | null, requestsPerScriptCall?: number | null }
 interface HarnessResults { harness: string, rows: Array<{ variant: string }>, runs: HarnessRun[], settings: { pool: number, limit: { max: number } } }
 
 // The harnesses beside the load generator's (bench/autocannon.js over HTTP, bench/inject.js in process), run
@@ -171,4 +171,36 @@ t.test('the autocannon and inject harnesses run through `npm run bench`: each va
   }
   const redis = client(t, url)
   t.same([...await scanKeys(redis, 'bench-ac:'), ...await scanKeys(redis, 'bench-inject:')], [], 'the runs\' keys were deleted')
+})
+
+// The Cluster through the plugin (bench/cluster-plugin.js): a cluster of three masters of its own, short, 20
+// clients over a limit of 5 a minute: each limiter serves, limits and prints a row, and this plugin's
+// requests reach each master in batches (more than one request a script call).
+t.test('the cluster harness runs through `npm run bench`: each limiter serves and limits on a Cluster of its own, and prints a row', async (t) => {
+  const out = join(t.testdir(), 'latest.json')
+  const clients = 20
+  const max = 5
+  const { code, stdout, stderr } = await run({
+    BENCH_HARNESSES: 'cluster',
+    BENCH_CLIENTS: String(clients),
+    BENCH_LIMIT: `${max}/60`,
+    BENCH_CLUSTER_REQUESTS: '400',
+    BENCH_CLUSTER_WARMUP: '0',
+    BENCH_CLUSTER_ROUNDS: '1',
+    BENCH_CLUSTER_IN_FLIGHT: '40',
+    REPLICAS: '0',
+    BENCH_OUT: out
+  })
+  t.equal(code, 0, `exits 0; stderr: ${stderr}`)
+  const results = (JSON.parse(readFileSync(out, 'utf8')) as { harnesses: Record<string, HarnessResults> }).harnesses['cluster']!
+  t.match(stdout, /^## A Redis Cluster through the plugin/m, 'prints its heading')
+  t.same(results.rows.map(row => row.variant), ['rate-guard sliding-log', REFERENCE], 'a row for this plugin and for the reference')
+  t.equal(results.settings.limit.max, max, 'BENCH_LIMIT is heard')
+  for (const mine of results.runs) {
+    t.same(Object.keys(mine.statuses).filter(s => s !== '200' && s !== '429'), [], `${mine.variant}: 200s and 429s only (${JSON.stringify(mine.statuses)})`)
+    t.equal(mine.statuses['200'], clients * max, `${mine.variant}: exactly max allowed per client`)
+    t.ok((mine.redisCpuUsPerRequest ?? 0) > 0, `${mine.variant}: the nodes' CPU was read`)
+  }
+  t.ok(results.runs.find(r => r.variant !== REFERENCE)!.requestsPerScriptCall! > 1, 'this plugin\'s requests went to the masters in batches')
+  t.match(stdout, new RegExp(`^\\| ${escape(REFERENCE)} \\| [\\d,]+ \\|`, 'm'), 'a table row for the reference')
 })

@@ -40,16 +40,20 @@ export class Masters {
    */
   groups (inputs: readonly DecideInput[]): number[][] {
     if (!this.#crossSlot) return inputs.map((_, i) => [i])
-    const slots = this.#cluster.slots
     const groups = new Map<string, number[]>()
     const alone: number[][] = []
     inputs.forEach((input, i) => {
-      const master = slots[keySlot(input.keys.log)]?.[0]
+      const master = this.masterOf(input)
       if (master === undefined) alone.push([i])
       else if (groups.has(master)) groups.get(master)!.push(i)
       else groups.set(master, [i])
     })
     return [...groups.values(), ...alone]
+  }
+
+  /** The master that serves `input`'s keys by the client's slot table (`host:port`), or undefined when it names none. */
+  masterOf (input: DecideInput): string | undefined {
+    return this.#cluster.slots[keySlot(input.keys.log)]?.[0]
   }
 
   /**

@@ -77,6 +77,11 @@ export class RedisStore implements RemoteStore {
     return decision!
   }
 
+  /** On a Cluster, the master that serves `input`'s keys (`''` when the slot table names none); `''` on one Redis. */
+  shardOf (input: DecideInput): string {
+    return this.#masters?.masterOf(input) ?? ''
+  }
+
   /**
    * Decides requests of one algorithm in one script call, in order, atomically; a request Redis could not
    * decide (a foreign value at its key) gets its error, and the others their decisions. On a Redis Cluster,

@@ -181,4 +181,6 @@ export interface LeaseStore {
 export interface RemoteStore extends Store {
   /** A decision per request, in order, or the error that kept Redis from deciding that request alone. */
   decideMany (inputs: readonly DecideInput[], algorithm: Algorithm): Promise<Array<Decision | Error>>
+  /** Which shard `input` is decided on: on a Cluster the master that serves its keys (`''` when unknown), else `''`. */
+  shardOf (input: DecideInput): string
 }
