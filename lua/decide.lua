@@ -340,7 +340,7 @@ local function decide ()
 end
 
 -- Where in `level` (counted up the stack from here) an error was raised, as Lua names it
--- ('user_script:<line>: '), or '' for a function of Redis's (redis.call, error).
+-- ('user_script:<line>: ', in a FUNCTION library 'user_function:<line>: '), or '' for a function of Redis's (redis.call, error).
 local function where (level)
   local _, at = pcall(error, '', level)
   return at
@@ -351,7 +351,7 @@ local OURS = 'ERR rate-guard: '
 -- its line already; this file's own errors say what is wrong in their own words.
 local function located (err)
   local message = type(err) == 'table' and err.err or tostring(err)
-  if string.find(message, 'user_script:', 1, true) or string.sub(message, 1, #OURS) == OURS then
+  if string.find(message, 'user_script:', 1, true) or string.find(message, 'user_function:', 1, true) or string.sub(message, 1, #OURS) == OURS then
     return message
   end
   local at = where(4)

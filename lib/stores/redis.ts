@@ -51,19 +51,21 @@ export class RedisStore implements RemoteStore {
 
   /**
    * `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). `lean: false`
-   * sends every request to its algorithm's script (the tests run both paths). `clock` and `locking`: what the
+   * sends every request to its algorithm's script (the tests run both paths). `functions`: its scripts called
+   * as the FUNCTION library's functions (lib/stores/functions.ts) once loaded; off by default until every
+   * suite that counts EVALSHA is moved to it (issue 43). `clock` and `locking`: what the
    * server takes (lib/connect.ts finds out at start); the cross-slot variants, a Cluster's, lock as Redis does.
    */
-  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking } = {}) {
+  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking, functions = false } = {}) {
     this.client = client
     this.#owned = owned
     this.#nameSpace = nameSpace
     this.#cluster = isCluster(client)
-    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm, clock, locking)])) as Record<Algorithm, ScriptCommand>
-    this.#ban = defineScript(client, BAN_SCRIPT, clock, locking)
-    this.#lean = lean ? defineScripts(client, LEAN_SCRIPTS, clock, locking) : null
-    this.#across = this.#cluster ? Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm], clock)])) as Record<Algorithm, ScriptCommand> : null
-    this.#acrossLean = this.#cluster && lean ? defineScripts(client, CROSS_SLOT_LEAN_SCRIPTS, clock) : null
+    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm, clock, locking, functions)])) as Record<Algorithm, ScriptCommand>
+    this.#ban = defineScript(client, BAN_SCRIPT, clock, locking, functions)
+    this.#lean = lean ? defineScripts(client, LEAN_SCRIPTS, clock, locking, functions) : null
+    this.#across = this.#cluster ? Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm], clock, 'global', functions)])) as Record<Algorithm, ScriptCommand> : null
+    this.#acrossLean = this.#cluster && lean ? defineScripts(client, CROSS_SLOT_LEAN_SCRIPTS, clock, 'global', functions) : null
     this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)

@@ -12,6 +12,7 @@ import { indexOf } from './ban-index.js'
 import type { DecideInput, SettleInput, WaitPolicy } from './store.js'
 import type { BanPolicy } from '../types.js'
 import { keySlot } from '../slots.js'
+import { functionCommand, functionLines, libraryOf } from './functions.js'
 
 /** One file of a joined script: its name (`lua/decide.lua`) and the line of the joined script it starts at (from 1). */
 export interface Part {
@@ -111,6 +112,9 @@ export function crossSlotArgs (args: ReadonlyArray<string | number>): Array<stri
 /** The operator's ban: the ban and its entry in the ban index (`lua/ban.lua`). */
 export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
 
+/** Every script above on Redis's clock, as one FUNCTION library (lib/stores/functions.ts): what `defineScript` calls with FCALL. */
+export const LIBRARY = libraryOf([...Object.values(SCRIPTS), ...Object.values(LEAN_SCRIPTS), LEASE_SCRIPT, ...Object.values(CROSS_SLOT_SCRIPTS), ...Object.values(CROSS_SLOT_LEAN_SCRIPTS), BAN_SCRIPT])
+
 /** A line of a joined script as Redis names it: `user_script:302` (`@user_script:302`, or `user_script: 302` in Redis 6). */
 const JOINED_LINE = /@?user_script: ?(\d+)/g
 
@@ -119,7 +123,7 @@ const JOINED_LINE = /@?user_script: ?(\d+)/g
  * file's line, the joined line beside it: `lua/decide.lua:45 (user_script:302)`.
  */
 export function sourceLines (script: Script, text: string): string {
-  return text.replace(JOINED_LINE, (joined, line: string) => {
+  return functionLines(LIBRARY, script.command, text).replace(JOINED_LINE, (joined, line: string) => {
     const n = Number(line)
     let part = script.parts[0]!
     for (const each of script.parts) if (each.first <= n) part = each
@@ -291,9 +295,9 @@ const defined = new WeakMap<object, Set<string>>()
 /**
  * Defines `algorithm`'s script (or another `Script`) on `client` once, as it reads `clock` and takes `locking`
  * (`'keys'`: `keyLocked`); refuses a command of the same name that is not ours. On the app's clock, each call
- * sends `Date.now()` last.
+ * sends `Date.now()` last; with `functions`, a script of `LIBRARY` is called as its function where the server holds it.
  */
-export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis', locking: Locking = 'global'): ScriptCommand {
+export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis', locking: Locking = 'global', functions = false): ScriptCommand {
   const script = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
   const { command: name, lua } = onClock(locking === 'keys' ? keyLocked(script) : script, clock)
   let ours = defined.get(client)
@@ -305,10 +309,11 @@ export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Sc
     ours.add(name)
   }
   const command = (client as unknown as Record<string, ScriptCommand>)[name]!.bind(client)
-  return clock === 'redis' ? command : async (...args) => await command(...args, Date.now())
+  if (clock === 'app') return async (...args) => await command(...args, Date.now())
+  return functions && LIBRARY.first.has(name) ? functionCommand(client, LIBRARY, name, command) : command
 }
 
 /** Each script of `scripts` (`LEAN_SCRIPTS`, `CROSS_SLOT_LEAN_SCRIPTS`) defined on `client`, by algorithm. */
-export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis', locking: Locking = 'global'): Partial<Record<Algorithm, ScriptCommand>> {
-  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script, clock, locking)]))
+export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis', locking: Locking = 'global', functions = false): Partial<Record<Algorithm, ScriptCommand>> {
+  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script, clock, locking, functions)]))
 }
