@@ -19,10 +19,9 @@ import { coreBusy, coreTimes, loadAverage, machine, version } from './machine.js
 import { POOL } from './plan.js'
 import { startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
-import { spread } from './report.js'
 import {
-  batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, readsPerRequest, scriptDelta, setUp, syscalls, times,
-  unavailableNote, writeJson
+  batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, readsPerRequest, responses, rowsOf as rowsOfRuns, scriptDelta, setUp, syscalls, tableHead,
+  times, unavailableNote, writeJson
 } from './harness.js'
 
 /** `/`'s limit here: far above what a client sends, so every request is allowed (the issue's setting). */
@@ -115,22 +114,10 @@ async function runOne (ctx, server, variant, round) {
 const METRICS = ['rps', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'scriptUsPerRequest', 'scriptCallsPerRequest', 'fullBatchShare']
 
 function rowsOf (runs, variants) {
-  return variants.map(variant => {
-    const mine = runs.filter(run => run.variant === variant.id)
-    const statuses = {}
-    for (const run of mine) for (const [code, n] of Object.entries(run.statuses)) statuses[code] = (statuses[code] ?? 0) + n
-    const first = mine[0]
-    return {
-      variant: variant.id,
-      rounds: mine.length,
-      ...Object.fromEntries(METRICS.map(metric => [metric, spread(mine.map(run => run[metric]))])),
-      vsReference: first === undefined
-        ? null
-        : Object.fromEntries(['rps', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest'].map(metric => [metric, ratioToReference(runs, first, metric)])),
-      statuses,
-      errors: mine.reduce((a, run) => a + run.errors, 0)
-    }
-  })
+  return rowsOfRuns(runs, variants, METRICS, ['rps', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest']).map(row => ({
+    ...row,
+    errors: runs.filter(run => run.variant === row.variant).reduce((a, run) => a + run.errors, 0)
+  }))
 }
 
 function markdown (results) {
@@ -148,17 +135,14 @@ function markdown (results) {
       'the median (min–max). Server CPU: `process.cpuUsage` of the server per answered request; Redis: `INFO cpu`; script: `INFO commandstats` ' +
       '(EVALSHA, EVAL, FCALL).',
     '',
-    `| ${head.join(' | ')} |`,
-    `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`
+    ...tableHead(head)
   ]
   for (const row of results.rows) {
-    const total = Object.values(row.statuses).reduce((a, b) => a + b, 0)
-    const responses = Object.entries(row.statuses).map(([code, n]) => `${code} ${(n * 100 / total).toFixed(n === total ? 0 : 2)}%`).join(', ')
     lines.push(`| ${[row.variant, range(row.rps, 0), times(row.vsReference?.rps ?? null), range(row.serverCpuUsPerRequest), times(row.vsReference?.serverCpuUsPerRequest ?? null),
       range(row.redisCpuUsPerRequest), times(row.vsReference?.redisCpuUsPerRequest ?? null), range(row.scriptUsPerRequest),
       row.scriptCallsPerRequest === null ? '–' : range({ ...row.scriptCallsPerRequest, median: 1 / row.scriptCallsPerRequest.median, min: 1 / row.scriptCallsPerRequest.max, max: 1 / row.scriptCallsPerRequest.min }),
       ...s.batches ? [row.fullBatchShare === null ? '–' : `${(row.fullBatchShare.median * 100).toFixed(0)}%`] : [],
-      responses + (row.errors > 0 ? `; ${row.errors} errors` : '')].join(' | ')} |`)
+      responses(row.statuses) + (row.errors > 0 ? `; ${row.errors} errors` : '')].join(' | ')} |`)
   }
   return lines.join('\n') + '\n' + unavailableNote(results.runs)
 }

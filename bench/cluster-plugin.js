@@ -19,10 +19,9 @@ import Fastify from 'fastify'
 import rateLimit from '@fastify/rate-limit'
 import { Cluster } from 'ioredis'
 import { MASTERS, REPLICAS, spent, startCluster } from './cluster-nodes.js'
-import { command, limitSetting, number, range, ratioToReference, times, unavailableNote, writeJson } from './harness.js'
+import { command, limitSetting, number, range, responses, rowsOf, tableHead, times, unavailableNote, writeJson } from './harness.js'
 import { loadAverage } from './machine.js'
 import { POOL } from './plan.js'
-import { spread } from './report.js'
 import { REFERENCE } from './variants.js'
 
 const { default: rateGuard } = await import(new URL('../dist/index.js', import.meta.url))
@@ -122,15 +121,12 @@ function markdown (results) {
       `${s.limit.max.toLocaleString('en')} per ${s.limit.windowMs / 1000} s. Median (min–max); ratios within each round, then the median (min–max). ` +
       'Redis CPU and script time summed over every node (the replicas\' share of a write included).',
     '',
-    `| ${head.join(' | ')} |`,
-    `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`
+    ...tableHead(head)
   ]
   for (const row of results.rows) {
-    const total = Object.values(row.statuses).reduce((a, b) => a + b, 0)
-    const responses = Object.entries(row.statuses).map(([code, k]) => `${code} ${(k * 100 / total).toFixed(k === total ? 0 : 2)}%`).join(', ')
     const ref = row.vsReference
     lines.push(`| ${[row.variant, range(row.rps, 0), range(row.serverCpuUsPerRequest), times(ref.serverCpuUsPerRequest), range(row.redisCpuUsPerRequest),
-      times(ref.redisCpuUsPerRequest), range(row.scriptUsPerRequest), times(ref.scriptUsPerRequest), range(row.requestsPerScriptCall), responses].join(' | ')} |`)
+      times(ref.redisCpuUsPerRequest), range(row.scriptUsPerRequest), times(ref.scriptUsPerRequest), range(row.requestsPerScriptCall), responses(row.statuses)].join(' | ')} |`)
   }
   return lines.join('\n') + '\n' + unavailableNote(results.runs)
 }
@@ -170,18 +166,7 @@ const results = {
   loadAverageBefore,
   loadAverageAfter: loadAverage(),
   elapsedS: Math.round((Date.now() - started) / 1000),
-  rows: VARIANTS.map(variant => {
-    const mine = runs.filter(run => run.variant === variant.id)
-    const statuses = {}
-    for (const run of mine) for (const [code, k] of Object.entries(run.statuses)) statuses[code] = (statuses[code] ?? 0) + k
-    return {
-      variant: variant.id,
-      rounds: mine.length,
-      ...Object.fromEntries(METRICS.map(metric => [metric, spread(mine.map(run => run[metric]))])),
-      vsReference: Object.fromEntries(['serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'scriptUsPerRequest'].map(metric => [metric, ratioToReference(runs, mine[0], metric)])),
-      statuses
-    }
-  }),
+  rows: rowsOf(runs, VARIANTS, METRICS, ['serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'scriptUsPerRequest']),
   runs
 }
 writeJson(results)

@@ -170,3 +170,33 @@ export function writeJson (results) {
 export function command (script, names) {
   return `${names.filter(name => process.env[name] !== undefined && process.env[name] !== '').map(name => `${name}=${process.env[name]} `).join('')}node bench/${script}`
 }
+
+/**
+ * One row per variant: each of `metrics` as its spread over the variant's runs, each of `ratios` as its ratio
+ * to the reference's run of the same round (`vsReference`), and the responses (status → count) summed.
+ */
+export function rowsOf (runs, variants, metrics, ratios) {
+  return variants.map(variant => {
+    const mine = runs.filter(run => run.variant === variant.id)
+    const statuses = {}
+    for (const run of mine) for (const [code, n] of Object.entries(run.statuses)) statuses[code] = (statuses[code] ?? 0) + n
+    return {
+      variant: variant.id,
+      rounds: mine.length,
+      ...Object.fromEntries(metrics.map(metric => [metric, spread(mine.map(run => run[metric]))])),
+      vsReference: mine.length === 0 ? null : Object.fromEntries(ratios.map(metric => [metric, ratioToReference(runs, mine[0], metric)])),
+      statuses
+    }
+  })
+}
+
+/** A markdown table's head row and its separator (the first and last columns text, the others numbers). */
+export function tableHead (head) {
+  return [`| ${head.join(' | ')} |`, `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`]
+}
+
+/** A row's responses as `200 99.50%, 503 0.50%` (one status alone: `200 100%`). */
+export function responses (statuses) {
+  const total = Object.values(statuses).reduce((a, b) => a + b, 0)
+  return Object.entries(statuses).map(([code, n]) => `${code} ${(n * 100 / total).toFixed(n === total ? 0 : 2)}%`).join(', ')
+}

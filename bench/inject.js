@@ -16,10 +16,9 @@ import { loadAverage, machine } from './machine.js'
 import { POOL } from './plan.js'
 import { startServer, stopServer } from './processes.js'
 import { deleteKeys, delta, info } from './redis-info.js'
-import { spread } from './report.js'
 import {
-  batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, ratioToReference, readsPerRequest, scriptDelta, setUp, syscalls, times,
-  unavailableNote, writeJson
+  batchDelta, command, fullShare, harnessVariants, limitSetting, number, range, readsPerRequest, responses, rowsOf, scriptDelta, setUp, syscalls, tableHead,
+  times, unavailableNote, writeJson
 } from './harness.js'
 
 const LIMIT = limitSetting(Object.freeze({ max: 1_000, windowMs: 60_000 }))
@@ -68,23 +67,6 @@ async function runOne (ctx, server, variant, round) {
 
 const METRICS = ['rps', 'serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'scriptUsPerRequest', 'scriptUsPerCall', 'requestsPerScriptCall', 'fullBatchShare']
 
-function rowsOf (runs, variants) {
-  return variants.map(variant => {
-    const mine = runs.filter(run => run.variant === variant.id)
-    const statuses = {}
-    for (const run of mine) for (const [code, k] of Object.entries(run.statuses)) statuses[code] = (statuses[code] ?? 0) + k
-    return {
-      variant: variant.id,
-      rounds: mine.length,
-      ...Object.fromEntries(METRICS.map(metric => [metric, spread(mine.map(run => run[metric]))])),
-      vsReference: mine.length === 0
-        ? null
-        : Object.fromEntries(['serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'scriptUsPerRequest'].map(metric => [metric, ratioToReference(runs, mine[0], metric)])),
-      statuses
-    }
-  })
-}
-
 function markdown (results) {
   const { settings: s, machine: m } = results
   const head = ['limiter', 'req/s (in process)', 'server µs/req', '× frl-redis', 'Redis µs/req', '× frl-redis', 'script µs/req', '× frl-redis', 'script µs/call',
@@ -98,16 +80,13 @@ function markdown (results) {
       `${s.limit.max.toLocaleString('en')} per ${s.limit.windowMs / 1000} s. Median (min–max); ratios within each round, then the median (min–max). ` +
       'Redis: `INFO cpu`; script: `INFO commandstats` (EVALSHA, EVAL, FCALL), the time Redis spent running the calls.',
     '',
-    `| ${head.join(' | ')} |`,
-    `|${head.map((_, i) => i === 0 || i === head.length - 1 ? '---' : '--:').join('|')}|`
+    ...tableHead(head)
   ]
   for (const row of results.rows) {
-    const total = Object.values(row.statuses).reduce((a, b) => a + b, 0)
-    const responses = Object.entries(row.statuses).map(([code, k]) => `${code} ${(k * 100 / total).toFixed(k === total ? 0 : 2)}%`).join(', ')
     const ref = row.vsReference ?? {}
     lines.push(`| ${[row.variant, range(row.rps, 0), range(row.serverCpuUsPerRequest), times(ref.serverCpuUsPerRequest ?? null), range(row.redisCpuUsPerRequest),
       times(ref.redisCpuUsPerRequest ?? null), range(row.scriptUsPerRequest), times(ref.scriptUsPerRequest ?? null), range(row.scriptUsPerCall), range(row.requestsPerScriptCall),
-      ...s.batches ? [row.fullBatchShare === null ? '–' : `${(row.fullBatchShare.median * 100).toFixed(0)}%`] : [], responses].join(' | ')} |`)
+      ...s.batches ? [row.fullBatchShare === null ? '–' : `${(row.fullBatchShare.median * 100).toFixed(0)}%`] : [], responses(row.statuses)].join(' | ')} |`)
   }
   return lines.join('\n') + '\n' + unavailableNote(results.runs)
 }
@@ -147,6 +126,6 @@ try {
 }
 meta.machine.loadAverageAfter = loadAverage()
 meta.elapsedS = Math.round((Date.now() - started) / 1000)
-const results = { ...meta, rows: rowsOf(runs, variants), runs }
+const results = { ...meta, rows: rowsOf(runs, variants, METRICS, ['serverCpuUsPerRequest', 'redisCpuUsPerRequest', 'scriptUsPerRequest']), runs }
 writeJson(results)
 process.stdout.write(markdown(results))
