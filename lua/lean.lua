@@ -25,8 +25,14 @@
 --
 -- Reply: at, Redis's time of the call's decisions (ms; 0 when no request read the clock), then each request's
 -- answer in turn, the fewest integers that say it (each one Redis turns into a reply costs it about 800
--- instructions, as many as a tonumber; lib/stores/store.ts's toLeanDecisions reads them):
---   0, count, reset                    allowed (counted, or a replay of a request counted)
+-- instructions, as many as a tonumber; lib/stores/replies.ts's toLeanDecisions reads them):
+--   7 + count + (burst + 1) x reset    allowed (counted, or a replay of a request counted), packed in one
+--                                      integer p: whenever count <= burst, reset <= window and (burst + 1) x
+--                                      (window + 1) + 6 < 2^53 (so p <= 2^53 - 1: exact as a Lua number, which
+--                                      Redis truncates to an integer, and as a JavaScript safe integer), burst
+--                                      and window the limit's (the override's after 6). count = (p - 7) mod
+--                                      (burst + 1), reset = (p - 7) div (burst + 1); p >= 7, no other code
+--   0, count, reset                    allowed, when the packed form would not be exact
 --   1, retry, count, reset             limited
 --   2, retry, offence, count, reset    banned by this denial: the ban's length, which ban in a row
 --   5, retry                           found banned: nothing counted (the budget's own limit, as lua/decide.lua's n = 0)
@@ -87,11 +93,14 @@ local now
 local base = ARGV[1]
 local out, o, k = { 0 }, 1, 0
 -- The policy in use, read when a request's differs from the last one's (or an override replaced its limit).
-local s, max, window, burst, bans, overridden
+-- span: burst + 1 when an allowed answer of this limit packs into one exact integer (the header), else 0.
+local s, max, window, burst, bans, overridden, span
+local exact = 2 ^ 53 - 6
 for i = 1, n do
   local q = policies and policies[i] or 4
   if q ~= s or overridden then
     s, max, window, burst, bans, overridden = q, tonumber(ARGV[q]), tonumber(ARGV[q + 1]), tonumber(ARGV[q + 2]), ARGV[q + 3] ~= '0', false
+    span = (burst + 1) * (window + 1) < exact and burst + 1 or 0
   end
   local status, retry, offence, count, reset = 0, 0, 0, 0, 0
   repeat
@@ -111,6 +120,7 @@ for i = 1, n do
           break
         end
         max, window, burst, overridden = tonumber(m), tonumber(w), tonumber(b), true
+        span = (burst + 1) * (window + 1) < exact and burst + 1 or 0
       end
     end
     now = now or milliseconds(redis.call('TIME'))
@@ -139,8 +149,15 @@ for i = 1, n do
       o = o + 3
     end
     if status == 0 then
-      out[o + 1], out[o + 2], out[o + 3] = 0, count, reset
-      o = o + 3
+      -- One integer when it is exact (at most 2^53 - 1: a Lua number, which Redis truncates, and a JavaScript
+      -- safe integer), else three.
+      if count < span and reset <= window then
+        out[o + 1] = 7 + count + span * reset
+        o = o + 1
+      else
+        out[o + 1], out[o + 2], out[o + 3] = 0, count, reset
+        o = o + 3
+      end
     elseif status == 1 then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, retry, count, reset
       o = o + 4
