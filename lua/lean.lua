@@ -16,9 +16,10 @@
 -- then, when p > 1, each request's policy (1 to p); with one policy, every request has it.
 --
 -- The algorithm's lean file provides:
---   lean(state, max, window, burst, now, member) -> status, count, reset, retry
---            decides the request `member` of cost 1 at `now` (ms, Redis's time) on the one limit (max, window,
---            burst: numbers), and counts it when allowed. status: 0 allowed (counted, or a replay of one
+--   lean(state, max, window, burst, now, base, i) -> status, count, reset, retry
+--            decides request i (its member base .. text(i), made only by a file that reads or writes it: a Lua
+--            string made costs Redis ~1,000 instructions) of cost 1 at `now` (ms, Redis's time) on the one limit
+--            (max, window, burst: numbers), and counts it when allowed. status: 0 allowed (counted, or a replay of one
 --            counted), 1 denied (nothing written), 4 hand it to lua/decide.lua (nothing written: a state this
 --            path does not read, such as a value of another type). count, reset, retry: as lua/decide.lua
 --            reports them for one limit.
@@ -73,15 +74,21 @@ if n == 1 then
   special = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0
 else
   local checks, k = {}, 0
-  policies = not one and {}
-  for i = 1, n do
-    local s = 4
-    if policies then
-      policies[i] = 4 + 6 * (tonumber(ARGV[first + i - 1]) - 1)
-      s = policies[i]
+  if one then
+    -- Every request's keys as many: no policy to look up.
+    local step = ARGV[7] ~= '0' and 6 or 3
+    for i = 2, 2 * n, 2 do
+      checks[i - 1], checks[i] = KEYS[k + 2], KEYS[k + 3]
+      k = k + step
     end
-    checks[2 * i - 1], checks[2 * i] = KEYS[k + 2], KEYS[k + 3]
-    k = k + (ARGV[s + 3] ~= '0' and 6 or 3)
+  else
+    policies = {}
+    for i = 1, n do
+      local s = 4 + 6 * (tonumber(ARGV[first + i - 1]) - 1)
+      policies[i] = s
+      checks[2 * i - 1], checks[2 * i] = KEYS[k + 2], KEYS[k + 3]
+      k = k + (ARGV[s + 3] ~= '0' and 6 or 3)
+    end
   end
   -- A call across slots (lua/cross-slot.lua) is refused one EXISTS over them all: each request looks for itself.
   special = redis.pcall('EXISTS', unpack(checks))
@@ -124,10 +131,9 @@ for i = 1, n do
       end
     end
     now = now or milliseconds(redis.call('TIME'))
-    local member = base .. text(i)
-    status, count, reset, retry = lean(KEYS[k + 1], max, window, burst, now, member)
+    status, count, reset, retry = lean(KEYS[k + 1], max, window, burst, now, base, i)
     if status == 1 and bans then
-      local ok, duration, started = pcall(strikeOrBan, k, s, member, window, now)
+      local ok, duration, started = pcall(strikeOrBan, k, s, base .. text(i), window, now)
       if not ok then
         status = 4
       elseif duration > 0 then
