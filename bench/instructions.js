@@ -43,7 +43,8 @@ async function counted (port, work) {
   return summary
 }
 
-const { LEAN_SCRIPTS, SCRIPTS, leanArgs, memberBases, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { LEAN_SCRIPTS, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { memberBases } = await import(new URL('../dist/stores/member-ids.js', import.meta.url))
 // Members as RedisStore makes them: a base per call, the request's number after it.
 const nextBase = memberBases()
 

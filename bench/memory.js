@@ -19,7 +19,8 @@ const IDENTITIES = Number(process.env.IDENTITIES || 1_000_000)
 const REQUESTS = Number(process.env.REQUESTS || 1)
 const BATCH = 32
 
-const { LEAN_SCRIPTS, leanArgs, memberBases } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { LEAN_SCRIPTS, leanArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { memberBases } = await import(new URL('../dist/stores/member-ids.js', import.meta.url))
 const { GLOBAL_SCOPE, identityKeys } = await import(new URL('../dist/stores/key-names.js', import.meta.url))
 
 /** A redis-server of its own on `port`, and a client; resolves once it answers. */

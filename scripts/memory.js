@@ -16,7 +16,8 @@ import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { ALGORITHMS } from '../dist/algorithms/index.js'
 import { identityKeys, scopeOf } from '../dist/stores/key-names.js'
-import { SCRIPTS, memberBases, scriptArgs } from '../dist/stores/scripts.js'
+import { SCRIPTS, scriptArgs } from '../dist/stores/scripts.js'
+import { memberBases } from '../dist/stores/member-ids.js'
 
 const url = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
 const redis = new Redis(url, { maxRetriesPerRequest: 1 })
