@@ -44,6 +44,9 @@ async function counted (port, work) {
 }
 
 const { LEAN_SCRIPTS, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { memberBases } = await import(new URL('../dist/stores/member-ids.js', import.meta.url))
+// Members as RedisStore makes them: a base per call, the request's number after it.
+const nextBase = memberBases()
 
 const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
 const BAN = { threshold: 5, ladder: [600_000], forgetMs: 0 }
@@ -63,7 +66,7 @@ async function requests (batch, call) {
 function ours (lua, algorithm, ban, args = (inputs, base) => scriptArgs(inputs, 'decide', base)) {
   return (batch) => async (client) => {
     const sha = await client.script('LOAD', lua)
-    await requests(batch, (j, n) => client.evalsha(sha, ...args(Array.from({ length: n }, (_, i) => input(algorithm, ban, j + i)), `m${j}.`)))
+    await requests(batch, (j, n) => client.evalsha(sha, ...args(Array.from({ length: n }, (_, i) => input(algorithm, ban, j + i)), nextBase())))
   }
 }
 

@@ -11,7 +11,6 @@
 // `npm run measure:memory` (scripts/memory.js) gives the other view: one budget's keys filled to their max,
 // per algorithm, by MEMORY USAGE; this one counts what the server grows by, dictionaries and all.
 import { spawn } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { createRequire } from 'node:module'
 import { connectWhenUp } from './processes.js'
@@ -21,6 +20,7 @@ const REQUESTS = Number(process.env.REQUESTS || 1)
 const BATCH = 32
 
 const { LEAN_SCRIPTS, leanArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { memberBases } = await import(new URL('../dist/stores/member-ids.js', import.meta.url))
 const { GLOBAL_SCOPE, identityKeys } = await import(new URL('../dist/stores/key-names.js', import.meta.url))
 
 /** A redis-server of its own on `port`, and a client; resolves once it answers. */
@@ -41,14 +41,13 @@ async function each (n, call) {
 const LIMITS = [{ max: 1000, windowMs: 3_600_000, burst: 1000 }]
 const ours = async (client) => {
   const sha = await client.script('LOAD', LEAN_SCRIPTS['sliding-log'].lua)
-  // Members as RedisStore makes them: 12 random characters per store, a call counter, the request's number.
-  const prefix = randomBytes(9).toString('base64url')
-  let calls = 0
+  // Members as RedisStore makes them (memberBases: an integer per call, the request's number after it).
+  const nextBase = memberBases()
   const input = (i) => ({ keys: identityKeys('rate-guard:', GLOBAL_SCOPE, `apikey:key-${i}`), limits: LIMITS, ban: null, peek: false })
   for (let r = 0; r < REQUESTS; r++) {
     await each(Math.ceil(IDENTITIES / BATCH), (b) => {
       const inputs = Array.from({ length: Math.min(BATCH, IDENTITIES - b * BATCH) }, (_, i) => input(b * BATCH + i))
-      return client.evalsha(sha, ...leanArgs(inputs, `${prefix}${(calls++).toString(36)}.`))
+      return client.evalsha(sha, ...leanArgs(inputs, nextBase()))
     })
   }
 }

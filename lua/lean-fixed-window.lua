@@ -10,9 +10,9 @@
 -- that is no number. Those cost nothing on the common path: the start is read as a number only when it is not
 -- this window's text.
 --
--- lean(counters, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
+-- lean(counters, max, window, burst, now, base, i) -> status, count, reset, retry (lua/lean.lua's header)
 
-local function lean (counters, max, window, burst, now, member)
+local function lean (counters, max, window, burst, now, base, i)
   local stored = redis.pcall('HMGET', counters, 's1', 'c1')
   if stored.err then
     return 4, 0, 0, 0

@@ -4,9 +4,9 @@
 -- time, living two windows past its oldest entry), with that file's commands for this shape: ZRANGE 0 0, ZCARD,
 -- ZADD NX, PTTL. It hands back (4) a log of another type, and one holding costlier entries (member '+').
 --
--- lean(log, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
+-- lean(log, max, window, burst, now, base, i) -> status, count, reset, retry (lua/lean.lua's header)
 
-local function lean (log, max, window, burst, now, member)
+local function lean (log, max, window, burst, now, base, i)
   local head = redis.pcall('ZRANGE', log, '0', '0', 'WITHSCORES')
   if head.err or head[1] == '+' then
     return 4, 0, 0, 0
@@ -19,6 +19,8 @@ local function lean (log, max, window, burst, now, member)
   local count = oldest and redis.call('ZCARD', log) or 0
   -- One more unit is free once the oldest leaves (a clock step back can put it past one window).
   local reset = oldest and oldest + window - now or 0
+  -- The request's member, made only here and for a replay's ZSCORE: the other lean files need none.
+  local member = base .. text(i)
   if count < max then
     if redis.call('ZADD', log, 'NX', text(now), member) == 1 then
       if count == 0 or reset > window then

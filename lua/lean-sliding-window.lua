@@ -8,9 +8,9 @@
 -- not this window's text, so it costs the common path nothing), and those holding what lua/sliding-window.lua
 -- cannot count (a field it reads that is missing or no number): that file raises the request's error.
 --
--- lean(counters, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
+-- lean(counters, max, window, burst, now, base, i) -> status, count, reset, retry (lua/lean.lua's header)
 
-local function lean (counters, max, window, burst, now, member)
+local function lean (counters, max, window, burst, now, base, i)
   local stored = redis.pcall('HMGET', counters, 'w1', 'p1', 'c1')
   if stored.err then
     return 4, 0, 0, 0

@@ -6,13 +6,13 @@
 -- fields of a bucket that holds several limits', and a t1 that is no number as a full bucket. It hands back (4)
 -- a bucket of another type, and one whose t1 is a number but f1 is not (that file's error for the request).
 --
--- lean(bucket, max, window, burst, now, member) -> status, count, reset, retry (lua/lean.lua's header)
+-- lean(bucket, max, window, burst, now, base, i) -> status, count, reset, retry (lua/lean.lua's header)
 --
 -- Floor and ceil are q - q % 1 and, when q % 1 > 0, that plus 1: Lua's % is a - floor(a / b) x b, so for a
 -- finite q >= 0 (every quotient here) they are math.floor's and math.ceil's, without the two lookups and the
 -- call each of those costs; the ceil leaves an infinity (a denial on a foreign t1 of 'inf') as math.ceil does.
 
-local function lean (bucket, max, window, burst, now, member)
+local function lean (bucket, max, window, burst, now, base, i)
   local stored = redis.pcall('HMGET', bucket, 't1', 'f1')
   if stored.err then
     return 4, 0, 0, 0

@@ -16,17 +16,24 @@
 -- then, when p > 1, each request's policy (1 to p); with one policy, every request has it.
 --
 -- The algorithm's lean file provides:
---   lean(state, max, window, burst, now, member) -> status, count, reset, retry
---            decides the request `member` of cost 1 at `now` (ms, Redis's time) on the one limit (max, window,
---            burst: numbers), and counts it when allowed. status: 0 allowed (counted, or a replay of one
+--   lean(state, max, window, burst, now, base, i) -> status, count, reset, retry
+--            decides request i (its member base .. text(i), made only by a file that reads or writes it: a Lua
+--            string made costs Redis ~1,000 instructions) of cost 1 at `now` (ms, Redis's time) on the one limit
+--            (max, window, burst: numbers), and counts it when allowed. status: 0 allowed (counted, or a replay of one
 --            counted), 1 denied (nothing written), 4 hand it to lua/decide.lua (nothing written: a state this
 --            path does not read, such as a value of another type). count, reset, retry: as lua/decide.lua
 --            reports them for one limit.
 --
 -- Reply: at, Redis's time of the call's decisions (ms; 0 when no request read the clock), then each request's
 -- answer in turn, the fewest integers that say it (each one Redis turns into a reply costs it about 800
--- instructions, as many as a tonumber; lib/stores/store.ts's toLeanDecisions reads them):
---   0, count, reset                    allowed (counted, or a replay of a request counted)
+-- instructions, as many as a tonumber; lib/stores/replies.ts's toLeanDecisions reads them):
+--   7 + count + (burst + 1) x reset    allowed (counted, or a replay of a request counted), packed in one
+--                                      integer p: whenever count <= burst, reset <= window and (burst + 1) x
+--                                      (window + 1) + 6 < 2^53 (so p <= 2^53 - 1: exact as a Lua number, which
+--                                      Redis truncates to an integer, and as a JavaScript safe integer), burst
+--                                      and window the limit's (the override's after 6). count = (p - 7) mod
+--                                      (burst + 1), reset = (p - 7) div (burst + 1); p >= 7, no other code
+--   0, count, reset                    allowed, when the packed form would not be exact
 --   1, retry, count, reset             limited
 --   2, retry, offence, count, reset    banned by this denial: the ban's length, which ban in a row
 --   5, retry                           found banned: nothing counted (the budget's own limit, as lua/decide.lua's n = 0)
@@ -67,15 +74,21 @@ if n == 1 then
   special = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0
 else
   local checks, k = {}, 0
-  policies = not one and {}
-  for i = 1, n do
-    local s = 4
-    if policies then
-      policies[i] = 4 + 6 * (tonumber(ARGV[first + i - 1]) - 1)
-      s = policies[i]
+  if one then
+    -- Every request's keys as many: no policy to look up.
+    local step = ARGV[7] ~= '0' and 6 or 3
+    for i = 2, 2 * n, 2 do
+      checks[i - 1], checks[i] = KEYS[k + 2], KEYS[k + 3]
+      k = k + step
     end
-    checks[2 * i - 1], checks[2 * i] = KEYS[k + 2], KEYS[k + 3]
-    k = k + (ARGV[s + 3] ~= '0' and 6 or 3)
+  else
+    policies = {}
+    for i = 1, n do
+      local s = 4 + 6 * (tonumber(ARGV[first + i - 1]) - 1)
+      policies[i] = s
+      checks[2 * i - 1], checks[2 * i] = KEYS[k + 2], KEYS[k + 3]
+      k = k + (ARGV[s + 3] ~= '0' and 6 or 3)
+    end
   end
   -- A call across slots (lua/cross-slot.lua) is refused one EXISTS over them all: each request looks for itself.
   special = redis.pcall('EXISTS', unpack(checks))
@@ -87,11 +100,14 @@ local now
 local base = ARGV[1]
 local out, o, k = { 0 }, 1, 0
 -- The policy in use, read when a request's differs from the last one's (or an override replaced its limit).
-local s, max, window, burst, bans, overridden
+-- span: burst + 1 when an allowed answer of this limit packs into one exact integer (the header), else 0.
+local s, max, window, burst, bans, overridden, span
+local exact = 2 ^ 53 - 6
 for i = 1, n do
   local q = policies and policies[i] or 4
   if q ~= s or overridden then
     s, max, window, burst, bans, overridden = q, tonumber(ARGV[q]), tonumber(ARGV[q + 1]), tonumber(ARGV[q + 2]), ARGV[q + 3] ~= '0', false
+    span = (burst + 1) * (window + 1) < exact and burst + 1 or 0
   end
   local status, retry, offence, count, reset = 0, 0, 0, 0, 0
   repeat
@@ -111,13 +127,13 @@ for i = 1, n do
           break
         end
         max, window, burst, overridden = tonumber(m), tonumber(w), tonumber(b), true
+        span = (burst + 1) * (window + 1) < exact and burst + 1 or 0
       end
     end
     now = now or milliseconds(redis.call('TIME'))
-    local member = base .. text(i)
-    status, count, reset, retry = lean(KEYS[k + 1], max, window, burst, now, member)
+    status, count, reset, retry = lean(KEYS[k + 1], max, window, burst, now, base, i)
     if status == 1 and bans then
-      local ok, duration, started = pcall(strikeOrBan, k, s, member, window, now)
+      local ok, duration, started = pcall(strikeOrBan, k, s, base .. text(i), window, now)
       if not ok then
         status = 4
       elseif duration > 0 then
@@ -139,8 +155,15 @@ for i = 1, n do
       o = o + 3
     end
     if status == 0 then
-      out[o + 1], out[o + 2], out[o + 3] = 0, count, reset
-      o = o + 3
+      -- One integer when it is exact (at most 2^53 - 1: a Lua number, which Redis truncates, and a JavaScript
+      -- safe integer), else three.
+      if count < span and reset <= window then
+        out[o + 1] = 7 + count + span * reset
+        o = o + 1
+      else
+        out[o + 1], out[o + 2], out[o + 3] = 0, count, reset
+        o = o + 3
+      end
     elseif status == 1 then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, retry, count, reset
       o = o + 4

@@ -17,13 +17,14 @@ import { Redis } from 'ioredis'
 import { ALGORITHMS } from '../dist/algorithms/index.js'
 import { identityKeys, scopeOf } from '../dist/stores/key-names.js'
 import { SCRIPTS, scriptArgs } from '../dist/stores/scripts.js'
+import { memberBases } from '../dist/stores/member-ids.js'
 
 const url = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
 const redis = new Redis(url, { maxRetriesPerRequest: 1 })
 const nameSpace = `rg-${randomBytes(3).toString('hex')}:`
 const scope = scopeOf('route', 'GET /api/items')
-const memberPrefix = randomBytes(9).toString('base64url')
-let counter = 0
+// Members as RedisStore makes them.
+const nextBase = memberBases()
 
 const HOUR = 3_600_000
 const L = (max, windowMs) => ({ max, windowMs, burst: max })
@@ -46,7 +47,7 @@ for (const algorithm of ALGORITHMS) {
 
 /** One decision at `now`: the reply's status (0 allowed, 1 limited, 2 banned). */
 async function decide (input, now) {
-  const base = `${memberPrefix}${(counter++).toString(36)}.`
+  const base = nextBase()
   const reply = await redis[`measure_${input.algorithm.replace(/-/g, '_')}`](...scriptArgs([input], 'decide', base), now)
   return Number(reply[0])
 }

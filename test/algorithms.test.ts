@@ -29,12 +29,12 @@ t.test('each script is lua/prelude.lua, its algorithm file, lua/quota.lua, lua/b
   t.match(decide, /^-- ARGV\[1\]\s+mode.*\n(--\s{4,}.*\n)*-- ARGV\[2\]\s+base.*\n-- ARGV\[3\]\s+requests.*\n-- ARGV\[4\]\s+p\s/m, 'its arguments')
   t.match(decide, /--\s+\{ status, retry, offence, at, n, /, 'and the reply')
   t.notMatch(decide.replace(/^--.*$/gm, ''), /(KEYS|ARGV)\[\w+ \+ \d/, 'its body names each key\'s and argument\'s place: no bare offsets')
-  t.match(lean, /^--\s+lean\(state, max, window, burst, now, member\) -> status, count, reset, retry\n/m, 'the lean frame names what an algorithm\'s lean file gives it')
+  t.match(lean, /^--\s+lean\(state, max, window, burst, now, base, i\) -> status, count, reset, retry\n/m, 'the lean frame names what an algorithm\'s lean file gives it')
   for (const algorithm of LEAN_ALGORITHMS) {
     const file = readFileSync(new URL(`../lua/lean-${algorithm}.lua`, import.meta.url), 'utf8')
     const { lua } = LEAN_SCRIPTS[algorithm]!
     t.equal(lua, `${prelude}\n${file}\n${banIndex}\n${strikes}\n${lean}`, `${algorithm}: the lean script is the prelude, lua/lean-${algorithm}.lua, the ban index, the strikes, then lua/lean.lua`)
-    t.match(file, /^local function lean \(\w+, max, window, burst, now, member\)$/m, `${algorithm}: its lean file defines lean`)
+    t.match(file, /^local function lean \(\w+, max, window, burst, now, base, i\)$/m, `${algorithm}: its lean file defines lean`)
     t.equal(lua.match(/^ *now = now or milliseconds\(redis\.call\('TIME'\)\)$/gm)?.length, 1, `${algorithm}: the lean script: Redis TIME is the one clock`)
     t.equal(lua.match(/TIME/g)?.length, 1, `${algorithm}: the lean script: read in one place`)
   }

@@ -2,7 +2,9 @@
 // safe to replay: the same member never counts twice, and one denial is one strike.
 import t from 'tap'
 import { identityKeys } from '../lib/stores/key-names.js'
+import { RedisStore } from '../lib/stores/redis.js'
 import { LEAN_SCRIPTS, defineScript, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
+import { memberBases, members } from '../lib/stores/member-ids.js'
 import { toDecision, toLeanDecisions } from '../lib/stores/replies.js'
 import { decideInput } from './helpers/stores.js'
 import { client, getRedis, uniquePrefix } from './helpers/redis.js'
@@ -36,3 +38,21 @@ for (const lean of [false, true]) {
     t.ok(await redis.pttl(keys.banned) > 59_000, 'banned for the ban duration')
   })
 }
+
+t.test('members: integers below 2^63 (what Redis keeps as 8 bytes), one base per call, unique across calls and stores', async t => {
+  const next = memberBases()
+  const [first, second] = [next(), next()]
+  t.match(first, /^[1-8]\d{16}$/, 'a base: 17 digits, the first 1 to 8')
+  t.equal(BigInt(second), BigInt(first) + 1n, 'the next call\'s: one more')
+  t.strictSame(members(first, 3), [`${first}1`, `${first}2`, `${first}3`])
+
+  const redis = client(t, (await getRedis(t)).url)
+  const keys = identityKeys(uniquePrefix(), 'all', '192.0.2.2')
+  const stores = [new RedisStore(redis, false), new RedisStore(redis, false), new RedisStore(redis, false, '', { lean: false })]
+  for (let i = 0; i < 4; i++) {
+    for (const store of stores) t.match(await store.decide(decideInput({ keys, max: 100, windowMs: 60_000 })), { status: 'allowed', count: 3 * i + stores.indexOf(store) + 1 })
+  }
+  const logged = await redis.zrange(keys.log, '0', '-1')
+  t.equal(new Set(logged).size, 12, 'every request its own entry')
+  for (const member of logged) t.ok(/^[1-8]\d{17,18}$/.test(member) && BigInt(member) < 2n ** 63n, `${member}: an integer below 2^63`)
+})

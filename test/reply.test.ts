@@ -73,16 +73,20 @@ t.test('anything else is refused with FST_RATE_GUARD_INVALID_REPLY', async t => 
 t.test('a lean script\'s reply (lua/lean.lua): the time once, each answer in the fewest integers, the same decisions as the general reply\'s', async t => {
   const lean = (reply: unknown, n = 1): ReturnType<typeof toLeanDecisions> => toLeanDecisions(reply, Array.from({ length: n }, (_, i) => `m${i}`), Array.from({ length: n }, () => ({ limits: LIMITS })))
   t.strictSame(lean([1000, 0, 3, 900]), [toDecision([0, 0, 0, 1000, 1, 5, 1000, 3, 900], 'm0', LIMITS)], 'allowed: count and reset, the limit the request\'s own')
+  t.strictSame(lean([1000, 7 + 3 + 6 * 900]), [toDecision([0, 0, 0, 1000, 1, 5, 1000, 3, 900], 'm0', LIMITS)], 'allowed, packed: 7 + count + (limit + 1) x reset')
+  t.strictSame(lean([1000, 7]), [toDecision([0, 0, 0, 1000, 1, 5, 1000, 0, 0], 'm0', LIMITS)], 'allowed, packed: the least, 7')
+  t.strictSame(lean([1000, String(7 + 5 + 6 * 1000)]), [toDecision([0, 0, 0, 1000, 1, 5, 1000, 5, 1000], 'm0', LIMITS)], 'allowed, packed: the greatest, a full window (numeric strings too)')
   t.strictSame(lean(['7', '1', '800', '5', '800']), [toDecision([1, 800, 0, 7, 1, 5, 1000, 5, 800], 'm0', LIMITS)], 'limited: the retry first (numeric strings too)')
   t.strictSame(lean([7, 2, 60_000, 3, 5, 800]), [toDecision([2, 60_000, 3, 7, 1, 5, 1000, 5, 800], 'm0', LIMITS)], 'banned by this denial: the ban\'s length, which in a row')
   t.strictSame(lean([0, 5, 60_000]), [toDecision([2, 60_000, 0, 0, 0], 'm0', LIMITS)], 'found banned: the budget\'s own limit, nothing counted')
   t.strictSame(lean([7, 6, 50, 60_000, 0, 3, 900]), [toDecision([0, 0, 0, 7, 1, 50, 60_000, 3, 900], 'm0', LIMITS)], 'under an override of one limit: its capacity and window')
+  t.strictSame(lean([7, 6, 50, 60_000, 7 + 3 + 51 * 900]), [toDecision([0, 0, 0, 7, 1, 50, 60_000, 3, 900], 'm0', LIMITS)], 'packed under an override: by its capacity')
   t.strictSame(lean([7, 4]), [HANDED_BACK], 'handed back to the general script')
   matchList(t, lean([7, 0, 1, 1000, 4, 5, 500, 1, 300, 5, 300], 4), [
     { status: 'allowed', count: 1, member: 'm0', at: 7 }, HANDED_BACK, { status: 'banned', retryMs: 500, count: 0, at: 0, member: '' }, { status: 'limited', retryMs: 300, count: 5, member: 'm3', at: 7 }
   ])
   const bad: unknown[] = [
-    undefined, null, 'OK', {}, [], [7], [-1, 4], [1.5, 4], [7, 0, 3], [7, 0, 3, 900, 0], [7, 3, 'x'], [7, 7], [7, 6, 50, 60_000, 4],
+    undefined, null, 'OK', {}, [], [7], [-1, 4], [1.5, 4], [7, 0, 3], [7, 0, 3, 900, 0], [7, 3, 'x'], [7, 7 + 6 * 1001], [7, 6, 50, 60_000, 4], [7, 6, -50, 60_000, 10], [7, 6, 50, -1, 10], [7, 2 ** 53],
     [7, 6, 50, 60_000, 5, 1], [7, 6, -50, 60_000, 0, 3, 900], [7, 5], [7, 5, -1], [7, 1, 800, 5], [7, 2, 60_000, 3, 5], [7, 0, '3 ', 900], [7, 0, 3, 2 ** 53]
   ]
   for (const reply of bad) t.throws(() => lean(reply), { code: 'FST_RATE_GUARD_INVALID_REPLY' }, JSON.stringify(reply) ?? String(reply))

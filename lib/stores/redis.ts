@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS, DEFAULT_ALGORITHM } from '../algorithms/index.js'
 import type { Algorithm } from '../algorithms/index.js'
@@ -7,7 +6,8 @@ import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, members, scriptArgs } from './scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, scriptArgs } from './scripts.js'
+import { memberBases, members } from './member-ids.js'
 import type { Clock, Locking, Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
 import { RedisLeases } from './redis-leases.js'
@@ -42,9 +42,8 @@ export class RedisStore implements RemoteStore {
   readonly #masters: Masters | null
   /** Set by close: an operator call still under way stops, with a coded error. */
   #closed = false
-  /** Log members are `<random per store><call counter>.<request>`: unique across instances, never client input. */
-  readonly #memberPrefix = randomBytes(9).toString('base64url')
-  #counter = 0
+  /** Log members are `<base><request>`, integers unique across calls and instances (`memberBases`), never client input. */
+  readonly #base = memberBases()
 
   readonly #nameSpace: string
   readonly leases: RedisLeases
@@ -144,11 +143,6 @@ export class RedisStore implements RemoteStore {
       if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, 'decide', algorithm)
       throw located((across ? CROSS_SLOT_LEAN_SCRIPTS : LEAN_SCRIPTS)[algorithm]!, err)
     }
-  }
-
-  /** A call's members' base: `<random per store><call counter>.` */
-  #base (): string {
-    return `${this.#memberPrefix}${(this.#counter++).toString(36)}.`
   }
 
   /** Decides `inputs` in one call of their algorithm's script (its cross-slot variant when `across`). */

@@ -96,6 +96,8 @@ export function toDecisions (reply: unknown, members: readonly string[], inputs:
 const HAND_BACK = 4
 const FOUND_BANNED = 5
 const OVERRIDDEN = 6
+/** The least allowed answer packed in one integer: `PACKED + count + (limit + 1) x reset`. */
+const PACKED = 7
 
 /**
  * A lean script's reply (`lua/lean.lua`: the time, then each request's answer in the fewest integers) as a
@@ -133,6 +135,16 @@ function readLeanAnswer (reply: readonly unknown[], offset: number, at: number, 
     windowMs = integer(reply[offset + 2])
     offset += 3
     code = integer(reply[offset])
+  }
+  if (code >= PACKED) {
+    const packed = code - PACKED
+    const count = packed % (limit + 1)
+    const resetMs = (packed - count) / (limit + 1)
+    // Exact by the script's bounds (lua/lean.lua's header): a count past the limit or a reset past the window is
+    // not a packed answer.
+    if (!(limit >= 0 && resetMs <= windowMs)) return null
+    const state = { limit, windowMs, count, resetMs }
+    return [{ status: 'allowed', limit, windowMs, count, resetMs, retryMs: 0, banStarted: false, offence: 0, limits: [state], at, member }, offset + 1]
   }
   // After the code: the retry (but when allowed), the offence (when this denial started a ban), count, reset.
   const status = STATUSES[code]

@@ -220,11 +220,6 @@ export function leanArgs (requests: readonly DecideInput[], base: string, index 
   return [keys.length, ...keys, base, requests.length, seen.length, ...policies, ...(seen.length > 1 ? each : [])]
 }
 
-/** The members a call made with `base` gives its `n` requests. */
-export function members (base: string, n: number): string[] {
-  return Array.from({ length: n }, (_, i) => `${base}${i + 1}`)
-}
-
 /**
  * Whose clock the scripts read: Redis's `TIME` (the default: one clock for every instance), or, for a server
  * that refuses `TIME` in scripts (ElastiCache Serverless), the app's, sent as each call's last argument.
