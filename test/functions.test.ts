@@ -33,7 +33,7 @@ async function allowed (store: RedisStore, inputs: DecideInput[]): Promise<numbe
   return (decisions as Decision[]).filter(d => d.status === 'allowed').length
 }
 
-t.test('the library: one function per script, named by its command; a shebang becomes a flag; lines map back to the script\'s', async t => {
+t.test('the library: one function per script, named by its command and version; a shebang becomes a flag; lines map back to the script\'s', async t => {
   t.match(LIBRARY.name, /^rateguard_[0-9a-f]{12}$/)
   t.ok(LIBRARY.code.startsWith(`#!lua name=${LIBRARY.name}\n`), 'the library names itself')
   const script = SCRIPTS['sliding-log']
@@ -42,8 +42,9 @@ t.test('the library: one function per script, named by its command; a shebang be
   t.equal(functionLines(LIBRARY, script.command, `WRONGTYPE x, on @user_function:${first + 9}.`), 'WRONGTYPE x, on @user_script:10.', 'a library line is named as the script\'s')
   t.equal(functionLines(LIBRARY, 'notOurs', 'ERR user_function:5: x'), 'ERR user_function:5: x', 'another function\'s lines are left as they are')
   const flagged = libraryOf([{ command: 'a', lua: '#!lua flags=allow-cross-slot-keys\nreturn 1' }, { command: 'b', lua: '-- a comment\nreturn 2' }])
-  t.match(flagged.code, /function_name='a', flags=\{'allow-cross-slot-keys'\}/)
-  t.match(flagged.code, /function_name='b', flags=\{\}/)
+  t.match(flagged.code, new RegExp(`function_name='${flagged.functions.get('a')!}', flags=\\{'allow-cross-slot-keys'\\}`))
+  t.match(flagged.code, new RegExp(`function_name='${flagged.functions.get('b')!}', flags=\\{\\}`))
+  t.equal(flagged.functions.get('a'), `a_${flagged.name.slice('rateguard_'.length)}`, 'a function is named by its command and the library\'s version')
   t.notMatch(flagged.code, /a comment/, 'comment lines are left empty')
   t.not(flagged.name, libraryOf([{ command: 'a', lua: 'return 3' }]).name, 'another text, another library')
 })
@@ -108,11 +109,14 @@ t.test('before the library is loaded calls go by EVALSHA and start a load; a los
 t.test('two versions side by side: each calls its own functions, neither replaces the other', async t => {
   const proc = await startRedisServer(t)
   const { store, redis, nameSpace } = await functionStore(t, proc.url)
-  const other = libraryOf([{ command: 'rateGuardOtherVersion_0', lua: 'return 7' }])
+  // Another version: one script changed, one the same as ours (a function of the same command in both).
+  const shared = SCRIPTS['fixed-window']
+  const other = libraryOf([{ command: 'rateGuardOtherVersion_0', lua: 'return 7' }, shared])
   await redis.call('FUNCTION', 'LOAD', other.code)
   const names = (await redis.call('FUNCTION', 'LIST') as unknown[][]).map(library => library[1])
-  t.same(names.sort(), [LIBRARY.name, other.name].sort(), 'both libraries loaded')
-  t.equal(await redis.fcall('rateGuardOtherVersion_0', 0), 7, 'the other version\'s function runs')
+  t.same(names.sort(), [LIBRARY.name, other.name].sort(), 'both libraries loaded, though they share a script')
+  t.equal(await redis.fcall(other.functions.get('rateGuardOtherVersion_0')!, 0), 7, 'the other version\'s function runs')
+  t.not(other.functions.get(shared.command), LIBRARY.functions.get(shared.command), 'a shared script is a function of each version\'s own name')
   t.equal(await allowed(store, [inputOf(nameSpace, 'v', 1), inputOf(nameSpace, 'v', 1)]), 1, 'and ours')
 })
 

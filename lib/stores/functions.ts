@@ -18,8 +18,13 @@ export interface FunctionSource {
 export interface Library {
   readonly name: string
   readonly code: string
-  /** The library's line each function's text starts at (its line 1), by name: where `user_function:<line>` is. */
+  /** The library's line each script's text starts at (its line 1), by its command: where `user_function:<line>` is. */
   readonly first: ReadonlyMap<string, number>
+  /**
+   * Each script's function, by its command: `<command>_<the library's hash>`. Function names are one namespace
+   * across a server's libraries, so a script two versions share would otherwise stop the second from loading.
+   */
+  readonly functions: ReadonlyMap<string, string>
 }
 
 /** The shebang of a script whose keys may span slots (lua/cross-slot.lua): a function flag in the library. */
@@ -31,20 +36,23 @@ const CROSS_SLOT = '#!lua flags=allow-cross-slot-keys'
  * spare Redis compiling half a megabyte of prose.
  */
 export function libraryOf (sources: readonly FunctionSource[]): Library {
-  const lines: string[] = []
+  const hash = createHash('sha1')
+  for (const { command, lua } of sources) hash.update(`${command}\n${lua}\n`)
+  const version = hash.digest('hex').slice(0, 12)
+  const name = `rateguard_${version}`
+  const lines = [`#!lua name=${name}`]
   const first = new Map<string, number>()
+  const functions = new Map<string, string>()
   for (const { command, lua } of sources) {
     const text = lua.split('\n')
     const crossSlot = text[0] === CROSS_SLOT
-    lines.push(`redis.register_function{function_name='${command}', flags={${crossSlot ? "'allow-cross-slot-keys'" : ''}}, callback=function (KEYS, ARGV)`)
-    // Line 1 of the library is its shebang, added below: this text's first line comes after both.
-    first.set(command, lines.length + 2)
+    functions.set(command, `${command}_${version}`)
+    lines.push(`redis.register_function{function_name='${command}_${version}', flags={${crossSlot ? "'allow-cross-slot-keys'" : ''}}, callback=function (KEYS, ARGV)`)
+    first.set(command, lines.length + 1)
     for (const [i, line] of text.entries()) lines.push((i === 0 && crossSlot) || /^\s*--/.test(line) ? '' : line)
     lines.push('end}')
   }
-  const body = lines.join('\n')
-  const name = `rateguard_${createHash('sha1').update(body).digest('hex').slice(0, 12)}`
-  return Object.freeze({ name, code: `#!lua name=${name}\n${body}`, first })
+  return Object.freeze({ name, code: lines.join('\n'), first, functions })
 }
 
 /** A line of a library as Redis names it in an error: `user_function:302` (`@user_function:302`). */
@@ -132,6 +140,7 @@ type Command = (...keysAndArgv: Array<string | number>) => Promise<unknown>
  */
 export function functionCommand (client: Redis | Cluster, library: Library, command: string, evalsha: Command): Command {
   const state = stateOf(client)
+  const name = library.functions.get(command)!
   const fcall = (client as unknown as { fcall: Command }).fcall.bind(client)
   return async (...args) => {
     if (state.mode !== 'fcall') {
@@ -140,7 +149,7 @@ export function functionCommand (client: Redis | Cluster, library: Library, comm
       return await evalsha(...args)
     }
     try {
-      return await fcall(command, ...args)
+      return await fcall(name, ...args)
     } catch (err) {
       if (!NOT_FOUND.test((err as Error).message)) throw err
       state.mode = 'evalsha'
