@@ -14,8 +14,12 @@ export class Breaker {
   #openUntil = 0
   #probing = false
 
-  /** `nameSpace`: the registration's, named when the breaker opens or closes (on `rate-guard:breaker`). */
-  constructor (threshold: number, coolDownMs: number, now: () => number = Date.now, nameSpace = '') {
+  /**
+   * `now`: a monotonic clock in ms (a wall clock, `Date.now()`, is stepped and slewed by NTP, which would end
+   * a cool-down early or keep the breaker open). `nameSpace`: the registration's, named when the breaker opens
+   * or closes (on `rate-guard:breaker`).
+   */
+  constructor (threshold: number, coolDownMs: number, now: () => number = () => performance.now(), nameSpace = '') {
     this.#threshold = threshold
     this.#coolDownMs = coolDownMs
     this.#now = now

@@ -76,7 +76,7 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
       stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
     }
-    const breaker = opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, Date.now, opts.nameSpace)
+    const breaker = opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, undefined, opts.nameSpace)
     if (breaker !== undefined) {
       const connected = (): void => breaker.connected()
       client.on('ready', connected)
@@ -146,7 +146,8 @@ const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst
 
 /**
  * Once Redis was ready within the wait (`readiness`), runs the script once read-only: a Redis that refuses it
- * (an ACL user without EVALSHA) fails registration. A Redis that is down or hung fails it only with `strict`; otherwise
+ * (an ACL user without EVALSHA, which stays the functions' fallback) fails registration; then loads the
+ * FUNCTION library. A Redis that is down or hung fails it only with `strict`; otherwise
  * the plugin starts degraded, `failMode` deciding until Redis answers.
  */
 async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore, readiness: true | Error, warn: Warn): Promise<void> {
@@ -158,7 +159,11 @@ async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, st
       outcome = err as Error
     }
   }
-  if (outcome === true) return await checkEvictionPolicy(fastify, store.client, warn)
+  if (outcome === true) {
+    // Decisions go FCALL from the first request; a load slower than the wait goes on, EVALSHA deciding meanwhile.
+    await deadline(store.loadFunctions(), READY_WAIT).catch(() => {})
+    return await checkEvictionPolicy(fastify, store.client, warn)
+  }
   if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
   if (opts.strict) throw new RedisNotReadyError(outcome.message)
   const fields = { err: outcome, failMode: opts.route.failMode }

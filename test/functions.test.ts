@@ -2,8 +2,10 @@
 // it is loaded, exact; FUNCTION FLUSH and a restart that lost the data under traffic fail no decision; a server
 // that refuses FUNCTION keeps EVALSHA; two versions side by side; every master of a Cluster holds it; errors
 // name the lua file's line as EVALSHA's do.
+import Fastify from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
 import { Cluster } from 'ioredis'
 import type { Redis } from 'ioredis'
 import { callsFunctions, functionLines, libraryOf, loadLibrary } from '../lib/stores/functions.js'
@@ -21,8 +23,8 @@ t.setTimeout(120_000)
 async function functionStore (t: Test, url: string): Promise<{ store: RedisStore, redis: Redis, nameSpace: string }> {
   const redis = client(t, url, { maxRetriesPerRequest: 0, enableOfflineQueue: false })
   await ready(redis)
-  const store = new RedisStore(redis, false, '', { functions: true })
-  await loadLibrary(redis, LIBRARY)
+  const store = new RedisStore(redis, false)
+  await store.loadFunctions()
   return { store, redis, nameSpace: uniquePrefix() }
 }
 
@@ -86,11 +88,36 @@ t.test('a server that refuses FUNCTION keeps EVALSHA, and decides right', async 
   t.notOk(callsFunctions(redis), 'a refusal is not asked again')
 })
 
+t.test('the plugin loads the library at registration: its first decision goes by FCALL', async t => {
+  const proc = await startRedisServer(t)
+  const observer = await ready(client(t, proc.url))
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { redis: proc.url, nameSpace: uniquePrefix(), max: 1, timeWindow: '1 minute' })
+  app.get('/', async () => 'ok')
+  await app.ready()
+  await observer.config('RESETSTAT')
+  t.same([(await app.inject('/')).statusCode, (await app.inject('/')).statusCode], [200, 429], 'decided exactly')
+  t.equal(await commandCalls(observer, 'fcall'), 2, 'each by FCALL')
+  t.equal(await commandCalls(observer, 'evalsha') + await commandCalls(observer, 'eval'), 0, 'none by EVALSHA')
+})
+
+t.test('functions: false: every call by EVALSHA, and no library loaded', async t => {
+  const proc = await startRedisServer(t)
+  const redis = await ready(client(t, proc.url))
+  const store = new RedisStore(redis, false, '', { functions: false })
+  await store.loadFunctions()
+  t.equal(await allowed(store, [inputOf(uniquePrefix(), 'a', 1), inputOf(uniquePrefix(), 'b', 1)]), 2, 'decided')
+  t.same(await redis.call('FUNCTION', 'LIST'), [], 'nothing loaded')
+  t.equal(await commandCalls(redis, 'fcall'), 0, 'no FCALL')
+  t.ok(await commandCalls(redis, 'evalsha') + await commandCalls(redis, 'eval') > 0, 'by EVALSHA')
+})
+
 t.test('before the library is loaded calls go by EVALSHA and start a load; a lost connection leaves EVALSHA and loads later', async t => {
   const proc = await startRedisServer(t)
   const redis = client(t, proc.url, { maxRetriesPerRequest: 0, enableOfflineQueue: false })
   await ready(redis)
-  const store = new RedisStore(redis, false, '', { functions: true })
+  const store = new RedisStore(redis, false)
   const nameSpace = uniquePrefix()
   t.equal(await allowed(store, [inputOf(nameSpace, 'a', 1), inputOf(nameSpace, 'a', 1)]), 1, 'decided by EVALSHA')
   t.ok(await commandCalls(redis, 'evalsha') + await commandCalls(redis, 'eval') > 0)
@@ -143,7 +170,7 @@ t.test('a Cluster: the library loaded on every master; decisions across slots by
   client.on('error', () => {})
   t.teardown(() => { client.disconnect() })
   await clusterReady(client)
-  const store = new RedisStore(client, false, '', { functions: true })
+  const store = new RedisStore(client, false)
   await loadLibrary(client, LIBRARY)
   t.ok(callsFunctions(client))
   const masters = await cluster.masters()

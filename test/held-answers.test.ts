@@ -161,8 +161,8 @@ t.test('a reply Redis gave before an unban, reaching the process after the chang
   lent.sendCommand = ((command: Command, stream?: unknown) => {
     const reply = send(command, stream as never) as Promise<unknown>
     const held = gate
-    // A script's first call on a connection goes as EVAL (its text), the next ones as EVALSHA.
-    if (held === null || (command.name !== 'evalsha' && command.name !== 'eval')) return reply
+    // The decision goes as FCALL (the FUNCTION library's), or as EVAL then EVALSHA where functions are refused.
+    if (held === null || !['fcall', 'evalsha', 'eval'].includes(command.name)) return reply
     gate = null
     return reply.then(async value => { await held; return value })
   }) as typeof lent.sendCommand

@@ -52,11 +52,11 @@ t.test('every command a script runs touches only the keys the call declared in K
   const redis = await ready(client(t, server.url))
   const monitor = await redis.monitor()
   t.teardown(() => monitor.disconnect())
-  // The commands of each script call: its declared keys (from the EVALSHA or EVAL line), then what it ran.
+  // The commands of each script call: its declared keys (from the FCALL, EVALSHA or EVAL line), then what it ran.
   const calls: Array<{ keys: Set<string>, ran: string[][] }> = []
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
     const command = args[0]!.toLowerCase()
-    if (command === 'evalsha' || command === 'eval') calls.push({ keys: new Set(args.slice(3, 3 + Number(args[2]))), ran: [] })
+    if (command === 'fcall' || command === 'evalsha' || command === 'eval') calls.push({ keys: new Set(args.slice(3, 3 + Number(args[2]))), ran: [] })
     else if (source === 'lua') calls.at(-1)?.ran.push(args)
   })
 

@@ -343,61 +343,76 @@ t.test('c. BUSY: another connection runs a long script', async t => {
   await recover(t, 'BUSY (a 1.2 s script on another connection, lua-time-limit 100)', apps, recoveries, endedAt, worstOf(all, Math.max(twin, first.ms)))
 })
 
-t.test('d. SCRIPT FLUSH during a burst of 50 concurrent requests: all answered, exactly max allowed', async t => {
-  const server = await startRedisServer(t)
-  const observer = await ready(client(t, server.url))
-  const max = 20
-  const [app, owned] = await withOwnedClient(async () => await makeApp(t, { redis: server.url, failMode: 'closed', timeout: 2000, max }))
-  // SCRIPT FLUSH goes out on the plugin's own connection right behind the n-th EVALSHA of the burst: Redis
-  // runs the first n with the script cached and every later one without it, whatever the timing.
-  let flushAfter = 0
-  let sent = 0
-  let flushed: Promise<unknown> = Promise.resolve()
-  let onEvalsha = (): void => {}
-  const send = owned.sendCommand.bind(owned)
-  owned.sendCommand = (command, stream) => {
-    const result = send(command, stream)
-    // A script's first call on a connection goes as EVAL (the lean script's, in the first burst), then EVALSHA.
-    if (command.name === 'evalsha' || command.name === 'eval') {
-      if (++sent === flushAfter) flushed = owned.script('FLUSH')
-      onEvalsha()
+/**
+ * What a flush takes away, on the connection the decisions go on: the FUNCTION library (called with FCALL), or,
+ * for a user without FUNCTION (the scripts then go EVALSHA for good), the scripts' cache.
+ */
+const FLUSHES = [
+  { fault: 'FUNCTION FLUSH', acl: [], flush: async (redis: Redis) => await redis.call('FUNCTION', 'FLUSH'), calls: ['fcall'], failed: 'fcall', again: 'function|load', refusal: 'Function not found' },
+  { fault: 'SCRIPT FLUSH (a user without FUNCTION: EVALSHA)', acl: ['-function', '-fcall'], flush: async (redis: Redis) => await redis.script('FLUSH'), calls: ['evalsha', 'eval'], failed: 'evalsha', again: 'eval', refusal: 'NOSCRIPT' }
+] as const
+
+for (const { fault, acl, flush, calls, failed, again, refusal } of FLUSHES) {
+  t.test(`d. ${fault} during a burst of 50 concurrent requests: all answered, exactly max allowed`, async t => {
+    const server = await startRedisServer(t)
+    const observer = await ready(client(t, server.url))
+    await observer.acl('SETUSER', 'decider', 'on', '>pw', '~*', '&*', '+@all', ...acl)
+    const url = new URL(server.url)
+    url.username = 'decider'
+    url.password = 'pw'
+    const max = 20
+    const [app, owned] = await withOwnedClient(async () => await makeApp(t, { redis: url.href, failMode: 'closed', timeout: 2000, max }))
+    // The flush goes out on the plugin's own connection right behind the n-th script call of the burst: Redis
+    // runs the first n with the functions (or scripts) there and every later one without them, whatever the timing.
+    let flushAfter = 0
+    let sent = 0
+    let flushed: Promise<unknown> = Promise.resolve()
+    let onCall = (): void => {}
+    const send = owned.sendCommand.bind(owned)
+    owned.sendCommand = (command, stream) => {
+      const result = send(command, stream)
+      // Without FUNCTION, a script's first call on a connection goes as EVAL, then EVALSHA.
+      if ((calls as readonly string[]).includes(command.name)) {
+        if (++sent === flushAfter) flushed = flush(owned)
+        onCall()
+      }
+      return result
     }
-    return result
-  }
-  const latency = new Latency()
-  for (const at of [1, 25, 49]) {
-    await observer.config('RESETSTAT')
-    sent = 0
-    flushAfter = at
-    const key = `burst-${at}`
-    // Requests of one event loop turn share one script call: each request here is sent on its own, once the
-    // one before it is on the wire. Redis holds them all (a script may write) until every one is sent, so no
-    // answer (nor ioredis's EVAL after a NOSCRIPT) comes back in between.
-    await observer.call('CLIENT', 'PAUSE', '10000', 'WRITE')
-    const pending: Array<ReturnType<typeof timed>> = []
-    for (let i = 0; i < 50; i++) {
-      const onWire = new Promise<void>(resolve => { onEvalsha = resolve })
-      pending.push(timed(app.app, key))
-      await onWire
+    const latency = new Latency()
+    for (const at of [1, 25, 49]) {
+      await observer.config('RESETSTAT')
+      sent = 0
+      flushAfter = at
+      const key = `burst-${at}`
+      // Requests of one event loop turn share one script call: each request here is sent on its own, once the
+      // one before it is on the wire. Redis holds them all (a script may write) until every one is sent, so no
+      // answer (nor the call sent again after the refusal) comes back in between.
+      await observer.call('CLIENT', 'PAUSE', '10000', 'WRITE')
+      const pending: Array<ReturnType<typeof timed>> = []
+      for (let i = 0; i < 50; i++) {
+        const onWire = new Promise<void>(resolve => { onCall = resolve })
+        pending.push(timed(app.app, key))
+        await onWire
+      }
+      await observer.call('CLIENT', 'UNPAUSE')
+      const answers = await Promise.all(pending)
+      t.equal(await flushed, 'OK', `flushed right after call ${at}`)
+      for (const a of answers) latency.add(a.ms)
+      const codes = answers.map(a => a.res.statusCode)
+      t.equal(codes.filter(c => c === 200).length, max, `flush after call ${at}: exactly ${max} allowed`)
+      t.equal(codes.filter(c => c === 429).length, 50 - max, `flush after call ${at}: the other ${50 - max} limited, none failed`)
+      t.equal(await observer.zcard(identityKeys(app.nameSpace, GLOBAL_SCOPE, `apikey:${key}`).log), max, 'the log holds exactly max entries')
+      const stats = await observer.info('commandstats')
+      const stat = (command: string, field: string): number => Number(new RegExp(`cmdstat_${command.replace('|', '\\|')}:.*\\b${field}=(\\d+)`).exec(stats)?.[1] ?? 0)
+      t.equal(stat(failed, 'failed_calls'), 50 - at, `Redis ran ${at} as sent, then refused ${50 - at} (${refusal})`)
+      t.ok(stat(again, 'calls') >= 1, `and what was flushed was sent again (${again} ×${stat(again, 'calls')})`)
+      t.comment(`flush after call ${at}: worst answer ${ms(Math.max(...answers.map(a => a.ms)))} ms; ${stats.split(/\r?\n/).filter(l => /cmdstat_(eval|fcall|function)/.test(l)).join('; ')}`)
     }
-    await observer.call('CLIENT', 'UNPAUSE')
-    const answers = await Promise.all(pending)
-    t.equal(await flushed, 'OK', `flushed right after EVALSHA ${at}`)
-    for (const a of answers) latency.add(a.ms)
-    const codes = answers.map(a => a.res.statusCode)
-    t.equal(codes.filter(c => c === 200).length, max, `flush after EVALSHA ${at}: exactly ${max} allowed`)
-    t.equal(codes.filter(c => c === 429).length, 50 - max, `flush after EVALSHA ${at}: the other ${50 - max} limited, none failed`)
-    t.equal(await observer.zcard(identityKeys(app.nameSpace, GLOBAL_SCOPE, `apikey:${key}`).log), max, 'the log holds exactly max entries')
-    const stats = await observer.info('commandstats')
-    const stat = (command: string, field: string): number => Number(new RegExp(`cmdstat_${command}:.*\\b${field}=(\\d+)`).exec(stats)?.[1] ?? 0)
-    t.equal(stat('evalsha', 'failed_calls'), 50 - at, `Redis ran ${at} with the script cached, then refused ${50 - at} (NOSCRIPT)`)
-    t.ok(stat('eval', 'calls') >= 1, `and ioredis sent the script in full again (EVAL ×${stat('eval', 'calls')})`)
-    t.comment(`flush after EVALSHA ${at}: worst answer ${ms(Math.max(...answers.map(a => a.ms)))} ms; ${stats.split(/\r?\n/).filter(l => /cmdstat_eval/.test(l)).join('; ')}`)
-  }
-  owned.sendCommand = send
-  t.same(await exactCodes(app.app, max), exactly(max), 'a fresh identity afterwards: exact')
-  reliability(t, 'SCRIPT FLUSH during a burst of 50 (timeout 2000)', latency.worst, 0)
-})
+    owned.sendCommand = send
+    t.same(await exactCodes(app.app, max), exactly(max), 'a fresh identity afterwards: exact')
+    reliability(t, `${fault} during a burst of 50 (timeout 2000)`, latency.worst, 0)
+  })
+}
 
 t.test('e. startup with the port closed and with a frozen server, default and strict, owned and lent clients', async t => {
   for (const fault of ['port closed', 'frozen'] as const) {

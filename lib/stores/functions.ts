@@ -82,6 +82,11 @@ const states = new WeakMap<object, State>()
 
 const ALREADY_LOADED = /^ERR Library '[^']*' already exists/
 const NOT_FOUND = /^ERR Function not found/
+/**
+ * Redis refuses a function that may write while out of memory before it runs, where a script sent with EVALSHA
+ * runs and is refused only at its first write: a client at its limit or banned is still answered then.
+ */
+const OUT_OF_MEMORY = /^OOM /
 
 /** The servers that must hold the library: a standalone Redis, or each master of a Cluster. */
 function servers (client: Redis | Cluster): Array<Redis | Cluster> {
@@ -136,7 +141,8 @@ type Command = (...keysAndArgv: Array<string | number>) => Promise<unknown>
 /**
  * `command`'s function in `library` called with FCALL once the library is loaded on `client`; `evalsha` until
  * then (a load is started, at most one a second, while none runs) and on a server that refuses functions. A
- * call told `Function not found` ran nothing: the library is loaded again, and that call sent with `evalsha`.
+ * call told `Function not found` ran nothing: the library is loaded again, and that call sent with `evalsha`. So
+ * is one refused for want of memory (`OUT_OF_MEMORY`), which leaves the functions called.
  */
 export function functionCommand (client: Redis | Cluster, library: Library, command: string, evalsha: Command): Command {
   const state = stateOf(client)
@@ -151,7 +157,9 @@ export function functionCommand (client: Redis | Cluster, library: Library, comm
     try {
       return await fcall(name, ...args)
     } catch (err) {
-      if (!NOT_FOUND.test((err as Error).message)) throw err
+      const { message } = err as Error
+      if (OUT_OF_MEMORY.test(message)) return await evalsha(...args)
+      if (!NOT_FOUND.test(message)) throw err
       state.mode = 'evalsha'
       await loadLibrary(client, library)
       return await evalsha(...args)

@@ -14,8 +14,8 @@ export class RedisLeases implements LeaseStore {
   /** The ban index a ban started here is entered in (lib/stores/ban-index.ts). */
   readonly #index: (banned: string) => string
 
-  constructor (client: RedisLike, nameSpace: string, index: (banned: string) => string, clock: Clock = 'redis', locking: Locking = 'global') {
-    this.#call = defineScript(client, LEASE_SCRIPT, clock, locking)
+  constructor (client: RedisLike, nameSpace: string, index: (banned: string) => string, clock: Clock = 'redis', locking: Locking = 'global', functions = true) {
+    this.#call = defineScript(client, LEASE_SCRIPT, clock, locking, functions)
     this.#nameSpace = nameSpace
     this.#index = index
   }

@@ -6,7 +6,8 @@ import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, scriptArgs } from './scripts.js'
+import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, LIBRARY, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, scriptArgs } from './scripts.js'
+import { loadLibrary } from './functions.js'
 import { memberBases, members } from './member-ids.js'
 import type { Clock, Locking, Script, ScriptCommand } from './scripts.js'
 import { Masters } from './masters.js'
@@ -47,15 +48,16 @@ export class RedisStore implements RemoteStore {
 
   readonly #nameSpace: string
   readonly leases: RedisLeases
+  readonly #functions: boolean
 
   /**
    * `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). `lean: false`
    * sends every request to its algorithm's script (the tests run both paths). `functions`: its scripts called
-   * as the FUNCTION library's functions (lib/stores/functions.ts) once loaded; off by default until every
-   * suite that counts EVALSHA is moved to it (issue 43). `clock` and `locking`: what the
+   * as the FUNCTION library's functions (lib/stores/functions.ts) where the server holds them, EVALSHA
+   * otherwise; `false` sends every call with EVALSHA (the suites of EVALSHA's own faults). `clock` and `locking`: what the
    * server takes (lib/connect.ts finds out at start); the cross-slot variants, a Cluster's, lock as Redis does.
    */
-  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking, functions = false } = {}) {
+  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking, functions = true } = {}) {
     this.client = client
     this.#owned = owned
     this.#nameSpace = nameSpace
@@ -68,7 +70,17 @@ export class RedisStore implements RemoteStore {
     this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
     this.#index = (banned) => indexOf(banned, cluster)
-    this.leases = new RedisLeases(client, nameSpace, this.#index, clock, locking)
+    this.leases = new RedisLeases(client, nameSpace, this.#index, clock, locking, functions)
+    this.#functions = functions
+  }
+
+  /**
+   * Loads the FUNCTION library on every server the client reaches (each master of a Cluster) unless it is
+   * there, so decisions go FCALL from the first; resolves when done, or when a server refused functions
+   * (EVALSHA for good). Without it, the first call starts the load.
+   */
+  async loadFunctions (): Promise<void> {
+    if (this.#functions) await loadLibrary(this.client, LIBRARY)
   }
 
   /** Decides (or, with `peek`, reports) one request. */

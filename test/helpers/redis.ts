@@ -147,10 +147,13 @@ export async function until (check: () => Promise<boolean>, what: string, ms = 3
   }
 }
 
-/** Script calls (EVALSHA and EVAL) Redis has counted since it started or the last CONFIG RESETSTAT. */
+/**
+ * Script calls Redis has counted since it started or the last CONFIG RESETSTAT: FCALL (the FUNCTION library's),
+ * and EVALSHA and EVAL (before the library is loaded, and where the server refuses it).
+ */
 export async function scriptCalls (redis: Redis): Promise<number> {
   const stats = String(await redis.info('commandstats'))
-  return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
+  return [...stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
 }
 
 /** Calls of `command` (lower case: `scan`, `zrevrange`) Redis has counted since it started or the last CONFIG RESETSTAT. */

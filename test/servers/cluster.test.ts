@@ -17,7 +17,7 @@ import type { TestCluster } from '../helpers/cluster.js'
 import { allowedBy, callsOf, identityOn, inputOf } from '../helpers/cluster-batches.js'
 import { watchEscapes } from '../helpers/faults.js'
 import { overdue } from '../helpers/lag.js'
-import { commandCalls, uniquePrefix } from '../helpers/redis.js'
+import { scriptCalls, uniquePrefix } from '../helpers/redis.js'
 import { eachServer, isServer } from '../helpers/servers.js'
 
 // Six server processes and a failover per server: about 12 s a server on a quiet machine.
@@ -73,7 +73,7 @@ eachServer(t, 'a Cluster of 3 masters and 3 replicas: cross-slot batches, a MOVE
     t.same(decisions.filter(d => d instanceof Error).map(String), [], 'no request failed')
     t.same([...allowedBy(inputs, decisions).values()], identities.map(() => MAX), 'exactly max allowed per identity')
     t.equal(calls.length, masters.length, 'one call per master')
-    const evals = await Promise.all(masters.map(async master => await commandCalls(master.redis, 'evalsha') + await commandCalls(master.redis, 'eval')))
+    const evals = await Promise.all(masters.map(async master => await scriptCalls(master.redis)))
     t.same(evals, masters.map(() => 1), 'each master ran one script call')
     // The general script across slots too: requests the lean script does not take (a cost of 2 of 3).
     calls.length = 0
