@@ -8,7 +8,8 @@
 // request); and a script that does nothing with the sliding log's keys and arguments (the floor of a call).
 // Each run makes REQUESTS = CALLS x 32 requests: at a batch of 32, CALLS calls one after the other; at a batch
 // of 1, one call per request, 32 in flight (pipelined, as ioredis sends concurrent calls), so both columns pay
-// the same round trips. Its count less an idle run's (start and stop), per request.
+// the same round trips. Its count less an idle run's (start and stop; for FCALL, start, the library's load and
+// stop), per request.
 //
 //   npm run build && node bench/instructions.js      (CALLS, default 200; needs valgrind)
 //   ONLY=sliding-log,floor node bench/instructions.js (rows whose name contains one of these)
@@ -43,7 +44,7 @@ async function counted (port, work) {
   return summary
 }
 
-const { LEAN_SCRIPTS, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
+const { LEAN_SCRIPTS, LIBRARY, SCRIPTS, leanArgs, scriptArgs } = await import(new URL('../dist/stores/scripts.js', import.meta.url))
 const { memberBases } = await import(new URL('../dist/stores/member-ids.js', import.meta.url))
 // Members as RedisStore makes them: a base per call, the request's number after it.
 const nextBase = memberBases()
@@ -70,6 +71,24 @@ function ours (lua, algorithm, ban, args = (inputs, base) => scriptArgs(inputs, 
   }
 }
 
+/** Loads the FUNCTION library: what the plugin does once at registration, not per request. */
+const loadLibrary = async (client) => { await client.call('FUNCTION', 'LOAD', LIBRARY.code) }
+
+/**
+ * The same as `ours`, but called as the FUNCTION library's function (FCALL), as the plugin calls it where the
+ * server takes it. Its baseline is a run that loads the library and calls nothing: compiling the whole library
+ * costs Redis about 38 million instructions, which would otherwise add 12,000 to each of 3,200 requests.
+ */
+function oursByFunction ({ command }, algorithm, ban, args) {
+  const work = (batch) => async (client) => {
+    await loadLibrary(client)
+    const name = LIBRARY.functions.get(command)
+    await requests(batch, (j, n) => client.call('FCALL', name, ...args(Array.from({ length: n }, (_, i) => input(algorithm, ban, j + i)), nextBase())))
+  }
+  work.baseline = loadLibrary
+  return work
+}
+
 /** As many requests through `@fastify/rate-limit`'s Redis script, one call each. */
 function theirs () {
   const require = createRequire(import.meta.url)
@@ -85,9 +104,12 @@ function theirs () {
 
 const ROWS = [
   // Each lean path (lua/lean.lua around lua/lean-<algorithm>.lua): what the plugin sends for one limit at a cost of 1.
-  ...Object.entries(LEAN_SCRIPTS).flatMap(([algorithm, { lua }]) => [
-    [`rate-guard ${algorithm}, lean path`, 'no', ours(lua, algorithm, null, leanArgs)],
-    [`rate-guard ${algorithm}, lean path`, 'yes', ours(lua, algorithm, BAN, leanArgs)]
+  // By FCALL (the default where the server takes FUNCTION LOAD) and by EVALSHA (where it refuses functions).
+  ...Object.entries(LEAN_SCRIPTS).flatMap(([algorithm, script]) => [
+    [`rate-guard ${algorithm}, lean path, FCALL`, 'no', oursByFunction(script, algorithm, null, leanArgs)],
+    [`rate-guard ${algorithm}, lean path, FCALL`, 'yes', oursByFunction(script, algorithm, BAN, leanArgs)],
+    [`rate-guard ${algorithm}, lean path, EVALSHA`, 'no', ours(script.lua, algorithm, null, leanArgs)],
+    [`rate-guard ${algorithm}, lean path, EVALSHA`, 'yes', ours(script.lua, algorithm, BAN, leanArgs)]
   ]),
   ...Object.keys(SCRIPTS).flatMap(algorithm => [
     [`rate-guard ${algorithm}`, 'no', ours(SCRIPTS[algorithm].lua, algorithm, null)],
@@ -103,6 +125,13 @@ const commit = version('git', ['rev-parse', '--short', 'HEAD'])
 const dirty = version('git', ['status', '--porcelain', '--', 'lua', 'lib', 'bench']) === '' ? '' : ' with uncommitted changes'
 const port = 42_000 + (process.pid % 1000)
 const idle = await counted(port, async () => {})
+/** What a row's run costs before its first request: nothing, or its `baseline` (the library's load), counted once. */
+const baselines = new Map()
+async function baselineOf (work) {
+  if (work.baseline === undefined) return idle
+  if (!baselines.has(work.baseline)) baselines.set(work.baseline, await counted(port, work.baseline))
+  return baselines.get(work.baseline)
+}
 console.log(`Redis instructions per allowed request (valgrind --tool=callgrind; ${REQUESTS.toLocaleString('en')} requests over ${CLIENTS.toLocaleString('en')} clients per run; batch of 32: ${CALLS} calls one after the other; batch of 1: a call per request, ${BATCH} in flight)`)
 console.log(`${version('redis-server', ['--version'])}; ${version('valgrind', ['--version'])}; commit ${commit}${dirty}, ${new Date().toISOString().slice(0, 10)}`)
 console.log(`Reproduce: npm run build && CALLS=${CALLS} node bench/instructions.js\n`)
@@ -111,7 +140,7 @@ for (const [name, ban, work] of ROWS) {
   const cells = []
   for (const batch of [BATCH, 1]) {
     const total = await counted(port, work(batch))
-    cells.push(Math.round((total - idle) / REQUESTS).toLocaleString('en'))
+    cells.push(Math.round((total - await baselineOf(work)) / REQUESTS).toLocaleString('en'))
   }
   console.log(`| ${name} | ${ban} | ${cells.join(' | ')} |`)
 }
