@@ -6,9 +6,9 @@
 // does not), at one of the day's starts, the same on every instance. Each period ends where the next starts. So a day lasts 23 or 25 hours across a daylight
 // saving change, and a month as long as it is.
 //
-// The first part of calendar quotas (issue 32: `per` and `timeZone` on a limit); nothing decides on it yet.
-// The decision will be made on Redis's clock, which has no time zones: the app works out the periods and
-// sends their instants, and `Calendar` keeps the one before, the current and the next one per zone, so only a
+// What calendar quotas count in (`per` and `timeZone` on a limit, lib/request/computed.ts's `calendarLimit`).
+// The decision is made on Redis's clock, which has no time zones: the app works out the periods and sends
+// their instants, and `Calendar` keeps the one before, the current and the next one per zone, so only a
 // request that finds its period over works them out again.
 
 /** A calendar period a limit can count in. */

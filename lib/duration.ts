@@ -27,6 +27,9 @@ const PATTERN = /^(\d+(?:\.\d+)?|\.\d+) *([a-z]*)$/i
  */
 export const LONGEST = 2 ** 53 - 1024
 
+/** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once): the bound of a wait or a lease. */
+export const LONGEST_TIMER_MS = 2 ** 31 - 1
+
 /**
  * Milliseconds from a number of milliseconds or a string such as `'1 minute'`, `'10s'`, `'1.5h'`, `'500'`.
  * Returns undefined for anything that is not a positive, finite duration of at least one millisecond and at

@@ -1,7 +1,7 @@
 import { isIP } from 'node:net'
 import type { FastifyRequest } from 'fastify'
 import type { Awaitable, KeyGenerator } from './types.js'
-import { then } from './awaitable.js'
+import { andThen } from './awaitable.js'
 import type { Callbacks } from './callbacks.js'
 import { proxyKey } from './forwarded.js'
 import { clientIP } from './ip.js'
@@ -76,7 +76,7 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
     const apiKey = asId(request.headers[apiKeyHeader])
     if (apiKey === undefined) return byUserOrIp(request)
     const verified = callbacks.run('verifyApiKey', () => verifyApiKey(apiKey, request), () => false, request.log)
-    return then(verified, valid => valid === true ? `apikey:${apiKey}` : byUserOrIp(request)) as Awaitable<string>
+    return andThen(verified, valid => valid === true ? `apikey:${apiKey}` : byUserOrIp(request)) as Awaitable<string>
   }
 }
 

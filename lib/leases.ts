@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Algorithm } from './algorithms/index.js'
-import { then } from './awaitable.js'
+import { andThen } from './awaitable.js'
 import type { Decider } from './decider.js'
 import { deadline } from './deadline.js'
 import type { Decision, Held, LeaseInput, LeaseStore, Store, Verdict } from './stores/store.js'
@@ -73,7 +73,7 @@ export class Leases {
       if (answer instanceof Promise) asked = answer
       return answer
     }, log, failed)
-    return then(verdict, answer => {
+    return andThen(verdict, answer => {
       // Redis took the slots after failMode answered (past the deadline): given back at once, not held a lease long.
       if (asked !== undefined && (on !== this.#decider.store || !('at' in answer))) {
         asked.then(late => { if (late.status === 'allowed') this.#call(() => holding.store.release(holding)) }, () => {})

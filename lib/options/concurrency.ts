@@ -1,5 +1,5 @@
 import { checkKeys, checkMax, fail } from './checks.js'
-import { toMilliseconds } from '../duration.js'
+import { LONGEST_TIMER_MS, toMilliseconds } from '../duration.js'
 
 // `concurrency: { max, lease }`: at most `max` units of one client's requests in flight on the budget, across
 // every instance, each holding a lease that ends `lease` after it was last renewed (lib/leases.ts renews it
@@ -15,8 +15,6 @@ export interface ResolvedConcurrency {
 export const DEFAULT_LEASE_MS = 30_000
 /** A lease renewed every third of itself: shorter than a second would renew more often than a busy event loop can keep. */
 const SHORTEST_LEASE_MS = 1000
-/** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once). */
-const LONGEST_LEASE_MS = 2 ** 31 - 1
 
 export function checkConcurrency (value: unknown, name: string): ResolvedConcurrency | null {
   if (value === false) return null
@@ -24,8 +22,8 @@ export function checkConcurrency (value: unknown, name: string): ResolvedConcurr
   checkKeys(value, new Set(['max', 'lease']), `${name}.`)
   const { max, lease } = value as { max?: unknown, lease?: unknown }
   const leaseMs = lease === undefined ? DEFAULT_LEASE_MS : toMilliseconds(lease)
-  if (leaseMs === undefined || leaseMs < SHORTEST_LEASE_MS || leaseMs > LONGEST_LEASE_MS) {
-    fail(`${name}.lease`, lease, `a duration from 1 second to ${LONGEST_LEASE_MS} ms, such as '30 seconds'`)
+  if (leaseMs === undefined || leaseMs < SHORTEST_LEASE_MS || leaseMs > LONGEST_TIMER_MS) {
+    fail(`${name}.lease`, lease, `a duration from 1 second to ${LONGEST_TIMER_MS} ms, such as '30 seconds'`)
   }
   return Object.freeze({ max: checkMax(max, `${name}.max`), leaseMs })
 }

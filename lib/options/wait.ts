@@ -1,7 +1,7 @@
 import { fail } from './checks.js'
 import type { Algorithm } from '../algorithms/index.js'
 import type { Warn } from './compat.js'
-import { formatDuration, toMilliseconds } from '../duration.js'
+import { LONGEST_TIMER_MS, formatDuration, toMilliseconds } from '../duration.js'
 import { InvalidOptionError } from '../errors.js'
 import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
 
@@ -23,14 +23,11 @@ import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
  */
 export const MAX_WAITING = 1000
 
-/** The longest a timer waits (Node fires one of more than 2^31 - 1 ms at once). */
-const LONGEST_WAIT_MS = 2 ** 31 - 1
-
 /** `maxWait`: `false` (the default, no request waits) or a duration; resolved to ms, or null. */
 export function checkMaxWait (value: unknown, name: string): number | null {
   if (value === false) return null
   const ms = toMilliseconds(value)
-  if (ms === undefined || ms > LONGEST_WAIT_MS) fail(name, value, `false, or a duration up to ${LONGEST_WAIT_MS} ms, such as '1 second'`)
+  if (ms === undefined || ms > LONGEST_TIMER_MS) fail(name, value, `false, or a duration up to ${LONGEST_TIMER_MS} ms, such as '1 second'`)
   return ms
 }
 

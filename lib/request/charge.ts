@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import { then } from '../awaitable.js'
+import { andThen } from '../awaitable.js'
 import type { Callbacks } from '../callbacks.js'
 import { AbandonedError, AlreadySettledError, InvalidSettleError } from '../errors.js'
 import type { Decidable } from '../stores/store.js'
@@ -172,10 +172,10 @@ export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (
   return async (request, reply) => {
     const held = unsettled(request)
     if (held === undefined) return
-    const counts = countWhen === undefined ? true : await callbacks.run<boolean>('countWhen', () => then(countWhen(request, reply), checkCounts), () => true, request.log)
+    const counts = countWhen === undefined ? true : await callbacks.run<boolean>('countWhen', () => andThen(countWhen(request, reply), checkCounts), () => true, request.log)
     if (!counts) return await held.settle(0)
     if (settle === undefined) return
-    const amount = await callbacks.run<number | null>('settle', () => then(settle(request, reply), checkAmount), () => null, request.log)
+    const amount = await callbacks.run<number | null>('settle', () => andThen(settle(request, reply), checkAmount), () => null, request.log)
     if (amount !== null) await held.settle(amount)
   }
 }

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { Algorithm, Limit } from '../algorithms/index.js'
-import { then } from '../awaitable.js'
+import { andThen } from '../awaitable.js'
 import type { Calendar } from '../calendar.js'
 import type { Callbacks } from '../callbacks.js'
 import { checkDuration, checkMax } from '../options/checks.js'
@@ -60,14 +60,14 @@ export async function limitsOf (limits: readonly ResolvedLimit[], fallbacks: rea
   for (const [i, { max, windowMs, burst, calendar }] of limits.entries()) {
     const fallback = fallbacks[i]!
     const m = typeof max === 'function'
-      ? await callbacks.run('max', () => then(max(request, key), value => checkMax(asTheirs(value), 'max', 0)), () => fallback.max, request.log, fallback.maxUsed)
+      ? await callbacks.run('max', () => andThen(max(request, key), value => checkMax(asTheirs(value), 'max', 0)), () => fallback.max, request.log, fallback.maxUsed)
       : max
     if (calendar !== undefined) {
       out.push(calendarLimit(m, calendar))
       continue
     }
     const w = typeof windowMs === 'function'
-      ? await callbacks.run('timeWindow', () => then(windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')), () => fallback.windowMs, request.log, fallback.windowUsed)
+      ? await callbacks.run('timeWindow', () => andThen(windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')), () => fallback.windowMs, request.log, fallback.windowUsed)
       : windowMs
     out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
   }
@@ -76,7 +76,7 @@ export async function limitsOf (limits: readonly ResolvedLimit[], fallbacks: rea
 
 /** A request's cost, from the route's function; `FALLBACK_COST` when it fails (throws, rejects, misses the deadline or gives no positive integer). */
 export function costOf (cost: CostFunction, request: FastifyRequest, key: string, callbacks: Callbacks): number | PromiseLike<number> {
-  return callbacks.run('cost', () => then(cost(request, key), value => checkMax(value, 'cost')), () => FALLBACK_COST, request.log, `counted at ${FALLBACK_COST}`)
+  return callbacks.run('cost', () => andThen(cost(request, key), value => checkMax(value, 'cost')), () => FALLBACK_COST, request.log, `counted at ${FALLBACK_COST}`)
 }
 
 /**

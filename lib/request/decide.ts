@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { then } from '../awaitable.js'
+import { andThen } from '../awaitable.js'
 import type { HeaderStyle } from '../headers.js'
 import type { Decidable, Verdict } from '../stores/store.js'
 import type { ChargedBudget } from './charge.js'
@@ -46,14 +46,14 @@ export function giveBack (plan: Plan, { input, decision }: ChargedBudget, log: F
 
 export function decide (plan: Plan, input: Decidable, given: Given, log: FastifyBaseLogger): Decided | PromiseLike<Decided> {
   const { budget, shared } = plan
-  return then(ask(plan, input, given, log), own => {
+  return andThen(ask(plan, input, given, log), own => {
     if (own.status !== 'allowed' || shared === null) {
       // The app's own store cannot settle: a request it counted holds nothing.
       const charged = own.status === 'allowed' && plan.appStore === undefined ? [{ input, decision: own }] : NOTHING
       return { verdict: own, input, headers: budget.headers, charged }
     }
     const whole = costing(shared, input.cost)
-    return then(plan.decider.decide(whole, log), verdict => {
+    return andThen(plan.decider.decide(whole, log), verdict => {
       if (verdict.status !== 'limited' && verdict.status !== 'unavailable') {
         // Allowed: the request holds both counts. Not decided, and let through (failMode): the client's alone.
         const charged = verdict.status === 'allowed' ? [{ input, decision: own }, { input: whole, decision: verdict }] : [{ input, decision: own }]

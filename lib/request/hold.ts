@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { longest } from '../algorithms/index.js'
-import { then } from '../awaitable.js'
+import { andThen } from '../awaitable.js'
 import type { Decided } from './decide.js'
 import { giveBack } from './decide.js'
 import type { Plan } from './plan.js'
@@ -36,7 +36,7 @@ export function hold (plan: Plan, request: FastifyRequest, reply: FastifyReply, 
     // store, or by its twin under failMode 'local' while Redis fails.
     failed: verdict.member === ''
   }, request.log)
-  return then(slots, ({ verdict: held, release }) => {
+  return andThen(slots, ({ verdict: held, release }) => {
     if (release !== null) {
       workOf(request, reply).add(release, concurrency.leaseMs)
       return { ...decided, slots: held }

@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify'
-import { then } from '../awaitable.js'
+import { andThen } from '../awaitable.js'
 import type { Callbacks } from '../callbacks.js'
 import { InvalidOptionError } from '../errors.js'
 import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
@@ -22,7 +22,7 @@ export function keyerOf (route: ResolvedRoute, opts: ResolvedOptions): Keyed {
 
 /** The app's key generator, checked, with the default hierarchy in its place when it fails. */
 function controlled (keyGenerator: KeyGenerator, fallback: KeyGenerator, callbacks: Callbacks): Keyed {
-  return request => callbacks.run<Given>('keyGenerator', () => then(keyGenerator(request), checkKey), () => fallback(request) as ReturnType<Keyed>, request.log)
+  return request => callbacks.run<Given>('keyGenerator', () => andThen(keyGenerator(request), checkKey), () => fallback(request) as ReturnType<Keyed>, request.log)
 }
 
 function checkKey (key: unknown): Given {

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { Limit } from '../algorithms/index.js'
-import { then } from '../awaitable.js'
+import { andThen } from '../awaitable.js'
 import { banPerWindow } from '../options/bans.js'
 import { costOf, limitsOf } from './computed.js'
 import { identityKeys } from '../stores/key-names.js'
@@ -16,7 +16,7 @@ export function decidableFor (plan: Plan, request: FastifyRequest, key: string, 
   const { cost } = plan.route
   if (typeof cost === 'number') return withCost(plan, request, key, given, cost)
   // The app's functions are given the key as its generator returned it.
-  return then(costOf(cost, request, given as string, plan.callbacks), units => withCost(plan, request, key, given, units))
+  return andThen(costOf(cost, request, given as string, plan.callbacks), units => withCost(plan, request, key, given, units))
 }
 
 function withCost (plan: Plan, request: FastifyRequest, key: string, given: Given, units: number): Decidable | PromiseLike<Decidable> {

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import { isPromise, then } from '../awaitable.js'
+import { isPromise, andThen } from '../awaitable.js'
 import type { RouteBudget } from '../budgets.js'
 import type { Decider } from '../decider.js'
 import type { Decidable, Verdict } from '../stores/store.js'
@@ -70,7 +70,7 @@ export function createHooks (decider: Decider, leases: Leases, room: WaitingRoom
     const marked = request as unknown as Record<symbol, boolean>
     if (marked[ran]) return undefined
     marked[ran] = true
-    return then(prepare(plan, request), ready => {
+    return andThen(prepare(plan, request), ready => {
       if (ready.input !== null) return decideAndRespond(plan, request, reply, ready.given, ready.input)
       admit(request, plan, ready.given, null)
       return undefined
@@ -93,18 +93,18 @@ export function createHooks (decider: Decider, leases: Leases, room: WaitingRoom
 
 /** Identify → allow → limits and cost. */
 function prepare (plan: Plan, request: FastifyRequest): Prepared | PromiseLike<Prepared> {
-  return then(plan.keyOf(request), given => {
+  return andThen(plan.keyOf(request), given => {
     const key = String(given)
-    return then(isAllowListed(plan, request, key, given), listed => listed
+    return andThen(isAllowListed(plan, request, key, given), listed => listed
       ? { key, given, input: null }
-      : then(decidableFor(plan, request, key, given), input => ({ key, given, input })))
+      : andThen(decidableFor(plan, request, key, given), input => ({ key, given, input })))
   })
 }
 
 /** Decide → wait → hold → charge → respond → watch. */
 function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyReply, given: Given, input: Decidable): HookResult | PromiseLike<HookResult> {
-  const waited = then(decide(plan, input, given, request.log), decided => wait(plan, request, reply, decided))
-  return then(then(waited, decided => decided === LEFT ? decided : hold(plan, request, reply, decided)), decided => {
+  const waited = andThen(decide(plan, input, given, request.log), decided => wait(plan, request, reply, decided))
+  return andThen(andThen(waited, decided => decided === LEFT ? decided : hold(plan, request, reply, decided)), decided => {
     // Its client left while it waited: it gave its place back, and is not handled.
     if (decided === LEFT) return new AbandonedError()
     admit(request, plan, given, decided)
@@ -117,7 +117,7 @@ function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyRe
 
 /** A request no route matched: refused only when its client is known to be banned here. */
 function refuseIfBanned (plan: Plan, request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> {
-  return then(prepare(plan, request), ({ given, input }) => {
+  return andThen(prepare(plan, request), ({ given, input }) => {
     if (input === null) return undefined
     const verdict = plan.decider.knownBan(input)
     return verdict === undefined ? undefined : respond(plan, request, reply, given, { verdict, input, headers: plan.budget.headers, charged: [] })
