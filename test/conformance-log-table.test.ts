@@ -678,9 +678,8 @@ t.test('MemoryStore bounds', async t => {
       const store = new MemoryStore({ cache: 10, sweepInterval: 10 })
       store.decide({ keys: { log: 'l', strikes: 's', banned: 'b', offences: 'o', override: 'v' }, limits: [{ max: 1, windowMs: 60000, burst: 1 }], ban: null, peek: false })
       console.log('decided')`
-    // Only tap's TypeScript loader (not its coverage or mocks), so the child can import lib/ sources.
-    const loader = process.execArgv.filter(arg => arg.includes('@tapjs/typescript'))
-    const child = spawn(process.execPath, [...loader, '--input-type=module', '--eval', source], { stdio: ['ignore', 'pipe', 'inherit'] })
+    // Only the TypeScript loader the suite runs with (tsx, .taprc), not tap's coverage or mocks, so the child can import lib/ sources.
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', source], { stdio: ['ignore', 'pipe', 'inherit'] })
     const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
     let out = ''
     child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })

@@ -523,8 +523,8 @@ async function strictChild (url: string): Promise<{ code: string, rejectedAfter:
   // child's few lines as the whole file's coverage.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(NODE_OPTIONS|NODE_V8_COVERAGE|TAP|_TAPJS_)/.test(name)))
   const spawnedAt = performance.now()
-  const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', '--input-type=module', '-e', source, url], {
-    env: { ...env, TS_NODE_TRANSPILE_ONLY: '1' },
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', source, url], {
+    env,
     stdio: ['ignore', 'pipe', 'inherit']
   })
   let out = ''
