@@ -1,8 +1,8 @@
-// The structure ARCHITECTURE.md draws, held against the code: lib/ has no import circle, the stores and the
-// bottom floor import nothing above them, every file of lib/ is named on the page (and every file the page
+// The structure ARCHITECTURE.md draws, held against the code: lib/ has no import circle, every file sits on one
+// layer and imports nothing above it (by path, not by name), every file of lib/ is named on the page (and every file the page
 // names exists), and no file or function outgrows what a reader takes in at once.
 import { readFileSync, readdirSync } from 'node:fs'
-import { basename, dirname, join, normalize, relative } from 'node:path'
+import { basename, dirname, join, normalize, relative, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import ts from 'typescript'
@@ -44,15 +44,37 @@ t.test('lib/ has no import circle', async t => {
   t.strictSame(circles(), [])
 })
 
-t.test('the stores and the bottom floor import nothing above them', async t => {
-  const bottom = ['types.ts', 'errors.ts', 'channels.ts', 'deadline.ts', 'awaitable.ts', 'duration.ts', 'calendar.ts', 'oldest.ts', 'slots.ts', 'ip.ts', 'identity.ts', 'callbacks.ts', 'addressless.ts', 'forwarded.ts', 'warnings.ts', 'docs-links.ts']
-  const isBottom = (file: string): boolean => bottom.includes(file) || file.startsWith('algorithms/')
-  for (const file of files.filter(isBottom)) t.strictSame(imports.get(file)!.filter(target => !isBottom(target)), [], `${file} imports only the bottom floor`)
-  for (const file of files.filter(file => file.startsWith('stores/'))) {
-    t.strictSame(imports.get(file)!.filter(target => !isBottom(target) && !target.startsWith('stores/')), [], `${file} imports only the bottom floor and the stores`)
-  }
-  for (const file of files.filter(file => file.startsWith('options/'))) {
-    t.strictSame(imports.get(file)!.filter(target => !isBottom(target) && !target.startsWith('options/')), [], `${file} imports only the bottom floor and the options`)
+/**
+ * ARCHITECTURE.md's layers, top to bottom, each file of lib/ by its path: a folder (`request/`) or a file
+ * (`connect.ts`, `stores/key-names.ts`), so two files of one name in different folders are told apart. The
+ * options and the stores sit side by side on the bottom floor: neither imports the other.
+ */
+const LAYERS: ReadonlyArray<{ name: string, level: number, paths: readonly string[] }> = [
+  { name: 'operator tools', level: 6, paths: ['operator/'] },
+  { name: 'registration', level: 5, paths: ['index.ts', 'routes.ts', 'declared.ts', 'connect.ts', 'registrations.ts', 'limiters.ts', 'admin.ts', 'admin-api.ts'] },
+  { name: 'request', level: 4, paths: ['request/', 'budgets.ts', 'headers.ts'] },
+  { name: 'decision', level: 3, paths: ['decider.ts', 'batcher.ts', 'breaker.ts', 'held-answers.ts', 'changes.ts', 'silence.ts', 'late.ts', 'trouble.ts', 'stats.ts', 'leases.ts'] },
+  { name: 'stores', level: 2, paths: ['stores/'] },
+  { name: 'options', level: 2, paths: ['options/'] },
+  { name: 'bottom floor', level: 1, paths: ['types.ts', 'errors.ts', 'channels.ts', 'deadline.ts', 'awaitable.ts', 'duration.ts', 'calendar.ts', 'oldest.ts', 'slots.ts', 'ip.ts', 'identity.ts', 'callbacks.ts', 'addressless.ts', 'forwarded.ts', 'warnings.ts', 'docs-links.ts', 'algorithms/'] }
+]
+
+/** The layers that hold `file` (a path under lib/): exactly one, unless the table above is wrong. */
+function layersOf (file: string): Array<typeof LAYERS[number]> {
+  const path = file.split(sep).join('/')
+  return LAYERS.filter(layer => layer.paths.some(p => p.endsWith('/') ? path.startsWith(p) : path === p))
+}
+
+t.test('every file of lib/ sits on one layer, and imports only its own layer and those below', async t => {
+  for (const file of files) {
+    const [layer, ...more] = layersOf(file)
+    t.ok(layer !== undefined && more.length === 0, `${file}: on one layer (${[layer, ...more].filter(Boolean).map(l => l!.name).join(', ') || 'none'})`)
+    if (layer === undefined) continue
+    const above = imports.get(file)!.filter(target => {
+      const to = layersOf(target)[0]
+      return to === undefined || to.level > layer.level || (to.level === layer.level && to !== layer)
+    })
+    t.strictSame(above, [], `${file} (${layer.name}) imports nothing above it, nor beside it`)
   }
 })
 
