@@ -54,8 +54,8 @@ export class RedisStore implements RemoteStore {
    * `nameSpace`: the registration's, named in the traces of its script calls (lib/channels.ts). `lean: false`
    * sends every request to its algorithm's script (the tests run both paths). `functions`: its scripts called
    * as the FUNCTION library's functions (lib/stores/functions.ts) where the server holds them, EVALSHA
-   * otherwise; `false` sends every call with EVALSHA (the suites of EVALSHA's own faults). `clock` and `locking`: what the
-   * server takes (lib/connect.ts finds out at start); the cross-slot variants, a Cluster's, lock as Redis does.
+   * otherwise; `false` sends every call with EVALSHA. `clock` and `locking`: what the server takes
+   * (lib/connect.ts finds out at start); the cross-slot variants, a Cluster's, lock as Redis does.
    */
   constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking, functions = true } = {}) {
     this.client = client
