@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { isCluster } from './stores/redis.js'
+import { isCluster } from './stores/client.js'
 import type { RedisLike } from './types.js'
 import type { HeldAnswers } from './held-answers.js'
 import { warn } from './warnings.js'

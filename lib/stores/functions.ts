@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { Cluster, Redis } from 'ioredis'
+import { isCluster } from './client.js'
 
 // The scripts as a Redis FUNCTION library (Redis 7.0 and later, Valkey), called with FCALL: loaded once per
 // server and version, never evicted (Redis 8 evicts scripts sent with EVAL beyond 500), and no NOSCRIPT round
@@ -90,7 +91,7 @@ const OUT_OF_MEMORY = /^OOM /
 
 /** The servers that must hold the library: a standalone Redis, or each master of a Cluster. */
 function servers (client: Redis | Cluster): Array<Redis | Cluster> {
-  return (client as { isCluster?: boolean }).isCluster === true ? (client as Cluster).nodes('master') : [client]
+  return isCluster(client) ? client.nodes('master') : [client]
 }
 
 /**

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
 import { deadline } from '../deadline.js'
-import { isCluster } from './redis.js'
+import { isCluster } from './client.js'
 import type { RedisLike } from '../types.js'
 import { warn } from '../warnings.js'
 

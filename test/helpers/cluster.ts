@@ -16,7 +16,7 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis } from 'ioredis'
 import type { ClusterOptions } from 'ioredis'
-import { CLUSTER_OPTIONS } from '../../lib/stores/redis.js'
+import { CLUSTER_OPTIONS } from '../../lib/stores/client.js'
 import { freePort, HOST, startRedisServer } from './redis-server.js'
 import type { RedisProcess, Teardownable } from './redis-server.js'
 
