@@ -24,7 +24,7 @@ import { DEFAULTS } from '../lib/options/table.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import { Latency, exactCodes, redisDecides, exactly, lend, makeApp, ms, outcome, reliability, timed, watchEscapes, withOwnedClient } from './helpers/faults.js'
 import type { App, Timed } from './helpers/faults.js'
-import { client, ready, scriptCalls as scriptRuns, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { client, ready, scriptCalls, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { decideInput } from './helpers/stores.js'
 import { allowing, inTime, lagDuring, under } from './helpers/lag.js'
 
@@ -368,7 +368,7 @@ function checkClosing (t: Test, label: string, polls: Timed[], since: number, cl
 }
 
 /** When each script call of `nameSpace` started (performance.now()), from the Redis TracingChannel, until the test ends. */
-function scriptCalls (t: Test, nameSpace: string): number[] {
+function scriptCallStarts (t: Test, nameSpace: string): number[] {
   const started: number[] = []
   const none = (): void => {}
   const handlers = {
@@ -515,7 +515,7 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
   t.teardown(() => server.thaw())
   const openings = breakerOpenings(t, guarded.nameSpace)
   const tripping = await sequential(guarded, breaker.threshold, 'f')
-  const calls = scriptCalls(t, guarded.nameSpace)
+  const calls = scriptCallStarts(t, guarded.nameSpace)
   t.ok(tripping.every(p => outcome('open', p.res) === 'failMode' && p.ms >= PAID && inTime(TIMEOUT, p)),
     `the first ${breaker.threshold} each wait for the deadline: ${tripping.map(p => Math.round(p.ms)).join(', ')} ms`)
   t.equal(openings.length, 1, 'the breaker opened')
@@ -552,7 +552,7 @@ t.test('a frozen Redis with a lent client (default options): the open breaker pa
   const back = performance.now()
   // Everything written to the frozen socket is answered now, in order: the ping comes back last.
   await lent.ping()
-  t.equal(await scriptRuns(observer), breaker.threshold + 1, `Redis saw ${breaker.threshold} tripping calls and 1 probe, none of the ${whileOpen.length - 1} other decisions made while open`)
+  t.equal(await scriptCalls(observer), breaker.threshold + 1, `Redis saw ${breaker.threshold} tripping calls and 1 probe, none of the ${whileOpen.length - 1} other decisions made while open`)
 
   const { polls, closedAfter } = await untilEnforced(guarded, back)
   checkClosing(t, 'thawed', polls, back, closedAfter, breaker.coolDown)
@@ -610,7 +610,7 @@ t.test('permanent errors do not trip the breaker: Redis answered', async t => {
   const broken = await sequential(app, 6, 'broken')
   t.ok(broken.every(p => p.res.statusCode === 503), 'a WRONGTYPE key: failMode closed refuses each')
   // Each asks the lean script, which hands the foreign key back, then lua/decide.lua, which reports it.
-  t.equal(await scriptRuns(observer), 12, 'each of the 6 reached Redis: the breaker (threshold 2) stayed closed')
+  t.equal(await scriptCalls(observer), 12, 'each of the 6 reached Redis: the breaker (threshold 2) stayed closed')
   const other = await timed(app.app, 'healthy')
   t.equal(other.res.statusCode, 200, 'another identity is decided by Redis')
   t.equal(other.res.headers['x-ratelimit-remaining'], '999')

@@ -184,14 +184,13 @@ t.test('a foreign value at one identity\'s key fails that identity alone: the re
   const nameSpace = uniquePrefix()
   const { app, logs } = await makeApp(t, { redis: lent, nameSpace, failMode: 'closed', max: 2, timeout: 2000 })
   await lent.set(identityKeys(nameSpace, GLOBAL_SCOPE, '10.0.0.7').log, 'not a sorted set')
-  const scripts = async (): Promise<number> => await scriptCalls(lent)
   await lent.config('RESETSTAT')
 
   // Three requests each from 10 identities, all in one turn: one call of the lean script (of up to BATCH_MAX)
   // decides them, handing back the identity with the foreign value; one call of lua/decide.lua reports it.
   const addresses = Array.from({ length: 10 }, (_, i) => `10.0.0.${i + 1}`)
   const answers = await Promise.all(addresses.flatMap(remoteAddress => [1, 2, 3].map(async () => ({ remoteAddress, res: await app.inject({ url: '/', remoteAddress }) }))))
-  t.equal(await scripts(), 2, 'one script call decided all 30, one more the 3 handed back')
+  t.equal(await scriptCalls(lent), 2, 'one script call decided all 30, one more the 3 handed back')
   const codes = (address: string): number[] => answers.filter(a => a.remoteAddress === address).map(a => a.res.statusCode).sort()
   t.same(codes('10.0.0.7'), [503, 503, 503], 'the identity whose key holds a foreign value: failMode (closed) for each of its requests')
   for (const address of addresses.filter(a => a !== '10.0.0.7')) t.same(codes(address), [200, 200, 429], `${address}: decided by Redis, exactly`)

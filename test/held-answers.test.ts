@@ -11,7 +11,7 @@ import type { Test } from 'tap'
 import { HeldAnswers, MAX_HELD } from '../lib/held-answers.js'
 import { changesChannel } from '../lib/changes.js'
 import rateGuard from '../lib/index.js'
-import { client, getRedis, ready, scriptCalls, startRedisServer, subscribed, uniquePrefix, until } from './helpers/redis.js'
+import { client, getRedis, ready, SCRIPT_COMMANDS, scriptCalls, startRedisServer, subscribed, uniquePrefix, until } from './helpers/redis.js'
 import { matchList } from './helpers/match-list.js'
 import { allowing } from './helpers/lag.js'
 
@@ -161,8 +161,7 @@ t.test('a reply Redis gave before an unban, reaching the process after the chang
   lent.sendCommand = ((command: Command, stream?: unknown) => {
     const reply = send(command, stream as never) as Promise<unknown>
     const held = gate
-    // The decision goes as FCALL (the FUNCTION library's), or as EVAL then EVALSHA where functions are refused.
-    if (held === null || !['fcall', 'evalsha', 'eval'].includes(command.name)) return reply
+    if (held === null || !SCRIPT_COMMANDS.includes(command.name)) return reply
     gate = null
     return reply.then(async value => { await held; return value })
   }) as typeof lent.sendCommand

@@ -13,7 +13,7 @@ import rateGuard from '../lib/index.js'
 import { ALGORITHMS } from '../lib/algorithms/index.js'
 import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, LEASE_SCRIPT, SCRIPTS, keyLocked } from '../lib/stores/scripts.js'
 import type { Script } from '../lib/stores/scripts.js'
-import { client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { SCRIPT_COMMANDS, client, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 const ALL: Array<[string, Script]> = [
   ...Object.entries(SCRIPTS), ...Object.entries(LEAN_SCRIPTS), ...Object.entries(CROSS_SLOT_SCRIPTS).map(([a, s]) => [`cross-slot ${a}`, s] as [string, Script]),
@@ -56,7 +56,7 @@ t.test('every command a script runs touches only the keys the call declared in K
   const calls: Array<{ keys: Set<string>, ran: string[][] }> = []
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
     const command = args[0]!.toLowerCase()
-    if (command === 'fcall' || command === 'evalsha' || command === 'eval') calls.push({ keys: new Set(args.slice(3, 3 + Number(args[2]))), ran: [] })
+    if (SCRIPT_COMMANDS.includes(command)) calls.push({ keys: new Set(args.slice(3, 3 + Number(args[2]))), ran: [] })
     else if (source === 'lua') calls.at(-1)?.ran.push(args)
   })
 

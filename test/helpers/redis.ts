@@ -148,12 +148,15 @@ export async function until (check: () => Promise<boolean>, what: string, ms = 3
 }
 
 /**
- * Script calls Redis has counted since it started or the last CONFIG RESETSTAT: FCALL (the FUNCTION library's),
- * and EVALSHA and EVAL (before the library is loaded, and where the server refuses it).
+ * The commands a decision goes as: FCALL (the FUNCTION library's), and EVALSHA and EVAL (before the library is
+ * loaded, and where the server refuses it; ioredis sends a script's text the first time on a connection).
  */
+export const SCRIPT_COMMANDS: readonly string[] = ['fcall', 'evalsha', 'eval']
+
+/** Script calls (`SCRIPT_COMMANDS`) Redis has counted since it started or the last CONFIG RESETSTAT. */
 export async function scriptCalls (redis: Redis): Promise<number> {
   const stats = String(await redis.info('commandstats'))
-  return [...stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)].reduce((sum, [, calls]) => sum + Number(calls), 0)
+  return [...stats.matchAll(new RegExp(`^cmdstat_(?:${SCRIPT_COMMANDS.join('|')}):calls=(\\d+)`, 'gm'))].reduce((sum, [, calls]) => sum + Number(calls), 0)
 }
 
 /** Calls of `command` (lower case: `scan`, `zrevrange`) Redis has counted since it started or the last CONFIG RESETSTAT. */
