@@ -38,6 +38,17 @@ const settings = {
   replicas: REPLICAS
 }
 const log = (...args) => console.error(...args)
+
+// ioredis can leave a Cluster node's connect() promise rejected with nobody listening when the node's
+// connection closes while it is made (ioredis issues #971 and #1140): seen twice in the suite's loaded runs,
+// never alone. That one is reported and the harness goes on; any other unhandled rejection still ends it.
+process.on('unhandledRejection', (err) => {
+  if (err instanceof Error && err.message === 'Connection is closed.' && /ioredis[\\/]built[\\/]Redis\.js/.test(err.stack ?? '')) {
+    log(`cluster-plugin: ioredis left a closed connection's connect() unhandled (issue #971): ${err.stack.split('\n')[1]?.trim()}`)
+    return
+  }
+  throw err
+})
 const keyGenerator = (request) => request.headers['x-api-key']
 
 /** Each limiter as an app on `client`, keys under `nameSpace`: this plugin with its defaults, and the reference. */
