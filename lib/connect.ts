@@ -85,17 +85,27 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
 function inProcess (fastify: FastifyInstance, opts: ResolvedOptions, warn: Warn, local: () => MemoryStore): Decider {
   // With a store of the app's own, the in-process store decides only for failMode: 'local'.
   if (opts.store === undefined) {
-    const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
-    warn('IN_PROCESS', `rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
+    const hint = fastifyRedisClient(fastify) === undefined
+      ? ''
+      : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
+    warn('IN_PROCESS', 'rate-guard: no Redis configured, so limits are kept in this process only: ' +
+      `each instance of the app counts on its own${hint}`)
   }
   return new Decider({ store: local(), remote: false, timeout: opts.timeout, local, breaker: undefined })
+}
+
+/** Whether Redis was ready within the wait, whose clock the scripts read, and how a script locks. */
+interface ServerTraits {
+  readiness: true | Error
+  clock: Clock
+  locking: Locking
 }
 
 /**
  * What the server is, asked once at start: whether it was ready within the wait (a Redis down or hung is
  * failMode's from the start), whose clock the scripts read, and how a script locks.
  */
-async function serverTraits (fastify: FastifyInstance, opts: ResolvedOptions, client: RedisLike, warn: Warn): Promise<{ readiness: true | Error, clock: Clock, locking: Locking }> {
+async function serverTraits (fastify: FastifyInstance, opts: ResolvedOptions, client: RedisLike, warn: Warn): Promise<ServerTraits> {
   let readiness = await whenReady(client, READY_WAIT)
   let clock = opts.clock
   if (clock === 'redis' && readiness === true) {
@@ -104,11 +114,16 @@ async function serverTraits (fastify: FastifyInstance, opts: ResolvedOptions, cl
     else if (time !== true) readiness = time
   }
   if (clock === 'app') {
-    warn('APP_CLOCK', `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`, { clock })
+    const why = opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'
+    warn('APP_CLOCK', `rate-guard: decisions read this app's clock, not Redis's (${why}): keep every instance's clock in sync (NTP), ` +
+      "or a client's window is as wide as their skew", { clock })
   }
   // A server that locks per key (Upstash) runs a script under its global lock unless the script asks.
   const locking = readiness === true && !isCluster(client) && await takesKeyLocking(client) ? 'keys' : 'global'
-  if (locking === 'keys') fastify.log.info({ locking }, 'rate-guard: this server locks per key (as Upstash does): each script call locks only its own keys (allow-key-locking)')
+  if (locking === 'keys') {
+    fastify.log.info({ locking }, 'rate-guard: this server locks per key (as Upstash does): ' +
+      'each script call locks only its own keys (allow-key-locking)')
+  }
   return { readiness, clock, locking }
 }
 
@@ -129,7 +144,8 @@ function watchErrors (fastify: FastifyInstance, client: RedisLike, owned: boolea
     return
   }
   for (const option of queueingOptions(client)) {
-    warn('OFFLINE_QUEUE', 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false', { option })
+    warn('OFFLINE_QUEUE', 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline ' +
+      'still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false', { option })
   }
   // A lent client is the app's: its 'error' events are the app's to handle, never silenced here.
   if (client.listenerCount('error') === 0) warn('NO_ERROR_LISTENER', NO_ERROR_LISTENER)

@@ -37,7 +37,8 @@ export function connectionWatch ({ timeout, trouble, stats, silent, log }: Conne
   const late = new LateReplies(timeout, TROUBLE_LOG_INTERVAL, (news: LateNews) => {
     const error = new LateRedisError(news.late, news.p99Ms, news.timeoutMs, news.coverMs)
     trouble.publish(error)
-    if (log !== undefined) warn(log, 'REDIS_LATE', 'rate-guard: Redis answers, but after the deadline; failMode decides those requests', { err: error, ...news })
+    if (log === undefined) return
+    warn(log, 'REDIS_LATE', 'rate-guard: Redis answers, but after the deadline; failMode decides those requests', { err: error, ...news })
   })
   return {
     sent: at => silence?.sent(at),
@@ -45,7 +46,8 @@ export function connectionWatch ({ timeout, trouble, stats, silent, log }: Conne
       silence?.heard()
       late.replied(ms, isLate)
       // Requests Redis counted that failMode answered.
-      if (isLate && results !== null) for (const result of results) if (!(result instanceof Error) && result.status === 'allowed') stats.ghost()
+      if (!isLate || results === null) return
+      for (const result of results) if (!(result instanceof Error) && result.status === 'allowed') stats.ghost()
     },
     // No connection, or one lost: the client knows, and reconnects by itself. Silence is a connection
     // that seems alive, so the watch starts over (after a Redis freeze that outlasted a cut, say, the new

@@ -51,7 +51,8 @@ export class Guard {
    * `call` on `store` (Redis) under the breaker and the deadline, and when it cannot answer in time, what
    * `failMode` says instead. `failed`: Redis already failed the request, so `failMode` answers at once.
    */
-  run<T> (store: Store, failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger, failed: boolean): T | Verdict | Promise<T | Verdict> {
+  run<T> (store: Store, failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger, failed: boolean):
+  T | Verdict | Promise<T | Verdict> {
     if (failed || !this.allow()) return this.instead(failMode, call, log)
     return deadline(Promise.resolve(call(store)), this.timeout).then(result => {
       this.settled(undefined)

@@ -42,7 +42,10 @@ export class Trouble {
     this.#nameSpace = nameSpace
   }
 
-  /** Logs Redis trouble at most once per interval, with how much was held back since the last line (and what decided, when a request was refused by it). */
+  /**
+   * Tells `err` on the channel, and logs it at most once per interval, with how much was held back since the
+   * last line (and what decided, when a request was refused by it).
+   */
   readonly report = (err: Error, log: FastifyBaseLogger, failMode?: FailMode): void => {
     this.publish(err, failMode)
     const now = Date.now()
@@ -55,7 +58,9 @@ export class Trouble {
     this.#heldBack = 0
     const level = isPermanent(err) ? 'error' : 'warn'
     // A call that decides nothing (a settlement, a lease's release or renewal) has no failMode to answer it.
-    const message = failMode === undefined ? 'rate-guard: Redis did not answer a call that decides no request (a settlement, a lease released or renewed)' : 'rate-guard: Redis did not decide; failMode decides'
+    const message = failMode === undefined
+      ? 'rate-guard: Redis did not answer a call that decides no request (a settlement, a lease released or renewed)'
+      : 'rate-guard: Redis did not decide; failMode decides'
     warn(log, 'REDIS_TROUBLE', message, { err, failMode, heldBack }, level)
   }
 

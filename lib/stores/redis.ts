@@ -104,7 +104,8 @@ export class RedisStore implements RemoteStore {
     const results: Array<Decision | Error> = new Array(inputs.length)
     await Promise.all(this.#masters!.groups(inputs).map(async indexes => {
       const group = pick(inputs, indexes)
-      scatter(results, indexes, await this.#decide(group, 'decide', algorithm, group.length > 1).catch((err: unknown) => group.map(() => err as Error)))
+      const answers = await this.#decide(group, 'decide', algorithm, group.length > 1).catch((err: unknown) => group.map(() => err as Error))
+      scatter(results, indexes, answers)
     }))
     const [first] = results
     if (first instanceof Error && results.every(result => result instanceof Error)) throw first
@@ -126,7 +127,9 @@ export class RedisStore implements RemoteStore {
     const results: Array<Decision | Error | typeof HANDED_BACK> = new Array(inputs.length)
     await Promise.all([
       this.#leanCall(pick(inputs, lean), algorithm, across).then(answers => { scatter(results, lean, answers) }),
-      others.length === 0 ? undefined : this.#general(pick(inputs, others), mode, algorithm, across).then(answers => { scatter(results, others, answers) })
+      others.length === 0
+        ? undefined
+        : this.#general(pick(inputs, others), mode, algorithm, across).then(answers => { scatter(results, others, answers) })
     ])
     const handedBack = lean.filter(i => results[i] === HANDED_BACK)
     if (handedBack.length > 0) scatter(results, handedBack, await this.#general(pick(inputs, handedBack), mode, algorithm, across))
