@@ -1,16 +1,17 @@
 import type { FastifyInstance } from 'fastify'
 import { Breaker } from './breaker.js'
 import { announceChanges, listenForChanges } from './changes.js'
-import { Decider, TROUBLE_LOG_INTERVAL } from './decider.js'
+import { Decider } from './decider.js'
 import { deadline } from './deadline.js'
 import { RedisNotReadyError, RedisRefusedError } from './errors.js'
 import { HeldAnswers } from './held-answers.js'
-import { isPermanent } from './trouble.js'
+import { isPermanent, TROUBLE_LOG_INTERVAL } from './trouble.js'
 import { identityKeys } from './stores/key-names.js'
 import { MemoryStore } from './stores/memory.js'
 import { RedisStore } from './stores/redis.js'
 import { createClient, evictionPolicy, isCluster, queueingOptions, whenReady } from './stores/client.js'
 import { KEY_LOCKING } from './stores/scripts.js'
+import type { Clock, Locking } from './stores/scripts.js'
 import { onSilence } from './stores/stalled.js'
 import type { DecideInput } from './stores/store.js'
 import type { ResolvedOptions } from './options/resolved.js'
@@ -43,46 +44,21 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
     cache,
     onFull: () => say(fastify.log, 'STORE_FULL', 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic', { cache })
   })
-  if (given === undefined) {
-    // With a store of the app's own, the in-process store decides only for failMode: 'local'.
-    if (opts.store === undefined) {
-      const hint = fastifyRedisClient(fastify) === undefined ? '' : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
-      warn('IN_PROCESS', `rate-guard: no Redis configured, so limits are kept in this process only: each instance of the app counts on its own${hint}`)
-    }
-    return new Decider({ store: local(), remote: false, timeout, local, breaker: undefined })
-  }
+  if (given === undefined) return inProcess(fastify, opts, warn, local)
 
   const owned = typeof given === 'string' || Array.isArray(given)
   const client = owned ? await createClient(given as string | readonly string[], timeout) : given as RedisLike
   const held = opts.banCache ? new HeldAnswers(cache) : undefined
   let stopListening = (): void => {}
   try {
-    // Registration waits for Redis once, boundedly: a Redis down or hung is failMode's from the start.
-    let readiness = await whenReady(client, READY_WAIT)
-    let clock = opts.clock
-    if (clock === 'redis' && readiness === true) {
-      const time = await timeInScripts(client)
-      if (time === 'refused') clock = 'app'
-      else if (time !== true) readiness = time
-    }
-    if (clock === 'app') {
-      warn('APP_CLOCK', `rate-guard: decisions read this app's clock, not Redis's (${opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'}): keep every instance's clock in sync (NTP), or a client's window is as wide as their skew`, { clock })
-    }
-    // A server that locks per key (Upstash) runs a script under its global lock unless the script asks.
-    const locking = readiness === true && !isCluster(client) && await takesKeyLocking(client) ? 'keys' : 'global'
-    if (locking === 'keys') fastify.log.info({ locking }, 'rate-guard: this server locks per key (as Upstash does): each script call locks only its own keys (allow-key-locking)')
+    const { readiness, clock, locking } = await serverTraits(fastify, opts, client, warn)
     // A client made just now has no commands of ours or anyone's: only a lent one can make this throw.
     const store = new RedisStore(client, owned, opts.nameSpace, { clock, locking })
     if (held !== undefined) {
       stopListening = listenForChanges(client, opts.nameSpace, held, fastify.log)
       fastify.addHook('onClose', async () => stopListening())
     }
-    const breaker = opts.breaker === null ? undefined : new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, undefined, opts.nameSpace)
-    if (breaker !== undefined) {
-      const connected = (): void => breaker.connected()
-      client.on('ready', connected)
-      fastify.addHook('onClose', async () => { client.off('ready', connected) })
-    }
+    const breaker = breakerOf(fastify, opts, client)
     const decider = new Decider({
       held,
       announce: announceChanges(client, opts.nameSpace, held),
@@ -95,15 +71,7 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
       silent: onSilence(client, owned, fastify.log, TROUBLE_LOG_INTERVAL),
       log: fastify.log
     })
-    if (owned) {
-      client.on('error', (err: Error) => decider.report(err, fastify.log))
-    } else {
-      for (const option of queueingOptions(client)) {
-        warn('OFFLINE_QUEUE', 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false', { option })
-      }
-      // A lent client is the app's: its 'error' events are the app's to handle, never silenced here.
-      if (client.listenerCount('error') === 0) warn('NO_ERROR_LISTENER', NO_ERROR_LISTENER)
-    }
+    watchErrors(fastify, client, owned, decider, warn)
     await checkStartup(fastify, opts, store, readiness, warn)
     return decider
   } catch (err) {
@@ -111,6 +79,76 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
     if (owned) client.disconnect()
     throw err
   }
+}
+
+/** No Redis given: the in-process store decides (with the warning that limits are per process, unless the app gave a store). */
+function inProcess (fastify: FastifyInstance, opts: ResolvedOptions, warn: Warn, local: () => MemoryStore): Decider {
+  // With a store of the app's own, the in-process store decides only for failMode: 'local'.
+  if (opts.store === undefined) {
+    const hint = fastifyRedisClient(fastify) === undefined
+      ? ''
+      : ' (to count in the Redis @fastify/redis decorates, give redis: fastify.redis)'
+    warn('IN_PROCESS', 'rate-guard: no Redis configured, so limits are kept in this process only: ' +
+      `each instance of the app counts on its own${hint}`)
+  }
+  return new Decider({ store: local(), remote: false, timeout: opts.timeout, local, breaker: undefined })
+}
+
+/** Whether Redis was ready within the wait, whose clock the scripts read, and how a script locks. */
+interface ServerTraits {
+  readiness: true | Error
+  clock: Clock
+  locking: Locking
+}
+
+/**
+ * What the server is, asked once at start: whether it was ready within the wait (a Redis down or hung is
+ * failMode's from the start), whose clock the scripts read, and how a script locks.
+ */
+async function serverTraits (fastify: FastifyInstance, opts: ResolvedOptions, client: RedisLike, warn: Warn): Promise<ServerTraits> {
+  let readiness = await whenReady(client, READY_WAIT)
+  let clock = opts.clock
+  if (clock === 'redis' && readiness === true) {
+    const time = await timeInScripts(client)
+    if (time === 'refused') clock = 'app'
+    else if (time !== true) readiness = time
+  }
+  if (clock === 'app') {
+    const why = opts.clock === 'app' ? "clock: 'app'" : 'this Redis refuses TIME in scripts, as ElastiCache Serverless does'
+    warn('APP_CLOCK', `rate-guard: decisions read this app's clock, not Redis's (${why}): keep every instance's clock in sync (NTP), ` +
+      "or a client's window is as wide as their skew", { clock })
+  }
+  // A server that locks per key (Upstash) runs a script under its global lock unless the script asks.
+  const locking = readiness === true && !isCluster(client) && await takesKeyLocking(client) ? 'keys' : 'global'
+  if (locking === 'keys') {
+    fastify.log.info({ locking }, 'rate-guard: this server locks per key (as Upstash does): ' +
+      'each script call locks only its own keys (allow-key-locking)')
+  }
+  return { readiness, clock, locking }
+}
+
+/** The breaker (unless `breaker: false`), told each time the client is ready again. */
+function breakerOf (fastify: FastifyInstance, opts: ResolvedOptions, client: RedisLike): Breaker | undefined {
+  if (opts.breaker === null) return undefined
+  const breaker = new Breaker(opts.breaker.threshold, opts.breaker.coolDownMs, undefined, opts.nameSpace)
+  const connected = (): void => breaker.connected()
+  client.on('ready', connected)
+  fastify.addHook('onClose', async () => { client.off('ready', connected) })
+  return breaker
+}
+
+/** A client made here reports its errors as Redis trouble; a lent one is the app's, warned about what it lacks. */
+function watchErrors (fastify: FastifyInstance, client: RedisLike, owned: boolean, decider: Decider, warn: Warn): void {
+  if (owned) {
+    client.on('error', (err: Error) => decider.report(err, fastify.log))
+    return
+  }
+  for (const option of queueingOptions(client)) {
+    warn('OFFLINE_QUEUE', 'rate-guard: the Redis client lent to rate-guard queues commands while disconnected; the decision deadline ' +
+      'still holds, but queued commands may spend quota after the request was answered. Set enableOfflineQueue: false', { option })
+  }
+  // A lent client is the app's: its 'error' events are the app's to handle, never silenced here.
+  if (client.listenerCount('error') === 0) warn('NO_ERROR_LISTENER', NO_ERROR_LISTENER)
 }
 
 /**

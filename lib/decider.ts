@@ -1,32 +1,22 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { LateRedisError, SilentConnectionError } from './errors.js'
 import type { Breaker } from './breaker.js'
 import { GivenBack } from './changes.js'
 import type { HeldAnswers } from './held-answers.js'
 import { Batcher } from './batcher.js'
-import type { BatchWatch } from './batcher.js'
-import { decisionChannel, troubleChannel } from './channels.js'
+import { decisionChannel } from './channels.js'
+import { connectionWatch } from './connection-watch.js'
 import { DecisionStats } from './stats.js'
-import { isPermanent, troubleReason } from './trouble.js'
+import { Trouble } from './trouble.js'
 import { deadline } from './deadline.js'
-import { Silence, silenceAfter } from './silence.js'
-import { LateReplies } from './late.js'
-import type { LateNews } from './late.js'
+import { Guard } from './guard.js'
 import type { FailMode } from './types.js'
 import type { MemoryStore } from './stores/memory.js'
 import type { Decidable, DecideInput, Decision, RemoteStore, SettleInput, Store, Verdict } from './stores/store.js'
-import { warn } from './warnings.js'
 
-// One decision under a deadline: the store answers within `timeout` ms, or its budget's `failMode` decides —
-// `open` lets the request through unenforced, `closed` refuses it, `local` asks the in-process twin. While the
-// breaker is open, `failMode` decides without asking Redis at all. The way to Redis, in order: answers held
-// in process → the breaker → a batch (`lib/batcher.ts`, which owns the deadline) → `failMode`.
-
-const UNENFORCED: Verdict = Object.freeze({ status: 'unenforced' })
-const UNAVAILABLE: Verdict = Object.freeze({ status: 'unavailable' })
-
-/** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
-export const TROUBLE_LOG_INTERVAL = 10_000
+// One decision: at once when it is known here (in process, an answer held), else from Redis under guard
+// (lib/guard.ts: the breaker, the deadline, and `failMode` when Redis cannot answer). The way to Redis, in
+// order: answers held in process → the breaker → a batch (`lib/batcher.ts`, which owns the deadline, watched
+// by lib/connection-watch.ts) → `failMode`.
 
 export interface DeciderOptions {
   store: Store
@@ -58,29 +48,26 @@ export class Decider {
   /** This registration's decisions by outcome (`fastify.rateGuard.stats()`). */
   readonly stats = new DecisionStats()
   readonly #remote: RemoteStore | undefined
-  readonly #timeout: number
-  readonly #local: () => MemoryStore
-  #fallback: MemoryStore | undefined
-  readonly #breaker: Breaker | undefined
+  readonly #trouble: Trouble
+  readonly #guard: Guard
   readonly #held: HeldAnswers | undefined
   readonly #announce: ((keys: readonly string[]) => Promise<unknown>) | undefined
   readonly #givenBack: GivenBack | undefined
   readonly #batcher: Batcher | undefined
-  readonly #nameSpace: string
-  #lastLogged = -Infinity
-  #heldBack = 0
 
   constructor ({ store, remote, timeout, local, breaker, held, announce, nameSpace = '', silent, log }: DeciderOptions) {
-    this.#nameSpace = nameSpace
     this.store = store
     this.#remote = remote ? store as RemoteStore : undefined
-    this.#timeout = timeout
-    this.#local = local
-    this.#breaker = breaker
+    this.#trouble = new Trouble(nameSpace)
+    this.#guard = new Guard(timeout, breaker, local, this.#trouble)
     this.#held = held
     this.#announce = announce
-    this.#givenBack = announce === undefined ? undefined : new GivenBack(announce, (err, log) => this.report(err, log))
-    this.#batcher = remote ? new Batcher(async (inputs, algorithm) => await this.#remote!.decideMany(inputs, algorithm), timeout, this.#settled, this.#watch(timeout, silent, log), input => this.#remote!.shardOf(input)) : undefined
+    this.#givenBack = announce === undefined ? undefined : new GivenBack(announce, this.#trouble.report)
+    const redis = this.#remote
+    this.#batcher = redis === undefined
+      ? undefined
+      : new Batcher(async (inputs, algorithm) => await redis.decideMany(inputs, algorithm), timeout, this.#guard.settled,
+        connectionWatch({ timeout, trouble: this.#trouble, stats: this.stats, silent, log }), input => redis.shardOf(input))
   }
 
   /** Whether Redis decides (a decision with no member was then failMode 'local''s, in process). */
@@ -90,38 +77,7 @@ export class Decider {
 
   /** The deadline of a call to Redis, ms. */
   get timeout (): number {
-    return this.#timeout
-  }
-
-  /** What watches the connection through its batches: silence (a dead connection) and late replies (a slow Redis, ghosts). */
-  #watch (timeout: number, silent: DeciderOptions['silent'], log: FastifyBaseLogger | undefined): BatchWatch {
-    const afterMs = silenceAfter(timeout)
-    const silence = silent === undefined
-      ? undefined
-      : new Silence(afterMs, quiet => {
-        const error = new SilentConnectionError(afterMs)
-        this.#trouble(error, undefined)
-        silent(error, quiet)
-      })
-    const late = new LateReplies(timeout, TROUBLE_LOG_INTERVAL, (news: LateNews) => {
-      const error = new LateRedisError(news.late, news.p99Ms, news.timeoutMs, news.coverMs)
-      this.#trouble(error, undefined)
-      if (log !== undefined) warn(log, 'REDIS_LATE', 'rate-guard: Redis answers, but after the deadline; failMode decides those requests', { err: error, ...news })
-    })
-    return {
-      sent: at => silence?.sent(at),
-      replied: (ms, results, isLate) => {
-        silence?.heard()
-        late.replied(ms, isLate)
-        // Requests Redis counted that failMode answered.
-        if (isLate && results !== null) for (const result of results) if (!(result instanceof Error) && result.status === 'allowed') this.stats.ghost()
-      },
-      // No connection, or one lost: the client knows, and reconnects by itself. Silence is a connection
-      // that seems alive, so the watch starts over (after a Redis freeze that outlasted a cut, say, the new
-      // connection's fast failures must not count as silence once it is ready).
-      failed: () => silence?.heard(),
-      missed: now => silence?.missed(now)
-    }
+    return this.#guard.timeout
   }
 
   /** An operator changed `keys` in the store: forget what is held for them, here and on every instance. */
@@ -148,7 +104,7 @@ export class Decider {
     if (this.#remote === undefined) return this.store.decide(input) as Decision
     const held = this.#held?.answer(input.keys.banned, input.holdDenials ? input.keys.log : '', input.limits)
     if (held !== undefined) return held
-    if (this.#breaker?.allow() === false) return this.#failModeDecides(input)
+    if (!this.#guard.allow()) return this.#guard.instead(input.failMode, decisionOf(input), log)
     const changes = this.#held?.changes ?? 0
     return new Promise((resolve, reject) => this.#batcher!.add(input, (result, sentAt, batchSize) => {
       // Answered whatever happens here (a logger that throws): a request never waits forever.
@@ -186,28 +142,14 @@ export class Decider {
 
   /**
    * `call` on the store that decides, one request's call alone (not batched): the in-process store at once;
-   * Redis under the breaker and the deadline, and when it cannot answer in time, what `failMode` says instead
-   * (`local`: `call` on the in-process twin). `call` learns which store it runs on. `failed`: Redis already
-   * failed the request (`failMode` made its decision), so `failMode` answers this call too, at once: a request
-   * waits for Redis one deadline, not one per call.
+   * Redis under the guard (lib/guard.ts: the breaker, the deadline, and when it cannot answer in time, what
+   * `failMode` says instead; `local`: `call` on the in-process twin). `call` learns which store it runs on.
+   * `failed`: Redis already failed the request (`failMode` made its decision), so `failMode` answers this call
+   * too, at once: a request waits for Redis one deadline, not one per call.
    */
   guarded<T> (failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger, failed = false): T | Verdict | Promise<T | Verdict> {
     if (this.#remote === undefined) return call(this.store)
-    if (failed || this.#breaker?.allow() === false) return this.#instead(failMode, call)
-    return deadline(Promise.resolve(call(this.store)), this.#timeout).then(result => {
-      this.#settled(undefined)
-      return result
-    }, (err: unknown) => {
-      this.#settled(err as Error)
-      this.report(err as Error, log, failMode)
-      return this.#instead(failMode, call, err as Error)
-    })
-  }
-
-  /** Redis replied to a batch (even with an error of its own, or for one request alone: it is there), or did not. */
-  readonly #settled = (err: Error | undefined): void => {
-    if (err === undefined || isPermanent(err)) this.#breaker?.success()
-    else this.#breaker?.failure()
+    return this.#guard.run(this.store, failMode, call, log, failed)
   }
 
   /**
@@ -215,10 +157,7 @@ export class Decider {
    * operator's change was heard since it was asked: see `HeldAnswers`), or `failMode`'s.
    */
   #verdict (input: Decidable, result: Decision | Error, sentAt: number, changes: number, log: FastifyBaseLogger): Verdict {
-    if (result instanceof Error) {
-      this.report(result, log, input.failMode)
-      return this.#failModeDecides(input, result)
-    }
+    if (result instanceof Error) return this.failed(input, result, log)
     if (result.status === 'banned') this.#held?.banned(input.keys.banned, result.retryMs, sentAt, changes)
     else if (result.status === 'limited' && input.holdDenials) this.#held?.denied(input.keys.log, input.limits, result, sentAt, changes)
     return result
@@ -232,56 +171,31 @@ export class Decider {
   async settle (input: SettleInput, log: FastifyBaseLogger): Promise<void> {
     // The in-process store gives no member: the decision was its own, or the fallback's.
     if (!this.#remote || input.member === '') {
-      await (this.#fallback ?? this.store).settle(input)
+      await (this.#guard.fallback ?? this.store).settle(input)
       return
     }
-    await deadline(Promise.resolve(this.store.settle(input)), this.#timeout).catch((err: unknown) => this.report(err as Error, log))
+    await deadline(Promise.resolve(this.store.settle(input)), this.timeout).catch((err: unknown) => this.report(err as Error, log))
   }
 
-  /** A store of the app's own could not decide `input` (see lib/stores/app-store.ts): reported, and `failMode` decides. */
+  /** Redis (or a store of the app's own, see lib/stores/app-store.ts) could not decide `input`: reported, and `failMode` decides. */
   readonly failed = (input: Decidable, err: Error, log: FastifyBaseLogger): Verdict => {
-    this.report(err, log, input.failMode)
-    return this.#failModeDecides(input, err)
+    return this.#guard.instead(input.failMode, decisionOf(input), log, err)
   }
 
-  #failModeDecides (input: Decidable, error?: Error): Verdict {
-    return this.#instead(input.failMode, store => store.decide(input) as Decision, error)
-  }
-
-  /** What `failMode` says when Redis cannot: through unenforced, refused, or `call` on the in-process twin. */
-  #instead<T> (failMode: FailMode, call: (store: Store) => T, error?: Error): T | Verdict {
-    if (failMode === 'open') return UNENFORCED
-    if (failMode === 'closed') return error === undefined ? UNAVAILABLE : { status: 'unavailable', error }
-    this.#fallback ??= this.#local()
-    return call(this.#fallback)
-  }
-
-  /** Logs Redis trouble at most once per interval, with how much was held back since the last line (and what decided, when a request was refused by it). */
+  /** Logs Redis trouble at most once per interval, with how much was held back (see `Trouble`). */
   report (err: Error, log: FastifyBaseLogger, failMode?: FailMode): void {
-    this.#trouble(err, failMode)
-    const now = Date.now()
-    if (now - this.#lastLogged < TROUBLE_LOG_INTERVAL) {
-      this.#heldBack++
-      return
-    }
-    const heldBack = this.#heldBack
-    this.#lastLogged = now
-    this.#heldBack = 0
-    const level = isPermanent(err) ? 'error' : 'warn'
-    // A call that decides nothing (a settlement, a lease's release or renewal) has no failMode to answer it.
-    const message = failMode === undefined ? 'rate-guard: Redis did not answer a call that decides no request (a settlement, a lease released or renewed)' : 'rate-guard: Redis did not decide; failMode decides'
-    warn(log, 'REDIS_TROUBLE', message, { err, failMode, heldBack }, level)
-  }
-
-  /** Tells the trouble channel, when someone listens. */
-  #trouble (error: Error, failMode: FailMode | undefined): void {
-    if (troubleChannel.hasSubscribers) troubleChannel.publish({ nameSpace: this.#nameSpace, error, failMode, reason: troubleReason(error) })
+    this.#trouble.report(err, log, failMode)
   }
 
   async close (): Promise<void> {
     await this.store.close()
-    await this.#fallback?.close()
+    await this.#guard.fallback?.close()
   }
+}
+
+/** What a store decides of `input`: the call `failMode: 'local'` makes on the in-process twin. */
+function decisionOf (input: Decidable): (store: Store) => Decision {
+  return store => store.decide(input) as Decision
 }
 
 /**

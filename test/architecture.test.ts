@@ -53,7 +53,12 @@ const LAYERS: ReadonlyArray<{ name: string, level: number, paths: readonly strin
   { name: 'operator tools', level: 6, paths: ['operator/'] },
   { name: 'registration', level: 5, paths: ['index.ts', 'routes.ts', 'declared.ts', 'connect.ts', 'registrations.ts', 'limiters.ts', 'admin.ts', 'admin-api.ts'] },
   { name: 'request', level: 4, paths: ['request/', 'budgets.ts', 'headers.ts'] },
-  { name: 'decision', level: 3, paths: ['decider.ts', 'batcher.ts', 'breaker.ts', 'held-answers.ts', 'changes.ts', 'silence.ts', 'late.ts', 'trouble.ts', 'stats.ts', 'leases.ts'] },
+  {
+    name: 'decision',
+    level: 3,
+    paths: ['decider.ts', 'guard.ts', 'connection-watch.ts', 'batcher.ts', 'breaker.ts', 'held-answers.ts', 'changes.ts', 'silence.ts',
+      'late.ts', 'trouble.ts', 'stats.ts', 'leases.ts']
+  },
   { name: 'stores', level: 2, paths: ['stores/'] },
   { name: 'options', level: 2, paths: ['options/'] },
   { name: 'bottom floor', level: 1, paths: ['types.ts', 'errors.ts', 'channels.ts', 'deadline.ts', 'awaitable.ts', 'duration.ts', 'calendar.ts', 'oldest.ts', 'slots.ts', 'ip.ts', 'identity.ts', 'callbacks.ts', 'addressless.ts', 'forwarded.ts', 'warnings.ts', 'docs-links.ts', 'algorithms/'] }

@@ -103,9 +103,9 @@ export class RedisStore implements RemoteStore {
     if (!this.#cluster) return await this.#decide(inputs, 'decide', algorithm)
     const results: Array<Decision | Error> = new Array(inputs.length)
     await Promise.all(this.#masters!.groups(inputs).map(async indexes => {
-      const group = indexes.map(i => inputs[i]!)
+      const group = pick(inputs, indexes)
       const answers = await this.#decide(group, 'decide', algorithm, group.length > 1).catch((err: unknown) => group.map(() => err as Error))
-      indexes.forEach((i, j) => { results[i] = answers[j]! })
+      scatter(results, indexes, answers)
     }))
     const [first] = results
     if (first instanceof Error && results.every(result => result instanceof Error)) throw first
@@ -115,28 +115,25 @@ export class RedisStore implements RemoteStore {
   /**
    * Decides `inputs` with the fewest calls: the requests the lean script takes (`isLean`) in one call, the
    * others in one call of their algorithm's script beside it, and those the lean script handed back in one more.
-   * `across`: with the cross-slot scripts (inputs of several slots of one master).
+   * Each call is given the indexes of its requests and writes their answers there. `across`: with the
+   * cross-slot scripts (inputs of several slots of one master).
    */
   async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm, across = false): Promise<Array<Decision | Error>> {
     if (this.#lean === null || mode === 'peek') return await this.#general(inputs, mode, algorithm, across)
-    const lean = inputs.map(input => isLean(input, algorithm))
-    const leaning = inputs.filter((_, i) => lean[i])
-    if (leaning.length === 0) return await this.#general(inputs, mode, algorithm, across)
-    const others = leaning.length === inputs.length ? [] : inputs.filter((_, i) => !lean[i])
-    const [leanAnswers, otherAnswers] = await Promise.all([
-      this.#leanCall(leaning, algorithm, across),
-      others.length === 0 ? [] : this.#general(others, mode, algorithm, across)
+    const lean: number[] = []
+    const others: number[] = []
+    inputs.forEach((input, i) => (isLean(input, algorithm) ? lean : others).push(i))
+    if (lean.length === 0) return await this.#general(inputs, mode, algorithm, across)
+    const results: Array<Decision | Error | typeof HANDED_BACK> = new Array(inputs.length)
+    await Promise.all([
+      this.#leanCall(pick(inputs, lean), algorithm, across).then(answers => { scatter(results, lean, answers) }),
+      others.length === 0
+        ? undefined
+        : this.#general(pick(inputs, others), mode, algorithm, across).then(answers => { scatter(results, others, answers) })
     ])
-    const handedBack = leaning.filter((_, i) => leanAnswers[i] === HANDED_BACK)
-    const againAnswers = handedBack.length === 0 ? [] : await this.#general(handedBack, mode, algorithm, across)
-    let l = 0
-    let o = 0
-    let a = 0
-    return inputs.map((_, i) => {
-      if (!lean[i]) return otherAnswers[o++]!
-      const answer = leanAnswers[l++]!
-      return answer === HANDED_BACK ? againAnswers[a++]! : answer
-    })
+    const handedBack = lean.filter(i => results[i] === HANDED_BACK)
+    if (handedBack.length > 0) scatter(results, handedBack, await this.#general(pick(inputs, handedBack), mode, algorithm, across))
+    return results as Array<Decision | Error>
   }
 
   /** Decides `inputs` (each `isLean`) in one call of their algorithm's lean script; some may be handed back. */
@@ -237,4 +234,14 @@ export class RedisStore implements RemoteStore {
       this.client.disconnect()
     }
   }
+}
+
+/** Writes each of `answers` at its request's place in `results`: `answers[j]` is the answer of `inputs[indexes[j]]`. */
+function scatter<T> (results: T[], indexes: readonly number[], answers: readonly T[]): void {
+  indexes.forEach((i, j) => { results[i] = answers[j]! })
+}
+
+/** The requests at `indexes`, in that order: what one call of a batch is given. */
+function pick (inputs: readonly DecideInput[], indexes: readonly number[]): DecideInput[] {
+  return indexes.map(i => inputs[i]!)
 }
