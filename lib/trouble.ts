@@ -6,7 +6,10 @@ import type { TroubleReason } from './channels.js'
 // Faults in how Redis is set up (no permission, a wrong password, a foreign value at our key, a broken script): they will not
 // pass by themselves, so they are logged as errors and do not trip the breaker, since Redis did answer.
 // Everything else (connection lost, deadline, BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY, OOM, …) passes.
-const PERMANENT = /^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
+const PERMANENT = new RegExp([
+  '^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)',
+  String.raw`^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)`
+].join('|'))
 
 /** What kind of trouble `err` is, as the trouble channel names it. */
 export function troubleReason (err: Error): TroubleReason {
