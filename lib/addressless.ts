@@ -18,10 +18,15 @@ import { warn } from './warnings.js'
  */
 const NO_ADDRESS_KEY = 'noaddr:'
 
-const FIX = 'Trust the proxy on the socket, and only it: trustProxy: (address, hop) => hop === 0 makes request.ip the address it appended to X-Forwarded-For'
-const NO_ADDRESS = 'rate-guard: a request came with no client address (the server listens on a Unix socket, and Fastify\'s trustProxy does not give request.ip)'
-const SHARED = `${NO_ADDRESS}: every request without an address is counted as one client (${NO_ADDRESS_KEY}), so all clients behind the proxy share one budget and one ban. ${FIX}. Only where each connection is one client (no proxy in front), addressless: 'connection' counts each connection apart`
-const PER_CONNECTION = `${NO_ADDRESS}: each connection is counted as a client of its own (addressless: 'connection'), so a proxy that opens a connection per request gives each request a fresh budget, and its pooled connections mix its clients. ${FIX}`
+const FIX = 'Trust the proxy on the socket, and only it: trustProxy: (address, hop) => hop === 0 makes request.ip the address it ' +
+  'appended to X-Forwarded-For'
+const NO_ADDRESS = 'rate-guard: a request came with no client address (the server listens on a Unix socket, and Fastify\'s trustProxy ' +
+  'does not give request.ip)'
+const SHARED = `${NO_ADDRESS}: every request without an address is counted as one client (${NO_ADDRESS_KEY}), so all clients ` +
+  `behind the proxy share one budget and one ban. ${FIX}. Only where each connection is one client (no proxy in front), ` +
+  "addressless: 'connection' counts each connection apart"
+const PER_CONNECTION = `${NO_ADDRESS}: each connection is counted as a client of its own (addressless: 'connection'), so a proxy ` +
+  `that opens a connection per request gives each request a fresh budget, and its pooled connections mix its clients. ${FIX}`
 
 /** The key of a request without an address under `mode`: the one shared key, or its connection's. Said once, loudly, at the first. */
 export function addresslessKey (mode: Addressless): (request: FastifyRequest) => string {

@@ -29,7 +29,9 @@ export interface OverrideOptions extends BudgetOptions {
    * given), and a calendar quota's max: `{ max, per, timeZone }` changes the budget's quota of that period and
    * zone (its other limits stay, unless given too).
    */
-  limits?: ReadonlyArray<{ max: number, timeWindow: number | string, burst?: number } | { max: number, per: 'day' | 'week' | 'month', timeZone?: string }>
+  limits?: ReadonlyArray<
+  { max: number, timeWindow: number | string, burst?: number } | { max: number, per: 'day' | 'week' | 'month', timeZone?: string }
+  >
   /** How long the override holds (ms or `'30 days'`); or `permanent: true`. One of the two is required. */
   ttl?: number | string
   permanent?: true

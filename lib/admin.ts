@@ -25,7 +25,9 @@ import type { BanEntry, OverrideOptions, PeekOptions, PeekResult, RateGuardAdmin
 // (`ip:1.2.3.4`, `user:42`, `apikey:…`).
 
 function checkKeyHash (hash: unknown): string {
-  if (!isKeyHash(hash)) throw new InvalidOptionError('unban.keyHash', 'expected a client\'s hash as bans() gives it: 22 characters of A-Z, a-z, 0-9, - and _')
+  if (!isKeyHash(hash)) {
+    throw new InvalidOptionError('unban.keyHash', 'expected a client\'s hash as bans() gives it: 22 characters of A-Z, a-z, 0-9, - and _')
+  }
   return hash
 }
 
@@ -62,7 +64,9 @@ interface GuardedStore {
 }
 
 /** `forget`: tells every instance which keys were changed, so none goes on answering from what it held for them. */
-export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>, stats: DecisionStats): RateGuardAdmin {
+export function createAdmin (
+  inner: Store, opts: ResolvedOptions, budgets: Budgets, forget: (keys: readonly string[]) => Promise<void>, stats: DecisionStats
+): RateGuardAdmin {
   const ms = Math.max(opts.timeout, ADMIN_MIN_DEADLINE)
   const within = async <T>(work: T | Promise<T>): Promise<T> => await deadline(work, ms)
   const ctx: Context = {
@@ -97,7 +101,9 @@ export function createAdmin (inner: Store, opts: ResolvedOptions, budgets: Budge
 }
 
 async function listBans (ctx: Context, { limit = 100 }: { limit?: number } = {}): Promise<BanEntry[]> {
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) {
+    throw new InvalidOptionError('bans.limit', `expected an integer from 1 to 10000, got ${String(limit)}`)
+  }
   const stop = new AbortController()
   try {
     const found = await ctx.bans(limit, stop.signal)
@@ -140,7 +146,9 @@ async function peek (ctx: Context, key: string, options: PeekOptions = {}): Prom
   const input = { keys: keysOf(ctx, key, budget.scope, algorithm, family), limits, ban: null, peek: true, algorithm }
   const refused = refusedOutright(input)
   // The ban shadow mode recorded: read with the budget's own decision when it is shadow's and the store is asked.
-  const shadowPeek = family === 'shadow' && refused === undefined ? undefined : { ...input, keys: keysOf(ctx, key, budget.scope, algorithm, 'shadow') }
+  const shadowPeek = family === 'shadow' && refused === undefined
+    ? undefined
+    : { ...input, keys: keysOf(ctx, key, budget.scope, algorithm, 'shadow') }
   const { concurrency } = budget.route
   const [decision, shadowed, inUse] = await Promise.all([
     refused ?? ctx.store.decide(input),
@@ -157,7 +165,9 @@ async function peek (ctx: Context, key: string, options: PeekOptions = {}): Prom
     remaining: remainingOf(decision.limit, decision.count, banned),
     resetMs: decision.resetMs,
     retryMs: decision.retryMs,
-    limits: decision.limits.map(l => ({ max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs })),
+    limits: decision.limits.map(l => ({
+      max: l.limit, windowMs: l.windowMs, count: l.count, remaining: remainingOf(l.limit, l.count, banned), resetMs: l.resetMs
+    })),
     shadow: family === 'shadow',
     shadowBanMs: shadowBan.status === 'banned' ? shadowBan.retryMs : 0,
     inFlight: concurrency === null ? null : { max: concurrency.max, count: inUse! }
@@ -203,7 +213,9 @@ function needs (name: string, limits: readonly ResolvedLimit[]): string {
 }
 
 async function setOverride (ctx: Context, key: string, options: OverrideOptions): Promise<void> {
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidOptionError('setOverride', 'expected options { max, timeWindow, ttl }')
+  }
   const budget = budgetOf(ctx, options, 'setOverride')
   const resolved = checkStaticLimits(options, 'setOverride', OVERRIDE_KEYS, true)
   if (budget.route.algorithm !== 'token-bucket' && resolved.some(limit => limit.burst !== null)) {
@@ -234,7 +246,9 @@ function overrideText (resolved: readonly ResolvedLimit[], budgetLimits: readonl
   for (const { max, calendar } of resolved) {
     if (calendar === undefined) continue
     const j = quotas.findIndex(quota => quota.calendar!.per === calendar.per && quota.calendar!.timeZone === calendar.timeZone)
-    if (j === -1) throw new InvalidOptionError('setOverride', `a quota the budget has: it has none per ${calendar.per} in ${calendar.timeZone}`)
+    if (j === -1) {
+      throw new InvalidOptionError('setOverride', `a quota the budget has: it has none per ${calendar.per} in ${calendar.timeZone}`)
+    }
     parts.push(encodeQuota(max as number, j + 1))
   }
   return parts.join(';')
@@ -264,8 +278,11 @@ function budgetOf (ctx: Context, options: BudgetOptions, call: string): RouteBud
  * the wait `continueExceeding` / `exponentialBackoff` set on it: the enforcing ones and shadow mode's.
  */
 function statesOf (ctx: Context, key: string): string[] {
-  return [...ctx.budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family =>
-    [...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log), keysOf(ctx, key, scope, undefined, family).backoff, keysOf(ctx, key, scope, undefined, family).quota]))
+  return [...ctx.budgets.scopes()].flatMap(scope => FAMILIES.flatMap(family => [
+    ...ALGORITHMS.map(algorithm => keysOf(ctx, key, scope, algorithm, family).log),
+    keysOf(ctx, key, scope, undefined, family).backoff,
+    keysOf(ctx, key, scope, undefined, family).quota
+  ]))
 }
 
 /** The budget's state of `key`, enforcing and shadow mode's: where an override changes what is held. */

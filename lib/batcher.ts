@@ -27,7 +27,10 @@ import type { DecideInput, Decision } from './stores/store.js'
  */
 export const BATCH_MAX = 32
 
-/** What a request gets: its decision, or why Redis gave none (for it alone, or for its whole batch); when its batch was sent, and its size. */
+/**
+ * What a request gets: its decision, or why Redis gave none (for it alone, or for its whole batch); when its batch was
+ * sent, and its size.
+ */
 export type Answer = (result: Decision | Error, sentAt: number, batchSize: number) => void
 
 /** Which shard a request's batch is (the master serving its keys on a Cluster); requests of one shard and algorithm go together. */

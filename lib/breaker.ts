@@ -41,7 +41,9 @@ export class Breaker {
 
   /** Redis answered (even with an error of its own): it is there. */
   success (): void {
-    if (this.#failures >= this.#threshold && breakerChannel.hasSubscribers) breakerChannel.publish({ nameSpace: this.#nameSpace, state: 'closed' })
+    if (this.#failures >= this.#threshold && breakerChannel.hasSubscribers) {
+      breakerChannel.publish({ nameSpace: this.#nameSpace, state: 'closed' })
+    }
     this.#failures = 0
     this.#probing = false
   }
@@ -60,6 +62,8 @@ export class Breaker {
     this.#probing = false
     if (this.#failures < this.#threshold) return
     this.#openUntil = this.#now() + this.#coolDownMs
-    if (this.#failures === this.#threshold && breakerChannel.hasSubscribers) breakerChannel.publish({ nameSpace: this.#nameSpace, state: 'open' })
+    if (this.#failures === this.#threshold && breakerChannel.hasSubscribers) {
+      breakerChannel.publish({ nameSpace: this.#nameSpace, state: 'open' })
+    }
   }
 }

@@ -42,7 +42,10 @@ export interface BudgetOptions {
   groupId?: string
 }
 
-/** The name of the budget an operator's call means: a route's (`GET /search`, `GET /x {version=1.0.0}`), a group's (`group:<id>`), else the plugin's (`default`). */
+/**
+ * The name of the budget an operator's call means: a route's (`GET /search`, `GET /x {version=1.0.0}`), a group's
+ * (`group:<id>`), else the plugin's (`default`).
+ */
 export function budgetName ({ route, groupId }: BudgetOptions = {}): string {
   return route ?? (groupId !== undefined ? `group:${groupId}` : 'default')
 }
@@ -89,7 +92,8 @@ export class Budgets {
 
   /** The scope of every budget, and of the limits each watches: where a client's state may be kept. */
   scopes (): Set<string> {
-    return new Set([...this.#named.values()].flatMap(({ first }) => first.route.watched === null ? [first.scope] : [first.scope, watchedScope(first.scope)]))
+    return new Set([...this.#named.values()].flatMap(({ first }) =>
+      first.route.watched === null ? [first.scope] : [first.scope, watchedScope(first.scope)]))
   }
 
   #group (route: ResolvedRoute, declared: string): RouteBudget {
@@ -151,7 +155,8 @@ function differs (a: ResolvedRoute, b: ResolvedRoute): string | null {
 function differentLimits (a: readonly ResolvedLimit[], b: readonly ResolvedLimit[], what: string): string | null {
   const per = ({ windowMs, calendar }: ResolvedLimit): string =>
     calendar !== undefined ? `${calendar.per} in ${calendar.timeZone}` : typeof windowMs === 'function' ? 'f()' : `${windowMs} ms`
+  const burstOf = ({ max, burst }: ResolvedLimit): string => burst === null || burst === max ? '' : ` burst ${burst}`
   const show = (limits: readonly ResolvedLimit[]): string => limits.map(limit =>
-    `${typeof limit.max === 'function' ? 'f()' : limit.max}/${per(limit)}${limit.burst === null || limit.burst === limit.max ? '' : ` burst ${limit.burst}`}`).join(', ') || 'none'
+    `${typeof limit.max === 'function' ? 'f()' : limit.max}/${per(limit)}${burstOf(limit)}`).join(', ') || 'none'
   return show(a) === show(b) ? null : `${what} ${show(a)} and ${show(b)}`
 }

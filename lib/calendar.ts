@@ -3,8 +3,8 @@
 // is its first day: midnight, or, where a clock change skips midnight (America/Santiago in September), the
 // first instant after the jump; a day a zone skipped altogether (Pacific/Apia's 30 December 2011) is in no
 // period; were a clock change to bring the day before back (Asia/Beirut turns its midnight into 23:00, which
-// does not), at one of the day's starts, the same on every instance. Each period ends where the next starts. So a day lasts 23 or 25 hours across a daylight
-// saving change, and a month as long as it is.
+// does not), at one of the day's starts, the same on every instance. Each period ends where the next starts. So
+// a day lasts 23 or 25 hours across a daylight saving change, and a month as long as it is.
 //
 // What calendar quotas count in (`per` and `timeZone` on a limit, lib/request/computed.ts's `calendarLimit`).
 // The decision is made on Redis's clock, which has no time zones: the app works out the periods and sends

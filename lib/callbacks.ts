@@ -47,7 +47,10 @@ export class Callbacks {
    * What `call` gives, or `fallback()` when it throws, rejects or has not settled within the deadline. `used`
    * says what the fallback is, for the log, when it says more than the kind's own (a limit's values).
    */
-  run<T> (kind: CallbackKind, call: () => T | PromiseLike<T>, fallback: () => T | PromiseLike<T>, log: FastifyBaseLogger, used: string = KINDS[kind].used): T | PromiseLike<T> {
+  run<T> (
+    kind: CallbackKind, call: () => T | PromiseLike<T>, fallback: () => T | PromiseLike<T>, log: FastifyBaseLogger,
+    used: string = KINDS[kind].used
+  ): T | PromiseLike<T> {
     let value: T | PromiseLike<T>
     try {
       value = call()
@@ -67,6 +70,7 @@ export class Callbacks {
     const said = `${kind}\n${used}`
     if (now - (this.#warned.get(said) ?? -Infinity) < CALLBACK_LOG_INTERVAL) return
     this.#warned.set(said, now)
-    warn(log, 'CALLBACK_FAILED', `rate-guard: ${KINDS[kind].name} failed; ${used} (logged once a minute at most)`, { err, fallback: used }, 'error')
+    const message = `rate-guard: ${KINDS[kind].name} failed; ${used} (logged once a minute at most)`
+    warn(log, 'CALLBACK_FAILED', message, { err, fallback: used }, 'error')
   }
 }

@@ -18,7 +18,9 @@ export const changesChannel = (nameSpace: string): string => `${nameSpace}change
  * forgot them before it publishes (see `Decider.forget`), and skips its own message when it comes back: a
  * second forget would only keep it from holding answers to questions asked after the change.
  */
-export function announceChanges (client: RedisLike, nameSpace: string, held: HeldAnswers | undefined): (keys: readonly string[]) => Promise<unknown> {
+export function announceChanges (
+  client: RedisLike, nameSpace: string, held: HeldAnswers | undefined
+): (keys: readonly string[]) => Promise<unknown> {
   const channel = changesChannel(nameSpace)
   const from = held?.id ?? '-'
   return async keys => await client.publish(channel, `${from} ${keys.join(' ')}`)
@@ -74,7 +76,9 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
   // was made with lazyConnect (a duplicate would wait for a first command that never comes).
   const connectionName = 'rate-guard-changes'
   const subscriber = isCluster(client)
-    ? client.duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...client.options.redisOptions, connectionName } })
+    ? client.duplicate(undefined, {
+      enableOfflineQueue: true, lazyConnect: false, redisOptions: { ...client.options.redisOptions, connectionName }
+    })
     // autoResubscribe off: `subscribe` below does it on every 'ready', and handles its answer (ioredis's own
     // re-subscription leaves its promise unhandled: a close while it is pending is an unhandled rejection).
     : client.duplicate({ enableOfflineQueue: true, lazyConnect: false, connectionName, autoResubscribe: false })
@@ -84,12 +88,15 @@ export function listenForChanges (client: RedisLike, nameSpace: string, held: He
     const [sender, ...keys] = message.split(' ')
     if (sender !== held.id) held.forget(keys)
   })
-  subscriber.on('error', (err: Error) => { log.debug({ err }, 'rate-guard: the changes subscription failed; bans and denials are asked of Redis until it is back') })
+  subscriber.on('error', (err: Error) => {
+    log.debug({ err }, 'rate-guard: the changes subscription failed; bans and denials are asked of Redis until it is back')
+  })
   subscriber.on('close', () => held.listening(false))
   const subscribe = (): void => {
     subscriber.subscribe(channel).then(() => held.listening(true), (err: unknown) => {
       held.listening(false)
-      warn(log, 'SUBSCRIBE_FAILED', 'rate-guard: could not subscribe to changes (unban, reset, overrides); bans and denials are asked of Redis on every request', { err })
+      warn(log, 'SUBSCRIBE_FAILED', 'rate-guard: could not subscribe to changes (unban, reset, overrides); bans and denials are ' +
+        'asked of Redis on every request', { err })
     })
   }
   subscriber.on('ready', subscribe)

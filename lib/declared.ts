@@ -34,7 +34,9 @@ diagnostics.subscribe('fastify.initialization', recordRoutes as (message: unknow
 export function declaredIn (scope: FastifyInstance): Declared[] | undefined {
   for (let o: object | null = scope; o !== null; o = Object.getPrototypeOf(o) as object | null) {
     const routes = apps.get(o)
-    if (routes !== undefined) return routes.filter(route => route.scope === scope || Object.prototype.isPrototypeOf.call(scope, route.scope))
+    if (routes !== undefined) {
+      return routes.filter(route => route.scope === scope || Object.prototype.isPrototypeOf.call(scope, route.scope))
+    }
   }
   return undefined
 }

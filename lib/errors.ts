@@ -28,7 +28,8 @@ export const InvalidGroupIdError = createError<'FST_RATE_GUARD_INVALID_OPTION', 
 
 export const BudgetConflictError = createError<'FST_RATE_GUARD_BUDGET_CONFLICT', [string, string, string, string]>(
   'FST_RATE_GUARD_BUDGET_CONFLICT',
-  '%s would share budget "%s" with %s, but they count differently (%s): routes of one budget (a group, a route and its HEAD) need the same algorithm and limits',
+  '%s would share budget "%s" with %s, but they count differently (%s): routes of one budget (a group, a route and its HEAD) ' +
+    'need the same algorithm and limits',
   500,
   TypeError
 )

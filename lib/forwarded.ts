@@ -9,7 +9,8 @@ import { warn } from './warnings.js'
 // each of its entries a client with a fresh budget, and a client whose entry is trusted would mint one per
 // request. Said once per process, to the app's log, or as a process warning when the app has no logger.
 
-const FIX = 'make the proxy write plain addresses into X-Forwarded-For (no port, no brackets), or give Fastify\'s trustProxy only your proxies\' addresses, so that request.ip is the entry the nearest of them appended'
+const FIX = 'make the proxy write plain addresses into X-Forwarded-For (no port, no brackets), or give Fastify\'s trustProxy ' +
+  'only your proxies\' addresses, so that request.ip is the entry the nearest of them appended'
 
 let said = false
 
@@ -31,6 +32,8 @@ export function proxyKey (request: FastifyRequest, ipv6Subnet: number, addressle
 function sayUnreadable (log: FastifyBaseLogger, ip: string, key: string): void {
   // The entry is the client's (or a proxy's) text: shown cut short, quoted, never as it came.
   const entry = JSON.stringify(ip.slice(0, 64))
-  const message = `rate-guard: request.ip is an X-Forwarded-For entry that is no address, ${entry}: requests with such an entry are counted as the proxy that sent them (its connection's address, ${key}), so every client behind that proxy shares one budget. To count each client apart, ${FIX}`
+  const message = `rate-guard: request.ip is an X-Forwarded-For entry that is no address, ${entry}: requests with such an entry ` +
+    `are counted as the proxy that sent them (its connection's address, ${key}), so every client behind that proxy shares one ` +
+    `budget. To count each client apart, ${FIX}`
   warn(log, 'UNREADABLE_FORWARDED_FOR', message, { entry: ip.slice(0, 64), key })
 }

@@ -36,7 +36,9 @@ export function headerStyle (route: ResolvedRoute, policies: readonly string[]):
     reset: route.legacyHeaders && on.reset ? names.reset : null
   })
   const unit = route.cost === 1 ? ';qu="requests"' : ''
-  return Object.freeze({ allowed: sent(allowed), refused: sent(refused), retryAfter: refused.retryAfter, standard: route.standardHeaders, policies, unit })
+  return Object.freeze({
+    allowed: sent(allowed), refused: sent(refused), retryAfter: refused.retryAfter, standard: route.standardHeaders, policies, unit
+  })
 }
 
 /** Requests a limit has left: none while banned, never below zero. */
@@ -67,9 +69,13 @@ export function writeHeaders (reply: FastifyReply, style: HeaderStyle, decision:
   if (fields.remaining !== null) reply.header(fields.remaining, remainingOf(decision.limit, decision.count, banned))
   if (fields.reset !== null) reply.header(fields.reset, resetOf(decision.resetMs))
   if (style.standard) {
-    reply.header('ratelimit-policy', decision.limits.map((l, i) => `"${policyName(style, i)}";q=${l.limit}${style.unit};w=${seconds(l.windowMs)}`).join(', '))
-    reply.header('ratelimit', decision.limits.map((l, i) => `"${policyName(style, i)}";r=${remainingOf(l.limit, l.count, banned)};t=${resetOf(l.resetMs)}`).join(', '))
+    reply.header('ratelimit-policy', decision.limits.map((l, i) =>
+      `"${policyName(style, i)}";q=${l.limit}${style.unit};w=${seconds(l.windowMs)}`).join(', '))
+    reply.header('ratelimit', decision.limits.map((l, i) =>
+      `"${policyName(style, i)}";r=${remainingOf(l.limit, l.count, banned)};t=${resetOf(l.resetMs)}`).join(', '))
   }
   // A refusal with no wait (a request costing more than a limit holds) never passes: no time to retry after.
-  if (decision.status !== 'allowed' && style.retryAfter && decision.retryMs > 0) reply.header('retry-after', retryAfterSeconds(decision.retryMs))
+  if (decision.status !== 'allowed' && style.retryAfter && decision.retryMs > 0) {
+    reply.header('retry-after', retryAfterSeconds(decision.retryMs))
+  }
 }

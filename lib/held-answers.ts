@@ -84,7 +84,9 @@ export class HeldAnswers {
 
   /** Redis found `bannedKey` banned, in an answer to a question sent at `since`, asked when `changes` were heard. */
   banned (bannedKey: string, retryMs: number, since: number, changes: number): void {
-    if (this.#listening && changes === this.#changes) put(this.#bans, this.#oldestBan, this.#size, bannedKey, { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }, this.#now())
+    if (!this.#listening || changes !== this.#changes) return
+    const held = { until: since + Math.min(retryMs, MAX_HELD), ends: since + retryMs }
+    put(this.#bans, this.#oldestBan, this.#size, bannedKey, held, this.#now())
   }
 
   /**
@@ -97,7 +99,8 @@ export class HeldAnswers {
     if (!this.#listening || changes !== this.#changes || limits.length !== 1 || decision.limits.length !== 1) return
     const [limit] = limits
     if (decision.limit !== limit!.burst || decision.windowMs !== limit!.windowMs || decision.resetMs < decision.retryMs) return
-    put(this.#denials, this.#oldestDenial, this.#size, stateKey, { until: since + Math.min(decision.retryMs, MAX_HELD), ends: since + decision.retryMs, since, decision }, this.#now())
+    const held = { until: since + Math.min(decision.retryMs, MAX_HELD), ends: since + decision.retryMs, since, decision }
+    put(this.#denials, this.#oldestDenial, this.#size, stateKey, held, this.#now())
   }
 
   /** An operator changed these keys (here or on another instance). */

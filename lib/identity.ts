@@ -63,7 +63,9 @@ export function defaultKeyGenerator (opts: KeyHierarchyOptions): KeyGenerator {
     return addressless(request)
   }
   const byUserOrIp = (request: FastifyRequest): string => {
-    const user = asId(userId === undefined ? defaultUserId(request) : callbacks.run('userId', () => userId(request), () => undefined, request.log))
+    const user = asId(userId === undefined
+      ? defaultUserId(request)
+      : callbacks.run('userId', () => userId(request), () => undefined, request.log))
     return user !== undefined ? `user:${user}` : byAddress(request)
   }
   if (apiKeyHeader === false || verifyApiKey === undefined) {
@@ -101,12 +103,17 @@ export function mistakes (unverified: string | false): Mistakes {
       proxyKnown = true
       // `request.ips` is there only when trustProxy is on (a getter that reads the chain: asked once here).
       if (request.ips !== undefined) return
-      warn(request.log, 'UNTRUSTED_FORWARDED_FOR', 'rate-guard: a request came with X-Forwarded-For, but Fastify\'s trustProxy is off, so it does not trust its sender and request.ip is the address of the connection: if a proxy sent it, every client behind that proxy shares one budget. Give trustProxy the proxy\'s addresses, e.g. Fastify({ trustProxy: [\'10.0.0.0/8\'] })', { from: request.ip })
+      warn(request.log, 'UNTRUSTED_FORWARDED_FOR', 'rate-guard: a request came with X-Forwarded-For, but Fastify\'s trustProxy is ' +
+        'off, so it does not trust its sender and request.ip is the address of the connection: if a proxy sent it, every client ' +
+        'behind that proxy shares one budget. Give trustProxy the proxy\'s addresses, e.g. Fastify({ trustProxy: [\'10.0.0.0/8\'] })',
+      { from: request.ip })
     },
     apiKey (request) {
       if (apiKeySaid || request.headers[unverified as string] === undefined) return
       apiKeySaid = true
-      warn(request.log, 'UNVERIFIED_API_KEY', `rate-guard: a request came with ${String(unverified)}, but without verifyApiKey the API-key tier is off: clients are told apart by user or address, never by a key anyone can mint. Give verifyApiKey to key them by their verified API key, or apiKeyHeader: false to say the header is not for this`, { header: unverified })
+      warn(request.log, 'UNVERIFIED_API_KEY', `rate-guard: a request came with ${String(unverified)}, but without verifyApiKey the ` +
+        'API-key tier is off: clients are told apart by user or address, never by a key anyone can mint. Give verifyApiKey to key ' +
+        'them by their verified API key, or apiKeyHeader: false to say the header is not for this', { header: unverified })
     }
   }
 }

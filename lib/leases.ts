@@ -27,7 +27,10 @@ export interface SlotRequest {
   readonly ban: BanPolicy | null
   readonly strikeWindowMs: number
   readonly failMode: FailMode
-  /** Redis did not decide the request's rate limits (`failMode: 'local'` did, or there is no Redis): its slots are taken in process, Redis not asked. */
+  /**
+   * Redis did not decide the request's rate limits (`failMode: 'local'` did, or there is no Redis): its slots are taken
+   * in process, Redis not asked.
+   */
   readonly failed: boolean
 }
 
@@ -63,7 +66,8 @@ export class Leases {
   /** Takes `request`'s slots, or says why not. */
   acquire ({ failed, ...request }: SlotRequest, log: FastifyBaseLogger): Slots | PromiseLike<Slots> {
     const input: LeaseInput = { ...request, id: `${this.#prefix}${(this.#counter++).toString(36)}` }
-    const holding: Holding = { key: input.keys.leases, algorithm: input.algorithm, id: input.id, units: input.units, leaseMs: input.leaseMs, store: this.#decider.store.leases }
+    const { keys, algorithm, id, units, leaseMs } = input
+    const holding: Holding = { key: keys.leases, algorithm, id, units, leaseMs, store: this.#decider.store.leases }
     // The store the answer came from (the in-process twin, under failMode 'local'), and Redis's call, if made.
     let on: Store | undefined
     let asked: Promise<Decision> | undefined
@@ -78,7 +82,8 @@ export class Leases {
       if (asked !== undefined && (on !== this.#decider.store || !('at' in answer))) {
         asked.then(late => { if (late.status === 'allowed') this.#call(() => holding.store.release(holding)) }, () => {})
       }
-      return { verdict: answer, release: answer.status === 'allowed' && on !== undefined ? this.#hold({ ...holding, store: on.leases }) : null }
+      const release = answer.status === 'allowed' && on !== undefined ? this.#hold({ ...holding, store: on.leases }) : null
+      return { verdict: answer, release }
     })
   }
 

@@ -83,12 +83,23 @@ export function createLimiters (timeout: number, hooksFor: (options: unknown, ca
   }
 }
 
-function result (key: Given, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number): Extract<RateLimitResult, { isAllowed: false }> {
+function result (
+  key: Given, verdict: Verdict, first: { burst: number, windowMs: number }, timeout: number
+): Extract<RateLimitResult, { isAllowed: false }> {
   const ttlOf = (ttl: number): { ttl: number, ttlInSeconds: number } => ({ ttl, ttlInSeconds: seconds(ttl) })
   switch (verdict.status) {
     case 'unenforced':
       // Redis could not decide and failMode let the request through: nothing is known of the count.
-      return { isAllowed: false, key: key as string, max: first.burst, timeWindow: first.windowMs, remaining: first.burst, ...ttlOf(0), isExceeded: false, isBanned: false }
+      return {
+        isAllowed: false,
+        key: key as string,
+        max: first.burst,
+        timeWindow: first.windowMs,
+        remaining: first.burst,
+        ...ttlOf(0),
+        isExceeded: false,
+        isBanned: false
+      }
     case 'unavailable':
       // failMode 'closed': the check fails as the store did (theirs throws the store's error), for the app to answer.
       throw verdict.error ?? unavailableError(timeout)

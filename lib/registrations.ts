@@ -36,6 +36,9 @@ export interface Registrations {
   add (registration: Registration): void
 }
 
+/** The registrations' nameSpaces, for a message. */
+const nameSpacesOf = (registrations: readonly Registration[]): string => registrations.map(r => JSON.stringify(r.nameSpace)).join(', ')
+
 export function createRegistrations (): Registrations {
   const all: Registration[] = []
   const withBudget = (options: BudgetOptions | undefined, call: string): Registration => {
@@ -45,12 +48,16 @@ export function createRegistrations (): Registrations {
     if (found.length === 1) return found[0]!
     throw new InvalidOptionError(call, found.length === 0
       ? `no budget named ${JSON.stringify(name)}`
-      : `budget ${JSON.stringify(name)} is in ${found.length} registrations (nameSpaces ${found.map(r => JSON.stringify(r.nameSpace)).join(', ')}): choose one with fastify.rateGuard.of(nameSpace)`)
+      : `budget ${JSON.stringify(name)} is in ${found.length} registrations (nameSpaces ${nameSpacesOf(found)}): ` +
+        'choose one with fastify.rateGuard.of(nameSpace)')
   }
   const decorator: RateGuardDecorator = Object.freeze({
     async ban (key: string, duration: number | string) { await Promise.all(all.map(async r => await r.ban(key, duration))) },
     async unban (key: string | { keyHash: string }) { await Promise.all(all.map(async r => await r.unban(key))) },
-    async bans (options?: { limit?: number }) { return (await Promise.all(all.map(async r => await r.bans(options)))).flat().sort((a, b) => b.retryMs - a.retryMs).slice(0, options?.limit ?? 100) },
+    async bans (options?: { limit?: number }) {
+      const bans = (await Promise.all(all.map(async r => await r.bans(options)))).flat()
+      return bans.sort((a, b) => b.retryMs - a.retryMs).slice(0, options?.limit ?? 100)
+    },
     async reset (key: string) { await Promise.all(all.map(async r => await r.reset(key))) },
     async peek (key: string, options?: PeekOptions): Promise<PeekResult> { return await withBudget(options, 'peek').peek(key, options) },
     async setOverride (key: string, options: OverrideOptions) { await withBudget(options, 'setOverride').setOverride(key, options) },
@@ -61,7 +68,7 @@ export function createRegistrations (): Registrations {
       const found = all.filter(r => r.nameSpace === nameSpace)
       if (found.length === 1) return found[0]!
       throw new InvalidOptionError('of', found.length === 0
-        ? `no registration with nameSpace ${JSON.stringify(nameSpace)} here (registered: ${all.map(r => JSON.stringify(r.nameSpace)).join(', ')})`
+        ? `no registration with nameSpace ${JSON.stringify(nameSpace)} here (registered: ${nameSpacesOf(all)})`
         : `${found.length} registrations have nameSpace ${JSON.stringify(nameSpace)}: give each a nameSpace of its own to reach it`)
     }
   })
@@ -69,7 +76,8 @@ export function createRegistrations (): Registrations {
     decorator,
     check (nameSpace: string, remote: boolean) {
       if (remote && all.some(r => r.remote && r.nameSpace === nameSpace)) {
-        throw new InvalidOptionError('nameSpace', `${JSON.stringify(nameSpace)} is the nameSpace of the registration this one is inside: the routes of both would be counted twice on the same keys; give this one a nameSpace of its own`)
+        throw new InvalidOptionError('nameSpace', `${JSON.stringify(nameSpace)} is the nameSpace of the registration this one is ` +
+          'inside: the routes of both would be counted twice on the same keys; give this one a nameSpace of its own')
       }
     },
     add: registration => { all.push(Object.freeze(registration)) }

@@ -21,7 +21,9 @@ import { watchHandler } from './request/work.js'
 /** The hooks of a budget a route declares, with the route's options and its `config.rateLimit`. */
 type HooksFor = (made: RouteBudget, routeOptions: RouteOptions, config: object) => BudgetHooks
 
-export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pluginHooks: BudgetHooks, hooksFor: HooksFor, budgets: Budgets, warn: Warn): void {
+export function limitRoutes (
+  fastify: FastifyInstance, opts: ResolvedOptions, pluginHooks: BudgetHooks, hooksFor: HooksFor, budgets: Budgets, warn: Warn
+): void {
   // Unmatched URLs: a client known to be banned is refused there too, at no Redis call (a banned scanner
   // would otherwise probe them for free); to count them as well, the app puts fastify.rateLimit() on its
   // not-found handler.
@@ -33,7 +35,8 @@ export function limitRoutes (fastify: FastifyInstance, opts: ResolvedOptions, pl
     seen.add(routeOptions)
     // `rateLimit` beside `config`, not in it: Fastify keeps it and nobody reads it. Said, once per route.
     if ('rateLimit' in routeOptions) {
-      warn('RATE_LIMIT_BESIDE_CONFIG', `rate-guard: route ${routeOptions.url} gives rateLimit beside config, where it is not read: move it into config: { rateLimit: { ... } }`)
+      warn('RATE_LIMIT_BESIDE_CONFIG', `rate-guard: route ${routeOptions.url} gives rateLimit beside config, where it is not read: ` +
+        'move it into config: { rateLimit: { ... } }')
     }
     const config = routeOptions.config?.rateLimit
     // null, as in @fastify/rate-limit, is no configuration: the plugin's budget.
@@ -87,13 +90,17 @@ function unseen (fastify: FastifyInstance, opts: ResolvedOptions, seen: WeakSet<
   const named = [...names].filter(name => !(name.startsWith('HEAD ') && names.has(`GET ${name.slice(5)}`)))
   if (named.length === 0) return
   const more = named.length > NAMED ? ` and ${named.length - NAMED} more` : ''
-  warn('ROUTES_BEFORE_PLUGIN', `rate-guard: ${named.length} route(s) declared before the plugin was registered, never seen by it and so not limited: ${named.slice(0, NAMED).join(', ')}${more}. Register the plugin first, with await (await fastify.register(rateGuard, options)), then declare the routes and register the plugins that declare them`)
+  warn('ROUTES_BEFORE_PLUGIN', `rate-guard: ${named.length} route(s) declared before the plugin was registered, never seen by it ` +
+    `and so not limited: ${named.slice(0, NAMED).join(', ')}${more}. Register the plugin first, with await (await ` +
+    'fastify.register(rateGuard, options)), then declare the routes and register the plugins that declare them')
 }
 
 /** A route that settles by itself (countWhen, settle, refundAborted) gets the hooks that do it; others none. */
 function settling (routeOptions: RouteOptions, route: ResolvedRoute, callbacks: Callbacks): void {
   if (!settlesItself(route)) return
-  if (route.countWhen !== undefined || route.settle !== undefined) appendHook(routeOptions, 'onResponse', settleOnResponse(route, callbacks))
+  if (route.countWhen !== undefined || route.settle !== undefined) {
+    appendHook(routeOptions, 'onResponse', settleOnResponse(route, callbacks))
+  }
   if (route.refundAborted) {
     // After every other preHandler, the rate limiter's own included: the handler starts when it runs.
     appendHook(routeOptions, 'preHandler', handlerStarts)
@@ -107,7 +114,8 @@ function settling (routeOptions: RouteOptions, route: ResolvedRoute, callbacks: 
  */
 function addHook (routeOptions: RouteOptions, hook: HookName, rateGuard: RequestHook): void {
   const fn = hook === 'preParsing'
-    ? (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: (err?: Error) => void): void => rateGuard(request, reply, done)
+    ? (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: (err?: Error) => void): void =>
+        rateGuard(request, reply, done)
     : rateGuard
   appendHook(routeOptions, hook, fn)
 }

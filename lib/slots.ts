@@ -18,7 +18,10 @@ export function slotOf (tag: string): number {
   return crc & (SLOTS - 1)
 }
 
-/** The slot of a key, as Redis Cluster computes it: its hash tag's (the text between its first `{` and the next `}`, when not empty), else the whole key's. */
+/**
+ * The slot of a key, as Redis Cluster computes it: its hash tag's (the text between its first `{` and the next `}`, when
+ * not empty), else the whole key's.
+ */
 export function keySlot (key: string): number {
   const open = key.indexOf('{')
   const close = open === -1 ? -1 : key.indexOf('}', open + 1)

@@ -12,7 +12,10 @@ export interface StatsSnapshot {
   readonly ghosts: number
 }
 
-const OUTCOMES: readonly Outcome[] = ['allowed', 'limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full', 'unenforced', 'unavailable', 'shadow-limited', 'shadow-banned', 'shadow-ban-started']
+const OUTCOMES: readonly Outcome[] = [
+  'allowed', 'limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full', 'unenforced', 'unavailable',
+  'shadow-limited', 'shadow-banned', 'shadow-ban-started'
+]
 
 /** One registration's decisions by outcome, counted in this process (one increment a decision). */
 export class DecisionStats {
@@ -36,7 +39,8 @@ export class DecisionStats {
 
 /** Several registrations' snapshots as one: counts added, from the earliest start. */
 export function combined (snapshots: readonly StatsSnapshot[]): StatsSnapshot {
-  const decisions = Object.fromEntries(OUTCOMES.map(outcome => [outcome, snapshots.reduce((sum, s) => sum + s.decisions[outcome], 0)])) as Record<Outcome, number>
+  const decisions = Object.fromEntries(OUTCOMES.map(outcome =>
+    [outcome, snapshots.reduce((sum, s) => sum + s.decisions[outcome], 0)])) as Record<Outcome, number>
   const since = snapshots.map(s => s.since).sort()[0]!
   return { since, decisions, ghosts: snapshots.reduce((sum, s) => sum + s.ghosts, 0) }
 }

@@ -11,7 +11,10 @@ import { warn } from './warnings.js'
 // Faults in how Redis is set up (no permission, a wrong password, a foreign value at our key, a broken script): they will not
 // pass by themselves, so they are logged as errors and do not trip the breaker, since Redis did answer.
 // Everything else (connection lost, deadline, BUSY, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY, OOM, …) passes.
-const PERMANENT = /^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)|^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)/
+const PERMANENT = new RegExp([
+  '^(NOPERM|NOAUTH|WRONGPASS|WRONGTYPE|FST_RATE_GUARD_INVALID_REPLY)',
+  String.raw`^ERR (?!.*\b(OOM|BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|READONLY|MASTERDOWN)\b)`
+].join('|'))
 
 /** Redis trouble is logged at most once per this many ms, with the count of what was held back. */
 export const TROUBLE_LOG_INTERVAL = 10_000

@@ -70,7 +70,7 @@ export type MaxFunction = (request: FastifyRequest, key: string) => Awaitable<nu
 /** A window computed per request; one that fails is replaced as a failing `MaxFunction` is (the plugin's window, or a minute). */
 export type TimeWindowFunction = (request: FastifyRequest, key: string) => Awaitable<number | string>
 export type AllowListFunction = (request: FastifyRequest, key: string) => Awaitable<boolean>
-/** A request's units: a positive integer. One that fails (or gives no positive integer) counts the request at 1, whatever the `failMode`. */
+/** A request's units: a positive integer. One that fails (or gives no positive integer) counts the request at 1, whatever `failMode`. */
 export type CostFunction = (request: FastifyRequest, key: string) => Awaitable<number>
 /** After the response: whether the request counts (`countWhen`), or what it finally costs (`settle`, units). */
 export type CountWhenFunction = (request: FastifyRequest, reply: FastifyReply) => Awaitable<boolean>
@@ -88,7 +88,7 @@ export interface BanInfo {
   offence: number
   shadow: boolean
 }
-/** `'enforce'` refuses; `'shadow'` decides and counts the same, but lets every request through; `'report'` enforces and logs each refusal. */
+/** `'enforce'` refuses; `'shadow'` decides and counts the same but lets all requests through; `'report'` enforces and logs each refusal. */
 export type Mode = 'enforce' | 'shadow' | 'report'
 export type BanCallback = (request: FastifyRequest, key: string, ban: BanInfo) => void
 export type HookName = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
@@ -196,12 +196,12 @@ export interface RouteRateLimitOptions {
   legacyHeaders?: boolean
   standardHeaders?: false | 'draft-10'
   /** Per-header switches on refusals: `{ 'x-ratelimit-reset': false, 'retry-after': false }` (draft names with `enableDraftSpec`). */
-  addHeaders?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset' | 'retry-after', boolean>>
+  addHeaders?: Partial<Record<`${'x-' | ''}ratelimit-${'limit' | 'remaining' | 'reset'}` | 'retry-after', boolean>>
   /** Per-header switches on allowed requests. */
-  addHeadersOnExceeding?: Partial<Record<'x-ratelimit-limit' | 'x-ratelimit-remaining' | 'x-ratelimit-reset' | 'ratelimit-limit' | 'ratelimit-remaining' | 'ratelimit-reset', boolean>>
+  addHeadersOnExceeding?: Partial<Record<`${'x-' | ''}ratelimit-${'limit' | 'remaining' | 'reset'}`, boolean>>
   /** The hook that limits: `'onRequest'` (default), or later, once the request is authenticated or parsed. */
   hook?: HookName
-  /** What decides when Redis cannot in time: `'closed'` (default, as `@fastify/rate-limit`) answers 503, `'open'` lets the request through, `'local'` counts in process. */
+  /** When Redis cannot decide in time: `'closed'` (default) answers 503, `'open'` lets the request through, `'local'` counts in process. */
   failMode?: FailMode
   /** `@fastify/rate-limit`'s spelling: true is `failMode: 'open'`, false is `failMode: 'closed'`. */
   skipOnError?: boolean
@@ -270,13 +270,13 @@ export interface BreakerOptions {
 }
 
 export interface RateGuardOptions extends RouteRateLimitOptions {
-  /** A client you lend, a URL, or the URLs of Redis Cluster nodes (a client is made with fail-fast options); null, as `@fastify/rate-limit`'s default, is none. */
+  /** A client you lend, a URL, or Cluster nodes' URLs (a client is made, failing fast); null, `@fastify/rate-limit`'s default, is none. */
   redis?: RedisLike | string | readonly string[] | null
   global?: boolean
   nameSpace?: string
-  /** Send the three fields as `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (an IETF draft, as `@fastify/rate-limit` does) instead of `X-RateLimit-*`. */
+  /** The three fields as `RateLimit-Limit`, `-Remaining`, `-Reset` (an IETF draft, as `@fastify/rate-limit` does), not `X-RateLimit-*`. */
   enableDraftSpec?: boolean
-  /** How long Redis has to answer a decision (ms, 1 to 60,000) before `failMode` decides; time the request waits for the app's own event loop is not counted. */
+  /** How long Redis has to answer a decision (ms, 1 to 60,000) before `failMode` decides; the app's own event-loop delay is not counted. */
   timeout?: number
   /**
    * Whose clock decides: `'redis'` (default), Redis's `TIME`, one clock for every instance; `'app'`, each

@@ -82,7 +82,10 @@ export const fixedWindow: Step = {
     limits.forEach(({ windowMs }, index) => {
       const window = windows[index]!
       if (ahead[index] === 0) store(hash, index + 1, window, window.count + cost)
-      else hash.fields.set(`s${index + 1}`, window.start + windowMs).set(`c${index + 1}`, window.waiting + cost).set(`o${index + 1}`, window.count)
+      else {
+        hash.fields.set(`s${index + 1}`, window.start + windowMs).set(`c${index + 1}`, window.waiting + cost)
+          .set(`o${index + 1}`, window.count)
+      }
       ttl = Math.max(ttl, window.start + ahead[index]! + windowMs - now)
     })
     keep(hash, now, ttl)

@@ -63,7 +63,9 @@ export function quotasFit (state: State | undefined, quotas: readonly Quota[], n
 }
 
 /** Counts `cost` on every quota (`entries`, as quotasFit filled them, say so after): the state to keep. */
-export function quotasCount (state: State | undefined, quotas: readonly Quota[], now: number, entries: readonly Entry[], cost: number): Fields {
+export function quotasCount (
+  state: State | undefined, quotas: readonly Quota[], now: number, entries: readonly Entry[], cost: number
+): Fields {
   const hash = fieldsOf(state)
   let ttl = 0
   quotas.forEach(({ start, finish }, index) => {
@@ -83,7 +85,9 @@ export function quotasCount (state: State | undefined, quotas: readonly Quota[],
  * The request counted at `at` for `cost` units counts `final` instead (0: given back), in the period it was
  * counted in; once that period is over, nothing changes. `most`: the largest capacity of the budget's limits.
  */
-export function quotasSettle (state: State | undefined, quotas: readonly Quota[], most: number, at: number, now: number, cost: number, final: number): void {
+export function quotasSettle (
+  state: State | undefined, quotas: readonly Quota[], most: number, at: number, now: number, cost: number, final: number
+): void {
   const { fields } = fieldsOf(state)
   quotas.forEach(({ max, start }, index) => {
     // s<j> and c<j> are written together: a period counted has its count.

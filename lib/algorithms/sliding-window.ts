@@ -91,7 +91,9 @@ export const slidingWindow: Step = {
     const at = now + wait
     // Each limit counts it in the window that holds `at`: this one, or the next, one window ahead at most.
     const ahead = limits.map(({ windowMs }, index) => at - at % windowMs - counters[index]!.start)
-    if (!limits.every(({ windowMs }, index) => ahead[index] === 0 || (ahead[index] === windowMs && counters[index]!.next < maxQueue))) return false
+    const fits = limits.every(({ windowMs }, index) =>
+      ahead[index] === 0 || (ahead[index] === windowMs && counters[index]!.next < maxQueue))
+    if (!fits) return false
     let ttl = 0
     limits.forEach(({ windowMs }, index) => {
       const c = counters[index]!
@@ -116,7 +118,9 @@ export const slidingWindow: Step = {
       const start = at - at % window
       const w = fields.get(`w${i}`)
       // The window it was counted in: the latest, the one before it, or (requests wait for the next) the one before that.
-      const name = w === start ? `c${i}` : w === start + window ? `p${i}` : w !== undefined && w === start + 2 * window && w > now ? `o${i}` : undefined
+      const name = w === start
+        ? `c${i}`
+        : w === start + window ? `p${i}` : w !== undefined && w === start + 2 * window && w > now ? `o${i}` : undefined
       const n = name === undefined ? undefined : fields.get(name)
       const ceiling = Math.min(max + most, Math.floor(2 ** 51 / window))
       if (name !== undefined && n !== undefined && n > 0) fields.set(name, n + moved(n, final - cost, ceiling))

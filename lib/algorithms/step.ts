@@ -66,7 +66,9 @@ export interface Step {
    * (ahead of the clock; `entries` then say what its limits will be when the wait ends), unless `maxQueue`
    * requests of the state wait already (false).
    */
-  reserve: (state: State | undefined, limits: readonly Limit[], now: number, cost: number, wait: number, maxQueue: number, entries: Entry[]) => boolean
+  reserve: (
+    state: State | undefined, limits: readonly Limit[], now: number, cost: number, wait: number, maxQueue: number, entries: Entry[]
+  ) => boolean
 }
 
 /**

@@ -71,7 +71,9 @@ export const tokenBucket: Step = {
     const hash = state as Fields
     const ahead = limits.map(({ max }, index) => ticksAhead(hash, index + 1, now, max))
     // As in the script: not when a limit owes maxQueue units already.
-    if (limits.some(({ windowMs, burst }, index) => ahead[index]! - burst * windowMs > 0 && ceildiv(ahead[index]! - burst * windowMs, windowMs) >= maxQueue)) return false
+    const owes = limits.some(({ windowMs, burst }, index) =>
+      ahead[index]! - burst * windowMs > 0 && ceildiv(ahead[index]! - burst * windowMs, windowMs) >= maxQueue)
+    if (owes) return false
     let ttl = 0
     limits.forEach(({ max, windowMs }, index) => {
       const tat = ahead[index]! + cost * windowMs

@@ -11,7 +11,7 @@
 import diagnostics from 'node:diagnostics_channel'
 import { performance } from 'node:perf_hooks'
 import { SpanKind, SpanStatusCode, metrics, trace } from '@opentelemetry/api'
-import type { Meter, Span, Tracer } from '@opentelemetry/api'
+import type { Histogram, Meter, Span, Tracer } from '@opentelemetry/api'
 import { CHANNELS } from '../channels.js'
 import type { DecisionMessage, RedisCallContext } from '../channels.js'
 
@@ -45,9 +45,21 @@ export function instrumentRateGuard ({
       'rate_guard.outcome': outcome
     })
   }
+  const handlers = callSpans(tracer, duration)
+  const tracing = diagnostics.tracingChannel<unknown, CallContext>(CHANNELS.redis)
+  diagnostics.subscribe(CHANNELS.decision, onDecision)
+  tracing.subscribe(handlers)
+  return () => {
+    diagnostics.unsubscribe(CHANNELS.decision, onDecision)
+    tracing.unsubscribe(handlers)
+  }
+}
+
+/** The redis channel's handlers: a span for each script call, and its duration recorded in `duration`. */
+function callSpans (tracer: Tracer, duration: Histogram): diagnostics.TracingChannelSubscribers<CallContext> {
   // The TracingChannel's context object travels from start to asyncEnd: the span rides on it.
   const calls = new WeakMap<object, { span: Span, started: number }>()
-  const handlers = {
+  return {
     start: (context: CallContext) => {
       const span = tracer.startSpan(`rate-guard ${context.mode}`, {
         kind: SpanKind.CLIENT,
@@ -78,12 +90,5 @@ export function instrumentRateGuard ({
       if (context.error !== undefined) call?.span.recordException(context.error)
       call?.span.setStatus({ code: SpanStatusCode.ERROR, message: context.error?.message })
     }
-  }
-  const tracing = diagnostics.tracingChannel<unknown, CallContext>(CHANNELS.redis)
-  diagnostics.subscribe(CHANNELS.decision, onDecision)
-  tracing.subscribe(handlers)
-  return () => {
-    diagnostics.unsubscribe(CHANNELS.decision, onDecision)
-    tracing.unsubscribe(handlers)
   }
 }

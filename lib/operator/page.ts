@@ -203,41 +203,14 @@ interface PageOptions {
 
 async function page (app: FastifyInstance, { credentials, device, loginKey, refused, clientNames }: PageOptions): Promise<void> {
   const login = loginConfig(loginKey)
-  const basic = Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')
-  const expected = Buffer.from(`Basic ${basic}`)
   const series = new DecisionSeries()
-  const onDecision = (message: unknown): void => {
-    const decision = message as DecisionMessage
-    const { outcome, keyHash, keyKind } = decision
-    // The page's own polling is no traffic of the app's: only its refused logins are charted.
-    if (decision.budget !== PAGE_BUDGET || REFUSED.has(outcome)) series.count(decision)
-    if (!REFUSED.has(outcome) || keyHash === undefined) return
-    if (refused.size >= TRACKED && !refused.has(keyHash)) refused.clear()
-    const seen = refused.get(keyHash) ?? { keyHash, keyKind, refused: 0 }
-    seen.refused++
-    refused.set(keyHash, seen)
-  }
-  diagnostics.subscribe(CHANNELS.decision, onDecision)
-  app.addHook('onClose', async () => { diagnostics.unsubscribe(CHANNELS.decision, onDecision) })
+  countDecisions(app, series, refused)
 
   // Every response of the page's routes (this plugin is encapsulated): the page, its JSON, 401, 403, 429.
   app.addHook('onSend', async (_request, reply) => { reply.headers(SECURITY_HEADERS) })
 
   // The rate guard's hook is the route's onRequest; these run after it (and before the body is parsed).
-  const authenticate: preParsingAsyncHookHandler = async (request, reply) => {
-    const given = Buffer.from(request.headers.authorization ?? '')
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      return await reply.code(401).header('www-authenticate', 'Basic realm="rate-guard"')
-        .send({ error: 'operators only' })
-    }
-    // Logged in: this browser is the operator's from now on (its failed logins its own, see the top).
-    if (device.deviceOf(request) === undefined) {
-      const secure = request.protocol === 'https' ? '; Secure' : ''
-      const attributes = `Path=/rate-guard; Max-Age=${DEVICE_MAX_AGE_S}; HttpOnly; SameSite=Strict${secure}`
-      reply.header('set-cookie', `${DEVICE_COOKIE}=${device.issue()}; ${attributes}`)
-    }
-  }
-  const preParsing = [sameOrigin, authenticate]
+  const preParsing = [sameOrigin, authenticator(credentials, device)]
 
   app.get('/rate-guard', { config: login, preParsing },
     async (_request, reply) => await reply.type('text/html; charset=utf-8').send(PAGE))
@@ -263,6 +236,48 @@ async function page (app: FastifyInstance, { credentials, device, loginKey, refu
     refused.delete(keyHash)
     return { unbanned: keyHash }
   })
+}
+
+/**
+ * Counts this instance's decisions, from the decision channel until the app closes: each in `series` (but the
+ * page's own allowed polling), and each refused client in `refused` (TRACKED at most, then they start over).
+ */
+function countDecisions (app: FastifyInstance, series: DecisionSeries, refused: Refused): void {
+  const onDecision = (message: unknown): void => {
+    const decision = message as DecisionMessage
+    const { outcome, keyHash, keyKind } = decision
+    // The page's own polling is no traffic of the app's: only its refused logins are charted.
+    if (decision.budget !== PAGE_BUDGET || REFUSED.has(outcome)) series.count(decision)
+    if (!REFUSED.has(outcome) || keyHash === undefined) return
+    if (refused.size >= TRACKED && !refused.has(keyHash)) refused.clear()
+    const seen = refused.get(keyHash) ?? { keyHash, keyKind, refused: 0 }
+    seen.refused++
+    refused.set(keyHash, seen)
+  }
+  diagnostics.subscribe(CHANNELS.decision, onDecision)
+  app.addHook('onClose', async () => { diagnostics.unsubscribe(CHANNELS.decision, onDecision) })
+}
+
+/**
+ * The login check: a request without the operator's credentials gets a 401 asking for them; a browser that
+ * gives them and carries no valid device cookie is given one.
+ */
+function authenticator (credentials: Credentials, device: Devices): preParsingAsyncHookHandler {
+  const basic = Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')
+  const expected = Buffer.from(`Basic ${basic}`)
+  return async (request, reply) => {
+    const given = Buffer.from(request.headers.authorization ?? '')
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      return await reply.code(401).header('www-authenticate', 'Basic realm="rate-guard"')
+        .send({ error: 'operators only' })
+    }
+    // Logged in: this browser is the operator's from now on (its failed logins its own, see the top).
+    if (device.deviceOf(request) === undefined) {
+      const secure = request.protocol === 'https' ? '; Secure' : ''
+      const attributes = `Path=/rate-guard; Max-Age=${DEVICE_MAX_AGE_S}; HttpOnly; SameSite=Strict${secure}`
+      reply.header('set-cookie', `${DEVICE_COOKIE}=${device.issue()}; ${attributes}`)
+    }
+  }
 }
 
 /**

@@ -28,12 +28,10 @@ export interface PrometheusOptions {
 
 const BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5]
 
-/**
- * Subscribes the rate guard's metrics to its diagnostics channels, in `registry`; returns a function that
- * unsubscribes them all.
- */
-export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['rate-guard:'] }: PrometheusOptions = {}):
-() => void {
+/** The rate guard's four metrics, in `registry`. */
+function metricsIn (registry: Registry): {
+  decisions: client.Counter, calls: client.Histogram, breaker: client.Gauge, trouble: client.Counter
+} {
   const registers = [registry]
   const decisions = new client.Counter({
     name: 'rate_guard_decisions_total',
@@ -57,7 +55,32 @@ export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['ra
     labelNames: ['namespace'],
     registers
   })
+  return { decisions, calls, breaker, trouble }
+}
 
+/** The redis channel's handlers that time each script call into `calls`. */
+function callTimer (calls: client.Histogram): diagnostics.TracingChannelSubscribers<RedisCallContext & object> {
+  // The TracingChannel's context object travels from start to asyncEnd: the call's start time rides on it.
+  const started = new WeakMap<object, number>()
+  return {
+    start: (context: RedisCallContext) => { started.set(context, performance.now()) },
+    end: () => {},
+    asyncStart: () => {},
+    asyncEnd: (context: RedisCallContext) => {
+      const seconds = (performance.now() - (started.get(context) ?? performance.now())) / 1000
+      calls.observe({ namespace: context.nameSpace, mode: context.mode, algorithm: context.algorithm }, seconds)
+    },
+    error: () => {}
+  }
+}
+
+/**
+ * Subscribes the rate guard's metrics to its diagnostics channels, in `registry`; returns a function that
+ * unsubscribes them all.
+ */
+export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['rate-guard:'] }: PrometheusOptions = {}):
+() => void {
+  const { decisions, calls, breaker, trouble } = metricsIn(registry)
   const seen = new Set<string>()
   const start = (namespace: string): void => {
     if (seen.has(namespace)) return
@@ -77,19 +100,8 @@ export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['ra
     breaker.set({ namespace: nameSpace }, state === 'open' ? 1 : 0)
   }
   const onTrouble = (message: unknown): void => { trouble.inc({ namespace: (message as TroubleMessage).nameSpace }) }
-  // The TracingChannel's context object travels from start to asyncEnd: the call's start time rides on it.
-  const started = new WeakMap<object, number>()
   const tracing = diagnostics.tracingChannel<unknown, RedisCallContext & object>(CHANNELS.redis)
-  const handlers = {
-    start: (context: RedisCallContext) => { started.set(context, performance.now()) },
-    end: () => {},
-    asyncStart: () => {},
-    asyncEnd: (context: RedisCallContext) => {
-      const seconds = (performance.now() - (started.get(context) ?? performance.now())) / 1000
-      calls.observe({ namespace: context.nameSpace, mode: context.mode, algorithm: context.algorithm }, seconds)
-    },
-    error: () => {}
-  }
+  const handlers = callTimer(calls)
   diagnostics.subscribe(CHANNELS.decision, onDecision)
   diagnostics.subscribe(CHANNELS.breaker, onBreaker)
   diagnostics.subscribe(CHANNELS.trouble, onTrouble)

@@ -40,7 +40,11 @@ export const SCRIPT: string = `
   const url = path => new URL(path, here).href
   let last = null
   let notice = ''
-  const COLORS = { allowed: '#2e7d32', limited: '#e08a00', banned: '#c62828', 'ban-started': '#7b1fa2', 'too-costly': '#6d4c41', 'in-flight': '#00838f', 'waiting-full': '#00695c', unenforced: '#0277bd', unavailable: '#37474f', 'shadow-limited': '#d4b106', 'shadow-banned': '#ef8a80', 'shadow-ban-started': '#b39ddb' }
+  const COLORS = {
+    allowed: '#2e7d32', limited: '#e08a00', banned: '#c62828', 'ban-started': '#7b1fa2', 'too-costly': '#6d4c41',
+    'in-flight': '#00838f', 'waiting-full': '#00695c', unenforced: '#0277bd', unavailable: '#37474f',
+    'shadow-limited': '#d4b106', 'shadow-banned': '#ef8a80', 'shadow-ban-started': '#b39ddb'
+  }
   const colorOf = outcome => COLORS[outcome] ?? '#888'
   const SVG = 'http://www.w3.org/2000/svg'
   const svg = (name, attributes, text) => {
@@ -49,7 +53,12 @@ export const SCRIPT: string = `
     if (text !== undefined) node.textContent = text
     return node
   }
-  const cell = (text, className) => { const td = document.createElement('td'); td.textContent = text; if (className) td.className = className; return td }
+  const cell = (text, className) => {
+    const td = document.createElement('td')
+    td.textContent = text
+    if (className) td.className = className
+    return td
+  }
   const fill = (id, rows, columns) => {
     const body = document.getElementById(id)
     body.replaceChildren()
@@ -57,7 +66,8 @@ export const SCRIPT: string = `
     for (const row of rows) body.append(row)
   }
   const row = (...cells) => { const tr = document.createElement('tr'); tr.append(...cells); return tr }
-  const left = ms => ms >= 3600000 ? Math.round(ms / 3600000) + ' h' : ms >= 60000 ? Math.round(ms / 60000) + ' min' : Math.ceil(ms / 1000) + ' s'
+  const left = ms =>
+    ms >= 3600000 ? Math.round(ms / 3600000) + ' h' : ms >= 60000 ? Math.round(ms / 60000) + ' min' : Math.ceil(ms / 1000) + ' s'
   const rate = n => n >= 10 ? n.toFixed(0) : n.toFixed(1)
   const status = (text, failed) => {
     const line = document.getElementById('status')
@@ -100,7 +110,9 @@ export const SCRIPT: string = `
     }
     for (const [outcome, values] of lines) {
       const points = values.map((v, i) => x(i).toFixed(1) + ',' + y(v).toFixed(1)).join(' ')
-      const line = svg('polyline', { points, fill: 'none', stroke: colorOf(outcome), 'stroke-width': 1.6, 'stroke-linejoin': 'round', 'data-outcome': outcome })
+      const line = svg('polyline', {
+        points, fill: 'none', stroke: colorOf(outcome), 'stroke-width': 1.6, 'stroke-linejoin': 'round', 'data-outcome': outcome
+      })
       line.append(svg('title', {}, outcome))
       node.append(line)
     }
@@ -114,7 +126,11 @@ export const SCRIPT: string = `
       throw new Error('the server could not be reached (' + err.message + ')')
     }
     if (!response.ok) {
-      const why = response.status === 401 ? ': log in again (reload the page)' : response.status === 403 ? ': refused (too many failed logins from here, or another origin)' : response.status === 429 ? ': too many requests' : ''
+      const why = response.status === 401
+        ? ': log in again (reload the page)'
+        : response.status === 403
+          ? ': refused (too many failed logins from here, or another origin)'
+          : response.status === 429 ? ': too many requests' : ''
       throw new Error('the server answered ' + response.status + why)
     }
     return await response.json()
@@ -130,7 +146,8 @@ export const SCRIPT: string = `
   }
   async function refresh () {
     const data = await ask('/rate-guard/data')
-    const outcomes = Object.keys(data.stats.decisions).filter(outcome => data.stats.decisions[outcome] > 0 || outcome in data.series.outcomes)
+    const outcomes = Object.keys(data.stats.decisions)
+      .filter(outcome => data.stats.decisions[outcome] > 0 || outcome in data.series.outcomes)
     chart(data.series, outcomes)
     fill('rates', outcomes.map(outcome => {
       const n = data.stats.decisions[outcome]
@@ -167,7 +184,10 @@ export const SCRIPT: string = `
     status('live, ' + new Date(data.at).toLocaleTimeString() + (notice === '' ? '' : '; ' + notice), notice !== '')
   }
   // What failed, and since when the page shows old data (it stays, marked by this line), until a poll works.
-  const failed = err => status('not live: ' + err.message + (last ? '; showing ' + new Date(last.at).toLocaleTimeString() : '') + '; retrying each second', true)
+  const failed = err => {
+    const showing = last ? '; showing ' + new Date(last.at).toLocaleTimeString() : ''
+    status('not live: ' + err.message + showing + '; retrying each second', true)
+  }
   // The next poll a second after the last answer, never on top of it: a client's requests in flight hold its
   // budget of failed logins until they are answered (the page has two at most: a poll and an unban).
   const poll = () => refresh().catch(failed).then(() => setTimeout(poll, 1000))
@@ -188,11 +208,14 @@ export const PAGE: string = `<!doctype html>
 <svg id="chart" viewBox="0 0 760 240" role="img" aria-label="decisions per second by outcome, the last ${SECONDS / 60} minutes"></svg>
 <table><thead><tr><th></th><th>outcome</th><th>per second</th><th>since start</th></tr></thead><tbody id="rates"></tbody></table>
 <h2>By budget (the last ${RECENT} seconds)</h2>
-<table><thead><tr><th>budget</th><th>per second</th><th>refused per second</th><th>decisions, last ${SECONDS / 60} min</th></tr></thead><tbody id="budgets"></tbody></table>
+<table><thead><tr><th>budget</th><th>per second</th><th>refused per second</th><th>decisions, last ${SECONDS / 60} min</th></tr></thead>
+<tbody id="budgets"></tbody></table>
 <h2>Clients refused most</h2>
-<table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>kind</th><th>refusals</th></tr></thead><tbody id="top"></tbody></table>
+<table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>kind</th><th>refusals</th></tr></thead>
+<tbody id="top"></tbody></table>
 <h2>Active bans</h2>
-<table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>time left</th><th></th></tr></thead><tbody id="bans"></tbody></table>
+<table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>time left</th><th></th></tr></thead>
+<tbody id="bans"></tbody></table>
 <script>${SCRIPT}</script>
 </body>
 </html>

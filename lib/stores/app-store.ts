@@ -22,7 +22,10 @@ export class TheirBudget {
   readonly #timeout: number
   readonly #failed: Failed
 
-  /** `timeout`: how long the store has (`callbackTimeout`); `failed`: what decides when it fails or is later (`failMode`, the error reported). */
+  /**
+   * `timeout`: how long the store has (`callbackTimeout`); `failed`: what decides when it fails or is later (`failMode`,
+   * the error reported).
+   */
   /** `banDenials`: their `ban: N` (denials past the limit answered 403), or none. */
   constructor (store: TheirStore, banDenials: number | null, timeout: number, failed: Failed) {
     this.#store = store

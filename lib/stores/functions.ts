@@ -48,7 +48,8 @@ export function libraryOf (sources: readonly FunctionSource[]): Library {
     const text = lua.split('\n')
     const crossSlot = text[0] === CROSS_SLOT
     functions.set(command, `${command}_${version}`)
-    lines.push(`redis.register_function{function_name='${command}_${version}', flags={${crossSlot ? "'allow-cross-slot-keys'" : ''}}, callback=function (KEYS, ARGV)`)
+    const flags = crossSlot ? "'allow-cross-slot-keys'" : ''
+    lines.push(`redis.register_function{function_name='${command}_${version}', flags={${flags}}, callback=function (KEYS, ARGV)`)
     first.set(command, lines.length + 1)
     for (const [i, line] of text.entries()) lines.push((i === 0 && crossSlot) || /^\s*--/.test(line) ? '' : line)
     lines.push('end}')
@@ -62,7 +63,9 @@ const LIBRARY_LINE = /(@?)user_function: ?(\d+)/g
 /** `text` with each library line of `command`'s function named as that function's text's line (`user_script:<line>`). */
 export function functionLines (library: Library, command: string, text: string): string {
   const first = library.first.get(command)
-  return first === undefined ? text : text.replace(LIBRARY_LINE, (_, at: string, line: string) => `${at}user_script:${Number(line) - first + 1}`)
+  return first === undefined
+    ? text
+    : text.replace(LIBRARY_LINE, (_, at: string, line: string) => `${at}user_script:${Number(line) - first + 1}`)
 }
 
 /** Whether the functions are called: not yet (`'evalsha'` meanwhile), yes, or never on this server (`'refused'`). */

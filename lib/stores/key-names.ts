@@ -25,7 +25,8 @@ export function hashIdentity (key: string): string {
  */
 export function keyHash (key: string | number): string {
   if (typeof key === 'number' ? !Number.isFinite(key) : typeof key !== 'string') {
-    throw new InvalidOptionError('keyHash', `expected a key as the key generator makes it (a string or a finite number), got ${typeof key === 'number' ? String(key) : typeof key}`)
+    const got = typeof key === 'number' ? String(key) : typeof key
+    throw new InvalidOptionError('keyHash', `expected a key as the key generator makes it (a string or a finite number), got ${got}`)
   }
   return hashIdentity(String(key))
 }
@@ -128,12 +129,16 @@ export interface IdentityKeys {
  * per identity, so a ban holds on every route of the registration. Shadow mode's (`family: 'shadow'`) are
  * the same under `…:shadow:` (`…{<hash>}:shadow:banned`), but the override, which an operator sets for both.
  */
-export function identityKeys (nameSpace: string, scope: string, key: string, algorithm: Algorithm = DEFAULT_ALGORITHM, family: Family = 'enforce'): IdentityKeys {
+export function identityKeys (
+  nameSpace: string, scope: string, key: string, algorithm: Algorithm = DEFAULT_ALGORITHM, family: Family = 'enforce'
+): IdentityKeys {
   return keysUnder(`${nameSpace}{${hashIdentity(key)}}:`, scope, algorithm, family)
 }
 
 /** The keys of the identity whose hash is `hash` (what `bans()` lists): as `identityKeys` makes them from its key. */
-export function hashedKeys (nameSpace: string, hash: string, scope = GLOBAL_SCOPE, algorithm: Algorithm = DEFAULT_ALGORITHM, family: Family = 'enforce'): IdentityKeys {
+export function hashedKeys (
+  nameSpace: string, hash: string, scope = GLOBAL_SCOPE, algorithm: Algorithm = DEFAULT_ALGORITHM, family: Family = 'enforce'
+): IdentityKeys {
   return keysUnder(`${nameSpace}{${hash}}:`, scope, algorithm, family)
 }
 

@@ -13,7 +13,11 @@ import type { DecideInput } from './store.js'
  * ASKING, goes round), CROSSSLOT, or the one Redis raises inside a cross-slot script (lua/cross-slot.lua checks
  * every key before writing anything). None of them ran the script to its first write.
  */
-const ELSEWHERE = /^(MOVED|ASK|TRYAGAIN|CROSSSLOT)\b|^Too many Cluster redirections\. Last error: ReplyError: (MOVED|ASK|TRYAGAIN)\b|Script attempted to access a non local key/
+const ELSEWHERE = new RegExp([
+  String.raw`^(MOVED|ASK|TRYAGAIN|CROSSSLOT)\b`,
+  String.raw`^Too many Cluster redirections\. Last error: ReplyError: (MOVED|ASK|TRYAGAIN)\b`,
+  'Script attempted to access a non local key'
+].join('|'))
 /**
  * A cross-slot script refused as a script: a server that does not know script flags (Redis below 7.0 reads the
  * shebang as Lua, "unexpected symbol near '#'") or this one.

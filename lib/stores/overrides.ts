@@ -18,7 +18,8 @@ export function encodeQuota (max: number, j: number): string {
 
 /** The twin of the scripts' `parse`: the limits an override gives the algorithm. */
 export function parseLimits (text: string): Limit[] {
-  return [...text.matchAll(/(\d+) (\d+) (\d+)/g)].map(([, max, windowMs, burst]) => ({ max: Number(max), windowMs: Number(windowMs), burst: Number(burst) }))
+  return [...text.matchAll(/(\d+) (\d+) (\d+)/g)]
+    .map(([, max, windowMs, burst]) => ({ max: Number(max), windowMs: Number(windowMs), burst: Number(burst) }))
 }
 
 /**
@@ -26,7 +27,9 @@ export function parseLimits (text: string): Limit[] {
  * the algorithm's (the override's when it names any), and the calendar quotas (the last of `given`), with the
  * maxes it names; undefined when it names no limit.
  */
-export function limitsUnder (override: string | undefined, given: readonly Limit[], now: number): { stepLimits: readonly Limit[], quotas: readonly Quota[] } | undefined {
+export function limitsUnder (
+  override: string | undefined, given: readonly Limit[], now: number
+): { stepLimits: readonly Limit[], quotas: readonly Quota[] } | undefined {
   const quotas = quotasAt(given, now)
   const stepLimits = quotas.length === 0 ? given : given.slice(0, given.length - quotas.length)
   if (override === undefined) return { stepLimits, quotas }

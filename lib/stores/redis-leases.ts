@@ -14,7 +14,10 @@ export class RedisLeases implements LeaseStore {
   /** The ban index a ban started here is entered in (lib/stores/ban-index.ts). */
   readonly #index: (banned: string) => string
 
-  constructor (client: RedisLike, nameSpace: string, index: (banned: string) => string, clock: Clock = 'redis', locking: Locking = 'global', functions = true) {
+  constructor (
+    client: RedisLike, nameSpace: string, index: (banned: string) => string, clock: Clock = 'redis', locking: Locking = 'global',
+    functions = true
+  ) {
     this.#call = defineScript(client, LEASE_SCRIPT, clock, locking, functions)
     this.#nameSpace = nameSpace
     this.#index = index
@@ -46,10 +49,15 @@ export class RedisLeases implements LeaseStore {
 }
 
 /** The keys and arguments of lua/lease.lua taking `input`'s leases (its header): the number of keys first. */
-export function acquireArgs ({ keys, id, units, max, leaseMs, ban, strikeWindowMs }: LeaseInput, index: (banned: string) => string): Array<string | number> {
+export function acquireArgs (
+  { keys, id, units, max, leaseMs, ban, strikeWindowMs }: LeaseInput, index: (banned: string) => string
+): Array<string | number> {
   return ban === null
     ? [2, keys.leases, keys.banned, 'acquire', id, units, max, leaseMs]
-    : [5, keys.leases, keys.banned, keys.strikes, keys.offences, index(keys.banned), 'acquire', id, units, max, leaseMs, ban.threshold, ban.ladder.join(' '), ban.forgetMs, strikeWindowMs]
+    : [
+        5, keys.leases, keys.banned, keys.strikes, keys.offences, index(keys.banned),
+        'acquire', id, units, max, leaseMs, ban.threshold, ban.ladder.join(' '), ban.forgetMs, strikeWindowMs
+      ]
 }
 
 export function releaseArgs ({ key, id, units }: Held): Array<string | number> {

@@ -20,7 +20,9 @@ function integer (value: unknown): number {
 export function bannedDecision (limits: readonly Limit[], retryMs: number): Decision {
   const states = limits.map(({ burst, windowMs }) => ({ limit: burst, windowMs, count: 0, resetMs: 0 }))
   const { limit, windowMs } = states[0]!
-  return { status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs, banStarted: false, offence: 0, limits: states, at: 0, member: '' }
+  return {
+    status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs, banStarted: false, offence: 0, limits: states, at: 0, member: ''
+  }
 }
 
 /** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
@@ -51,7 +53,9 @@ function readDecision (reply: readonly unknown[], offset: number, member: string
     const states: LimitState[] = []
     let binding = 0
     for (let i = offset + 5; i < end; i += 4) {
-      const state = { limit: integer(reply[i]), windowMs: integer(reply[i + 1]), count: integer(reply[i + 2]), resetMs: integer(reply[i + 3]) }
+      const state = {
+        limit: integer(reply[i]), windowMs: integer(reply[i + 1]), count: integer(reply[i + 2]), resetMs: integer(reply[i + 3])
+      }
       if (!(state.limit >= 0 && state.windowMs >= 0 && state.count >= 0 && state.resetMs >= 0)) break
       states.push(state)
       const best = states[binding]!
@@ -60,7 +64,9 @@ function readDecision (reply: readonly unknown[], offset: number, member: string
     }
     if (states.length === n && n >= 1) {
       const { limit, windowMs, count, resetMs } = states[binding]!
-      const decision: Decision = { status, limit, windowMs, count, resetMs, retryMs: waits ? 0 : retryMs, banStarted: offence > 0, offence, limits: states, at, member }
+      const decision: Decision = {
+        status, limit, windowMs, count, resetMs, retryMs: waits ? 0 : retryMs, banStarted: offence > 0, offence, limits: states, at, member
+      }
       return [waits ? { ...decision, waitMs: retryMs } : decision, end]
     }
   }
@@ -78,7 +84,9 @@ export function toDecision (reply: unknown, member: string, limits: readonly Lim
  * A reply answering each of `inputs` in turn (`members[i]` the id of `inputs[i]`), as decisions, or for a
  * request Redis could not decide, its error; or a coded error when the reply is not one the scripts give.
  */
-export function toDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | Error> {
+export function toDecisions (
+  reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>
+): Array<Decision | Error> {
   if (Array.isArray(reply)) {
     const decisions: Array<Decision | Error> = []
     let offset = 0
@@ -104,7 +112,9 @@ const PACKED = 7
  * decision per request of `inputs` (each of one limit), or `HANDED_BACK` for one it left to the general
  * script; or a coded error when the reply is not one it gives.
  */
-export function toLeanDecisions (reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>): Array<Decision | typeof HANDED_BACK> {
+export function toLeanDecisions (
+  reply: unknown, members: readonly string[], inputs: ReadonlyArray<{ readonly limits: readonly Limit[] }>
+): Array<Decision | typeof HANDED_BACK> {
   const at = Array.isArray(reply) ? integer(reply[0]) : NaN
   if (at >= 0) {
     const answers = reply as unknown[]
@@ -122,7 +132,9 @@ export function toLeanDecisions (reply: unknown, members: readonly string[], inp
 }
 
 /** One lean answer from `offset` and the offset of the next, or null when it is not one. */
-function readLeanAnswer (reply: readonly unknown[], offset: number, at: number, member: string, limits: readonly Limit[]): [Decision | typeof HANDED_BACK, number] | null {
+function readLeanAnswer (
+  reply: readonly unknown[], offset: number, at: number, member: string, limits: readonly Limit[]
+): [Decision | typeof HANDED_BACK, number] | null {
   let code = integer(reply[offset])
   if (code === HAND_BACK) return [HANDED_BACK, offset + 1]
   if (code === FOUND_BANNED) {
@@ -144,7 +156,10 @@ function readLeanAnswer (reply: readonly unknown[], offset: number, at: number, 
     // not a packed answer.
     if (!(limit >= 0 && resetMs <= windowMs)) return null
     const state = { limit, windowMs, count, resetMs }
-    return [{ status: 'allowed', limit, windowMs, count, resetMs, retryMs: 0, banStarted: false, offence: 0, limits: [state], at, member }, offset + 1]
+    const decision: Decision = {
+      status: 'allowed', limit, windowMs, count, resetMs, retryMs: 0, banStarted: false, offence: 0, limits: [state], at, member
+    }
+    return [decision, offset + 1]
   }
   // After the code: the retry (but when allowed), the offence (when this denial started a ban), count, reset.
   const status = STATUSES[code]

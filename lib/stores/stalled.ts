@@ -32,6 +32,12 @@ const MAY_WRITE = 'return 1'
 /** What is logged when the fresh connection's script is held: Redis is not writing. */
 const PAUSED = 'rate-guard: Redis holds a fresh connection\'s script too: writes are paused (CLIENT PAUSE WRITE, ' +
   'or a FAILOVER under way); the connection is kept (failMode decides until Redis writes again)'
+/** What is logged when the fresh connection gets no answer either: Redis is not answering at all. */
+const SILENT = 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until ' +
+  'Redis answers)'
+/** What is logged, once per quietMs, when a lent client's connection stops answering: it is the app's to cut. */
+const LENT_STALLED = 'rate-guard: the connection of the Redis client lent to rate-guard stopped answering and stays open; ioredis ' +
+  'will not replace it by itself. Give the client socketTimeout (e.g. 5000) so a stalled connection is cut and made again'
 
 /** A script answered this long after the PING sent with it was held: writes were paused when it came. */
 const HELD_MS = 100
@@ -39,7 +45,9 @@ const HELD_MS = 100
 /** What a fresh connection was answered: the script (Redis takes writes), a PING alone (writes are held), or nothing. */
 type Fresh = 'writes' | 'paused' | 'nothing'
 
-export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLogger, quietMs: number): (err: Error, quiet: () => boolean) => void {
+export function onSilence (
+  client: RedisLike, owned: boolean, log: FastifyBaseLogger, quietMs: number
+): (err: Error, quiet: () => boolean) => void {
   let lastSaid = -Infinity
   let asking = false
   return (err, quiet) => {
@@ -55,13 +63,13 @@ export function onSilence (client: RedisLike, owned: boolean, log: FastifyBaseLo
         if (!quiet()) return
         if (answer === 'writes') cut(client, err, log)
         else if (answer === 'paused') warn(log, 'REDIS_STALLED', PAUSED, { err })
-        else warn(log, 'REDIS_STALLED', 'rate-guard: Redis does not answer a fresh connection either; the connection is kept (failMode decides until Redis answers)', { err })
+        else warn(log, 'REDIS_STALLED', SILENT, { err })
       })
       return
     }
     if (Date.now() - lastSaid < quietMs) return
     lastSaid = Date.now()
-    warn(log, 'REDIS_STALLED', 'rate-guard: the connection of the Redis client lent to rate-guard stopped answering and stays open; ioredis will not replace it by itself. Give the client socketTimeout (e.g. 5000) so a stalled connection is cut and made again', { err })
+    warn(log, 'REDIS_STALLED', LENT_STALLED, { err })
   }
 }
 

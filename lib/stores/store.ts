@@ -108,7 +108,10 @@ export interface Decision {
   readonly at: number
   /** The id of this request in the store (`''` from the in-process store, which needs none). */
   readonly member: string
-  /** Set only while someone subscribes to `rate-guard:decision`, for a decision Redis made in a batch: ms from sending the batch to its answer, and its size. */
+  /**
+   * Set only while someone subscribes to `rate-guard:decision`, for a decision Redis made in a batch: ms from sending
+   * the batch to its answer, and its size.
+   */
   readonly redisMs?: number
   readonly batchSize?: number
 }
