@@ -113,7 +113,7 @@ function next (stages: readonly Stage[], state: RequestState, stage: number, ste
       refund(state)
       return run(stages, state, stage + 1)
     case LEFT:
-      // Its client left while it waited: it gave its place back, and is not handled.
+      // Its client left while it waited: its place is given back, and it is not handled.
       refund(state)
       return new AbandonedError()
     case LISTED:
