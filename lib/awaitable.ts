@@ -12,3 +12,13 @@ export function isPromise<T> (value: T | PromiseLike<T>): value is PromiseLike<T
 export function andThen<T, R> (value: T | PromiseLike<T>, next: (value: T) => R | PromiseLike<R>): R | PromiseLike<R> {
   return isPromise(value) ? value.then(next) : next(value)
 }
+
+/**
+ * `next(context, value)`, as `andThen` does, for a continuation that is a function of its own rather than a
+ * closure: when `value` is at hand, nothing is made (the request pipeline's stages, ./request/pipeline.ts).
+ */
+export function andThenWith<C, T, R> (
+  context: C, value: T | PromiseLike<T>, next: (context: C, value: T) => R | PromiseLike<R>
+): R | PromiseLike<R> {
+  return isPromise(value) ? value.then(resolved => next(context, resolved)) : next(context, value)
+}

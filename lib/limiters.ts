@@ -3,7 +3,7 @@ import { remainingOf, seconds } from './headers.js'
 import type { Given } from './request/identify.js'
 import type { BudgetHooks } from './request/pipeline.js'
 import { unavailableError } from './request/plan.js'
-import { SENT } from './request/respond.js'
+import { SENT } from './request/state.js'
 import type { Verdict } from './stores/store.js'
 
 // `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:

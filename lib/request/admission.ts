@@ -5,7 +5,7 @@ import { keyHash } from '../stores/key-names.js'
 import type { Decision } from '../stores/store.js'
 import { UNCOUNTED, chargeOf } from './charge.js'
 import type { RequestCharge } from './charge.js'
-import type { Decided } from './decide.js'
+import type { Decided, RequestState, Step } from './state.js'
 import type { Given } from './identify.js'
 import type { Plan } from './plan.js'
 
@@ -102,9 +102,10 @@ interface Admission {
 type Slot = Record<symbol, Admission | null>
 const slot = (request: FastifyRequest): Slot => request as unknown as Slot
 
-/** Records the decision on `request` (null: allow-listed); the last budget to decide it is the one read. */
-export function admit (request: FastifyRequest, plan: Plan, given: Given, decided: Decided | null): void {
+/** The admit stage: records the decision on the request (null: allow-listed); the last budget to decide it is the one read. */
+export function admit ({ request, plan, given, decided }: RequestState): Step {
   slot(request)[ADMISSION] = { plan, given, decided, view: undefined }
+  return undefined
 }
 
 /** `request.rateGuard`: one view per request, the same at every read. */

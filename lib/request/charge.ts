@@ -2,10 +2,10 @@ import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { andThen } from '../awaitable.js'
 import type { Callbacks } from '../callbacks.js'
 import { AbandonedError, AlreadySettledError, InvalidSettleError } from '../errors.js'
-import type { Decidable } from '../stores/store.js'
 import type { Decider } from '../decider.js'
 import type { Decision, SettleInput } from '../stores/store.js'
 import type { ResolvedRoute } from '../options/resolved.js'
+import type { RequestState, Step, Taken } from './state.js'
 import { holdWork } from './work.js'
 import { warn } from '../warnings.js'
 
@@ -44,12 +44,6 @@ export interface RequestCharge {
 /** Where a request's charge is kept (the getter `request.rateGuard` reads it). */
 export const CHARGE = Symbol('rate-guard.charge')
 
-/** A budget a request was counted on: what to settle and with which decision. */
-export interface ChargedBudget {
-  readonly input: Decidable
-  readonly decision: Decision
-}
-
 /**
  * Where the request is, as `refundAborted` sees it: `waiting` for its handler; `working`, its handler started
  * (the charge stands whatever the client does then); `abandoned`, its client left before the handler started
@@ -60,13 +54,13 @@ type Phase = 'waiting' | 'working' | 'abandoned'
 class Charge implements RequestCharge {
   readonly #request: FastifyRequest
   readonly #decider: Decider
-  readonly #counted: readonly ChargedBudget[]
+  readonly #counted: readonly Taken[]
   readonly #log: FastifyBaseLogger
   #charged: number
   #settled = false
   #phase: Phase = 'waiting'
 
-  constructor (request: FastifyRequest, decider: Decider, counted: readonly ChargedBudget[]) {
+  constructor (request: FastifyRequest, decider: Decider, counted: readonly Taken[]) {
     this.#request = request
     this.#decider = decider
     this.#counted = counted
@@ -146,9 +140,14 @@ export const UNCOUNTED: RequestCharge = Object.freeze({
 /** Where a request keeps its charge (null: nothing counted it). */
 const slot = (request: FastifyRequest): Record<symbol, Charge | null> => request as unknown as Record<symbol, Charge | null>
 
-/** Records the charge of a request `counted` allowed (its own budget first), for the handler and the response hooks. */
-export function charge (request: FastifyRequest, decider: Decider, counted: readonly ChargedBudget[]): void {
-  slot(request)[CHARGE] = new Charge(request, decider, counted)
+/**
+ * The charge stage: what the stages counted of a request let through (its own budget first) is handed over to
+ * its charge, for the handler and the response hooks; the pipeline gives nothing back from here on.
+ */
+export function charge (state: RequestState): Step {
+  const counted = state.handOver()
+  if (counted !== null) slot(state.request)[CHARGE] = new Charge(state.request, state.plan.decider, counted)
+  return undefined
 }
 
 /** The request's charge, as `request.rateGuard` gives it. */

@@ -6,7 +6,8 @@ import type { ResolvedOptions, ResolvedRoute } from '../options/resolved.js'
 import type { KeyGenerator } from '../types.js'
 
 // Stage 1, identify: who the client is, as the route names its clients (the default hierarchy, or the app's
-// key generator, checked, with the hierarchy in its place when it fails: see lib/callbacks.ts).
+// key generator, checked, with the hierarchy in its place when it fails: see lib/callbacks.ts). The key
+// generator is made here once, at onRoute (./plan.ts); the pipeline's identify stage calls it (./pipeline.ts).
 
 /** A key as a key generator returns it: what the app's callbacks are given (a number stays a number). */
 export type Given = string | number

@@ -1,18 +1,28 @@
 import type { FastifyRequest } from 'fastify'
 import type { Limit } from '../algorithms/index.js'
-import { andThen } from '../awaitable.js'
+import { andThen, andThenWith } from '../awaitable.js'
 import { banPerWindow } from '../options/bans.js'
 import { costOf, limitsOf } from './computed.js'
 import { identityKeys } from '../stores/key-names.js'
 import type { Decidable } from '../stores/store.js'
 import type { Given } from './identify.js'
 import type { Plan } from './plan.js'
+import type { RequestState, Step } from './state.js'
 
 // Stage 3, limits and cost: what the decision on the client's own budget takes. Static limits and cost were
 // worked out at onRoute (see lib/request/plan.ts); functions of the request are called here, and one that
 // fails gives a static value, never none (./computed.ts).
 
-export function decidableFor (plan: Plan, request: FastifyRequest, key: string, given: Given): Decidable | PromiseLike<Decidable> {
+export function limits (state: RequestState): Step | PromiseLike<Step> {
+  return andThenWith(state, decidableFor(state.plan, state.request, state.key, state.given), prepared)
+}
+
+function prepared (state: RequestState, input: Decidable): Step {
+  state.input = input
+  return undefined
+}
+
+function decidableFor (plan: Plan, request: FastifyRequest, key: string, given: Given): Decidable | PromiseLike<Decidable> {
   const { cost } = plan.route
   if (typeof cost === 'number') return withCost(plan, request, key, given, cost)
   // The app's functions are given the key as its generator returned it.

@@ -1,32 +1,34 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
-import { isPromise, andThen } from '../awaitable.js'
+import { andThen, andThenWith, isPromise } from '../awaitable.js'
 import type { RouteBudget } from '../budgets.js'
 import type { Decider } from '../decider.js'
 import type { Decidable, Verdict } from '../stores/store.js'
 import type { ResolvedOptions } from '../options/resolved.js'
 import type { TheirStore } from '../types.js'
 import { AbandonedError } from '../errors.js'
-import { isAllowListed } from './allow.js'
+import type { Leases } from '../leases.js'
+import { admit } from './admission.js'
+import { allow } from './allow.js'
 import { charge } from './charge.js'
 import { ask, decide } from './decide.js'
-import type { Given } from './identify.js'
 import { hold } from './hold.js'
-import { decidableFor } from './limits.js'
-import type { Leases } from '../leases.js'
+import type { Given } from './identify.js'
+import { costing, limits } from './limits.js'
 import { planBudget } from './plan.js'
-import { admit } from './admission.js'
-import type { Plan } from './plan.js'
-import { SENT, respond } from './respond.js'
-import type { HookResult } from './respond.js'
-import { watch } from './watch.js'
-import { LEFT, wait } from './wait.js'
+import { respond } from './respond.js'
+import { END, LEFT, LISTED, REFUSED, RequestState, SENT } from './state.js'
+import type { HookResult, Stage, Step } from './state.js'
+import { wait } from './wait.js'
 import type { WaitingRoom } from './waiting-room.js'
+import { watch } from './watch.js'
 
-// A request, as one budget limits it, in named stages:
-//   identify → allow → limits and cost → decide → wait → hold → charge → respond → watch
-// over the budget's plan, worked out once at onRoute (./plan.ts). Every stage runs at once when its answer is
-// at hand (a static allow list and limits, a ban held in process, the in-process store) and waits only for
-// what must be waited for (Redis, an async key generator): a client refused in process costs no promise.
+// A request, as one budget limits it, in named stages over one small state a request (./state.ts):
+//   identify → allow → limits and cost → decide → wait → hold → charge → admit → respond → watch
+// each reading the budget's plan, worked out once at onRoute (./plan.ts). Every stage runs at once when its
+// answer is at hand (a static allow list and limits, a ban held in process, the in-process store) and waits
+// only for what must be waited for (Redis, an async key generator): a client refused in process costs no
+// promise. A stage says what it came to (a `Step`), and the pipeline alone acts on it: it gives back what the
+// request was counted (`refund`) when a later stage refuses it or its client leaves while it waits, once.
 
 /** A request's key and what its decision takes: `input` is null when the allow list lets it through. */
 export interface Prepared {
@@ -38,6 +40,9 @@ export interface Prepared {
 }
 
 type Done = (err?: Error) => void
+
+/** A budget's limit on a request, as a value: the refusal to throw, `SENT`, or nothing. */
+type Limiting = (request: FastifyRequest, reply: FastifyReply) => HookResult | PromiseLike<HookResult>
 
 /** The hook in Fastify's callback style: `done` once, with the refusal if any; not at all when it answered itself. */
 export type RequestHook = (request: FastifyRequest, reply: FastifyReply, done: Done) => void
@@ -62,26 +67,107 @@ export interface BudgetHooks {
   readonly notFound: RequestHook
 }
 
-/** `room`: where the registration's requests wait (`maxWaiting`); `ran`: the request decoration saying one of the registration's hooks has limited it. */
-export function createHooks (decider: Decider, leases: Leases, room: WaitingRoom, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, ran: symbol, appStore?: TheirStore): BudgetHooks {
+/** Stage 1, identify: the client's key (./identify.ts makes the route's key generator). */
+function identify (state: RequestState): Step | PromiseLike<Step> {
+  return andThenWith(state, state.plan.keyOf(state.request), identified)
+}
+
+function identified (state: RequestState, given: Given): Step {
+  state.given = given
+  state.key = String(given)
+  return undefined
+}
+
+/** A request no route matched goes on only when its client is known to be banned here (counting nothing). */
+function banned (state: RequestState): Step {
+  const input = state.input!
+  const verdict = state.plan.decider.knownBan(input)
+  if (verdict === undefined) return END
+  state.decided = { verdict, input, headers: state.plan.budget.headers }
+  return undefined
+}
+
+/** A request's way through the budget. */
+const PIPELINE: readonly Stage[] = [identify, allow, limits, decide, wait, hold, charge, admit, respond, watch]
+/** A request no route matched (`notFound`). */
+const NOT_FOUND: readonly Stage[] = [identify, allow, limits, banned, respond]
+/** What a decision of the budget takes (`prepare`). */
+const PREPARE: readonly Stage[] = [identify, allow, limits]
+
+/** Runs `stages` from `at` over `state`, one after the other, at once as long as each answers at once. */
+function run (stages: readonly Stage[], state: RequestState, at: number): HookResult | PromiseLike<HookResult> {
+  for (let stage = at; stage < stages.length; stage++) {
+    const step = stages[stage]!(state)
+    if (isPromise(step)) return step.then(later => next(stages, state, stage, later))
+    if (step !== undefined) return next(stages, state, stage, step)
+  }
+  return state.result
+}
+
+/** What comes after the stage at `stage` said `step`. */
+function next (stages: readonly Stage[], state: RequestState, stage: number, step: Step): HookResult | PromiseLike<HookResult> {
+  switch (step) {
+    case undefined:
+      return run(stages, state, stage + 1)
+    case REFUSED:
+      refund(state)
+      return run(stages, state, stage + 1)
+    case LEFT:
+      // Its client left while it waited: its place is given back, and it is not handled.
+      refund(state)
+      return new AbandonedError()
+    case LISTED:
+      // Let by uncounted: on its way through the budget, recorded so (`request.rateGuard` says 'allow-listed').
+      if (stages === PIPELINE) admit(state)
+      return undefined
+    case END:
+      return state.result
+  }
+}
+
+/**
+ * Gives back, once, what the request's stages counted of it (./state.ts): it was refused after all (by the
+ * shared budget, its client's requests in flight, a full waiting room), or its client left while it waited.
+ * No instance holds a denial for its client past it (see `Decider.givenBack`).
+ */
+function refund (state: RequestState): void {
+  const taken = state.handOver()
+  if (taken === null) return
+  const { decider } = state.plan
+  const log = state.request.log
+  for (const { input, decision } of taken) {
+    const { keys, limits, algorithm } = input
+    const { member, at } = decision
+    const settled = decider.settle(costing({ keys, limits, algorithm, member, at, final: 0 }, input.cost), log)
+    if (input.holdDenials) decider.givenBack(keys.log, settled, log).catch(() => {})
+  }
+}
+
+/**
+ * `room`: where the registration's requests wait (`maxWaiting`); `ran`: the request decoration saying one of the
+ * registration's hooks has limited it.
+ */
+export function createHooks (
+  decider: Decider, leases: Leases, room: WaitingRoom, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>,
+  ran: symbol, appStore?: TheirStore
+): BudgetHooks {
   const plan = planBudget(decider, leases, room, opts, budget, undoneScopes, appStore)
-  const run = (request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> => {
+  const limit: Limiting = (request, reply) => {
     // Limited once: a route's own hook and a limiter the app put on it too count the request once, the first.
     const marked = request as unknown as Record<symbol, boolean>
     if (marked[ran]) return undefined
     marked[ran] = true
-    return andThen(prepare(plan, request), ready => {
-      if (ready.input !== null) return decideAndRespond(plan, request, reply, ready.given, ready.input)
-      admit(request, plan, ready.given, null)
-      return undefined
-    })
+    return run(PIPELINE, new RequestState(plan, request, reply), 0)
   }
-  const notFound = (request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> => refuseIfBanned(plan, request, reply)
+  const notFound: Limiting = (request, reply) => run(NOT_FOUND, new RequestState(plan, request, reply), 0)
   return {
-    hook: (request, reply, done) => { asHook(run, request, reply, done) },
-    run,
+    hook: (request, reply, done) => { asHook(limit, request, reply, done) },
+    run: limit,
     ask: (input, given, log) => ask(plan, input, given, log),
-    prepare: request => prepare(plan, request),
+    prepare: request => {
+      const state = new RequestState(plan, request, null)
+      return andThen(run(PREPARE, state, 0), () => state)
+    },
     theirStore: plan.appStore !== undefined,
     holds: plan.concurrency !== null,
     notFound (request, reply, done) {
@@ -91,41 +177,8 @@ export function createHooks (decider: Decider, leases: Leases, room: WaitingRoom
   }
 }
 
-/** Identify → allow → limits and cost. */
-function prepare (plan: Plan, request: FastifyRequest): Prepared | PromiseLike<Prepared> {
-  return andThen(plan.keyOf(request), given => {
-    const key = String(given)
-    return andThen(isAllowListed(plan, request, key, given), listed => listed
-      ? { key, given, input: null }
-      : andThen(decidableFor(plan, request, key, given), input => ({ key, given, input })))
-  })
-}
-
-/** Decide → wait → hold → charge → respond → watch. */
-function decideAndRespond (plan: Plan, request: FastifyRequest, reply: FastifyReply, given: Given, input: Decidable): HookResult | PromiseLike<HookResult> {
-  const waited = andThen(decide(plan, input, given, request.log), decided => wait(plan, request, reply, decided))
-  return andThen(andThen(waited, decided => decided === LEFT ? decided : hold(plan, request, reply, decided)), decided => {
-    // Its client left while it waited: it gave its place back, and is not handled.
-    if (decided === LEFT) return new AbandonedError()
-    admit(request, plan, given, decided)
-    if (decided.charged.length > 0) charge(request, plan.decider, decided.charged)
-    const result = respond(plan, request, reply, given, decided)
-    if (plan.watched !== null && decided.verdict.status === 'allowed') watch(plan, request, given, decided.input)
-    return result
-  })
-}
-
-/** A request no route matched: refused only when its client is known to be banned here. */
-function refuseIfBanned (plan: Plan, request: FastifyRequest, reply: FastifyReply): HookResult | PromiseLike<HookResult> {
-  return andThen(prepare(plan, request), ({ given, input }) => {
-    if (input === null) return undefined
-    const verdict = plan.decider.knownBan(input)
-    return verdict === undefined ? undefined : respond(plan, request, reply, given, { verdict, input, headers: plan.budget.headers, charged: [] })
-  })
-}
-
 /** Runs `step` as Fastify's callback-style hook: `done` once, with its refusal, whether it answers at once, later, or throws. */
-function asHook (step: (request: FastifyRequest, reply: FastifyReply) => HookResult | PromiseLike<HookResult>, request: FastifyRequest, reply: FastifyReply, done: Done): void {
+function asHook (step: Limiting, request: FastifyRequest, reply: FastifyReply, done: Done): void {
   let result: HookResult | PromiseLike<HookResult>
   try {
     result = step(request, reply)

@@ -1,7 +1,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Outcome } from '../channels.js'
 import { writeHeaders } from '../headers.js'
-import type { Decided } from './decide.js'
+import { SENT } from './state.js'
+import type { Decided, HookResult, RequestState, Step } from './state.js'
 import type { Given } from './identify.js'
 import type { Plan } from './plan.js'
 import { refuse } from './refusal.js'
@@ -10,10 +11,6 @@ import { report } from './report.js'
 // Stage 5, respond: a verdict made an answer. Allowed: the headers, and on its way. Not decided: through
 // (`failMode: 'open'`, marked) or a 503 sent here. Refused: the headers, the app's callbacks, and the error the
 // app's error handler shapes (./refusal.ts); in shadow mode, decided as enforce would and let through.
-
-/** What a request comes to: go on (`undefined`), an error to refuse it with, or an answer sent here (503). */
-export type HookResult = Error | undefined | typeof SENT
-export const SENT = Symbol('sent')
 
 /** The header that says a request went through because Redis could not decide (`failMode: 'open'`). */
 const UNENFORCED_HEADER = 'x-ratelimit-enforced'
@@ -24,7 +21,14 @@ const WAITED_HEADER = 'x-ratelimit-waited-ms'
 export const SHADOW = Object.freeze({ shadow: true })
 const ENFORCED = Object.freeze({ shadow: false })
 
-export function respond (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, { verdict, input, headers, inFlight, roomFull, slots }: Decided): HookResult {
+/** The respond stage: what the decision on the request comes to, as its `result`. */
+export function respond (state: RequestState): Step {
+  state.result = answer(state.plan, state.request, state.reply!, state.given, state.decided!)
+  return undefined
+}
+
+function answer (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: Given, decided: Decided): HookResult {
+  const { verdict, input, headers, inFlight, roomFull, slots } = decided
   const { route } = plan
   // Under `concurrency`, the units in flight after its slots were asked for.
   const inUse = slots !== undefined && 'count' in slots ? slots.count : undefined

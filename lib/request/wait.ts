@@ -1,38 +1,35 @@
-import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Decided } from './decide.js'
-import { giveBack } from './decide.js'
-import type { Plan } from './plan.js'
+import { LEFT, REFUSED } from './state.js'
+import type { RequestState, Step } from './state.js'
 
 // Stage 4a, wait: a request its limits let through after a wait (`maxWait`, lib/options/wait.ts) waits here
 // for it, its place already counted at the wait's end, and goes on to hold and respond once it is over; its
 // limits are reported as they stand then (the stores fill them so). A client that leaves meanwhile (the
-// response's `close`) gives its place back, and its request goes no further: it ends as one left before its
-// handler under `refundAborted` does (499 `FST_RATE_GUARD_ABANDONED`, which nobody reads). In shadow mode
-// nothing waits: the decision says what enforce would have done.
+// response's `close`) has left (`LEFT`): the pipeline gives its place back, and its request goes no further: it
+// ends as one left before its handler under `refundAborted` does (499 `FST_RATE_GUARD_ABANDONED`, which nobody
+// reads). In shadow mode nothing waits: the decision says what enforce would have done.
 //
 // Every budget of a registration waits in one room of `maxWaiting` places (./waiting-room.ts): a request that
 // would wait when they are all taken is refused at once (429 `FST_RATE_GUARD_TOO_MANY_WAITING`), what it
 // counted given back as a leaving client's is, and strikes toward no ban: the room is filled by every client
-// of the process, not by this one alone. Its `Retry-After` is its own wait: by then its limits let it through without the room.
+// of the process, not by this one alone. Its `Retry-After` is its own wait: by then its limits let it through
+// without the room.
 
-/** A request whose client left while it waited: it goes no further. */
-export const LEFT = Symbol('left while waiting')
-
-export function wait (plan: Plan, request: FastifyRequest, reply: FastifyReply, decided: Decided): Decided | Promise<Decided | typeof LEFT> {
+export function wait (state: RequestState): Step | Promise<Step> {
+  const { plan } = state
+  const decided = state.decided!
   const { verdict } = decided
-  if (verdict.status !== 'allowed' || verdict.waitMs === undefined || plan.route.mode === 'shadow') return decided
+  if (verdict.status !== 'allowed' || verdict.waitMs === undefined || plan.route.mode === 'shadow') return undefined
   const { waitMs, ...now } = verdict
   if (!plan.room.enter()) {
-    for (const charged of decided.charged) giveBack(plan, charged, request.log)
     // Refused as its limits would refuse it without `maxWait`: until its wait is over (its count the one it saw).
-    return { ...decided, verdict: { ...now, status: 'limited', retryMs: waitMs }, charged: [], roomFull: true }
+    state.decided = { ...decided, verdict: { ...now, status: 'limited', retryMs: waitMs }, roomFull: true }
+    return REFUSED
   }
-  const raw = reply.raw
+  const raw = state.reply!.raw
   return new Promise(resolve => {
     const left = (): void => {
       clearTimeout(timer)
       plan.room.leave()
-      for (const charged of decided.charged) giveBack(plan, charged, request.log)
       resolve(LEFT)
     }
     // A timer fires no earlier than its delay, but Node counts it in whole ms from its loop's time: one more
@@ -40,7 +37,7 @@ export function wait (plan: Plan, request: FastifyRequest, reply: FastifyReply, 
     const timer = setTimeout(() => {
       raw.off('close', left)
       plan.room.leave()
-      resolve(decided)
+      resolve(undefined)
     }, waitMs + 1)
     raw.once('close', left)
     if (raw.destroyed) left()

@@ -5,6 +5,7 @@ import type { Decidable, Verdict } from '../stores/store.js'
 import type { Given } from './identify.js'
 import { costing } from './limits.js'
 import type { Plan } from './plan.js'
+import type { RequestState, Step } from './state.js'
 import { report } from './report.js'
 import { SHADOW } from './respond.js'
 
@@ -13,9 +14,16 @@ import { SHADOW } from './respond.js'
 // would have refused reported as shadow mode does. They never refuse and never write a strike, a ban or an
 // over-limit wait.
 
-export function watch (plan: Plan, request: FastifyRequest, key: Given, input: Decidable): void {
+/** The watch stage: on a request its enforced limits allowed, when the route watches some. */
+export function watch ({ plan, request, given, decided }: RequestState): Step {
+  if (plan.watched !== null && decided!.verdict.status === 'allowed') watchLimits(plan, request, given, decided!.input)
+  return undefined
+}
+
+function watchLimits (plan: Plan, request: FastifyRequest, key: Given, input: Decidable): void {
   const { budget, route } = plan
-  const decidable = costing<Decidable>({ ...plan.watched!, keys: identityKeys(plan.nameSpace, watchedScope(budget.scope), String(key), route.algorithm) }, input.cost)
+  const keys = identityKeys(plan.nameSpace, watchedScope(budget.scope), String(key), route.algorithm)
+  const decidable = costing<Decidable>({ ...plan.watched!, keys }, input.cost)
   const seen = (verdict: Verdict): void => {
     if (verdict.status !== 'limited') return
     report(plan, 'shadow-limited', key, verdict, decidable, budget.watchedHeaders)
