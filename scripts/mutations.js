@@ -13,31 +13,37 @@
 //   node scripts/mutations.js [--no-baseline] [--keep] [name ...]   (names: any part of a mutation's name)
 //   node scripts/mutations.js --list
 import { spawnSync } from 'node:child_process'
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
-import { existsSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { stripVTControlCharacters } from 'node:util'
 
 const ROOT = dirname(dirname(fileURLToPath(import.meta.url)))
 
+// The conformance files' hand-worked tables, without their seeded differentials.
+const TABLES = Object.freeze(['--grep=^differential', '--invert'])
+
 // name: what the bug is; file: where it is planted; search: text found exactly once there; replace: the bug;
-// tests: the test files that must fail (1 to 3, the quickest that catch it); grep (optional): only their
-// top-level tests whose names match it run (tap's --grep).
+// tests: the test files that must fail (1 to 3, the quickest that catch it); tap (optional): tap's arguments
+// that pick which of their top-level tests run (--grep), to leave out what is slow or timed and catches nothing
+// more: the seeded differentials (CPU-bound, and a fresh seed each run), the breaker's runs against a frozen Redis.
 export const MUTATIONS = [
   {
     name: 'quota boundary (Lua): a calendar quota lets one unit past its max',
     file: 'lua/quota.lua',
     search: 'if n + cost > limit.max then',
     replace: 'if n + cost > limit.max + 1 then',
-    tests: ['test/conformance-quotas.test.ts']
+    tests: ['test/conformance-quotas.test.ts'],
+    tap: TABLES
   },
   {
     name: 'quota boundary (twin): a calendar quota refuses the request that fills it',
     file: 'lib/algorithms/quota.ts',
     search: 'if (n + cost > max) {',
     replace: 'if (n + cost >= max) {',
-    tests: ['test/conformance-quotas.test.ts']
+    tests: ['test/conformance-quotas.test.ts'],
+    tap: TABLES
   },
   {
     name: 'calendar boundary: the instant a period ends is still counted in it',
@@ -51,35 +57,45 @@ export const MUTATIONS = [
     file: 'lua/lean-sliding-log.lua',
     search: '  if count < max then\n',
     replace: '  if count <= max then\n',
-    tests: ['test/conformance-algorithm-tables.test.ts']
+    tests: ['test/conformance-algorithm-tables.test.ts'],
+    tap: TABLES
   },
   {
-    name: 'TTL missing: the lean fixed window\'s new counters never expire',
-    file: 'lua/lean-fixed-window.lua',
-    search: "if not stored[1] or redis.call('PTTL', counters) < reset then",
-    replace: "if stored[1] and redis.call('PTTL', counters) < reset then",
-    tests: ['test/lean-fixed-window.test.ts']
+    name: 'TTL missing: a ladder\'s offences never expire, so a client\'s bans are never forgotten',
+    file: 'lua/strikes.lua',
+    search: "  if #lengths > 1 then\n    redis.call('PEXPIRE', offences, duration + forget)\n  end\n",
+    replace: '',
+    tests: ['test/escalation.test.ts']
   },
   {
-    name: 'ban not checked first (Lua): a banned client with an override is decided on the override',
+    name: 'ban not checked first (lean path): a lone request\'s EXISTS looks for its override alone, not its ban',
+    file: 'lua/lean.lua',
+    search: "special = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0",
+    replace: "special = redis.call('EXISTS', KEYS[3]) > 0",
+    tests: ['test/ban.test.ts']
+  },
+  {
+    name: 'ban not checked first (general path): decide.lua\'s EXISTS looks for the override alone, not the ban',
     file: 'lua/decide.lua',
-    search: '    if banned > 0 then\n      out[o + 1]',
-    replace: '    if banned > 0 and redis.call(\'EXISTS\', KEYS[k + OVERRIDE]) == 0 then\n      out[o + 1]',
-    tests: ['test/overrides.test.ts']
+    search: "if redis.call('EXISTS', KEYS[k + BANNED], KEYS[k + OVERRIDE]) > 0 then",
+    replace: "if redis.call('EXISTS', KEYS[k + OVERRIDE]) > 0 then",
+    tests: ['test/conformance-algorithm-tables.test.ts'],
+    tap: TABLES
   },
   {
-    name: 'cost ignored in the twin only: the in-process fixed window decides as if every request cost 1',
-    file: 'lib/algorithms/fixed-window.ts',
-    search: '      if (n + cost > max) {',
-    replace: '      if (n + 1 > max) {',
-    tests: ['test/conformance-algorithm-tables.test.ts']
+    name: 'cost ignored in the twin only: the in-process sliding log decides as if every request cost 1',
+    file: 'lib/algorithms/sliding-log.ts',
+    search: '      const need = units + cost - max\n',
+    replace: '      const need = units + 1 - max\n',
+    tests: ['test/costs.test.ts']
   },
   {
     name: 'a waiting request not counted (Lua): the fixed window forgets the requests waiting for its next window',
     file: 'lua/fixed-window.lua',
     search: "return start, fields[field('o', i)] or 0, fields[field('c', i)]",
     replace: "return start, fields[field('o', i)] or 0, 0",
-    tests: ['test/conformance-wait.test.ts']
+    tests: ['test/conformance-wait.test.ts'],
+    tap: TABLES
   },
   {
     name: 'double release (twin): a lease released twice gives its units back twice',
@@ -136,8 +152,8 @@ export const MUTATIONS = [
     search: '    if (this.#failures < this.#threshold) return\n',
     replace: '    if (this.#failures <= this.#threshold) return\n',
     tests: ['test/breaker.test.ts'],
-    // The file's unit tests on an injected clock: its timed runs against a frozen Redis fail on a loaded machine.
-    grep: '^Breaker: '
+    // The file's unit tests, on an injected clock.
+    tap: ['--grep=^Breaker: ']
   },
   {
     name: 'options: max: 0 accepted where a positive integer is required',
@@ -170,10 +186,10 @@ function copyTree () {
 }
 
 /** Runs `tests` in `dir` with tap (terse reporter, no coverage): whether they passed, its output, and the seconds taken. */
-function runTests (dir, tests, grep) {
+function runTests (dir, tests, tap = []) {
   const started = Date.now()
-  const only = grep === undefined ? [] : [`--grep=${grep}`]
-  const run = spawnSync('npx', ['tap', '--disable-coverage', '--reporter=terse', ...only, ...tests], { cwd: dir, encoding: 'utf8', maxBuffer: 1 << 28 })
+  const args = ['tap', '--disable-coverage', '--reporter=terse', ...tap, ...tests]
+  const run = spawnSync('npx', args, { cwd: dir, encoding: 'utf8', maxBuffer: 1 << 28 })
   return { passed: run.status === 0, output: `${run.stdout}${run.stderr}`, seconds: Math.round((Date.now() - started) / 1000) }
 }
 
@@ -188,23 +204,26 @@ function staleness (mutation) {
   return undefined
 }
 
-/** The unmutated runs that cover every test the mutations run: one per grep (undefined: whole files), the files deduplicated. */
+/** The unmutated runs that cover every test the mutations run: one per set of tap arguments, its files deduplicated. */
 function baselines (mutations) {
   const runs = new Map()
-  for (const { tests, grep } of mutations) runs.set(grep, [...new Set([...(runs.get(grep) ?? []), ...tests])])
-  return runs
+  for (const { tests, tap = [] } of mutations) {
+    const key = JSON.stringify(tap)
+    runs.set(key, { tap, files: [...new Set([...(runs.get(key)?.files ?? []), ...tests])] })
+  }
+  return runs.values()
 }
 
 /** Tap's terse report of a failing run, from its first failing file on, without its progress lines and colours. */
 function failures (output) {
-  const plain = output.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '')
+  const plain = stripVTControlCharacters(output)
   const from = plain.indexOf(' FAIL ')
   return (from === -1 ? plain : plain.slice(from)).split('\n').filter(line => !/^(Asserts|Suites):/.test(line)).join('\n')
 }
 
 function main (args) {
   if (args.includes('--list')) {
-    for (const { name, file, tests } of MUTATIONS) console.log(`${name}\n  ${file} -> ${tests.join(' ')}`)
+    for (const { name, file, tests, tap = [] } of MUTATIONS) console.log(`${name}\n  ${file} -> ${[...tap, ...tests].join(' ')}`)
     return 0
   }
   const names = args.filter(arg => !arg.startsWith('--'))
@@ -222,14 +241,16 @@ function main (args) {
   }
   for (const { mutation, detail } of results) console.log(`STALE     ${mutation.name}\n          ${detail}`)
 
-  const dir = copyTree()
-  const cleanUp = () => { if (!args.includes('--keep')) rmSync(dir, { recursive: true, force: true }) }
+  const dir = live.length === 0 ? undefined : copyTree()
+  const keep = args.includes('--keep')
+  const cleanUp = () => { if (!keep && dir !== undefined) rmSync(dir, { recursive: true, force: true }) }
+  if (keep && dir !== undefined) console.log(`copy      ${dir} (kept, unmutated, after the run)`)
   process.once('SIGINT', () => { cleanUp(); process.exit(130) })
   try {
     if (!args.includes('--no-baseline') && live.length > 0) {
-      for (const [grep, files] of baselines(live)) {
-        const { passed, output, seconds } = runTests(dir, files, grep)
-        console.log(`baseline  ${passed ? 'passed' : 'FAILED'} unmutated (${seconds} s): ${files.join(' ')}${grep ? ` --grep=${grep}` : ''}`)
+      for (const { tap, files } of baselines(live)) {
+        const { passed, output, seconds } = runTests(dir, files, tap)
+        console.log(`baseline  ${passed ? 'passed' : 'FAILED'} unmutated (${seconds} s): ${[...tap, ...files].join(' ')}`)
         if (!passed) {
           console.log(failures(output))
           console.log('The tests fail without any mutation, so no mutation can be judged: fix them first.')
@@ -242,10 +263,11 @@ function main (args) {
       const original = readFileSync(path, 'utf8')
       writeFileSync(path, original.replace(mutation.search, () => mutation.replace))
       try {
-        const { passed, seconds } = runTests(dir, mutation.tests, mutation.grep)
+        const { passed, seconds } = runTests(dir, mutation.tests, mutation.tap)
         const outcome = passed ? 'SURVIVED' : 'CAUGHT'
         results.push({ mutation, outcome })
-        console.log(`${outcome.padEnd(9)} ${mutation.name} (${mutation.file}; ${mutation.tests.join(' ')}: ${seconds} s)`)
+        const ran = [...mutation.tap ?? [], ...mutation.tests].join(' ')
+        console.log(`${outcome.padEnd(9)} ${mutation.name} (${mutation.file}; ${ran}: ${seconds} s)`)
       } finally {
         writeFileSync(path, original)
       }
@@ -256,7 +278,7 @@ function main (args) {
 
   const count = outcome => results.filter(result => result.outcome === outcome).length
   console.log(`\n${count('CAUGHT')} caught, ${count('SURVIVED')} survived, ${count('STALE')} stale of ${chosen.length}`)
-  if (count('SURVIVED') > 0) console.log('SURVIVED: the tests pass with that bug planted: make a test catch it (`--keep` leaves the copy).')
+  if (count('SURVIVED') > 0) console.log('SURVIVED: the tests pass with that bug planted: make a test catch it.')
   if (count('STALE') > 0) console.log('STALE: re-anchor each on the code as it is now (search and replace in scripts/mutations.js).')
   return count('CAUGHT') === chosen.length ? 0 : 1
 }
