@@ -1,33 +1,20 @@
 import { DEFAULT_ALGORITHM, STEPS, largest, longest, quotasCount, quotasFit, quotasSettle } from '../algorithms/index.js'
-import type { Algorithm, Counted, Entry, Limit, Quota, State } from '../algorithms/index.js'
+import type { Algorithm, Counted, Entry, Limit, Quota } from '../algorithms/index.js'
 import { bannedDecision } from './replies.js'
 import { decision, exceeded, wait } from './memory-decisions.js'
 import { limitsUnder } from './overrides.js'
-import { Oldest } from '../oldest.js'
+import { MemoryTable } from './memory-table.js'
+import type { Tracked } from './memory-table.js'
 import { isBanKey } from './key-names.js'
 import type { DecideInput, Decision, SettleInput, Store, WaitPolicy } from './store.js'
 import type { Ban } from './ban-index.js'
 import type { BanPolicy } from '../types.js'
 import { MemoryLeases } from './memory-leases.js'
 
-// The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`.
-// Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans and strikes around it are here.
-//
-// Bounded, and fair under a flood of new identities: logs (or counters), strikes, offences, over-limit keys,
-// bans and overrides all count toward `cache`; expired keys are swept. When the table is full, the least recently
-// used log is dropped to make room, unless its client is at its limit within its window (dropping it would
-// give an abuser a fresh budget): those are kept, and so are bans and overrides, which are never dropped.
-// Only when every log in reach is kept are newcomers counted in shared logs, spread over `OVERFLOW_BUCKETS`
-// per budget by their identity's hash (and `onFull` is told, once a minute at most): strangers then share a
-// budget with a few others, never with all. So the table holds at most `cache` keys, plus bans and overrides
-// beyond it and the shared logs (`OVERFLOW_BUCKETS` per budget).
-
-interface Mark { value: number | string, expiresAt: number }
-
-/** A budget's state, and until when it is kept when room is needed: its client reached a limit. */
-interface Tracked extends State {
-  keepUntil?: number
-}
+// The in-process twin of the scripts in `lua/`: the same steps on the same key names, over `Date.now()`, in a
+// bounded table of keys (./memory-table.ts). Each algorithm's counting is a `Step` in `lib/algorithms/`; the bans,
+// overrides, waits and strikes around it are here, in the steps of lua/decide.lua's `decide()`, and a decision is
+// built typed (./memory-decisions.ts), never as the scripts' reply.
 
 /**
  * One request as the twin decides it, lua/decide.lua's request record: what it asks, its limits under any override
@@ -80,38 +67,23 @@ export interface MemoryStoreOptions {
   onFull?: () => void
 }
 
-const OVERFLOW = 'overflow:'
-/** Shared logs per budget for newcomers when the table is full (one per first character of the identity's hash). */
-export const OVERFLOW_BUCKETS = 64
-/** Least recently used logs looked at for one to drop: the cost of a newcomer stays constant. */
-const EVICTION_SCAN = 64
-const FULL_WARNING_INTERVAL = 60_000
-
 export class MemoryStore implements Store {
-  readonly #logs = new Map<string, State>()
-  /** The least recently used log first: each one used moves to the back. */
-  readonly #oldest = new Oldest(this.#logs)
-  readonly #marks = new Map<string, Mark>()
-  readonly #cache: number
+  readonly #table: MemoryTable
   readonly #now: () => number
   readonly #timer: NodeJS.Timeout
-  readonly #onFull: (() => void) | undefined
   /** `concurrency`'s leases, in process. */
   readonly leases: MemoryLeases
-  #lastFullSweep = -Infinity
-  #lastFullWarning = -Infinity
 
   constructor ({ cache, now = Date.now, sweepInterval = 30_000, onFull }: MemoryStoreOptions) {
-    this.#cache = cache
+    this.#table = new MemoryTable(cache, onFull, () => this.sweep())
     this.#now = now
-    this.#onFull = onFull
     this.leases = new MemoryLeases(this, now)
     this.#timer = setInterval(() => this.sweep(), sweepInterval).unref()
   }
 
   /** Keys tracked now (expired ones included until the next sweep). */
   get size (): number {
-    return this.#logs.size + this.#marks.size
+    return this.#table.size
   }
 
   // A decision, in the steps of lua/decide.lua's `decide()`: the ban, the override, the count (or the wait, or the
@@ -119,7 +91,7 @@ export class MemoryStore implements Store {
   decide (input: DecideInput): Decision {
     const now = this.#now()
     // A banned client is answered first, before the clock is read in Redis: no limits (the budget's own) and no time.
-    const banned = this.#live(this.#marks, input.keys.banned, now, false)
+    const banned = this.#table.mark(input.keys.banned, now, false)
     if (banned !== undefined) return bannedDecision(input.limits, banned.expiresAt - now)
     const asked = this.#asked(input, now)
     const { cost, limits } = asked
@@ -131,7 +103,7 @@ export class MemoryStore implements Store {
 
   /** The request under the identity's override (lua/decide.lua's `overridden`): one that names no limit is its error. */
   #asked ({ keys, limits: given, ban, peek, algorithm = DEFAULT_ALGORITHM, overLimit, cost = 1, wait }: DecideInput, now: number): Asked {
-    const under = limitsUnder(this.#live(this.#marks, keys.override, now)?.value as string | undefined, given, now)
+    const under = limitsUnder(this.#table.mark(keys.override, now)?.value as string | undefined, given, now)
     if (under === undefined) throw new Error(`ERR rate-guard: the override at ${keys.override} names no limit`)
     const { stepLimits, quotas } = under
     const limits = quotas.length === 0 ? stepLimits : [...stepLimits, ...quotas]
@@ -144,7 +116,7 @@ export class MemoryStore implements Store {
    */
   #heldOrCounted (asked: Asked): Decision | Denial {
     const { keys, limits, overLimit, peek, now } = asked
-    const held = overLimit === undefined ? undefined : this.#live(this.#marks, keys.backoff, now, false)
+    const held = overLimit === undefined ? undefined : this.#table.mark(keys.backoff, now, false)
     if (held === undefined) return this.#countedOrWaits(asked)
     const longestMs = longest(limits)
     const doubles = overLimit === 'backoff'
@@ -185,17 +157,17 @@ export class MemoryStore implements Store {
    * nothing, so needs no room). The quotas first: one full, the algorithm is only asked.
    */
   #count ({ keys, algorithm, stepLimits, quotas, peek, cost, now }: Asked): Count {
-    const quotaKey = quotas.length === 0 || peek ? keys.quota : this.#place(keys.quota, now)
+    const quotaKey = quotas.length === 0 || peek ? keys.quota : this.#table.place(keys.quota, now)
     const quotaEntries: Entry[] = []
-    const fits = quotas.length === 0 || quotasFit(this.#live(this.#logs, quotaKey, now), quotas, now, cost, quotaEntries)
-    const stateKey = peek || stepLimits.length === 0 ? keys.log : this.#place(keys.log, now)
-    const live = stepLimits.length === 0 ? undefined : this.#live(this.#logs, stateKey, now) as Tracked | undefined
+    const fits = quotas.length === 0 || quotasFit(this.#table.log(quotaKey, now), quotas, now, cost, quotaEntries)
+    const stateKey = peek || stepLimits.length === 0 ? keys.log : this.#table.place(keys.log, now)
+    const live = stepLimits.length === 0 ? undefined : this.#table.log(stateKey, now) as Tracked | undefined
     const counted: Counted = stepLimits.length === 0
       ? { allowed: true, entries: [] }
       : STEPS[algorithm].count(live, stepLimits, now, peek || !fits, cost)
     const entries = quotas.length === 0 ? counted.entries : [...counted.entries, ...quotaEntries]
     const tracked: Tracked | undefined = counted.state ?? live
-    if (tracked !== undefined && !peek) this.#touch(stateKey, tracked, stepLimits, entries, now)
+    if (tracked !== undefined && !peek) this.#table.touch(stateKey, tracked, stepLimits, entries, now)
     // Counted on the identity's own log, not on an overflow log shared by strangers.
     const own = stateKey === keys.log && quotaKey === keys.quota
     return { counted, fits, quotaKey, quotaEntries, tracked, entries, own }
@@ -220,8 +192,8 @@ export class MemoryStore implements Store {
   #heldOff ({ keys, limits, overLimit, peek, now }: Asked, denial: Denial): Denial {
     if (overLimit === undefined || peek || !denial.own) return denial
     const retry = wait(longest(limits), 1, false)
-    this.#makeRoom(now)
-    this.#marks.set(keys.backoff, { value: 1, expiresAt: now + retry })
+    this.#table.makeRoom(now)
+    this.#table.setMark(keys.backoff, { value: 1, expiresAt: now + retry })
     return { ...denial, retry, entries: exceeded(limits, retry, 0) }
   }
 
@@ -235,87 +207,66 @@ export class MemoryStore implements Store {
 
   /** What every limit says of one unit more, counting nothing: the algorithm's entries, then the quotas'. */
   #look ({ keys, algorithm, stepLimits, quotas, now }: Asked): Entry[] {
-    const entries = stepLimits.length === 0 ? [] : STEPS[algorithm].count(this.#live(this.#logs, keys.log, now), stepLimits, now, true, 1).entries
-    if (quotas.length > 0) quotasFit(this.#live(this.#logs, keys.quota, now), quotas, now, 1, entries)
+    const entries = stepLimits.length === 0 ? [] : STEPS[algorithm].count(this.#table.log(keys.log, now), stepLimits, now, true, 1).entries
+    if (quotas.length > 0) quotasFit(this.#table.log(keys.quota, now), quotas, now, 1, entries)
     return entries
-  }
-
-  /** A budget's state used now: the most recently used goes last; one whose client reached a limit is kept through its window. */
-  #touch (key: string, tracked: Tracked, limits: readonly Limit[], entries: readonly Entry[], now: number): void {
-    this.#logs.delete(key)
-    this.#logs.set(key, tracked)
-    limits.forEach((limit, i) => {
-      if (entries[i]!.count >= limit.burst) tracked.keepUntil = Math.max(tracked.keepUntil ?? 0, now + limit.windowMs)
-    })
   }
 
   /** Counts `cost` on the calendar quotas at `key` (`entries`: what quotasFit said of them). */
   #countQuotas (key: string, quotas: readonly Quota[], entries: readonly Entry[], now: number, cost: number): void {
-    this.#touch(key, quotasCount(this.#live(this.#logs, key, now), quotas, now, entries, cost), quotas, entries, now)
+    this.#table.touch(key, quotasCount(this.#table.log(key, now), quotas, now, entries, cost), quotas, entries, now)
   }
 
   /** A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban the identity earns before the last is forgotten. */
   strike (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number): { duration: number, offence: number } | undefined {
-    const strikes = this.#increment(keys.strikes, now, now + strikeWindow, false)
+    const strikes = this.#table.increment(keys.strikes, now, now + strikeWindow, false)
     if ((strikes.value as number) < ban.threshold) return undefined
     const { ladder } = ban
     let offence = 1
     let duration = ladder[0]!
     if (ladder.length > 1) {
-      const offences = this.#increment(keys.offences, now, 0, true)
+      const offences = this.#table.increment(keys.offences, now, 0, true)
       offence = offences.value as number
       duration = ladder[Math.min(offence, ladder.length) - 1]!
       offences.expiresAt = now + duration + ban.forgetMs
     }
-    this.#marks.delete(keys.strikes)
-    this.#makeRoom(now)
-    this.#marks.set(keys.banned, { value: 1, expiresAt: now + duration })
+    this.#table.deleteMark(keys.strikes)
+    this.#table.makeRoom(now)
+    this.#table.setMark(keys.banned, { value: 1, expiresAt: now + duration })
     return { duration, offence }
   }
 
   settle ({ keys, limits, algorithm, at, cost = 1, final }: SettleInput): void {
     const now = this.#now()
     // An override that names no limit settles nothing (as a decision, it is an error).
-    const under = limitsUnder(this.#live(this.#marks, keys.override, now)?.value as string | undefined, limits, now)
+    const under = limitsUnder(this.#table.mark(keys.override, now)?.value as string | undefined, limits, now)
     if (under === undefined) return
     const { stepLimits, quotas } = under
     // A token bucket that had refilled, charged more: stored anew, as the script's HSET makes the key.
-    const made = stepLimits.length === 0 ? undefined : STEPS[algorithm].settle(this.#live(this.#logs, keys.log, now), stepLimits, at, now, cost, final)
-    if (made !== undefined && this.#makeRoom(now)) this.#logs.set(keys.log, made)
-    if (quotas.length > 0) quotasSettle(this.#live(this.#logs, keys.quota, now), quotas, Math.max(largest(stepLimits), largest(quotas)), at, now, cost, final)
-  }
-
-  /** Adds one to the counter at `key`, made with `expiresAt` when there is none (a strike, an offence). */
-  #increment (key: string, now: number, expiresAt: number, throughExpiry: boolean): Mark {
-    let mark = this.#live(this.#marks, key, now, throughExpiry)
-    if (mark === undefined) {
-      // Made whether or not room can be made: a strike or an offence is not dropped for a newcomer's sake.
-      this.#makeRoom(now)
-      this.#marks.set(key, mark = { value: 0, expiresAt })
-    }
-    mark.value = (mark.value as number) + 1
-    return mark
+    const made = stepLimits.length === 0 ? undefined : STEPS[algorithm].settle(this.#table.log(keys.log, now), stepLimits, at, now, cost, final)
+    if (made !== undefined && this.#table.makeRoom(now)) this.#table.setLog(keys.log, made)
+    if (quotas.length > 0) quotasSettle(this.#table.log(keys.quota, now), quotas, Math.max(largest(stepLimits), largest(quotas)), at, now, cost, final)
   }
 
   /** The ms left of the ban at `bannedKey` (0: none), read as the scripts read it (`PTTL > 0`). */
   banLeft (bannedKey: string, now: number): number {
-    const banned = this.#live(this.#marks, bannedKey, now, false)
+    const banned = this.#table.mark(bannedKey, now, false)
     return banned === undefined ? 0 : banned.expiresAt - now
   }
 
   async setBan (bannedKey: string, ms: number): Promise<void> {
-    this.#marks.set(bannedKey, { value: 1, expiresAt: this.#now() + ms })
+    this.#table.setMark(bannedKey, { value: 1, expiresAt: this.#now() + ms })
   }
 
   async setValue (key: string, value: string, ms: number | null): Promise<void> {
-    this.#marks.set(key, { value, expiresAt: ms === null ? Infinity : this.#now() + ms })
+    this.#table.setMark(key, { value, expiresAt: ms === null ? Infinity : this.#now() + ms })
   }
 
   /** Every ban's mark, read in one pass (the table holds at most `cache` keys and the bans beyond them). */
   async bans (nameSpace: string, limit: number): Promise<Ban[]> {
     const now = this.#now()
     const found: Ban[] = []
-    for (const [key, mark] of this.#marks) {
+    for (const [key, mark] of this.#table.marks()) {
       if (key.startsWith(nameSpace) && isBanKey(key) && mark.expiresAt > now) found.push({ key, retryMs: mark.expiresAt - now })
     }
     return found.sort((a, b) => b.retryMs - a.retryMs).slice(0, limit)
@@ -326,70 +277,18 @@ export class MemoryStore implements Store {
   }
 
   async delete (keys: readonly string[]): Promise<void> {
-    for (const key of keys) {
-      this.#logs.delete(key)
-      this.#marks.delete(key)
-    }
+    for (const key of keys) this.#table.delete(key)
   }
 
   async close (): Promise<void> {
     clearInterval(this.#timer)
-    this.#logs.clear()
-    this.#marks.clear()
+    this.#table.clear()
   }
 
   /** Drops every expired key. */
   sweep (): void {
     const now = this.#now()
-    for (const map of [this.#logs, this.#marks]) {
-      for (const [key, entry] of map) if (entry.expiresAt < now) map.delete(key)
-    }
+    this.#table.sweep(now)
     this.leases.sweep(now)
-  }
-
-  /**
-   * The entry at `key` unless it has expired. As in Redis, a key lives through its expiry millisecond; the
-   * scripts read a ban and strikes as gone at it (`PTTL > 0`), so those pass `throughExpiry: false`.
-   */
-  #live<T extends { expiresAt: number }> (map: Map<string, T>, key: string, now: number, throughExpiry = true): T | undefined {
-    const entry = map.get(key)
-    if (entry === undefined || entry.expiresAt > now || (throughExpiry && entry.expiresAt === now)) return entry
-    map.delete(key)
-    return undefined
-  }
-
-  /** The key a budget's state is counted under: its own, or, when no room can be made, a shared overflow log. */
-  #place (log: string, now: number): string {
-    if (this.#logs.has(log) || this.#makeRoom(now)) return log
-    if (now - this.#lastFullWarning >= FULL_WARNING_INTERVAL) {
-      this.#lastFullWarning = now
-      this.#onFull?.()
-    }
-    // `<nameSpace>{<hash>}:<segment>:<scope>`: spread by the hash's first character, one set per budget.
-    const tag = log.indexOf('{')
-    return `${OVERFLOW}${log[tag + 1]}:${log.slice(log.lastIndexOf('}:') + 2)}`
-  }
-
-  /**
-   * Whether one more key fits: at once when the table has room; else after a sweep (at most once a second);
-   * else by dropping the least recently used log that is not kept.
-   */
-  #makeRoom (now: number): boolean {
-    if (this.size < this.#cache) return true
-    if (now - this.#lastFullSweep >= 1000) {
-      this.#lastFullSweep = now
-      this.sweep()
-      if (this.size < this.#cache) return true
-    }
-    for (let scanned = 0; scanned < EVICTION_SCAN; scanned++) {
-      const oldest = this.#oldest.next()
-      if (oldest === undefined) break
-      const [key, state] = oldest
-      this.#logs.delete(key)
-      if (((state as Tracked).keepUntil ?? 0) <= now && !key.startsWith(OVERFLOW)) return true
-      // Kept: to the back, so the next scan starts past it.
-      this.#logs.set(key, state)
-    }
-    return false
   }
 }
