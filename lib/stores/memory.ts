@@ -217,7 +217,10 @@ export class MemoryStore implements Store {
     this.#table.touch(key, quotasCount(this.#table.log(key, now), quotas, now, entries, cost), quotas, entries, now)
   }
 
-  /** A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban the identity earns before the last is forgotten. */
+  /**
+   * A denial's strike: the ban it starts, if it is the threshold's; its length climbs the ladder with each ban
+   * the identity earns before the last is forgotten.
+   */
   strike (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number): { duration: number, offence: number } | undefined {
     const strikes = this.#table.increment(keys.strikes, now, now + strikeWindow, false)
     if ((strikes.value as number) < ban.threshold) return undefined
@@ -243,9 +246,11 @@ export class MemoryStore implements Store {
     if (under === undefined) return
     const { stepLimits, quotas } = under
     // A token bucket that had refilled, charged more: stored anew, as the script's HSET makes the key.
-    const made = stepLimits.length === 0 ? undefined : STEPS[algorithm].settle(this.#table.log(keys.log, now), stepLimits, at, now, cost, final)
+    const step = STEPS[algorithm]
+    const made = stepLimits.length === 0 ? undefined : step.settle(this.#table.log(keys.log, now), stepLimits, at, now, cost, final)
     if (made !== undefined && this.#table.makeRoom(now)) this.#table.setLog(keys.log, made)
-    if (quotas.length > 0) quotasSettle(this.#table.log(keys.quota, now), quotas, Math.max(largest(stepLimits), largest(quotas)), at, now, cost, final)
+    const most = Math.max(largest(stepLimits), largest(quotas))
+    if (quotas.length > 0) quotasSettle(this.#table.log(keys.quota, now), quotas, most, at, now, cost, final)
   }
 
   /** The ms left of the ban at `bannedKey` (0: none), read as the scripts read it (`PTTL > 0`). */
