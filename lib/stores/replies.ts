@@ -2,10 +2,10 @@ import type { Limit } from '../algorithms/index.js'
 import { InvalidReplyError } from '../errors.js'
 import type { Decision, DecisionStatus, LimitState } from './store.js'
 
-// The one place a raw reply becomes a result: the general scripts' answers (lua/decide.lua's header), the lean
-// scripts' (lua/lean.lua's), and the in-process twin's, which builds the general scripts' reply.
+// The one place a raw reply becomes a result: the general scripts' answers (lua/decide.lua's header) and the lean
+// scripts' (lua/lean.lua's). The in-process twin builds its decisions typed (./memory-decisions.ts).
 
-/** The script's reply as the in-process twin builds it too (see the header of `lua/decide.lua`). */
+/** The general script's reply (see the header of `lua/decide.lua`). */
 export type RawDecision = ReadonlyArray<number | string>
 
 const STATUSES: readonly DecisionStatus[] = ['allowed', 'limited', 'banned']

@@ -10,7 +10,8 @@ import Fastify from 'fastify'
 import t from 'tap'
 import rateGuard from '../../lib/index.js'
 import { identityKeys } from '../../lib/stores/key-names.js'
-import { MemoryStore, OVERFLOW_BUCKETS } from '../../lib/stores/memory.js'
+import { MemoryStore } from '../../lib/stores/memory.js'
+import { OVERFLOW_BUCKETS } from '../../lib/stores/memory-table.js'
 import type { DecideInput } from '../../lib/stores/store.js'
 
 v8.setFlagsFromString('--expose-gc')
