@@ -114,22 +114,22 @@ export const MUTATIONS = [
   {
     name: 'shared refusal: the client\'s count is not given back when the shared budget refuses',
     file: 'lib/request/decide.ts',
-    search: '      giveBack(plan, { input, decision: own }, log)\n',
-    replace: '',
+    search: '  state.take(input, own)\n  const whole = costing(shared, input.cost)\n',
+    replace: '  const whole = costing(shared, input.cost)\n',
     tests: ['test/shared.test.ts']
   },
   {
     name: 'wait: a client that leaves while it waits keeps its place counted',
-    file: 'lib/request/wait.ts',
-    search: '      plan.room.leave()\n      for (const charged of decided.charged) giveBack(plan, charged, request.log)\n',
-    replace: '      plan.room.leave()\n',
+    file: 'lib/request/pipeline.ts',
+    search: '      // Its client left while it waited: its place is given back, and it is not handled.\n      refund(state)\n',
+    replace: '      // Its client left while it waited: its place is given back, and it is not handled.\n',
     tests: ['test/wait.test.ts']
   },
   {
     name: 'hold: a request refused for its slots keeps what its rate limits counted',
-    file: 'lib/request/hold.ts',
-    search: '    for (const charged of decided.charged) giveBack(plan, charged, request.log)\n',
-    replace: '',
+    file: 'lib/request/pipeline.ts',
+    search: '  const taken = state.handOver()\n  if (taken === null) return\n',
+    replace: '  if (state.decided?.inFlight === true) return\n  const taken = state.handOver()\n  if (taken === null) return\n',
     tests: ['test/in-flight-features.test.ts']
   },
   {
