@@ -18,8 +18,9 @@
 // (the longest so far, with room to spare), and a tick that starts late, as a timer does on a loaded
 // machine, is placed again from where it starts.
 //
-// BAN_CACHE_SEED=<n> replays a sequence; BAN_CACHE_TICKS=<n> plays at least that many ticks (24 by default), and the
-// sequence goes on, up to three times as long, until it has reached bans.
+// BAN_CACHE_SEED=<n> replays a sequence; BAN_CACHE_TICKS=<n> plays at least that many ticks (24 by default; a
+// fresh seed a quarter of them, unless FULL=1), and the sequence goes on, up to three times TICKS, until it has
+// reached bans.
 import Fastify from 'fastify'
 import type { FastifyInstance, HTTPMethods, LightMyRequestResponse } from 'fastify'
 import t from 'tap'
@@ -27,6 +28,7 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
 import { prng } from './helpers/random.js'
+import { stepsFor } from './helpers/thorough.js'
 
 /** Every duration the apps run on (windows, bans, override TTLs), and the fixed windows' lengths (their edges are the epoch's). */
 const DURATIONS = [1000, 2000, 3000]
@@ -78,12 +80,13 @@ t.test('banCache true and false answer random sequences alike', { jobs: seeds.le
   for (const seed of seeds) {
     t.test(`seed ${seed}${seed === FIXED_SEED ? ' (the fixed one)' : ' (fresh)'}`, async t => {
       t.comment(`seed ${seed} (replay with BAN_CACHE_SEED=${seed})`)
-      await play(t, seed)
+      await play(t, seed, stepsFor(TICKS, seed === FIXED_SEED || seeds.length === 1))
     })
   }
 })
 
-async function play (t: Test, seed: number): Promise<void> {
+/** Plays `seed` for at least `least` ticks (a fresh seed a quarter of TICKS, unless FULL=1: ./helpers/thorough.ts). */
+async function play (t: Test, seed: number, least: number): Promise<void> {
   const { url } = await getRedis(t)
   const held = await build(url, true)
   const asked = await build(url, false)
@@ -126,7 +129,7 @@ async function play (t: Test, seed: number): Promise<void> {
   let compared = 0
   const t0 = Date.now()
   const history: string[] = []
-  for (let tick = 0; tick < TICKS || (held403 === 0 && tick < 3 * TICKS); tick++) {
+  for (let tick = 0; tick < least || (held403 === 0 && tick < 3 * TICKS); tick++) {
     let start = clear(Date.now() + Math.floor(random() * 600))
     let begun: number
     // A timer fires late on a loaded machine: the tick runs once it is clear where it really starts.

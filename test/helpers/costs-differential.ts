@@ -12,6 +12,7 @@ import { agreement } from './differential.js'
 import { draws } from './random.js'
 import { uniquePrefix } from './redis.js'
 import { decideInput, memoryStore, redisStore } from './stores.js'
+import { stepsFor } from './thorough.js'
 
 /** Step times are offsets from a realistic epoch millisecond. */
 const T0 = 1_700_000_000_000
@@ -31,8 +32,10 @@ interface Allowed { readonly decisions: readonly Decision[], readonly limits: re
  * overrides, settlements, costs) decided by both stores, step by step: every decision must be identical. With
  * `requireEveryKind`, the traffic must also have reached every kind of answer (so agreement means something).
  */
-export async function costsDifferential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { steps: STEPS = 1000, lean = true, redis: server }: CostsTraffic = {}): Promise<void> {
+export async function costsDifferential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { steps = 1000, lean = true, redis: server }: CostsTraffic = {}): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
+  // A fixed (or replayed) seed in full; a fresh one a quarter as long, unless FULL=1 (./thorough.ts).
+  const STEPS = stepsFor(steps, requireEveryKind)
   // On a 10 ms grid (rarely off it), so steps land where windows, tokens, bans and overrides end.
   const { random, int, pick, ms } = draws(seed, 0.05)
   const randomLimits = (): Limit[] => Array.from({ length: int(1, 2) }, () => {

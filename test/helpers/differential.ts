@@ -9,6 +9,7 @@ import type { DecideInput, Decision } from '../../lib/stores/store.js'
 import { uniquePrefix } from './redis.js'
 import { decideInput, memoryStore, redisStore } from './stores.js'
 import { draws } from './random.js'
+import { stepsFor } from './thorough.js'
 
 /** Step times are offsets from a realistic epoch millisecond. */
 const T0 = 1_700_000_000_000
@@ -35,8 +36,10 @@ export interface Traffic {
  * be identical. With `requireEveryKind`, the traffic must also have reached every kind of answer (so agreement
  * means something).
  */
-export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, quotas = false, steps: STEPS = 2000, lean = true, redis: server }: Traffic = {}): Promise<void> {
+export async function differential (t: Test, algorithm: Algorithm, seed: number, requireEveryKind: boolean, { overLimit, waits = false, quotas = false, steps = 2000, lean = true, redis: server }: Traffic = {}): Promise<void> {
   t.comment(`seed ${seed} (rerun with CONFORMANCE_SEED=${seed})`)
+  // A fixed (or replayed) seed in full; a fresh one a quarter as long, unless FULL=1 (./thorough.ts).
+  const STEPS = stepsFor(steps, requireEveryKind)
   // Times, windows and bans on a 10 ms grid (and rarely off it), so requests often land exactly where an
   // entry, a strike or a ban ends: the edges are where two implementations part.
   const { random, int, pick, ms } = draws(seed, 0.02)
