@@ -93,7 +93,7 @@ export function resolveFailMode (given: { failMode?: FailMode, skipOnError?: boo
 
 /**
  * Whether a response counts: `countWhen` as given, or express-rate-limit's `skipSuccessfulRequests` (a status
- * below 400 is a success) / `skipFailedRequests`, each checked alone; not both ways at once. None given: the base's.
+ * below 400 is a success) / `skipFailedRequests`, each checked alone (not both ways at once: table.ts). None given: the base's.
  */
 export function resolveCountWhen (
   given: { countWhen?: CountWhenFunction, skipSuccessfulRequests?: boolean, skipFailedRequests?: boolean },

@@ -9,7 +9,7 @@ import type { Warn } from '../warnings.js'
 // its descriptor declares them (table.ts), in the table's order. No other file refuses an option for another's sake.
 
 /** What the pass reads besides the merged budget: its options as given (the values a refusal shows) and each checked alone, where. */
-export interface Given {
+export interface GivenAt {
   readonly input: Readonly<Record<string, unknown>>
   readonly given: Readonly<Record<string, unknown>>
   readonly place: Place
@@ -20,7 +20,7 @@ export interface Given {
  * The first conflict of the table that `route` meets, thrown as the coded error naming its option (`where`
  * prefixes names, but a store's refusals, named alone).
  */
-export function checkConflicts (route: ResolvedRoute, { input, given, place, store }: Given, where: string): void {
+export function checkConflicts (route: ResolvedRoute, { input, given, place, store }: GivenAt, where: string): void {
   const budget: Budget = { route, given, place, store }
   for (const [option, entry] of ENTRIES) {
     for (const { when, why, form } of entry.conflicts) {
