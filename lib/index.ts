@@ -20,7 +20,7 @@ import { openDecider } from './connect.js'
 import { Leases } from './leases.js'
 import { createLimiters } from './limiters.js'
 import { limitRoutes } from './routes.js'
-import type { RateLimitCheck } from './limiters.js'
+import type { LimiterDecorators, RateLimitCheck } from './limiters.js'
 import { InvalidOptionError } from './errors.js'
 import * as errors from './errors.js'
 import { normalizeIP, trustsEveryAddress } from './ip.js'
@@ -31,6 +31,7 @@ import { resolveLimiterOptions } from './options/route.js'
 import type { FastifyRateLimitStoreCtor, RateGuardOptions, RouteRateLimitOptions, TheirStore } from './types.js'
 import { theirParams } from './options/stores.js'
 import { startupWarnings } from './warnings.js'
+import type { Warn } from './warnings.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -107,33 +108,40 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   // Limiters made with options each count on a budget of their own (or their group's).
   const decorators = createLimiters(opts.timeout, (options, call) =>
     options === undefined ? pluginHooks : hooks(budgets.limiter(resolveLimiterOptions(options, opts, call, warn)), {}, options as object))
-  // An outer registration's decorators are inherited here and cannot be replaced: its rateGuard takes this
-  // registration in (see lib/registrations.ts), and says so.
-  let registrations = outer
-  if (registrations === undefined) {
-    const made = registrations = createRegistrations()
-    fastify.decorate('rateGuard', made.decorator)
-    fastify.decorate(REGISTRATIONS, { getter: () => made })
-    for (const name of ['rateLimit', 'createRateLimit'] as const) {
-      if (fastify.hasDecorator(name)) warn('DECORATOR_TAKEN', `rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
-      else fastify.decorate(name, decorators[name] as never)
-    }
-  } else {
+  const registrations = outer ?? decorateApp(fastify, decorators, warn)
+  if (outer !== undefined) {
     warn('NESTED_REGISTRATION', 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)', { nameSpace: opts.nameSpace })
   }
   registrations.add({ ...createAdmin(decider.store, opts, budgets, decider.forget, decider.stats), ...decorators, nameSpace: opts.nameSpace, remote })
-
-  // Refusals' bodies as @fastify/rate-limit's (see stripCode), and each request's charge; once per app,
-  // whatever the registrations.
-  if (!fastify.hasRequestDecorator(REFUSAL)) {
-    fastify.decorateRequest(REFUSAL, null)
-    fastify.addHook('onSend', stripCode)
-    fastify.decorateRequest(CHARGE, null)
-    fastify.decorateRequest(WORK, null)
-    fastify.decorateRequest(ADMISSION, null)
-    fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return rateGuardOf(this) } })
-  }
+  decorateRequests(fastify)
   limitRoutes(fastify, opts, pluginHooks, (made, routeOptions, config) => hooks(made, routeOptions, config), budgets, warn)
+}
+
+/**
+ * The first registration's decorators: `fastify.rateGuard` over its registrations, and `fastify.rateLimit` /
+ * `createRateLimit` where no other plugin took them. An outer registration's are inherited by those inside it
+ * and cannot be replaced: its rateGuard takes them in (see lib/registrations.ts), and says so.
+ */
+function decorateApp (fastify: FastifyInstance, decorators: LimiterDecorators, warn: Warn): Registrations {
+  const made = createRegistrations()
+  fastify.decorate('rateGuard', made.decorator)
+  fastify.decorate(REGISTRATIONS, { getter: () => made })
+  for (const name of ['rateLimit', 'createRateLimit'] as const) {
+    if (fastify.hasDecorator(name)) warn('DECORATOR_TAKEN', `rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
+    else fastify.decorate(name, decorators[name] as never)
+  }
+  return made
+}
+
+/** Refusals' bodies as @fastify/rate-limit's (see stripCode), and each request's charge; once per app, whatever the registrations. */
+function decorateRequests (fastify: FastifyInstance): void {
+  if (fastify.hasRequestDecorator(REFUSAL)) return
+  fastify.decorateRequest(REFUSAL, null)
+  fastify.addHook('onSend', stripCode)
+  fastify.decorateRequest(CHARGE, null)
+  fastify.decorateRequest(WORK, null)
+  fastify.decorateRequest(ADMISSION, null)
+  fastify.decorateRequest('rateGuard', { getter (this: FastifyRequest) { return rateGuardOf(this) } })
 }
 
 /** The registrations of an outer registration, which this one joins; undefined when it is the first here. */

@@ -1,5 +1,6 @@
 // Option validation: every bad option is refused at register with one coded error that names the option
 // and the value, and human durations resolve once into the right integer milliseconds.
+import { readFileSync, readdirSync } from 'node:fs'
 import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
@@ -7,6 +8,8 @@ import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
 import { LONGEST, formatDuration, toMilliseconds } from '../lib/duration.js'
 import { resolveOptions } from '../lib/options/plugin.js'
+import { resolveLimiterOptions } from '../lib/options/route.js'
+import { OPTIONS } from '../lib/options/table.js'
 
 /** resolveOptions' warn for inputs that must replace nothing: a warning fails the test. */
 const unexpected = (_name: string, message: string): never => { throw new Error(`unexpected warning: ${message}`) }
@@ -593,4 +596,52 @@ t.test('a max function whose answer breaks the size bound fails that request wit
   t.equal(res.statusCode, 500)
   t.equal(res.json().code, INVALID)
   t.match(res.json().message, /"max".*up to 2\^50 with algorithm: 'token-bucket'/)
+})
+
+t.test('conflicts between options are declared on their descriptors, and one pass refuses each in its declared words', async t => {
+  // No other file of lib/options/ makes the coded error: a value refused alone is a check's, a conflict the pass's.
+  const folder = new URL('../lib/options/', import.meta.url)
+  for (const file of readdirSync(folder).filter(name => !['checks.ts', 'conflicts.ts'].includes(name))) {
+    t.notMatch(readFileSync(new URL(file, folder), 'utf8'), /new InvalidOptionError/, `${file} makes no refusal of its own`)
+  }
+  class Store {
+    incr (): void {}
+    child (): this { return this }
+  }
+  const one = { max: 1, timeWindow: 1000 }
+  // Each declared conflict met: the options (at register, or `check` for createRateLimit's over none) and its option.
+  const met: Array<[string, Record<string, unknown>, 'plugin' | 'check']> = [
+    ['limits', { limits: [one], max: 2 }, 'plugin'],
+    ['skipOnError', { failMode: 'open', skipOnError: true }, 'plugin'],
+    ['countWhen', { countWhen: () => true, skipFailedRequests: true }, 'plugin'],
+    ['maxQueue', { maxQueue: 2 }, 'plugin'],
+    ['maxWait', { maxWait: 1000, continueExceeding: true }, 'plugin'],
+    ['maxWait', { maxWait: 1000, shared: one }, 'plugin'],
+    ['apiKeyHeader', { apiKeyHeader: 'x-key' }, 'plugin'],
+    ['concurrency', { concurrency: { max: 1 } }, 'check'],
+    ['maxWait', { maxWait: 1000 }, 'check'],
+    ['limits', { store: Store, limits: [one, { max: 2, timeWindow: 2000 }] }, 'plugin'],
+    ['limits', { store: Store, limits: [{ max: 1, per: 'day' }] }, 'plugin'],
+    ['shared', { store: Store, shared: one }, 'plugin'],
+    ['ban', { store: Store, ban: { threshold: 1, duration: 1000 } }, 'plugin'],
+    ['cost', { store: Store, cost: 2 }, 'plugin'],
+    ['concurrency', { store: Store, concurrency: { max: 1 } }, 'plugin'],
+    ['maxWait', { store: Store, maxWait: 1000 }, 'plugin'],
+    ['countWhen', { store: Store, refundAborted: true }, 'plugin']
+  ]
+  const said = new Set<string>()
+  for (const [option, options, place] of met) {
+    const refusal = (): unknown => place === 'plugin'
+      ? resolveOptions(options, unexpected)
+      : resolveLimiterOptions(options, resolveOptions({}, unexpected), 'createRateLimit', unexpected)
+    const name = place === 'check' ? `createRateLimit.${option}` : option
+    const error = t.throws(refusal, { code: INVALID }, `${name}: ${JSON.stringify(Object.keys(options))}`) as Error | undefined
+    const message = error?.message ?? ''
+    t.ok(message.startsWith(`Invalid rate-guard option "${name}": `), message)
+    const conflict = OPTIONS[option as keyof typeof OPTIONS].conflicts.find(({ why }) => message.includes(why))
+    t.ok(conflict, `${name}: in the words ${option}'s descriptor declares`)
+    said.add(`${option}: ${conflict?.why}`)
+  }
+  const declared = Object.entries(OPTIONS).flatMap(([option, entry]) => entry.conflicts.map(({ why }) => `${option}: ${why}`))
+  t.strictSame([...said].sort(), declared.sort(), 'every declared conflict met')
 })

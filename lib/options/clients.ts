@@ -47,9 +47,6 @@ export interface GivenHierarchy {
  */
 export function resolveHierarchy (given: GivenHierarchy, callbacks: Callbacks, addressless: Addressless): Pick<ResolvedOptions, 'keyGeneratorFor' | 'keyTiers'> {
   const { apiKeyHeader = API_KEY_HEADER, verifyApiKey, userId } = given
-  if (given.apiKeyHeader !== undefined && apiKeyHeader !== false && verifyApiKey === undefined) {
-    fail('apiKeyHeader', apiKeyHeader, 'false, or a header given with verifyApiKey (a key nobody verifies is an identity any client can mint; when a gateway in front has verified it, say so with verifyApiKey: () => true)')
-  }
   const hierarchy = {
     apiKeyHeader: apiKeyHeader === false || verifyApiKey === undefined ? false as const : apiKeyHeader.toLowerCase(),
     verifyApiKey,

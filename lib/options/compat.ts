@@ -1,4 +1,4 @@
-import { fail, show } from './checks.js'
+import { show } from './checks.js'
 import { LONGEST, pastLongest } from '../duration.js'
 import type { CountWhenFunction, FailMode, OverLimit } from '../types.js'
 import type { Warn } from '../warnings.js'
@@ -85,23 +85,22 @@ export function asTheirs (value: unknown): unknown {
  * `failMode`, or `@fastify/rate-limit`'s `skipOnError` (true: open, false: closed), each checked alone; neither
  * given: the base's.
  */
-export function resolveFailMode (given: { failMode?: FailMode, skipOnError?: boolean }, base: FailMode, where: string): FailMode {
+export function resolveFailMode (given: { failMode?: FailMode, skipOnError?: boolean }, base: FailMode): FailMode {
   const { failMode, skipOnError } = given
   if (skipOnError === undefined) return failMode ?? base
-  if (failMode !== undefined) fail(`${where}skipOnError`, skipOnError, 'not both failMode and skipOnError')
   return skipOnError ? 'open' : 'closed'
 }
 
 /**
  * Whether a response counts: `countWhen` as given, or express-rate-limit's `skipSuccessfulRequests` (a status
- * below 400 is a success) / `skipFailedRequests`, each checked alone; not both ways at once. None given: the base's.
+ * below 400 is a success) / `skipFailedRequests`, each checked alone (not both ways at once: table.ts). None given: the base's.
  */
-export function resolveCountWhen (given: { countWhen?: CountWhenFunction, skipSuccessfulRequests?: boolean, skipFailedRequests?: boolean }, base: CountWhenFunction | undefined, where: string): CountWhenFunction | undefined {
+export function resolveCountWhen (
+  given: { countWhen?: CountWhenFunction, skipSuccessfulRequests?: boolean, skipFailedRequests?: boolean },
+  base: CountWhenFunction | undefined
+): CountWhenFunction | undefined {
   const { countWhen, skipSuccessfulRequests: skipSuccess, skipFailedRequests: skipFailure } = given
-  if (countWhen !== undefined) {
-    if (skipSuccess !== undefined || skipFailure !== undefined) fail(`${where}countWhen`, countWhen, 'countWhen, or skipSuccessfulRequests / skipFailedRequests, not both')
-    return countWhen
-  }
+  if (countWhen !== undefined) return countWhen
   if (skipSuccess === undefined && skipFailure === undefined) return base
   if (skipSuccess !== true && skipFailure !== true) return undefined
   return (_request, reply) => reply.statusCode < 400 ? skipSuccess !== true : skipFailure !== true

@@ -190,9 +190,8 @@ export interface LimitParts {
  */
 export function resolveLimits (parts: LimitParts, input: Record<string, unknown>, base: ResolvedRoute, where: string): RouteLimits {
   const { max, timeWindow, burst, limits } = parts
-  const oneLimit = max !== undefined || timeWindow !== undefined || burst !== undefined
-  if (limits !== undefined && oneLimit) fail(`${where}limits`, input.limits, 'limits, or max / timeWindow / burst, not both')
   if (limits !== undefined) return limits
+  const oneLimit = max !== undefined || timeWindow !== undefined || burst !== undefined
   if (!oneLimit) return { limits: base.limits, watched: base.watched }
   const from = base.limits.length === 1 ? base.limits[0] : undefined
   if (from === undefined && (max === undefined || timeWindow === undefined)) {

@@ -6,7 +6,6 @@ import { DRAFT_NAMES, PLAIN_NAMES } from './headers.js'
 import { readAlone, readOptions } from './read.js'
 import type { ResolvedOptions } from './resolved.js'
 import { defaultRoute, resolveRoute } from './route.js'
-import { checkAppStoreRoute } from './stores.js'
 
 // The plugin's options, the pass at register: read once (read.ts), the plugin's own resolved, and its budget
 // options merged over the defaults (route.ts) into the base of every route's, limiter's and group's.
@@ -26,13 +25,13 @@ export function resolveOptions (options: unknown, warn: Warn): ResolvedOptions {
   const callbacks = new Callbacks(plugin.callbackTimeout)
   const { keyGeneratorFor, keyTiers } = resolveHierarchy(read.given, callbacks, plugin.addressless)
   const defaults = defaultRoute(keyGeneratorFor, plugin.enableDraftSpec ? DRAFT_NAMES : PLAIN_NAMES)
-  const route = resolveRoute(read, defaults, '', { keyGeneratorFor, warn })
+  const route = resolveRoute(read, defaults, '', { keyGeneratorFor, warn, store: plugin.store !== undefined })
   return Object.freeze({
     ...plugin,
     canonicalKey: canonicalKeyOf(route),
     keyGeneratorFor,
     keyTiers,
     callbacks,
-    route: plugin.store === undefined ? route : checkAppStoreRoute(route)
+    route
   })
 }

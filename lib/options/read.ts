@@ -3,13 +3,10 @@ import { theirFallbacks } from './compat.js'
 import type { Warn } from './compat.js'
 import { unknownOption } from './suggestions.js'
 import { ENTRIES, PLUGIN_ONLY, ROUTE_OPTIONS } from './table.js'
-import type { At, Given, ReadAlone } from './table.js'
+import type { At, Given, Place, ReadAlone } from './table.js'
 
 // The table read, the first half of the pass: what each place accepts, the values `@fastify/rate-limit`
 // replaces replaced, each option given checked alone, and the options read alone resolved over a base.
-
-/** Where options are given: at register, on a route (`config.rateLimit`), to a limiter (`fastify.rateLimit()`, `createRateLimit()`). */
-export type Place = 'plugin' | 'route' | 'limiter'
 
 /** Fastify's own registration options reach the plugin too. */
 const PLUGIN_KEYS = new Set([...ROUTE_OPTIONS, ...PLUGIN_ONLY, 'prefix', 'logLevel', 'logSerializers'])
@@ -18,6 +15,7 @@ const PLUGIN_KEYS = new Set([...ROUTE_OPTIONS, ...PLUGIN_ONLY, 'prefix', 'logLev
 export interface Read {
   readonly input: Record<string, unknown>
   readonly given: Given
+  readonly place: Place
 }
 
 /**
@@ -34,7 +32,7 @@ export function readOptions (options: object, place: Place, where: string, warn:
   for (const [option, entry] of ENTRIES) {
     if (input[option] !== undefined && (at === 'plugin' || entry.at === 'route')) given[option] = entry.check(input[option], `${where}${option}`)
   }
-  return { input, given }
+  return { input, given, place }
 }
 
 /** The options `place` takes: each name checked, and what a limiter does not use left out. */

@@ -1,4 +1,5 @@
 import { resolveBan } from './bans.js'
+import { checkConflicts, sayMerged } from './conflicts.js'
 import { resolveKeys } from './clients.js'
 import { resolveCountWhen, resolveFailMode, resolveOverLimit } from './compat.js'
 import type { Warn } from './compat.js'
@@ -10,19 +11,21 @@ import { checkLimitsFit, resolveLimits } from './limits.js'
 import { readAlone, readOptions } from './read.js'
 import type { Read } from './read.js'
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
-import { checkAppStoreRoute } from './stores.js'
 import { OPTIONS } from './table.js'
-import { checkWaiting } from './wait.js'
 import type { FieldNames, KeyGenerator } from '../types.js'
 
 // A budget's options, the second half of the pass: the plugin's over the defaults, and a route's
 // (`config.rateLimit`) or a limiter's (`fastify.rateLimit()`, `createRateLimit()`) over the plugin's, into one
 // frozen object of resolved values.
 
-/** What merging a budget's options takes besides them: the default key generator for a subnet, and where to say what was replaced. */
+/**
+ * What merging a budget's options takes besides them: the default key generator for a subnet, where to say what
+ * was replaced, and whether the app's store counts the budget (for their conflicts).
+ */
 export interface RouteContext {
   readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator
   readonly warn: Warn
+  readonly store: boolean
 }
 
 /**
@@ -30,22 +33,24 @@ export interface RouteContext {
  * fields' resolvers. `where` prefixes their names: `''` for the plugin's own, whose header switches are over
  * every header on; a route's or a limiter's replace the plugin's.
  */
-export function resolveRoute ({ input, given }: Read, base: ResolvedRoute, where: string, context: RouteContext): ResolvedRoute {
+export function resolveRoute (read: Read, base: ResolvedRoute, where: string, context: RouteContext): ResolvedRoute {
+  const { input, given } = read
   const alone = readAlone('route', given, base)
   const limits = resolveLimits(given, input, base, where)
-  checkLimitsFit({ ...alone, ...limits }, where)
   const route: ResolvedRoute = Object.freeze({
     ...alone,
     ...limits,
     ...resolveKeys(given, base, context.keyGeneratorFor),
     ...resolveBan(given.ban, base, limits.limits),
-    failMode: resolveFailMode(given, base.failMode, where),
+    failMode: resolveFailMode(given, base.failMode),
     overLimit: resolveOverLimit(given, base.overLimit),
-    countWhen: resolveCountWhen(given, base.countWhen, where),
+    countWhen: resolveCountWhen(given, base.countWhen),
     fieldNames: base.fieldNames,
     headerSwitches: resolveHeaderSwitches(given, base.fieldNames, base.headerSwitches, where, where !== '', context.warn)
   })
-  checkWaiting(route, given, where, context.warn)
+  checkConflicts(route, { ...read, store: context.store }, where)
+  checkLimitsFit(route, where)
+  sayMerged(route, where, context.warn)
   return route
 }
 
@@ -84,8 +89,9 @@ export function resolveRouteConfig (config: unknown, opts: ResolvedOptions, warn
   if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new InvalidRouteConfigError('')
   const where = 'config.rateLimit.'
   try {
-    const read = readOptions(config, 'route', where, warn, opts.store !== undefined)
-    return counted(resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
+    const store = opts.store !== undefined
+    const read = readOptions(config, 'route', where, warn, store)
+    return resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn, store })
   } catch (err) {
     throw onRoute(err, route)
   }
@@ -119,18 +125,8 @@ function onRoute (err: unknown, route: string): unknown {
 export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string, warn: Warn): ResolvedRoute {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
   const where = `${call}.`
-  const read = readOptions(options, 'limiter', where, warn, opts.store !== undefined)
-  // A check answers and is done: no response of its own holds slots until it ends (a hook's does: rateLimit()).
-  if (call === 'createRateLimit' && read.given.concurrency != null) {
-    fail(`${where}concurrency`, read.input.concurrency, 'false: a check holds no slot, having no response to hold it until; give concurrency to a route or to fastify.rateLimit()')
-  }
-  if (call === 'createRateLimit' && read.given.maxWait != null) {
-    fail(`${where}maxWait`, read.input.maxWait, 'false: a check answers at once; give maxWait to a route or to fastify.rateLimit()')
-  }
-  return counted(resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn }), opts)
-}
-
-/** A budget as the plugin's store counts it: any, or, with a store of the app's own, what it can count. */
-function counted (route: ResolvedRoute, opts: Pick<ResolvedOptions, 'store'>): ResolvedRoute {
-  return opts.store === undefined ? route : checkAppStoreRoute(route)
+  const store = opts.store !== undefined
+  // A check answers and is done: the options that need a response of its own (a hook's: rateLimit()) say so.
+  const read = readOptions(options, call === 'createRateLimit' ? 'check' : 'limiter', where, warn, store)
+  return resolveRoute(read, opts.route, where, { keyGeneratorFor: opts.keyGeneratorFor, warn, store })
 }

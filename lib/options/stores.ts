@@ -1,11 +1,10 @@
-import { InvalidOptionError } from '../errors.js'
 import { checkDuration, checkKeys, checkMax, fail } from './checks.js'
 import type { RedisLike } from '../types.js'
-import { settlesItself } from './resolved.js'
 import type { ResolvedBreaker, ResolvedOptions, ResolvedRoute } from './resolved.js'
 
 // Where requests are counted, as options: Redis (`redis`, `nameSpace`, `breaker`), or a store of the app's own
-// (`store`, `@fastify/rate-limit`'s interface) and what such a store can count.
+// (`store`, `@fastify/rate-limit`'s interface) and what it is given; what such a store cannot count is said by
+// each option's descriptor (table.ts).
 
 const REDIS_URL = /^rediss?:\/\/[^\s]+$/
 
@@ -55,24 +54,6 @@ export function checkStoreClass (value: unknown, name: string): ResolvedOptions[
     fail(name, value, 'a class whose instances have incr(key, callback, timeWindow, max) and child(routeOptions)')
   }
   return value as ResolvedOptions['store']
-}
-
-/**
- * What a store of the app's own can count (`store`): one limit per client, banned as theirs bans (`ban: N`),
- * one unit per request, never given back. A budget it counts is refused otherwise, naming the option.
- */
-export function checkAppStoreRoute (route: ResolvedRoute): ResolvedRoute {
-  if (route.limits.length > 1) throw new InvalidOptionError('limits', 'one limit (max, timeWindow) with store: the app\'s store counts one')
-  if (route.limits[0]!.calendar !== undefined) throw new InvalidOptionError('limits', 'a timeWindow, not per, with store: calendar quotas are counted in Redis or in process, not in the app\'s store')
-  if (route.shared !== null) throw new InvalidOptionError('shared', 'false with store: the app\'s store counts per client')
-  if (route.ban !== null && route.banDenials === null) throw new InvalidOptionError('ban', 'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')
-  if (route.cost !== 1) throw new InvalidOptionError('cost', 'no cost with store: the app\'s store counts one per request')
-  if (route.concurrency !== null) throw new InvalidOptionError('concurrency', 'false with store: requests in flight are counted in Redis or in process, not in the app\'s store')
-  if (route.maxWait !== null) throw new InvalidOptionError('maxWait', 'false with store: a place ahead of the clock is kept in Redis or in process, not in the app\'s store')
-  if (settlesItself(route)) {
-    throw new InvalidOptionError('countWhen', 'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: the app\'s store cannot give a request back')
-  }
-  return route
 }
 
 /** What their stores are given (`new Store(options)`, `child(routeOptions)`): their names for a budget's options. */

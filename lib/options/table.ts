@@ -7,17 +7,20 @@ import { THEIR_DEFAULTS } from './compat.js'
 import { InvalidGroupIdError } from '../errors.js'
 import { checkStandardHeaders, checkSwitches } from './headers.js'
 import { checkCost, checkLimitMax, checkLimitWindow, checkRouteLimits, checkShared } from './limits.js'
+import { settlesItself } from './resolved.js'
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
 import { checkBreaker, checkNameSpace, checkRedis, checkStoreClass } from './stores.js'
-import { MAX_WAITING, checkMaxWait } from './wait.js'
+import { MAX_WAITING, checkMaxWait, saidOfWaiting } from './wait.js'
+import type { Warn } from '../warnings.js'
 import type {
   BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
   RouteRateLimitOptions, SettleFunction
 } from '../types.js'
 
-// Every option, once: where it may be given, its check, its default, and how a route's value merges over the
-// plugin's. The pass that reads the table is read.ts (what each place accepts, each option checked alone),
-// route.ts (a budget's options over the plugin's) and plugin.ts (the plugin's).
+// Every option, once, as one descriptor: where it may be given, its check, its default, how a route's value
+// merges over the plugin's, how a limiter takes it, how it cannot meet the other options and what is said of
+// it once merged. The pass that reads the table is read.ts (what each place accepts, each option checked
+// alone), route.ts (a budget's options over the plugin's; conflicts.ts, their conflicts) and plugin.ts (the plugin's).
 
 /**
  * Where an option may be given: `'route'` ones on the plugin, on a route (`config.rateLimit`) and on a limiter
@@ -44,23 +47,81 @@ export type OnLimiter = 'read' | 'refused' | 'unused'
 /** An option's value alone, checked and typed, or the coded error naming it (`name`: where it was given). */
 export type Check<T> = (value: unknown, name: string) => T
 
-/** An option: its check, and its value when nobody gives it (written as an app would give it, read by the check; none: undefined). */
+/**
+ * Where a budget's options were given: at register, on a route (`config.rateLimit`), to a limiter the app
+ * places (`fastify.rateLimit()`), or to a check it calls (`createRateLimit()`, which answers at once).
+ */
+export type Place = 'plugin' | 'route' | 'limiter' | 'check'
+
+/** A budget as its options' conflicts see it: merged (`route`), with the options its place was given, each checked alone. */
+export interface Budget {
+  readonly route: ResolvedRoute
+  readonly given: Readonly<Record<string, unknown>>
+  readonly place: Place
+  /** Whether a store of the app's own counts it (`store`). */
+  readonly store: boolean
+}
+
+/**
+ * How an option cannot meet the others, checked once a budget is merged (conflicts.ts): where `when` holds, the
+ * option is refused, saying `why` after its name as given (`says`), after "expected" with its value as given
+ * (`expected`, the words of a value refused alone), or after its bare name (`store`: what the app's store cannot count).
+ */
+export interface Conflict {
+  /** `option`: the name of the option whose conflict it is. */
+  readonly when: (budget: Budget, option: string) => boolean
+  readonly why: string
+  readonly form: 'says' | 'expected' | 'store'
+}
+
+/** What is said of an option once its budget is merged (`where` prefixes names): a warning, never a refusal. */
+export type Said = (route: ResolvedRoute, where: string, warn: Warn) => void
+
+/**
+ * An option: where it may be given, its check, its value when nobody gives it (written as an app would give it,
+ * read by the check; none: undefined), how a route's merges, how a limiter takes it, how it cannot meet the
+ * other options, and what is said of it once merged.
+ */
 interface Spec<A extends At, T, M extends Merge, F> {
   readonly at: A
   readonly check: Check<T>
   readonly fallback: F
   readonly merge: M
   readonly limiter: OnLimiter
+  readonly conflicts: readonly Conflict[]
+  readonly said: Said | undefined
+}
+
+/** An option's descriptor beside its check and default: how a limiter takes it, its conflicts, what is said of it. */
+interface More {
+  readonly limiter?: OnLimiter
+  readonly conflicts?: readonly Conflict[]
+  readonly said?: Said
 }
 
 const option = <A extends At, M extends Merge>(at: A, merge: M) =>
-  <T, const F = undefined>(check: Check<T>, fallback?: F, limiter: OnLimiter = 'read'): Spec<A, T, M, F> => ({ at, check, fallback: fallback as F, merge, limiter })
+  <T, const F = undefined>(check: Check<T>, fallback?: F, more: More = {}): Spec<A, T, M, F> =>
+    ({ at, check, fallback: fallback as F, merge, limiter: more.limiter ?? 'read', conflicts: more.conflicts ?? [], said: more.said })
 const over = option('route', 'over')
 const own = option('route', 'own')
 const routeWith = option('route', 'with')
 const plugin = option('plugin', 'over')
 const pluginWith = option('plugin', 'with')
 
+type When = Conflict['when']
+/** Refused when `when` holds, `why` said after the option's name. */
+const refused = (when: When, why: string): Conflict => ({ when, why, form: 'says' })
+/** Refused beside another option given at the same place, saying what to give instead. */
+const notBoth = (others: readonly string[], expected: string): Conflict => {
+  const when: When = ({ given }, option) => given[option] !== undefined && others.some(other => given[other] !== undefined)
+  return { when, why: expected, form: 'expected' }
+}
+/** Refused on a check (`createRateLimit()`), which answers at once, when given and not false. */
+const notOnCheck = (expected: string): Conflict =>
+  ({ when: ({ place, given }, option) => place === 'check' && given[option] != null, why: expected, form: 'expected' })
+/** Refused with a store of the app's own (`@fastify/rate-limit`'s interface) where `when` holds of the budget. */
+const notWithStore = (when: (route: ResolvedRoute) => boolean, why: string): Conflict =>
+  ({ when: budget => budget.store && when(budget.route), why, form: 'store' })
 const HOOKS: readonly HookName[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler']
 const MODES: readonly Mode[] = ['enforce', 'shadow', 'report']
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local']
@@ -75,15 +136,43 @@ function checkGroupId (value: unknown): string | undefined {
 
 export const OPTIONS = {
   // A budget's options read alone.
-  hook: over((value, name) => checkOneOf(value, name, HOOKS), 'onRequest', 'unused'),
+  hook: over((value, name) => checkOneOf(value, name, HOOKS), 'onRequest', { limiter: 'unused' }),
   algorithm: over((value, name) => checkOneOf(value, name, ALGORITHMS), DEFAULT_ALGORITHM),
-  shared: over(checkShared, false),
-  cost: over(checkCost, 1),
-  concurrency: over(checkConcurrency, false),
-  maxWait: over(checkMaxWait, false),
-  maxQueue: over(checkMax),
-  settle: over(checkFunction<SettleFunction>, undefined, 'refused'),
-  refundAborted: over(checkBoolean, false, 'refused'),
+  shared: over(checkShared, false, {
+    conflicts: [notWithStore(route => route.shared !== null, 'false with store: the app\'s store counts per client')]
+  }),
+  cost: over(checkCost, 1, {
+    conflicts: [notWithStore(route => route.cost !== 1, 'no cost with store: the app\'s store counts one per request')]
+  }),
+  concurrency: over(checkConcurrency, false, {
+    conflicts: [
+      notOnCheck('false: a check holds no slot, having no response to hold it until; ' +
+        'give concurrency to a route or to fastify.rateLimit()'),
+      notWithStore(route => route.concurrency !== null,
+        'false with store: requests in flight are counted in Redis or in process, not in the app\'s store')
+    ]
+  }),
+  maxWait: over(checkMaxWait, false, {
+    conflicts: [
+      notOnCheck('false: a check answers at once; give maxWait to a route or to fastify.rateLimit()'),
+      // They hold a client off where maxWait lets it through.
+      refused(({ route }) => route.maxWait !== null && route.overLimit !== undefined,
+        'false with continueExceeding or exponentialBackoff: they hold a client off over the limit, maxWait lets it through'),
+      // The shared budget would count the request when it is decided, the client's when its wait ends.
+      refused(({ route }) => route.maxWait !== null && route.shared !== null,
+        'false with shared: the shared budget would count the request when it is decided, the client\'s when its wait ends'),
+      notWithStore(route => route.maxWait !== null,
+        'false with store: a place ahead of the clock is kept in Redis or in process, not in the app\'s store')
+    ],
+    said: saidOfWaiting
+  }),
+  // Given where no request waits, it would say nothing.
+  maxQueue: over(checkMax, undefined, {
+    conflicts: [refused(({ route, given }) => given.maxQueue !== undefined && route.maxWait === null,
+      'maxWait too: maxQueue bounds the requests that wait')]
+  }),
+  settle: over(checkFunction<SettleFunction>, undefined, { limiter: 'refused' }),
+  refundAborted: over(checkBoolean, false, { limiter: 'refused' }),
   mode: over((value, name) => checkOneOf(value, name, MODES), 'enforce'),
   shadow: over(checkShadow, { ban: false }),
   errorResponseBuilder: over(checkFunction<ErrorResponseBuilder>),
@@ -99,8 +188,18 @@ export const OPTIONS = {
   max: routeWith(checkLimitMax, THEIR_DEFAULTS.max),
   timeWindow: routeWith(checkLimitWindow, THEIR_DEFAULTS.timeWindow),
   burst: routeWith(checkMax),
-  limits: routeWith(checkRouteLimits),
-  ban: routeWith(checkBanOption, false),
+  limits: routeWith(checkRouteLimits, undefined, {
+    conflicts: [
+      notBoth(['max', 'timeWindow', 'burst'], 'limits, or max / timeWindow / burst, not both'),
+      notWithStore(route => route.limits.length > 1, 'one limit (max, timeWindow) with store: the app\'s store counts one'),
+      notWithStore(route => route.limits[0]!.calendar !== undefined,
+        'a timeWindow, not per, with store: calendar quotas are counted in Redis or in process, not in the app\'s store')
+    ]
+  }),
+  ban: routeWith(checkBanOption, false, {
+    conflicts: [notWithStore(route => route.ban !== null && route.banDenials === null,
+      'a number of denials (ban: N) with store: longer bans need Redis or the in-process store')]
+  }),
   keyGenerator: routeWith(checkFunction<KeyGenerator>),
   ipv6Subnet: routeWith(checkSubnet, THEIR_DEFAULTS.ipv6Subnet),
   allowList: routeWith(checkAllowList),
@@ -108,11 +207,20 @@ export const OPTIONS = {
   addHeadersOnExceeding: routeWith(checkSwitches),
   continueExceeding: routeWith(checkBoolean, false),
   exponentialBackoff: routeWith(checkBoolean, false),
-  countWhen: routeWith(checkFunction<CountWhenFunction>, undefined, 'refused'),
-  skipSuccessfulRequests: routeWith(checkBoolean, false, 'refused'),
-  skipFailedRequests: routeWith(checkBoolean, false, 'refused'),
+  countWhen: routeWith(checkFunction<CountWhenFunction>, undefined, {
+    limiter: 'refused',
+    conflicts: [
+      notBoth(['skipSuccessfulRequests', 'skipFailedRequests'], 'countWhen, or skipSuccessfulRequests / skipFailedRequests, not both'),
+      // Whatever gives a request back.
+      notWithStore(settlesItself,
+        'no countWhen, skipSuccessfulRequests, skipFailedRequests, settle or refundAborted with store: ' +
+        'the app\'s store cannot give a request back')
+    ]
+  }),
+  skipSuccessfulRequests: routeWith(checkBoolean, false, { limiter: 'refused' }),
+  skipFailedRequests: routeWith(checkBoolean, false, { limiter: 'refused' }),
   failMode: routeWith((value, name) => checkOneOf(value, name, FAIL_MODES), 'closed'),
-  skipOnError: routeWith(checkBoolean),
+  skipOnError: routeWith(checkBoolean, undefined, { conflicts: [notBoth(['failMode'], 'not both failMode and skipOnError')] }),
   // The plugin's options read alone (stores.ts: where requests are counted).
   redis: plugin(checkRedis),
   store: plugin(checkStoreClass),
@@ -131,7 +239,15 @@ export const OPTIONS = {
   // Who a request without a client address is (lib/addressless.ts): one shared client, or its connection.
   addressless: plugin((value, name) => checkOneOf(value, name, ADDRESSLESS), 'shared'),
   // The plugin's options read together: the key hierarchy (clients.ts).
-  apiKeyHeader: pluginWith(checkApiKeyHeader, API_KEY_HEADER),
+  // A key nobody verifies is an identity any client can mint.
+  apiKeyHeader: pluginWith(checkApiKeyHeader, API_KEY_HEADER, {
+    conflicts: [{
+      when: ({ given }) => given.apiKeyHeader !== undefined && given.apiKeyHeader !== false && given.verifyApiKey === undefined,
+      why: 'false, or a header given with verifyApiKey (a key nobody verifies is an identity any client can mint; ' +
+        'when a gateway in front has verified it, say so with verifyApiKey: () => true)',
+      form: 'expected'
+    }]
+  }),
   verifyApiKey: pluginWith(checkFunction<NonNullable<RateGuardOptions['verifyApiKey']>>),
   userId: pluginWith(checkFunction<NonNullable<RateGuardOptions['userId']>>)
 } as const

@@ -2,7 +2,6 @@ import { fail } from './checks.js'
 import type { Algorithm } from '../algorithms/index.js'
 import type { Warn } from './compat.js'
 import { LONGEST_TIMER_MS, formatDuration, toMilliseconds } from '../duration.js'
-import { InvalidOptionError } from '../errors.js'
 import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
 
 // `maxWait` and `maxQueue`: a request its limits deny, which every one of them would allow within `maxWait`, is
@@ -31,23 +30,6 @@ export function checkMaxWait (value: unknown, name: string): number | null {
   return ms
 }
 
-/**
- * How `maxWait` meets a budget's other options, once they are merged (`where` prefixes the names): not with `continueExceeding` / `exponentialBackoff`, which
- * hold a client off where `maxWait` lets it through; not with `shared`, whose budget would count the request
- * when it is decided and the client's when its wait ends. `maxQueue` given where no request waits says nothing.
- * Values past what the limits can make wait are warned about (`reach`).
- */
-export function checkWaiting (route: ResolvedRoute, given: { readonly maxQueue?: unknown }, where: string, warn: Warn): void {
-  if (route.maxWait === null) {
-    if (given.maxQueue !== undefined) throw new InvalidOptionError(`${where}maxQueue`, 'maxWait too: maxQueue bounds the requests that wait')
-    return
-  }
-  const refuse = (why: string): never => { throw new InvalidOptionError(`${where}maxWait`, why) }
-  if (route.overLimit !== undefined) refuse('false with continueExceeding or exponentialBackoff: they hold a client off over the limit, maxWait lets it through')
-  if (route.shared !== null) refuse('false with shared: the shared budget would count the request when it is decided, the client\'s when its wait ends')
-  reach(route, route.maxWait, where, warn)
-}
-
 /** A limit whose `max` and window are known at register: one of the request's functions is not. */
 type Fixed = ResolvedLimit & { readonly max: number, readonly windowMs: number }
 
@@ -62,8 +44,9 @@ type Fixed = ResolvedLimit & { readonly max: number, readonly windowMs: number }
  * that for the sliding window, `max` per window of `maxWait` for the others); every limit must free a place:
  * the fewest of theirs. Limits a function of the request gives are not known at register: nothing is said.
  */
-function reach (route: ResolvedRoute, maxWait: number, where: string, warn: Warn): void {
-  const { algorithm, limits } = route
+export function saidOfWaiting (route: ResolvedRoute, where: string, warn: Warn): void {
+  const { algorithm, limits, maxWait } = route
+  if (maxWait === null) return
   if (!limits.every((limit): limit is Fixed => typeof limit.max === 'number' && typeof limit.windowMs === 'number')) return
   const queue = route.maxQueue ?? Math.min(...limits.map(limit => limit.max))
   const longest = Math.max(...limits.map(limit => limit.windowMs * windowsWaited(algorithm, queue, limit.max)))
