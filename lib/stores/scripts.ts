@@ -13,6 +13,8 @@ import type { DecideInput, SettleInput, WaitPolicy } from './store.js'
 import type { BanPolicy } from '../types.js'
 import { keySlot } from '../slots.js'
 import { functionCommand, functionLines, libraryOf } from './functions.js'
+import { DECIDE_LAYOUT, LEAN_LAYOUT, luaLayout, ordered } from './layout.js'
+import type { Layout, LuaForm } from './layout.js'
 
 /** One file of a joined script: its name (`lua/decide.lua`) and the line of the joined script it starts at (from 1). */
 export interface Part {
@@ -31,7 +33,26 @@ export interface Script {
   readonly parts: readonly Part[]
 }
 
-const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
+const read = (name: string): string => withLayout(readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8'))
+
+/** The layouts a lua/ file may declare (lib/stores/layout.ts), each in the form its Lua reads. */
+const LAYOUTS: Readonly<Record<string, readonly [Layout, LuaForm]>> = Object.freeze({ DECIDE: [DECIDE_LAYOUT, 'tables'], LEAN: [LEAN_LAYOUT, 'locals'] })
+/** The one line of a file that says which layout it reads: `-- layout: DECIDE ...`. */
+const LAYOUT_LINE = /^-- layout: (\w+)\b[^\n]*$/gm
+
+/**
+ * `lua` with its line `-- layout: <NAME>` made the Lua that declares that layout's offsets (`luaLayout`), on the
+ * same line, so errors still name their file's lines. Throws for a layout it does not know, or more than one line.
+ */
+export function withLayout (lua: string): string {
+  const found = [...lua.matchAll(LAYOUT_LINE)]
+  if (found.length > 1) throw new Error(`withLayout: more than one layout line (${found.length})`)
+  return lua.replace(LAYOUT_LINE, (line, name: string) => {
+    const layout = LAYOUTS[name]
+    if (layout === undefined) throw new Error(`withLayout: no layout named ${name}: ${line}`)
+    return luaLayout(...layout)
+  })
+}
 const PRELUDE = read('prelude')
 const BAN_INDEX = read('ban-index')
 const STRIKES = read('strikes')
@@ -164,22 +185,26 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
     const ban = 'ban' in input ? input.ban : null
     const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
     const wait = 'ban' in input ? input.wait : undefined
-    keys.push(k.log, k.banned, k.override)
-    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
+    keys.push(...ordered(DECIDE_LAYOUT.KEY, { state: k.log, banned: k.banned, override: k.override }))
+    if (mode === 'decide' && ban !== null) keys.push(...ordered(DECIDE_LAYOUT.BAN_KEY, { strikes: k.strikes, offences: k.offences, index: index(k.banned) }))
     if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
     // Calendar quotas come last (lib/request/limits.ts puts them there): their key, the request's last.
     if (limits.at(-1)?.period !== undefined) keys.push(k.quota)
     let policy = seen.findIndex(([l, b, o, w]) => l === limits && b === ban && o === over && w === wait)
     if (policy === -1) {
       policy = seen.push([limits, ban, over, wait]) - 1
-      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, wait?.maxMs ?? 0, wait?.maxQueue ?? 0, limits.length)
-      for (const { max, windowMs, burst, period } of limits) policies.push(max, period === undefined ? windowMs : quotaWindow(period), burst)
+      policies.push(...ordered<string, string | number>(DECIDE_LAYOUT.POLICY, {
+        threshold: ban?.threshold ?? 0, ladder: ban?.ladder.join(' ') ?? '0', forget: ban?.forgetMs ?? 0, over, wait: wait?.maxMs ?? 0, queue: wait?.maxQueue ?? 0, limits: limits.length
+      }))
+      for (const { max, windowMs, burst, period } of limits) {
+        policies.push(...ordered<string, string | number>(DECIDE_LAYOUT.LIMIT, { max, window: period === undefined ? windowMs : quotaWindow(period), burst }))
+      }
     }
     const cost = input.cost ?? 1
-    each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
-    if ('at' in input) each.push(input.member, input.at, input.final)
+    const named = cost === 1 ? policy + 1 : `${policy + 1}*${cost}`
+    each.push(...('at' in input ? ordered(DECIDE_LAYOUT.SETTLE, { policy: named, member: input.member, at: input.at, final: input.final }) : ordered(DECIDE_LAYOUT.REQUEST, { policy: named })))
   }
-  return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
+  return [keys.length, ...keys, ...ordered<string, string | number>(DECIDE_LAYOUT.HEAD, { mode, base, requests: requests.length, policies: seen.length }), ...policies, ...each]
 }
 
 /** A calendar quota's window as lua/quota.lua reads it: its periods, `'c<previous>:<start>:<end>:<next>'`. */
@@ -208,16 +233,19 @@ export function leanArgs (requests: readonly DecideInput[], base: string, index 
   const seen: Array<readonly [Limit, BanPolicy | null]> = []
   const each: number[] = []
   for (const { keys: k, limits: [limit], ban } of requests) {
-    keys.push(k.log, k.banned, k.override)
-    if (ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
+    keys.push(...ordered(LEAN_LAYOUT.KEY, { state: k.log, banned: k.banned, override: k.override }))
+    if (ban !== null) keys.push(...ordered(LEAN_LAYOUT.BAN_KEY, { strikes: k.strikes, offences: k.offences, index: index(k.banned) }))
     let policy = seen.findIndex(([l, b]) => l === limit && b === ban)
     if (policy === -1) {
       policy = seen.push([limit!, ban]) - 1
-      policies.push(limit!.max, limit!.windowMs, limit!.burst, ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0)
+      policies.push(...ordered<string, string | number>(LEAN_LAYOUT.POLICY, {
+        max: limit!.max, window: limit!.windowMs, burst: limit!.burst, threshold: ban?.threshold ?? 0, ladder: ban?.ladder.join(' ') ?? '0', forget: ban?.forgetMs ?? 0
+      }))
     }
     each.push(policy + 1)
   }
-  return [keys.length, ...keys, base, requests.length, seen.length, ...policies, ...(seen.length > 1 ? each : [])]
+  const head = ordered<string, string | number>(LEAN_LAYOUT.HEAD, { base, requests: requests.length, policies: seen.length })
+  return [keys.length, ...keys, ...head, ...policies, ...(seen.length > 1 ? each : [])]
 }
 
 /**
