@@ -1,6 +1,11 @@
-// The keys and arguments of the scripts' calls, named once, in the order they are sent: lib/stores/scripts.ts
-// builds each call from these lists (`ordered`), and fills in the line of lua/decide.lua and lua/lean.lua that
-// declares where each one sits (`luaLayout`), so a script and its caller cannot drift.
+// The keys and arguments of the scripts' calls, named once, in the order they are sent: each call is built from
+// these lists (`scriptArgs`, `leanArgs`), and lib/stores/scripts.ts fills in the line of lua/decide.lua and
+// lua/lean.lua that declares where each one sits (`withLayout`), so a script and its caller cannot drift.
+import type { Limit, CalendarPeriods } from '../algorithms/index.js'
+import type { BanPolicy } from '../types.js'
+import { indexOf } from './ban-index.js'
+import type { IdentityKeys } from './key-names.js'
+import type { DecideInput, SettleInput, WaitPolicy } from './store.js'
 
 /**
  * Fields sent one after another, by name in their order. A field's offset is its place counted from `from`: a
@@ -49,7 +54,7 @@ export const LEAN_LAYOUT = Object.freeze({
 }) satisfies Layout
 
 /** `values` in the order of `fields`: what a call sends of one record. */
-export function ordered<N extends string, V> ({ names }: Fields<N>, values: Readonly<Record<N, V>>): V[] {
+export function ordered<N extends string> ({ names }: Fields<N>, values: Readonly<Record<N, string | number>>): Array<string | number> {
   return names.map(name => values[name])
 }
 
@@ -70,4 +75,105 @@ export function luaLayout (layout: Layout, form: LuaForm): string {
   }
   const tables = records.map(([, offsets]) => `{ ${offsets.map(([name, offset]) => `${name} = ${offset}`).join(', ')} }`)
   return `local ${records.map(([record]) => record).join(', ')} = ${tables.join(', ')}`
+}
+
+/** The layouts a lua/ file may declare, each in the form its Lua reads. */
+const LAYOUTS: Readonly<Record<string, readonly [Layout, LuaForm]>> = Object.freeze({ DECIDE: [DECIDE_LAYOUT, 'tables'], LEAN: [LEAN_LAYOUT, 'locals'] })
+/** The one line of a file that says which layout it reads: `-- layout: DECIDE ...`. */
+const LAYOUT_LINE = /^-- layout: (\w+)\b[^\n]*$/gm
+
+/**
+ * `lua` with its line `-- layout: <NAME>` made the Lua that declares that layout's offsets (`luaLayout`), on the
+ * same line, so errors still name their file's lines. Throws for a layout it does not know, or more than one line.
+ */
+export function withLayout (lua: string): string {
+  const found = [...lua.matchAll(LAYOUT_LINE)]
+  if (found.length > 1) throw new Error(`withLayout: more than one layout line (${found.length})`)
+  return lua.replace(LAYOUT_LINE, (line, name: string) => {
+    const layout = LAYOUTS[name]
+    if (layout === undefined) throw new Error(`withLayout: no layout named ${name}: ${line}`)
+    return luaLayout(...layout)
+  })
+}
+
+/** What a request over the limit does, as a policy sends it (`'none'`: the algorithm alone decides). */
+type OverLimit = NonNullable<DecideInput['overLimit']> | 'none'
+
+/**
+ * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
+ * request can touch (three; three more when a denial counts a strike and may start a ban: the strikes, the
+ * offences and the ban index `index` names for its banned key; one more, its over-limit key, when it is
+ * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
+ * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
+ * its member, time and final cost, to settle). See the header of `lua/decide.lua`.
+ */
+export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string,
+  index = (banned: string) => indexOf(banned, false)): Array<string | number> {
+  const keys: Array<string | number> = []
+  const policies: Array<string | number> = []
+  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit, WaitPolicy | undefined]> = []
+  const each: Array<string | number> = []
+  for (const input of requests) {
+    const { keys: k, limits } = input
+    const ban = 'ban' in input ? input.ban : null
+    const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
+    const wait = 'ban' in input ? input.wait : undefined
+    keys.push(...keysOf(k, mode === 'decide' && ban !== null, index))
+    if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
+    // Calendar quotas come last (lib/request/limits.ts puts them there): their key, the request's last.
+    if (limits.at(-1)?.period !== undefined) keys.push(k.quota)
+    let policy = seen.findIndex(([l, b, o, w]) => l === limits && b === ban && o === over && w === wait)
+    if (policy === -1) {
+      policy = seen.push([limits, ban, over, wait]) - 1
+      policies.push(...ordered(DECIDE_LAYOUT.POLICY, { ...banFields(ban), over, wait: wait?.maxMs ?? 0, queue: wait?.maxQueue ?? 0, limits: limits.length }))
+      for (const { max, windowMs, burst, period } of limits) {
+        policies.push(...ordered(DECIDE_LAYOUT.LIMIT, { max, window: period === undefined ? windowMs : quotaWindow(period), burst }))
+      }
+    }
+    const cost = input.cost ?? 1
+    const named = cost === 1 ? policy + 1 : `${policy + 1}*${cost}`
+    each.push(...('at' in input
+      ? ordered(DECIDE_LAYOUT.SETTLE, { policy: named, member: input.member, at: input.at, final: input.final })
+      : ordered(DECIDE_LAYOUT.REQUEST, { policy: named })))
+  }
+  const head = ordered(DECIDE_LAYOUT.HEAD, { mode, base, requests: requests.length, policies: seen.length })
+  return [keys.length, ...keys, ...head, ...policies, ...each]
+}
+
+/** A request's keys in the order of the layouts' `KEY` and, when a denial strikes, `BAN_KEY` (the same in both). */
+function keysOf (k: IdentityKeys, strikes: boolean, index: (banned: string) => string): Array<string | number> {
+  const own = ordered(DECIDE_LAYOUT.KEY, { state: k.log, banned: k.banned, override: k.override })
+  return strikes ? [...own, ...ordered(DECIDE_LAYOUT.BAN_KEY, { strikes: k.strikes, offences: k.offences, index: index(k.banned) })] : own
+}
+
+/** A policy's ban, as both layouts' `POLICY` sends it (threshold 0: bans off). */
+const banFields = (ban: BanPolicy | null): Record<'threshold' | 'ladder' | 'forget', string | number> =>
+  ({ threshold: ban?.threshold ?? 0, ladder: ban?.ladder.join(' ') ?? '0', forget: ban?.forgetMs ?? 0 })
+
+/** A calendar quota's window as lua/quota.lua reads it: its periods, `'c<previous>:<start>:<end>:<next>'`. */
+export function quotaWindow ({ previous, start, end, next }: CalendarPeriods): string {
+  return `c${previous}:${start}:${end}:${next}`
+}
+
+/**
+ * The arguments of one call of the lean script deciding `requests` (each `isLean`): the number of keys, each
+ * request's three (six under a ban policy), the members' `base`, each distinct policy once (limit and ban), and,
+ * when there are several, each request's. See the header of `lua/lean.lua`.
+ */
+export function leanArgs (requests: readonly DecideInput[], base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
+  const keys: Array<string | number> = []
+  const policies: Array<string | number> = []
+  const seen: Array<readonly [Limit, BanPolicy | null]> = []
+  const each: number[] = []
+  for (const { keys: k, limits: [limit], ban } of requests) {
+    keys.push(...keysOf(k, ban !== null, index))
+    let policy = seen.findIndex(([l, b]) => l === limit && b === ban)
+    if (policy === -1) {
+      policy = seen.push([limit!, ban]) - 1
+      policies.push(...ordered(LEAN_LAYOUT.POLICY, { max: limit!.max, window: limit!.windowMs, burst: limit!.burst, ...banFields(ban) }))
+    }
+    each.push(policy + 1)
+  }
+  const head = ordered(LEAN_LAYOUT.HEAD, { base, requests: requests.length, policies: seen.length })
+  return [keys.length, ...keys, ...head, ...policies, ...(seen.length > 1 ? each : [])]
 }
