@@ -5,7 +5,7 @@
 -- (often one), each against every limit of its budget, atomically, on Redis's clock. lua/lean.lua decides the
 -- common shape faster, with the same answers.
 --
--- KEYS and ARGV: lib/stores/layout.ts's DECIDE names them in the order lib/stores/scripts.ts sends them, and
+-- KEYS and ARGV: lib/stores/layout.ts's DECIDE_LAYOUT names them in the order scriptArgs sends them, and
 -- the line `-- layout: DECIDE` below becomes the Lua that declares where each sits (KEYS[k + KEY.STATE], k the
 -- last key of the requests before; ARGV[s + POLICY.LADDER], s where the policy starts). What each one is:
 -- KEY      state     the budget's state for all its limits (see the algorithm's file)
@@ -80,7 +80,7 @@
 -- the commands here, so each call makes a handful of tables, whatever the batch's size: the layout's, a record
 -- per policy, one request record filled in for each request in turn, one answer table per limit.
 
--- layout: DECIDE (lib/stores/scripts.ts makes this line the Lua that declares KEY, BAN_KEY, HEAD, POLICY...)
+-- layout: DECIDE (lib/stores/layout.ts's withLayout makes this line the Lua declaring KEY, BAN_KEY, HEAD, POLICY...)
 
 -- Read once, and only when a request needs it (not for a client found banned).
 local now

@@ -7,7 +7,7 @@
 -- algorithm's own file, lua/<algorithm>.lua, keeps it): the conformance and differential suites run each
 -- request shape through both.
 --
--- KEYS and ARGV: lib/stores/layout.ts's LEAN names them in the order lib/stores/scripts.ts sends them, and the
+-- KEYS and ARGV: lib/stores/layout.ts's LEAN_LAYOUT names them in the order leanArgs sends them, and the
 -- line `-- layout: LEAN` below becomes the locals that say where each sits (KEYS[k + KEY_BANNED]: no table made).
 -- KEY      each request's in turn: state, banned, override (as lua/decide.lua's), then its BAN_KEY, strikes,
 --          offences and index, when its policy bans.
@@ -53,7 +53,7 @@
 -- an upvalue. Measured in Redis's instructions (bench/instructions.js), a number read from text (tonumber,
 -- strtod) costs about 1,500, an upvalue about 700, a table 1,000 and more: as much as a command's plumbing.
 
--- layout: LEAN (lib/stores/scripts.ts makes this line the locals KEY_STATE, ..., POLICY_FORGET, POLICY_SIZE)
+-- layout: LEAN (lib/stores/layout.ts's withLayout makes this line the locals KEY_STATE, ..., POLICY_SIZE)
 
 -- A denial's strike, and the ban it may start (lua/strikes.lua): the ban's length and which in a row, or 0 when
 -- it started none. Its keys and policy's arguments are given (no upvalue of the layout's: each costs a call).

@@ -3,10 +3,11 @@
 // `-- layout:` line declares, each name they use one the layout has. No Redis: what is sent, and the Lua's text.
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { DECIDE_LAYOUT, LEAN_LAYOUT, luaLayout, ordered, withLayout } from '../lib/stores/layout.js'
+import { DECIDE_LAYOUT, LEAN_LAYOUT, LEASE_LAYOUT, luaLayout, ordered, withLayout } from '../lib/stores/layout.js'
 import type { Fields, Layout } from '../lib/stores/layout.js'
 import { identityKeys } from '../lib/stores/key-names.js'
-import { LEAN_SCRIPTS, SCRIPTS, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
+import { LEAN_SCRIPTS, LEASE_SCRIPT, SCRIPTS, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
+import { acquireArgs, releaseArgs, renewArgs } from '../lib/stores/redis-leases.js'
 import type { DecideInput, SettleInput } from '../lib/stores/store.js'
 
 const lua = (name: string): string => readFileSync(new URL(`../lua/${name}.lua`, import.meta.url), 'utf8')
@@ -30,7 +31,7 @@ t.test('withLayout fills the one layout line a file has, on its line, and refuse
   t.equal(withLayout('-- no layout here\n'), '-- no layout here\n', 'a file without one is left as it is')
   t.throws(() => withLayout('-- layout: ELSEWHERE\n'), /no layout named ELSEWHERE/)
   t.throws(() => withLayout('-- layout: LEAN\n-- layout: DECIDE\n'), /more than one layout line \(2\)/)
-  for (const [name, layout] of [['decide', DECIDE_LAYOUT], ['lean', LEAN_LAYOUT]] as const) {
+  for (const [name, layout] of [['decide', DECIDE_LAYOUT], ['lean', LEAN_LAYOUT], ['lease', LEASE_LAYOUT]] as const) {
     const file = lua(name)
     t.equal(file.match(/^-- layout: /gm)?.length, 1, `lua/${name}.lua has one layout line`)
     t.equal(withLayout(file).split('\n').length, file.split('\n').length, `lua/${name}.lua keeps its line count`)
@@ -38,6 +39,7 @@ t.test('withLayout fills the one layout line a file has, on its line, and refuse
   }
   t.ok(SCRIPTS['sliding-log'].lua.includes(luaLayout(DECIDE_LAYOUT, 'tables')), 'the general script declares decide\'s layout')
   t.ok(LEAN_SCRIPTS['sliding-log']!.lua.includes(luaLayout(LEAN_LAYOUT, 'locals')), 'the lean script declares its own')
+  t.ok(LEASE_SCRIPT.lua.includes(luaLayout(LEASE_LAYOUT, 'locals')), 'so does the lease script')
 })
 
 t.test('every offset the scripts read is one the layout declares', async t => {
@@ -52,6 +54,13 @@ t.test('every offset the scripts read is one the layout declares', async t => {
   const leanUsed = [...code('lean').matchAll(/\b(KEY|BAN_KEY|HEAD|POLICY)_[A-Z]+\b/g)].map(([name]) => name)
   t.ok(leanUsed.length > 15, `lean.lua reads ${leanUsed.length} offsets by name`)
   t.strictSame(leanUsed.filter(name => !lean.has(name)), [], 'each of lean.lua\'s is LEAN_LAYOUT\'s')
+  const lease = names(LEASE_LAYOUT, '_')
+  const leaseUsed = [...code('lease').matchAll(/\b(KEY|BAN_KEY|HEAD|ACQUIRE|BAN|RELEASE|RENEW|HELD)_[A-Z]+\b/g)].map(([name]) => name)
+  t.ok(leaseUsed.length > 15, `lease.lua reads ${leaseUsed.length} offsets by name`)
+  t.strictSame(leaseUsed.filter(name => !lease.has(name)), [], 'each of lease.lua\'s is LEASE_LAYOUT\'s')
+  for (const name of ['decide', 'lean', 'lease']) {
+    t.notMatch(code(name), /(KEYS|ARGV)\[(\w+ \+ )?\d/, `lua/${name}.lua's body names each key's and argument's place: no bare offsets`)
+  }
 })
 
 const keys = identityKeys('layout:', 'all', 'ip:192.0.2.1')
@@ -103,4 +112,38 @@ t.test('leanArgs puts each key and argument where LEAN_LAYOUT names it', async t
   t.equal(argv[at(LEAN_LAYOUT.POLICY, s, 'threshold') - 1], 3)
   t.equal(argv[at(LEAN_LAYOUT.POLICY, s + LEAN_LAYOUT.POLICY.names.length, 'threshold') - 1], 0, 'the second policy bans nothing')
   t.strictSame(argv.slice(-2), [1, 2], 'then each request\'s policy')
+})
+
+t.test('the lease calls (lib/stores/redis-leases.ts) put each key and argument where LEASE_LAYOUT names it', async t => {
+  const { KEY, BAN_KEY, HEAD, ACQUIRE, BAN, RELEASE, RENEW, HELD } = LEASE_LAYOUT
+  const input = { keys, algorithm: 'sliding-log' as const, id: 'r1', units: 2, max: 5, leaseMs: 30_000, ban, strikeWindowMs: 9000 }
+  const args = acquireArgs(input, () => 'the index')
+  const n = Number(args[0])
+  t.equal(n, KEY.names.length + BAN_KEY.names.length)
+  t.equal(args[at(KEY, 0, 'leases')], keys.leases)
+  t.equal(args[at(KEY, 0, 'banned')], keys.banned)
+  t.equal(args[at(BAN_KEY, 0, 'offences')], keys.offences)
+  t.equal(args[at(BAN_KEY, 0, 'index')], 'the index')
+  const arg = (fields: Fields, name: string, list = args, start = 0): unknown => list[Number(list[0]) + at(fields, start, name)]
+  t.equal(arg(HEAD, 'mode'), 'acquire')
+  t.equal(arg(ACQUIRE, 'id'), 'r1')
+  t.equal(arg(ACQUIRE, 'units'), 2)
+  t.equal(arg(ACQUIRE, 'max'), 5)
+  t.equal(arg(ACQUIRE, 'lease'), 30_000)
+  t.equal(arg(BAN, 'threshold'), 3)
+  t.equal(arg(BAN, 'ladder'), '1000 2000')
+  t.equal(arg(BAN, 'forget'), 500)
+  t.equal(arg(BAN, 'window'), 9000)
+  t.equal(BAN.from, ACQUIRE.from + ACQUIRE.names.length, 'a ban\'s arguments follow the acquire\'s')
+  t.equal(Number(acquireArgs({ ...input, ban: null }, () => '')[0]), KEY.names.length, 'without a ban policy, its keys alone')
+
+  const release = releaseArgs({ key: keys.leases, algorithm: 'sliding-log', id: 'r1', units: 2 })
+  t.equal(arg(RELEASE, 'id', release), 'r1')
+  t.equal(arg(RELEASE, 'units', release), 2)
+  const renew = renewArgs(keys.leases, [{ key: keys.leases, algorithm: 'sliding-log', id: 'a', units: 1 }, { key: keys.leases, algorithm: 'sliding-log', id: 'b', units: 3 }], 4000)
+  t.equal(arg(RENEW, 'lease', renew), 4000)
+  t.equal(arg(RENEW, 'requests', renew), 2)
+  const first = HEAD.names.length + RENEW.names.length + 1
+  t.equal(arg(HELD, 'id', renew, first + HELD.names.length), 'b', 'the second request\'s id')
+  t.equal(arg(HELD, 'units', renew, first + HELD.names.length), 3)
 })

@@ -53,6 +53,22 @@ export const LEAN_LAYOUT = Object.freeze({
   POLICY: fields(0, 'max', 'window', 'burst', 'threshold', 'ladder', 'forget')
 }) satisfies Layout
 
+/**
+ * lua/lease.lua's call (lib/stores/redis-leases.ts builds it; test/layout.test.ts holds it to this): `KEY`, and
+ * `BAN_KEY` to acquire under a ban policy; `HEAD`, then the mode's own: `ACQUIRE` (and its `BAN` under a ban
+ * policy), `RELEASE`, or `RENEW` and each request's `HELD`.
+ */
+export const LEASE_LAYOUT = Object.freeze({
+  KEY: fields(1, 'leases', 'banned'),
+  BAN_KEY: fields(3, 'strikes', 'offences', 'index'),
+  HEAD: fields(1, 'mode'),
+  ACQUIRE: fields(2, 'id', 'units', 'max', 'lease'),
+  BAN: fields(6, 'threshold', 'ladder', 'forget', 'window'),
+  RELEASE: fields(2, 'id', 'units'),
+  RENEW: fields(2, 'lease', 'requests'),
+  HELD: fields(0, 'id', 'units')
+}) satisfies Layout
+
 /** `values` in the order of `fields`: what a call sends of one record. */
 export function ordered<N extends string> ({ names }: Fields<N>, values: Readonly<Record<N, string | number>>): Array<string | number> {
   return names.map(name => values[name])
@@ -78,7 +94,9 @@ export function luaLayout (layout: Layout, form: LuaForm): string {
 }
 
 /** The layouts a lua/ file may declare, each in the form its Lua reads. */
-const LAYOUTS: Readonly<Record<string, readonly [Layout, LuaForm]>> = Object.freeze({ DECIDE: [DECIDE_LAYOUT, 'tables'], LEAN: [LEAN_LAYOUT, 'locals'] })
+const LAYOUTS: Readonly<Record<string, readonly [Layout, LuaForm]>> = Object.freeze({
+  DECIDE: [DECIDE_LAYOUT, 'tables'], LEAN: [LEAN_LAYOUT, 'locals'], LEASE: [LEASE_LAYOUT, 'locals']
+})
 /** The one line of a file that says which layout it reads: `-- layout: DECIDE ...`. */
 const LAYOUT_LINE = /^-- layout: (\w+)\b[^\n]*$/gm
 
