@@ -58,7 +58,8 @@
 --            decision and the ms until one more unit is free than now (reset: the count falls by one, or, past
 --            the capacity, below it; 0: nothing counted). A client found banned gets n = 0: the budget's own
 --            limits, nothing counted.
--- Counts are in units: a request costs its cost on every limit (1 unless said). Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike
+-- Counts are in units: a request costs its cost on every limit (1 unless said). Integers only, but an error's
+-- text. A denied request counts nothing on any limit and writes only its strike
 -- (and under overLimit, the over-limit key); every key written carries a TTL, but an override set as permanent.
 --
 -- Over the limit ('continue' as @fastify/rate-limit's continueExceeding, 'backoff' as its exponentialBackoff),
@@ -123,7 +124,8 @@ local function policyLimits (policy)
     local s = policy.s
     for i = 1, tonumber(ARGV[s + POLICY.LIMITS]) do
       local l = s + POLICY.SIZE + LIMIT.SIZE * (i - 1)
-      limits[i] = { max = tonumber(ARGV[l + LIMIT.MAX]), window = tonumber(ARGV[l + LIMIT.WINDOW]), burst = tonumber(ARGV[l + LIMIT.BURST]) }
+      limits[i] = { max = tonumber(ARGV[l + LIMIT.MAX]), window = tonumber(ARGV[l + LIMIT.WINDOW]),
+        burst = tonumber(ARGV[l + LIMIT.BURST]) }
       -- A calendar quota's window is its periods' text (lua/quota.lua): the period that holds now.
       if not limits[i].window then
         local start, finish = quotaSteps().period(ARGV[l + LIMIT.WINDOW], clock())
@@ -435,7 +437,8 @@ local OURS = 'ERR rate-guard: '
 -- its line already; this file's own errors say what is wrong in their own words.
 local function located (err)
   local message = type(err) == 'table' and err.err or tostring(err)
-  if string.find(message, 'user_script:', 1, true) or string.find(message, 'user_function:', 1, true) or string.sub(message, 1, #OURS) == OURS then
+  local lined = string.find(message, 'user_script:', 1, true) or string.find(message, 'user_function:', 1, true)
+  if lined or string.sub(message, 1, #OURS) == OURS then
     return message
   end
   local at = where(4)

@@ -103,7 +103,8 @@ if inUse + units <= max then
 end
 local strikes = KEYS[BAN_KEY_STRIKES]
 if strikes and strike(strikes, id, tonumber(ARGV[BAN_WINDOW]), tonumber(ARGV[BAN_THRESHOLD])) then
-  local duration, offence = ban(ARGV[BAN_LADDER], tonumber(ARGV[BAN_FORGET]), KEYS[KEY_BANNED], KEYS[BAN_KEY_OFFENCES], KEYS[BAN_KEY_INDEX], now)
+  local duration, offence = ban(ARGV[BAN_LADDER], tonumber(ARGV[BAN_FORGET]), KEYS[KEY_BANNED], KEYS[BAN_KEY_OFFENCES],
+    KEYS[BAN_KEY_INDEX], now)
   redis.call('DEL', strikes)
   return { 2, inUse, duration, offence, now }
 end

@@ -8,7 +8,7 @@ import type { Fields, Layout } from '../lib/stores/layout.js'
 import { identityKeys } from '../lib/stores/key-names.js'
 import { LEAN_SCRIPTS, LEASE_SCRIPT, SCRIPTS, leanArgs, scriptArgs } from '../lib/stores/scripts.js'
 import { acquireArgs, releaseArgs, renewArgs } from '../lib/stores/redis-leases.js'
-import type { DecideInput, SettleInput } from '../lib/stores/store.js'
+import type { DecideInput, Held, SettleInput } from '../lib/stores/store.js'
 
 const lua = (name: string): string => readFileSync(new URL(`../lua/${name}.lua`, import.meta.url), 'utf8')
 
@@ -140,7 +140,8 @@ t.test('the lease calls (lib/stores/redis-leases.ts) put each key and argument w
   const release = releaseArgs({ key: keys.leases, algorithm: 'sliding-log', id: 'r1', units: 2 })
   t.equal(arg(RELEASE, 'id', release), 'r1')
   t.equal(arg(RELEASE, 'units', release), 2)
-  const renew = renewArgs(keys.leases, [{ key: keys.leases, algorithm: 'sliding-log', id: 'a', units: 1 }, { key: keys.leases, algorithm: 'sliding-log', id: 'b', units: 3 }], 4000)
+  const held = (id: string, units: number): Held => ({ key: keys.leases, algorithm: 'sliding-log', id, units })
+  const renew = renewArgs(keys.leases, [held('a', 1), held('b', 3)], 4000)
   t.equal(arg(RENEW, 'lease', renew), 4000)
   t.equal(arg(RENEW, 'requests', renew), 2)
   const first = HEAD.names.length + RENEW.names.length + 1

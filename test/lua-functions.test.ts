@@ -27,7 +27,8 @@ function functionsOf (lua: string): Array<{ name: string, line: number, lines: n
 }
 
 t.test('functionsOf counts a function\'s lines through its blocks', async t => {
-  const lua = "local function a (x)\n  if x then\n    for i = 1, 2 do\n    end\n  end -- end\n  local s = 'end'\nend\nlocal b = function () repeat until true end\n"
+  const lua = "local function a (x)\n  if x then\n    for i = 1, 2 do\n    end\n  end -- end\n  local s = 'end'\nend\n" +
+    'local b = function () repeat until true end\n'
   t.strictSame(functionsOf(lua), [{ name: 'a', line: 1, lines: 7 }, { name: 'anonymous', line: 8, lines: 1 }])
 })
 

@@ -143,7 +143,8 @@ export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, 
     let policy = seen.findIndex(([l, b, o, w]) => l === limits && b === ban && o === over && w === wait)
     if (policy === -1) {
       policy = seen.push([limits, ban, over, wait]) - 1
-      policies.push(...ordered(DECIDE_LAYOUT.POLICY, { ...banFields(ban), over, wait: wait?.maxMs ?? 0, queue: wait?.maxQueue ?? 0, limits: limits.length }))
+      const { maxMs = 0, maxQueue = 0 } = wait ?? {}
+      policies.push(...ordered(DECIDE_LAYOUT.POLICY, { ...banFields(ban), over, wait: maxMs, queue: maxQueue, limits: limits.length }))
       for (const { max, windowMs, burst, period } of limits) {
         policies.push(...ordered(DECIDE_LAYOUT.LIMIT, { max, window: period === undefined ? windowMs : quotaWindow(period), burst }))
       }
@@ -178,7 +179,8 @@ export function quotaWindow ({ previous, start, end, next }: CalendarPeriods): s
  * request's three (six under a ban policy), the members' `base`, each distinct policy once (limit and ban), and,
  * when there are several, each request's. See the header of `lua/lean.lua`.
  */
-export function leanArgs (requests: readonly DecideInput[], base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
+export function leanArgs (requests: readonly DecideInput[], base: string,
+  index = (banned: string) => indexOf(banned, false)): Array<string | number> {
   const keys: Array<string | number> = []
   const policies: Array<string | number> = []
   const seen: Array<readonly [Limit, BanPolicy | null]> = []
