@@ -6,8 +6,8 @@
 -- common shape faster, with the same answers.
 --
 -- KEYS and ARGV: lib/stores/layout.ts's DECIDE_LAYOUT names them in the order scriptArgs sends them, and
--- the line `-- layout: DECIDE` below becomes the Lua that declares where each sits (KEYS[k + KEY.STATE], k the
--- last key of the requests before; ARGV[s + POLICY.LADDER], s where the policy starts). What each one is:
+-- the line `-- layout: DECIDE` below becomes the Lua that declares where each sits (KEYS[k + KEY_STATE], k the
+-- last key of the requests before; ARGV[s + POLICY_LADDER], s where the policy starts). What each one is:
 -- KEY      state     the budget's state for all its limits (see the algorithm's file)
 --          banned    STRING present while the identity is banned (per identity)
 --          override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
@@ -78,10 +78,10 @@
 -- otherwise it is the algorithm's peek. So a peek sees what @fastify/rate-limit's read sees.
 --
 -- Lean on purpose: Lua allocations (tables, closures, strings from string.gmatch) cost Redis more than most of
--- the commands here, so each call makes a handful of tables, whatever the batch's size: the layout's, a record
--- per policy, one request record filled in for each request in turn, one answer table per limit.
+-- the commands here, so each call makes a handful of tables, whatever the batch's size: a record per policy, one
+-- request record filled in for each request in turn, one answer table per limit (the layout is locals).
 
--- layout: DECIDE (lib/stores/layout.ts's withLayout makes this line the Lua declaring KEY, BAN_KEY, HEAD, POLICY...)
+-- layout: DECIDE (lib/stores/layout.ts's withLayout makes this line the locals KEY_STATE, ..., SETTLE_SIZE)
 
 -- Read once, and only when a request needs it (not for a client found banned).
 local now
@@ -95,22 +95,22 @@ local LONGEST = 2 ^ 53 - 1024
 -- The status of a request let through once it has waited (its retry): counted at the end of the wait.
 local WAITS = 4
 
-local mode = ARGV[HEAD.MODE]
+local mode = ARGV[HEAD_MODE]
 local peek = mode == 'peek'
-local base = ARGV[HEAD.BASE]
+local base = ARGV[HEAD_BASE]
 
 -- Each policy, by the text requests name it by ('1', '2'...: looked up, not parsed again for each request): where
 -- its arguments start (s), whether its denials strike (bans), its over-limit wait (over: 'none' when it has none;
 -- doubles: 'backoff'), whether it has calendar quotas (quoted: a window that is no number; its requests send the
 -- quota key). Its limits are read when a request first needs them (a client found banned needs none).
 local policyOf = {}
-local a = HEAD.SIZE + 1
-for p = 1, tonumber(ARGV[HEAD.POLICIES]) do
-  local n = tonumber(ARGV[a + POLICY.LIMITS])
-  local over = ARGV[a + POLICY.OVER]
-  policyOf[text(p)] = { s = a, bans = ARGV[a + POLICY.THRESHOLD] ~= '0', over = over ~= 'none', doubles = over == 'backoff',
-    quoted = n > 0 and string.byte(ARGV[a + POLICY.SIZE + LIMIT.SIZE * (n - 1) + LIMIT.WINDOW]) == 99 }
-  a = a + POLICY.SIZE + LIMIT.SIZE * n
+local a = HEAD_SIZE + 1
+for p = 1, tonumber(ARGV[HEAD_POLICIES]) do
+  local n = tonumber(ARGV[a + POLICY_LIMITS])
+  local over = ARGV[a + POLICY_OVER]
+  policyOf[text(p)] = { s = a, limits = false, bans = ARGV[a + POLICY_THRESHOLD] ~= '0', over = over ~= 'none', doubles = over == 'backoff',
+    quoted = n > 0 and string.byte(ARGV[a + POLICY_SIZE + LIMIT_SIZE * (n - 1) + LIMIT_WINDOW]) == 99 }
+  a = a + POLICY_SIZE + LIMIT_SIZE * n
 end
 local first = a
 
@@ -122,13 +122,13 @@ local function policyLimits (policy)
   if not limits then
     limits = {}
     local s = policy.s
-    for i = 1, tonumber(ARGV[s + POLICY.LIMITS]) do
-      local l = s + POLICY.SIZE + LIMIT.SIZE * (i - 1)
-      limits[i] = { max = tonumber(ARGV[l + LIMIT.MAX]), window = tonumber(ARGV[l + LIMIT.WINDOW]),
-        burst = tonumber(ARGV[l + LIMIT.BURST]) }
+    for i = 1, tonumber(ARGV[s + POLICY_LIMITS]) do
+      local l = s + POLICY_SIZE + LIMIT_SIZE * (i - 1)
+      limits[i] = { max = tonumber(ARGV[l + LIMIT_MAX]), window = tonumber(ARGV[l + LIMIT_WINDOW]),
+        burst = tonumber(ARGV[l + LIMIT_BURST]) }
       -- A calendar quota's window is its periods' text (lua/quota.lua): the period that holds now.
       if not limits[i].window then
-        local start, finish = quotaSteps().period(ARGV[l + LIMIT.WINDOW], clock())
+        local start, finish = quotaSteps().period(ARGV[l + LIMIT_WINDOW], clock())
         limits[i].start, limits[i].finish, limits[i].window = start, finish, finish - start
       end
     end
@@ -212,19 +212,21 @@ end
 -- The request being decided: one record, filled in from KEYS and ARGV (through the layout) before each request
 -- is decided, and read by its steps below. Its keys (state, banned, override; strikes, offences, index when its
 -- denial strikes; over and quota, or false), its policy (a record of policyOf), member and cost.
-local request = {}
+-- Made with every field, so filling it in never grows it.
+local request = { state = false, banned = false, override = false, strikes = false, offences = false, index = false,
+  over = false, quota = false, policy = false, cost = 1, member = false, bans = false }
 
 -- Fills `request` with request i's keys, from KEYS[k + 1], under `policy`, for `cost` units: the last key of its.
 local function read (k, i, policy, cost)
   local req = request
-  req.state, req.banned, req.override = KEYS[k + KEY.STATE], KEYS[k + KEY.BANNED], KEYS[k + KEY.OVERRIDE]
+  req.state, req.banned, req.override = KEYS[k + KEY_STATE], KEYS[k + KEY_BANNED], KEYS[k + KEY_OVERRIDE]
   req.policy, req.cost, req.member = policy, cost, base .. text(i)
   -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing).
   req.bans = not peek and policy.bans
-  local n = KEY.SIZE
+  local n = KEY_SIZE
   if req.bans then
-    req.strikes, req.offences, req.index = KEYS[k + BAN_KEY.STRIKES], KEYS[k + BAN_KEY.OFFENCES], KEYS[k + BAN_KEY.INDEX]
-    n = n + BAN_KEY.SIZE
+    req.strikes, req.offences, req.index = KEYS[k + BAN_KEY_STRIKES], KEYS[k + BAN_KEY_OFFENCES], KEYS[k + BAN_KEY_INDEX]
+    n = n + BAN_KEY_SIZE
   end
   req.over, req.quota = false, false
   if policy.over then
@@ -320,9 +322,9 @@ end
 -- for a full quota (`fits` false): its period is what it waits for; a quota with room counts it now, in this period.
 local function waited (req, counted, quotas, retry, fits)
   local s = req.policy.s
-  local most = tonumber(ARGV[s + POLICY.WAIT])
+  local most = tonumber(ARGV[s + POLICY_WAIT])
   if most > 0 and not peek and retry > 0 and retry <= most and fits then
-    local ms = reserve(req.state, counted, now, req.member, req.cost, retry, tonumber(ARGV[s + POLICY.QUEUE]), entries)
+    local ms = reserve(req.state, counted, now, req.member, req.cost, retry, tonumber(ARGV[s + POLICY_QUEUE]), entries)
     if ms and #quotas > 0 then
       quotaSteps().count(req.quota, quotas, now, entries, #counted, req.cost)
     end
@@ -373,10 +375,10 @@ end
 -- and which in a row, or nil.
 local function struck (req, window)
   local s = req.policy.s
-  if not strike(req.strikes, req.member, window, tonumber(ARGV[s + POLICY.THRESHOLD])) then
+  if not strike(req.strikes, req.member, window, tonumber(ARGV[s + POLICY_THRESHOLD])) then
     return nil
   end
-  local duration, offence = ban(ARGV[s + POLICY.LADDER], tonumber(ARGV[s + POLICY.FORGET]), req.banned, req.offences, req.index, clock())
+  local duration, offence = ban(ARGV[s + POLICY_LADDER], tonumber(ARGV[s + POLICY_FORGET]), req.banned, req.offences, req.index, clock())
   redis.call('DEL', req.strikes)
   return duration, offence
 end
@@ -405,24 +407,24 @@ end
 
 -- Request i's settlement, its keys from KEYS[k + 1] and its SETTLE from ARGV[r]: the last key of its.
 local function settleOne (k, r, policy, cost)
-  local override = redis.call('GET', KEYS[k + KEY.OVERRIDE])
+  local override = redis.call('GET', KEYS[k + KEY_OVERRIDE])
   local _, counted, quotas = policyLimits(policy)
   -- An override that names no limit settles nothing (as a decision, it is an error).
   if override then
     local all, named, changed = overridden(override, counted, quotas)
     counted, quotas = all and named or NONE, all and changed or NONE
   end
-  local at, final = tonumber(ARGV[r + SETTLE.AT]), tonumber(ARGV[r + SETTLE.FINAL])
+  local at, final = tonumber(ARGV[r + SETTLE_AT]), tonumber(ARGV[r + SETTLE_FINAL])
   if #counted > 0 then
-    settle(KEYS[k + KEY.STATE], counted, ARGV[r + SETTLE.MEMBER], at, clock(), cost, final)
+    settle(KEYS[k + KEY_STATE], counted, ARGV[r + SETTLE_MEMBER], at, clock(), cost, final)
   end
   if policy.quoted then
     if #quotas > 0 then
-      quotaSteps().settle(KEYS[k + KEY.SIZE + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
+      quotaSteps().settle(KEYS[k + KEY_SIZE + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
     end
-    return k + KEY.SIZE + 1
+    return k + KEY_SIZE + 1
   end
-  return k + KEY.SIZE
+  return k + KEY_SIZE
 end
 
 -- Where in `level` (counted up the stack from here) an error was raised, as Lua names it
@@ -450,17 +452,17 @@ end
 
 local r, k = first, 0
 local settling = mode == 'settle'
-for i = 1, tonumber(ARGV[HEAD.REQUESTS]) do
-  local named = ARGV[r + (settling and SETTLE.POLICY or REQUEST.POLICY)]
+for i = 1, tonumber(ARGV[HEAD_REQUESTS]) do
+  local named = ARGV[r + (settling and SETTLE_POLICY or REQUEST_POLICY)]
   local policy, cost = policyOf[named], 1
   if not policy then
     local p, units = string.match(named, '^(%d+)%*(%d+)$')
     policy, cost = policyOf[p], tonumber(units)
   end
   if settling then
-    k, r = settleOne(k, r, policy, cost), r + SETTLE.SIZE
+    k, r = settleOne(k, r, policy, cost), r + SETTLE_SIZE
   else
-    k, r = read(k, i, policy, cost), r + REQUEST.SIZE
+    k, r = read(k, i, policy, cost), r + REQUEST_SIZE
     -- One request's error is its own: its answer is written once it is decided.
     local ok, status, retry, offence, limits = xpcall(decide, located)
     if ok then

@@ -20,14 +20,13 @@ t.test('ordered sends a record\'s values in the layout\'s order', async t => {
   t.strictSame(ordered(LEAN_LAYOUT.HEAD, { policies: 'p', requests: 'r', base: 'b' }), ['b', 'r', 'p'])
 })
 
-t.test('luaLayout declares each record\'s offsets and size, as tables or as locals', async t => {
+t.test('luaLayout declares each record\'s offsets and size as locals', async t => {
   const layout: Layout = { KEY: { names: ['state', 'banned'], from: 1 }, POLICY: { names: ['max'], from: 0 } }
-  t.equal(luaLayout(layout, 'tables'), 'local KEY, POLICY = { STATE = 1, BANNED = 2, SIZE = 2 }, { MAX = 0, SIZE = 1 }')
-  t.equal(luaLayout(layout, 'locals'), 'local KEY_STATE, KEY_BANNED, KEY_SIZE, POLICY_MAX, POLICY_SIZE = 1, 2, 2, 0, 1')
+  t.equal(luaLayout(layout), 'local KEY_STATE, KEY_BANNED, KEY_SIZE, POLICY_MAX, POLICY_SIZE = 1, 2, 2, 0, 1')
 })
 
 t.test('withLayout fills the one layout line a file has, on its line, and refuses what it cannot fill', async t => {
-  t.equal(withLayout('-- a\n-- layout: LEAN (note)\nlocal x'), `-- a\n${luaLayout(LEAN_LAYOUT, 'locals')}\nlocal x`)
+  t.equal(withLayout('-- a\n-- layout: LEAN (note)\nlocal x'), `-- a\n${luaLayout(LEAN_LAYOUT)}\nlocal x`)
   t.equal(withLayout('-- no layout here\n'), '-- no layout here\n', 'a file without one is left as it is')
   t.throws(() => withLayout('-- layout: ELSEWHERE\n'), /no layout named ELSEWHERE/)
   t.throws(() => withLayout('-- layout: LEAN\n-- layout: DECIDE\n'), /more than one layout line \(2\)/)
@@ -37,17 +36,17 @@ t.test('withLayout fills the one layout line a file has, on its line, and refuse
     t.equal(withLayout(file).split('\n').length, file.split('\n').length, `lua/${name}.lua keeps its line count`)
     t.ok(Object.keys(layout).length > 0)
   }
-  t.ok(SCRIPTS['sliding-log'].lua.includes(luaLayout(DECIDE_LAYOUT, 'tables')), 'the general script declares decide\'s layout')
-  t.ok(LEAN_SCRIPTS['sliding-log']!.lua.includes(luaLayout(LEAN_LAYOUT, 'locals')), 'the lean script declares its own')
-  t.ok(LEASE_SCRIPT.lua.includes(luaLayout(LEASE_LAYOUT, 'locals')), 'so does the lease script')
+  t.ok(SCRIPTS['sliding-log'].lua.includes(luaLayout(DECIDE_LAYOUT)), 'the general script declares decide\'s layout')
+  t.ok(LEAN_SCRIPTS['sliding-log']!.lua.includes(luaLayout(LEAN_LAYOUT)), 'the lean script declares its own')
+  t.ok(LEASE_SCRIPT.lua.includes(luaLayout(LEASE_LAYOUT)), 'so does the lease script')
 })
 
 t.test('every offset the scripts read is one the layout declares', async t => {
   const names = (layout: Layout, join: string): Set<string> => new Set(Object.entries(layout).flatMap(([record, { names }]) =>
     [...names, 'size'].map(name => `${record}${join}${name.toUpperCase()}`)))
   const code = (name: string): string => lua(name).replace(/--[^\n]*/g, '')
-  const decide = names(DECIDE_LAYOUT, '.')
-  const used = [...code('decide').matchAll(/\b(KEY|BAN_KEY|HEAD|POLICY|LIMIT|REQUEST|SETTLE)\.([A-Z_]+)\b/g)].map(([name]) => name)
+  const decide = names(DECIDE_LAYOUT, '_')
+  const used = [...code('decide').matchAll(/\b(KEY|BAN_KEY|HEAD|POLICY|LIMIT|REQUEST|SETTLE)_[A-Z]+\b/g)].map(([name]) => name)
   t.ok(used.length > 20, `decide.lua reads ${used.length} offsets by name`)
   t.strictSame(used.filter(name => !decide.has(name)), [], 'each of decide.lua\'s is DECIDE_LAYOUT\'s')
   const lean = names(LEAN_LAYOUT, '_')

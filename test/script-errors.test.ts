@@ -221,7 +221,7 @@ t.test('on Redis: raised in lua/decide.lua, in lua/ban-index.lua, and a Lua erro
   const call = defineScript(redis, 'sliding-window')
   const broken = located(SCRIPTS['sliding-window'], await call(0, 'decide', 'b.', '1').then(() => null, (err: unknown) => err as Error))
   t.match(broken!.message, /^ERR lua\/decide\.lua:\d+ \(user_script:\d+\): .* on lua\/decide\.lua:\d+ \(@user_script:\d+\)\.$/, broken!.message)
-  t.match(named(t, SCRIPTS['sliding-window'], broken!.message).text, /^for p = 1, tonumber\(ARGV\[HEAD\.POLICIES\]\) do$/, 'the line that reads how many policies follow')
+  t.match(named(t, SCRIPTS['sliding-window'], broken!.message).text, /^for p = 1, tonumber\(ARGV\[HEAD_POLICIES\]\) do$/, 'the line that reads how many policies follow')
   t.equal(located(BAN_SCRIPT, 'not an error'), 'not an error', 'what is no error is handed back as it is')
 })
 
