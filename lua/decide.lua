@@ -5,41 +5,41 @@
 -- (often one), each against every limit of its budget, atomically, on Redis's clock. lua/lean.lua decides the
 -- common shape faster, with the same answers.
 --
--- KEYS     each request's in turn: three, three more under a ban policy, one more under overLimit, one for quotas:
---   state     the budget's state for all its limits (see the algorithm's file)
---   banned    STRING present while the identity is banned (per identity)
---   override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
---   strikes   SET of the members of the requests denied in the current strike window (per identity)
---   offences  STRING integer: bans started since the identity was last forgiven (per identity)
---   index     ZSET the ban index (per nameSpace; on a Cluster per hash slot, this identity's): a ban started
---             here is entered in it (lua/ban-index.lua)
---   over      STRING integer k: the over-limit key, denials in a row on this budget (per identity), alive
---             while the client waits
---   quota     HASH the budget's calendar quotas (lua/quota.lua)
---          strikes, offences and index are sent when a request is decided (not peeked) under a ban policy; over,
---          after them, when it is decided or peeked under a policy whose over is not 'none'; quota, last, when
---          its policy has a calendar quota (decided, peeked or settled: a request to settle sends state, banned,
---          override and quota).
--- ARGV[1]  mode      'decide'; 'peek' (report, count nothing); 'settle' (each request counted counts its final
+-- KEYS and ARGV: lib/stores/layout.ts's DECIDE_LAYOUT names them in the order scriptArgs sends them, and
+-- the line `-- layout: DECIDE` below becomes the Lua that declares where each sits (KEYS[k + KEY_STATE], k the
+-- last key of the requests before; ARGV[s + POLICY_LADDER], s where the policy starts). What each one is:
+-- KEY      state     the budget's state for all its limits (see the algorithm's file)
+--          banned    STRING present while the identity is banned (per identity)
+--          override  STRING limits 'max window burst;...' that replace the policy's for this identity (setOverride)
+-- BAN_KEY  strikes   SET of the members of the requests denied in the current strike window (per identity)
+--          offences  STRING integer: bans started since the identity was last forgiven (per identity)
+--          index     ZSET the ban index (per nameSpace; on a Cluster per hash slot, this identity's): a ban started
+--                    here is entered in it (lua/ban-index.lua)
+--          sent when a request is decided (not peeked) under a ban policy; then, one each, in this order:
+--          over      STRING integer k: the over-limit key, denials in a row on this budget (per identity), alive
+--                    while the client waits; sent when a request is decided or peeked under a policy whose over
+--                    is not 'none'
+--          quota     HASH the budget's calendar quotas (lua/quota.lua); sent when its policy has a calendar quota
+--                    (decided, peeked or settled: a request to settle sends KEY and quota)
+-- HEAD     mode      'decide'; 'peek' (report, count nothing); 'settle' (each request counted counts its final
 --                    cost instead: 0 gives it all back)
--- ARGV[2]  base      request i's member (its unique id: a log entry, a strike) is base .. i
--- ARGV[3]  requests  how many requests follow
--- ARGV[4]  p         how many policies follow, each as:
---   threshold denials within one window of the limit hit that start a ban (0: bans off)
---   ladder    ban lengths in ms, 'd1 d2 ...': the nth ban in a row lasts dn, the last one repeating
---   forget    ms after a ban ends that it still counts toward the next one's length
---   over      what a request over the limit does: 'none' (counts nothing, its algorithm alone decides);
---             'continue' or 'backoff' (it holds the client off, see below)
---   wait      maxWait, ms (0: none): a request denied that every limit would allow within it waits instead,
---             counted ahead of the clock by the algorithm's reserve (see below); never under an over
---   queue     maxQueue: at most this many of the state's requests wait at once
---   n         how many limits follow, each: max (units), window (ms), burst (units; max but for the
---             token bucket). A request is allowed when every limit allows it. A calendar quota's window is
---             'c<start>:<end>:<next>' (lua/quota.lua): it is counted there, the algorithm counting the others;
---             the quotas come after the other limits.
--- then, for each request, the policy that decides it (1 to p), followed by '*' and its cost when that is not
--- 1 ('2*15': policy 2, 15 units); to settle, also its member, Redis's time (ms) of the decision being settled and
--- its final cost.
+--          base      request i's member (its unique id: a log entry, a strike) is base .. i
+--          requests  how many requests follow; policies: how many policies follow, each a POLICY:
+-- POLICY   threshold denials within one window of the limit hit that start a ban (0: bans off)
+--          ladder    ban lengths in ms, 'd1 d2 ...': the nth ban in a row lasts dn, the last one repeating
+--          forget    ms after a ban ends that it still counts toward the next one's length
+--          over      what a request over the limit does: 'none' (counts nothing, its algorithm alone decides);
+--                    'continue' or 'backoff' (it holds the client off, see below)
+--          wait      maxWait, ms (0: none): a request denied that every limit would allow within it waits instead,
+--                    counted ahead of the clock by the algorithm's reserve (see below); never under an over
+--          queue     maxQueue: at most this many of the state's requests wait at once
+--          limits    how many limits follow, each a LIMIT: max (units), window (ms), burst (units; max but for
+--                    the token bucket). A request is allowed when every limit allows it. A calendar quota's window
+--                    is 'c<start>:<end>:<next>' (lua/quota.lua): it is counted there, the algorithm counting the
+--                    others; the quotas come after the other limits.
+-- REQUEST  policy    then, for each request, the policy that decides it (1 to p), followed by '*' and its cost
+--                    when that is not 1 ('2*15': policy 2, 15 units); to settle, a SETTLE: the policy, then the
+--                    member, Redis's time (ms) of the decision being settled (at) and its final cost.
 --
 -- Reply: each request's answer in turn (none to settle):
 --   { status, retry, offence, at, n, limit1, window1, count1, reset1, ..., limitN, windowN, countN, resetN }
@@ -58,7 +58,8 @@
 --            decision and the ms until one more unit is free than now (reset: the count falls by one, or, past
 --            the capacity, below it; 0: nothing counted). A client found banned gets n = 0: the budget's own
 --            limits, nothing counted.
--- Counts are in units: a request costs its cost on every limit (1 unless said). Integers only, but an error's text. A denied request counts nothing on any limit and writes only its strike
+-- Counts are in units: a request costs its cost on every limit (1 unless said). Integers only, but an error's
+-- text. A denied request counts nothing on any limit and writes only its strike
 -- (and under overLimit, the over-limit key); every key written carries a TTL, but an override set as permanent.
 --
 -- Over the limit ('continue' as @fastify/rate-limit's continueExceeding, 'backoff' as its exponentialBackoff),
@@ -77,7 +78,10 @@
 -- otherwise it is the algorithm's peek. So a peek sees what @fastify/rate-limit's read sees.
 --
 -- Lean on purpose: Lua allocations (tables, closures, strings from string.gmatch) cost Redis more than most of
--- the commands here, so each call makes a handful of tables, whatever the batch's size.
+-- the commands here, so each call makes a handful of tables, whatever the batch's size: a record per policy, one
+-- request record filled in for each request in turn, one answer table per limit (the layout is locals).
+
+-- layout: DECIDE (lib/stores/layout.ts's withLayout makes this line the locals KEY_STATE, ..., SETTLE_SIZE)
 
 -- Read once, and only when a request needs it (not for a client found banned).
 local now
@@ -88,66 +92,47 @@ end
 
 -- The longest duration (lib/duration.ts): the longest wait over the limit, a reply ioredis 6 reads exactly.
 local LONGEST = 2 ^ 53 - 1024
+-- The status of a request let through once it has waited (its retry): counted at the end of the wait.
+local WAITS = 4
 
--- Where each key and argument sits (the header above), named once. Constants, not a table per request.
--- A request's keys, counted from k, the last key of the request before it: KEYS[k + STATE]...
-local STATE, BANNED, OVERRIDE = 1, 2, 3
-local STRIKES, OFFENCES, INDEX = 4, 5, 6
--- How many keys a request sends: ALWAYS; BANNING under a ban policy (decided, not peeked); one more after
--- them, its over-limit key, under an overLimit.
-local ALWAYS, BANNING = 3, 6
--- A policy's fields, counted from s, where it starts: ARGV[s + THRESHOLD]...; then its limits, from
--- s + FIELDS, PER_LIMIT arguments each: ARGV[l + MAX]...
-local THRESHOLD, LADDER, FORGET, OVER, WAIT, QUEUE, LIMITS = 0, 1, 2, 3, 4, 5, 6
-local FIELDS = 7
-local MAX, WINDOW, BURST = 0, 1, 2
-local PER_LIMIT = 3
--- A request to settle: its policy at r, then ARGV[r + MEMBER]...; PER_SETTLE arguments in all. A request
--- decided or peeked sends its policy alone.
-local MEMBER, AT, FINAL = 1, 2, 3
-local PER_SETTLE = 4
-
-local mode = ARGV[1]
+local mode = ARGV[HEAD_MODE]
 local peek = mode == 'peek'
-local base = ARGV[2]
+local base = ARGV[HEAD_BASE]
 
--- Where each policy's arguments start; its limits are read when a request first needs them (a client
--- found banned needs none).
-local starts = {}
--- Each request names its policy as text ('1', '2'...): looked up here, not parsed again for each request.
+-- Each policy, by the text requests name it by ('1', '2'...: looked up, not parsed again for each request): where
+-- its arguments start (s), whether its denials strike (bans), its over-limit wait (over: 'none' when it has none;
+-- doubles: 'backoff'), whether it has calendar quotas (quoted: a window that is no number; its requests send the
+-- quota key). Its limits are read when a request first needs them (a client found banned needs none).
 local policyOf = {}
--- Whether a policy has calendar quotas (a window that is no number): its requests send the quota key.
-local quoted = {}
--- The first policy starts after mode, base, requests and p.
-local a = 5
-for p = 1, tonumber(ARGV[4]) do
-  starts[p] = a
-  policyOf[text(p)] = p
-  local n = tonumber(ARGV[a + LIMITS])
-  quoted[p] = n > 0 and string.byte(ARGV[a + FIELDS + PER_LIMIT * (n - 1) + WINDOW]) == 99
-  a = a + FIELDS + PER_LIMIT * n
+local a = HEAD_SIZE + 1
+for p = 1, tonumber(ARGV[HEAD_POLICIES]) do
+  local n = tonumber(ARGV[a + POLICY_LIMITS])
+  local over = ARGV[a + POLICY_OVER]
+  policyOf[text(p)] = { s = a, limits = false, bans = ARGV[a + POLICY_THRESHOLD] ~= '0', over = over ~= 'none', doubles = over == 'backoff',
+    quoted = n > 0 and string.byte(ARGV[a + POLICY_SIZE + LIMIT_SIZE * (n - 1) + LIMIT_WINDOW]) == 99 }
+  a = a + POLICY_SIZE + LIMIT_SIZE * n
 end
 local first = a
 
 -- A policy's limits: all of them (the reply's order: the others, then the calendar quotas), those its
 -- algorithm counts, and its calendar quotas (each in the period that holds now).
-local policies = {}
 local NONE = {}
-local function policyLimits (p)
-  local limits = policies[p]
+local function policyLimits (policy)
+  local limits = policy.limits
   if not limits then
     limits = {}
-    local s = starts[p]
-    for i = 1, tonumber(ARGV[s + LIMITS]) do
-      local l = s + FIELDS + PER_LIMIT * (i - 1)
-      limits[i] = { max = tonumber(ARGV[l + MAX]), window = tonumber(ARGV[l + WINDOW]), burst = tonumber(ARGV[l + BURST]) }
+    local s = policy.s
+    for i = 1, tonumber(ARGV[s + POLICY_LIMITS]) do
+      local l = s + POLICY_SIZE + LIMIT_SIZE * (i - 1)
+      limits[i] = { max = tonumber(ARGV[l + LIMIT_MAX]), window = tonumber(ARGV[l + LIMIT_WINDOW]),
+        burst = tonumber(ARGV[l + LIMIT_BURST]) }
       -- A calendar quota's window is its periods' text (lua/quota.lua): the period that holds now.
       if not limits[i].window then
-        local start, finish = quotaSteps().period(ARGV[l + WINDOW], clock())
+        local start, finish = quotaSteps().period(ARGV[l + LIMIT_WINDOW], clock())
         limits[i].start, limits[i].finish, limits[i].window = start, finish, finish - start
       end
     end
-    if quoted[p] then
+    if policy.quoted then
       local counted, quotas = {}, {}
       for i = 1, #limits do
         if limits[i].start then
@@ -158,9 +143,9 @@ local function policyLimits (p)
       end
       limits = { limits, counted, quotas }
     end
-    policies[p] = limits
+    policy.limits = limits
   end
-  if quoted[p] then
+  if policy.quoted then
     return limits[1], limits[2], limits[3]
   end
   return limits, limits, NONE
@@ -194,15 +179,15 @@ local function overridden (text, counted, quotas)
   return limits, counted, changed
 end
 
--- One answer table per limit, filled by count() for each request in turn.
+-- One answer table per limit, filled by count() for the request being decided (each in turn).
 local entries = {}
 local out, o = {}, 0
--- The status of a request let through once it has waited (its retry): counted at the end of the wait.
-local WAITS = 4
+-- A request's answer (lua/decide.lua's reply, the header); limits nil for a client found banned: n = 0, at = 0.
 local function reply (status, retry, offence, limits)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, status == WAITS and now + retry or now, #limits
+  local at = limits and (status == WAITS and now + retry or now) or 0
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = status, retry, offence, at, limits and #limits or 0
   o = o + 5
-  for i = 1, #limits do
+  for i = 1, limits and #limits or 0 do
     local limit, entry = limits[i], entries[i]
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = limit.burst, limit.window, entry.count, entry.reset
     o = o + 4
@@ -224,119 +209,222 @@ local function exceeded (limits, reset, count)
   end
 end
 
--- The request being decided, set by the loop below before it calls decide(): xpcall passes no arguments.
--- k: the last key before its keys; p: its policy; member: its id; bans: whether a denial strikes (its keys
--- hold strikes, offences and index); over: its over-limit key, or false; quota: its calendar quotas' key, or
--- false; cost: its units.
-local k, p, member, bans, over, quota, cost
+-- The request being decided: one record, filled in from KEYS and ARGV (through the layout) before each request
+-- is decided, and read by its steps below. Its keys (state, banned, override; strikes, offences, index when its
+-- denial strikes; over and quota, or false), its policy (a record of policyOf), member and cost.
+-- Made with every field, so filling it in never grows it.
+local request = { state = false, banned = false, override = false, strikes = false, offences = false, index = false,
+  over = false, quota = false, policy = false, cost = 1, member = false, bans = false }
 
-local function decide ()
-  -- Most identities have neither a ban nor an override: one EXISTS says so (an MGET of both would cost Redis
-  -- more, its reply being a table). A banned client is answered first and at the least cost.
-  local override = false
-  if redis.call('EXISTS', KEYS[k + BANNED], KEYS[k + OVERRIDE]) > 0 then
-    local banned = redis.call('PTTL', KEYS[k + BANNED])
-    if banned > 0 then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, banned, 0, 0, 0
-      o = o + 5
-      return
-    end
-    override = redis.call('GET', KEYS[k + OVERRIDE])
+-- Fills `request` with request i's keys, from KEYS[k + 1], under `policy`, for `cost` units: the last key of its.
+local function read (k, i, policy, cost)
+  local req = request
+  req.state, req.banned, req.override = KEYS[k + KEY_STATE], KEYS[k + KEY_BANNED], KEYS[k + KEY_OVERRIDE]
+  req.policy, req.cost, req.member = policy, cost, base .. text(i)
+  -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing).
+  req.bans = not peek and policy.bans
+  local n = KEY_SIZE
+  if req.bans then
+    req.strikes, req.offences, req.index = KEYS[k + BAN_KEY_STRIKES], KEYS[k + BAN_KEY_OFFENCES], KEYS[k + BAN_KEY_INDEX]
+    n = n + BAN_KEY_SIZE
   end
-  -- An override replaces what it names: the limits its algorithm counts (all of them), a calendar quota's max.
-  local limits, counted, quotas = policyLimits(p)
+  req.over, req.quota = false, false
+  if policy.over then
+    n = n + 1
+    req.over = KEYS[k + n]
+  end
+  if policy.quoted then
+    n = n + 1
+    req.quota = KEYS[k + n]
+  end
+  return k + n
+end
+
+-- The ban step: a client found banned is answered first and at the least cost: its ban's ms left. Else 0, and
+-- the override's text, or false. Most identities have neither: one EXISTS says so (an MGET of both would cost
+-- Redis more, its reply being a table).
+local function banOf (req)
+  if redis.call('EXISTS', req.banned, req.override) == 0 then
+    return 0, false
+  end
+  local banned = redis.call('PTTL', req.banned)
+  if banned > 0 then
+    return banned, false
+  end
+  return 0, redis.call('GET', req.override)
+end
+
+-- The override step: an override replaces what it names, the limits its algorithm counts (all of them), a
+-- calendar quota's max. The request's limits, those its algorithm counts, its quotas.
+local function limitsOf (req, override)
+  local limits, counted, quotas = policyLimits(req.policy)
   if override then
     limits, counted, quotas = overridden(override, counted, quotas)
     if not limits then
-      error('ERR rate-guard: the override at ' .. KEYS[k + OVERRIDE] .. ' names no limit', 0)
+      error('ERR rate-guard: the override at ' .. req.override .. ' names no limit', 0)
     end
   end
   for i = #entries + 1, #limits do
     entries[i] = {}
   end
-  -- A request that costs more than a limit holds never passes: refused as it is, nothing counted, no strike.
-  if cost > 1 then
-    for i = 1, #limits do
-      if cost > limits[i].burst then
-        if #counted > 0 then
-          count(KEYS[k + STATE], counted, clock(), member, true, entries, 1)
-        end
-        if #quotas > 0 then
-          quotaSteps().fit(quota, quotas, clock(), 1, entries, #counted)
-        end
-        return reply(1, 0, 0, limits)
-      end
-    end
-  end
+  return limits, counted, quotas
+end
 
-  local retry, strikeWindow, longest = 0, 0, 0
-  local waits = 0
-  if over then
-    clock()
-    for i = 1, #limits do
-      longest = math.max(longest, limits[i].window)
+-- Whether the request costs more than a limit holds: it never passes, refused as it is, nothing counted, no
+-- strike (its limits reported as a request of one unit finds them).
+local function beyond (req, limits, counted, quotas)
+  for i = 1, #limits do
+    if req.cost > limits[i].burst then
+      if #counted > 0 then
+        count(req.state, counted, clock(), req.member, true, entries, 1)
+      end
+      if #quotas > 0 then
+        quotaSteps().fit(req.quota, quotas, clock(), 1, entries, #counted)
+      end
+      return true
     end
-    waits = redis.call('PTTL', over)
   end
-  local s = starts[p]
-  local doubles = ARGV[s + OVER] == 'backoff'
-  if waits > 0 and not peek then
-    -- Held off: denied, nothing counted on the algorithm.
-    retry, strikeWindow = wait(longest, redis.call('INCR', over), doubles), longest
-    redis.call('PEXPIRE', over, retry)
+  return false
+end
+
+-- Under an overLimit: W, the longest window of the request's limits, and the over-limit key's PTTL (0: none).
+local function overKey (req, limits)
+  if not req.over then
+    return 0, 0
+  end
+  clock()
+  local longest = 0
+  for i = 1, #limits do
+    longest = math.max(longest, limits[i].window)
+  end
+  return longest, redis.call('PTTL', req.over)
+end
+
+-- The over-limit key alive: a decision is held off, denied without counting on the algorithm; a peek is
+-- limited for what is left of one window W since the last denial, or nil when nothing is (the algorithm's peek).
+-- Status, retry and the window its strikes count in.
+local function heldOff (req, limits, longest, waits)
+  if not peek then
+    local retry = wait(longest, redis.call('INCR', req.over), req.policy.doubles)
+    redis.call('PEXPIRE', req.over, retry)
     exceeded(limits, retry, 0)
-  else
-    if waits > 0 then
-      local left = longest - (wait(longest, tonumber(redis.call('GET', over)), doubles) - waits)
-      if left > 0 then
-        exceeded(limits, left, 1)
-        return reply(1, left, 0, limits)
-      end
-    end
-    -- The quotas first: when one is full, the algorithm is only asked (peeked), so nothing is counted.
-    local fits = #quotas == 0 or quotaSteps().fit(quota, quotas, clock(), cost, entries, #counted)
-    if (#counted == 0 or count(KEYS[k + STATE], counted, clock(), member, peek or not fits, entries, cost)) and fits then
-      if not peek and #quotas > 0 then
-        quotaSteps().count(quota, quotas, now, entries, #counted, cost)
-      end
-      return reply(0, 0, 0, limits)
-    end
-    -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
-    for i = 1, #limits do
-      if entries[i].retry > retry then
-        retry, strikeWindow = entries[i].retry, limits[i].window
-      end
-    end
-    -- Allowed within maxWait: it waits, counted at the end of its wait (not under an over, a peek, or a cost no
-    -- wait lets through), unless its queue is full. Never for a full quota: its period is what it waits for;
-    -- a quota with room counts the request now, in this period.
-    local most = tonumber(ARGV[s + WAIT])
-    if most > 0 and not peek and retry > 0 and retry <= most and fits then
-      local waited = reserve(KEYS[k + STATE], counted, now, member, cost, retry, tonumber(ARGV[s + QUEUE]), entries)
-      if waited then
-        if #quotas > 0 then
-          quotaSteps().count(quota, quotas, now, entries, #counted, cost)
-        end
-        return reply(WAITS, waited, 0, limits)
-      end
-    end
-    -- Over the limit: held off for the longest window, from now.
-    if over and not peek then
-      retry = wait(longest, 1, false)
-      redis.call('SET', over, '1', 'PX', retry)
-      exceeded(limits, retry, 0)
-    end
+    return 1, retry, longest
   end
-  if not bans then
-    return reply(1, retry, 0, limits)
+  local left = longest - (wait(longest, tonumber(redis.call('GET', req.over)), req.policy.doubles) - waits)
+  if left > 0 then
+    exceeded(limits, left, 1)
+    return 1, left, 0
   end
+end
 
-  if not strike(KEYS[k + STRIKES], member, strikeWindow, tonumber(ARGV[s + THRESHOLD])) then
-    return reply(1, retry, 0, limits)
+-- A request denied that every limit allows within maxWait: it waits, counted at the end of its wait (not under
+-- an over, a peek, or a cost no wait lets through), unless its queue is full: the ms it waits, else nil. Never
+-- for a full quota (`fits` false): its period is what it waits for; a quota with room counts it now, in this period.
+local function waited (req, counted, quotas, retry, fits)
+  local s = req.policy.s
+  local most = tonumber(ARGV[s + POLICY_WAIT])
+  if most > 0 and not peek and retry > 0 and retry <= most and fits then
+    local ms = reserve(req.state, counted, now, req.member, req.cost, retry, tonumber(ARGV[s + POLICY_QUEUE]), entries)
+    if ms and #quotas > 0 then
+      quotaSteps().count(req.quota, quotas, now, entries, #counted, req.cost)
+    end
+    return ms
   end
-  local duration, offence = ban(ARGV[s + LADDER], tonumber(ARGV[s + FORGET]), KEYS[k + BANNED], KEYS[k + OFFENCES], KEYS[k + INDEX], clock())
-  redis.call('DEL', KEYS[k + STRIKES])
-  return reply(2, duration, offence, limits)
+end
+
+-- The count-or-wait step: the quotas and the algorithm decide (held off first by a live over-limit key). The
+-- status (0 allowed and counted, 1 denied, WAITS), the retry, and the window a denial's strike counts in.
+local function countOrWait (req, limits, counted, quotas)
+  local longest, waits = overKey(req, limits)
+  if waits > 0 then
+    local status, retry, window = heldOff(req, limits, longest, waits)
+    if status then
+      return status, retry, window
+    end
+  end
+  -- The quotas first: when one is full, the algorithm is only asked (peeked), so nothing is counted.
+  local cost = req.cost
+  local fits = #quotas == 0 or quotaSteps().fit(req.quota, quotas, clock(), cost, entries, #counted)
+  if (#counted == 0 or count(req.state, counted, clock(), req.member, peek or not fits, entries, cost)) and fits then
+    if not peek and #quotas > 0 then
+      quotaSteps().count(req.quota, quotas, now, entries, #counted, cost)
+    end
+    return 0, 0, 0
+  end
+  -- Denied: the wait is until every limit allows; strikes count within the window of the limit that waits longest.
+  local retry, window = 0, 0
+  for i = 1, #limits do
+    if entries[i].retry > retry then
+      retry, window = entries[i].retry, limits[i].window
+    end
+  end
+  local ms = waited(req, counted, quotas, retry, fits)
+  if ms then
+    return WAITS, ms, 0
+  end
+  -- Over the limit: held off for the longest window, from now.
+  if req.over and not peek then
+    retry = wait(longest, 1, false)
+    redis.call('SET', req.over, '1', 'PX', retry)
+    exceeded(limits, retry, 0)
+  end
+  return 1, retry, window
+end
+
+-- The strike step: a denial under a ban policy counts a strike within `window`; the ban it starts, its length
+-- and which in a row, or nil.
+local function struck (req, window)
+  local s = req.policy.s
+  if not strike(req.strikes, req.member, window, tonumber(ARGV[s + POLICY_THRESHOLD])) then
+    return nil
+  end
+  local duration, offence = ban(ARGV[s + POLICY_LADDER], tonumber(ARGV[s + POLICY_FORGET]), req.banned, req.offences, req.index, clock())
+  redis.call('DEL', req.strikes)
+  return duration, offence
+end
+
+-- `request` decided: ban, override, count or wait, strike. Its answer (reply's arguments): xpcall passes no
+-- arguments, so it reads the record the loop filled in.
+local function decide ()
+  local req = request
+  local banned, override = banOf(req)
+  if banned > 0 then
+    return 2, banned, 0, nil
+  end
+  local limits, counted, quotas = limitsOf(req, override)
+  if req.cost > 1 and beyond(req, limits, counted, quotas) then
+    return 1, 0, 0, limits
+  end
+  local status, retry, window = countOrWait(req, limits, counted, quotas)
+  if status == 1 and req.bans then
+    local duration, offence = struck(req, window)
+    if duration then
+      return 2, duration, offence, limits
+    end
+  end
+  return status, retry, 0, limits
+end
+
+-- Request i's settlement, its keys from KEYS[k + 1] and its SETTLE from ARGV[r]: the last key of its.
+local function settleOne (k, r, policy, cost)
+  local override = redis.call('GET', KEYS[k + KEY_OVERRIDE])
+  local _, counted, quotas = policyLimits(policy)
+  -- An override that names no limit settles nothing (as a decision, it is an error).
+  if override then
+    local all, named, changed = overridden(override, counted, quotas)
+    counted, quotas = all and named or NONE, all and changed or NONE
+  end
+  local at, final = tonumber(ARGV[r + SETTLE_AT]), tonumber(ARGV[r + SETTLE_FINAL])
+  if #counted > 0 then
+    settle(KEYS[k + KEY_STATE], counted, ARGV[r + SETTLE_MEMBER], at, clock(), cost, final)
+  end
+  if policy.quoted then
+    if #quotas > 0 then
+      quotaSteps().settle(KEYS[k + KEY_SIZE + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
+    end
+    return k + KEY_SIZE + 1
+  end
+  return k + KEY_SIZE
 end
 
 -- Where in `level` (counted up the stack from here) an error was raised, as Lua names it
@@ -351,7 +439,8 @@ local OURS = 'ERR rate-guard: '
 -- its line already; this file's own errors say what is wrong in their own words.
 local function located (err)
   local message = type(err) == 'table' and err.err or tostring(err)
-  if string.find(message, 'user_script:', 1, true) or string.find(message, 'user_function:', 1, true) or string.sub(message, 1, #OURS) == OURS then
+  local lined = string.find(message, 'user_script:', 1, true) or string.find(message, 'user_function:', 1, true)
+  if lined or string.sub(message, 1, #OURS) == OURS then
     return message
   end
   local at = where(4)
@@ -361,54 +450,27 @@ local function located (err)
   return message .. ' at ' .. string.sub(at, 1, -3)
 end
 
-local r = first
-k = 0
-for i = 1, tonumber(ARGV[3]) do
-  p, cost = policyOf[ARGV[r]], 1
-  if not p then
-    local policy, units = string.match(ARGV[r], '^(%d+)%*(%d+)$')
-    p, cost = policyOf[policy], tonumber(units)
+local r, k = first, 0
+local settling = mode == 'settle'
+for i = 1, tonumber(ARGV[HEAD_REQUESTS]) do
+  local named = ARGV[r + (settling and SETTLE_POLICY or REQUEST_POLICY)]
+  local policy, cost = policyOf[named], 1
+  if not policy then
+    local p, units = string.match(named, '^(%d+)%*(%d+)$')
+    policy, cost = policyOf[p], tonumber(units)
   end
-  if mode == 'settle' then
-    local override = redis.call('GET', KEYS[k + OVERRIDE])
-    local _, counted, quotas = policyLimits(p)
-    -- An override that names no limit settles nothing (as a decision, it is an error).
-    if override then
-      local all, named, changed = overridden(override, counted, quotas)
-      counted, quotas = all and named or NONE, all and changed or NONE
-    end
-    local at, final = tonumber(ARGV[r + AT]), tonumber(ARGV[r + FINAL])
-    if #counted > 0 then
-      settle(KEYS[k + STATE], counted, ARGV[r + MEMBER], at, clock(), cost, final)
-    end
-    if #quotas > 0 then
-      quotaSteps().settle(KEYS[k + ALWAYS + 1], quotas, math.max(largest(counted), largest(quotas)), at, clock(), cost, final)
-    end
-    k, r = k + ALWAYS + (quoted[p] and 1 or 0), r + PER_SETTLE
+  if settling then
+    k, r = settleOne(k, r, policy, cost), r + SETTLE_SIZE
   else
-    -- Under a ban policy a denial counts a strike and may start a ban (a peek counts nothing): BANNING keys
-    -- instead of ALWAYS. Under overLimit, the over-limit key: one more. With calendar quotas, their key, the last.
-    local s = starts[p]
-    bans = not peek and ARGV[s + THRESHOLD] ~= '0'
-    local n = bans and BANNING or ALWAYS
-    over = ARGV[s + OVER] ~= 'none'
-    if over then
-      n = n + 1
-      over = KEYS[k + n]
-    end
-    quota = quoted[p]
-    if quota then
-      n = n + 1
-      quota = KEYS[k + n]
-    end
-    member = base .. text(i)
-    -- One request's error is its own: it writes nothing to the reply before its last step.
-    local ok, err = xpcall(decide, located)
-    if not ok then
-      out[o + 1], out[o + 2] = 3, err
+    k, r = read(k, i, policy, cost), r + REQUEST_SIZE
+    -- One request's error is its own: its answer is written once it is decided.
+    local ok, status, retry, offence, limits = xpcall(decide, located)
+    if ok then
+      reply(status, retry, offence, limits)
+    else
+      out[o + 1], out[o + 2] = 3, status
       o = o + 2
     end
-    k, r = k + n, r + 1
   end
 end
 return out

@@ -7,13 +7,15 @@
 -- algorithm's own file, lua/<algorithm>.lua, keeps it): the conformance and differential suites run each
 -- request shape through both.
 --
--- KEYS     each request's in turn: state, banned, override (as lua/decide.lua's), then strikes, offences and
---          index when its policy bans.
--- ARGV[1]  base      request i's member is base .. i
--- ARGV[2]  requests  how many requests follow
--- ARGV[3]  p         how many policies follow, each as: max, window (ms), burst (its capacity), threshold (0:
---                    bans off), ladder, forget (as lua/decide.lua's)
--- then, when p > 1, each request's policy (1 to p); with one policy, every request has it.
+-- KEYS and ARGV: lib/stores/layout.ts's LEAN_LAYOUT names them in the order leanArgs sends them, and the
+-- line `-- layout: LEAN` below becomes the locals that say where each sits (KEYS[k + KEY_BANNED]: no table made).
+-- KEY      each request's in turn: state, banned, override (as lua/decide.lua's), then its BAN_KEY, strikes,
+--          offences and index, when its policy bans.
+-- HEAD     base      request i's member is base .. i
+--          requests  how many requests follow
+--          policies  how many policies follow, each a POLICY: max, window (ms), burst (its capacity), threshold
+--                    (0: bans off), ladder, forget (as lua/decide.lua's)
+-- then, when there are several policies, each request's (1 to p); with one policy, every request has it.
 --
 -- The algorithm's lean file provides:
 --   lean(state, max, window, burst, now, base, i) -> status, count, reset, retry
@@ -51,43 +53,47 @@
 -- an upvalue. Measured in Redis's instructions (bench/instructions.js), a number read from text (tonumber,
 -- strtod) costs about 1,500, an upvalue about 700, a table 1,000 and more: as much as a command's plumbing.
 
+-- layout: LEAN (lib/stores/layout.ts's withLayout makes this line the locals KEY_STATE, ..., POLICY_SIZE)
+
 -- A denial's strike, and the ban it may start (lua/strikes.lua): the ban's length and which in a row, or 0 when
--- it started none. k: the last key before the request's; s: where its policy starts in ARGV.
-local function strikeOrBan (k, s, member, window, at)
-  if not strike(KEYS[k + 4], member, window, tonumber(ARGV[s + 3])) then
+-- it started none. Its keys and policy's arguments are given (no upvalue of the layout's: each costs a call).
+local function strikeOrBan (strikes, banned, offences, index, threshold, ladder, forget, member, window, at)
+  if not strike(strikes, member, window, tonumber(threshold)) then
     return 0, 0
   end
-  local duration, offence = ban(ARGV[s + 4], tonumber(ARGV[s + 5]), KEYS[k + 2], KEYS[k + 5], KEYS[k + 6], at)
-  redis.call('DEL', KEYS[k + 4])
+  local duration, offence = ban(ladder, tonumber(forget), banned, offences, index, at)
+  redis.call('DEL', strikes)
   return duration, offence
 end
 
--- Each policy's fields start at ARGV[s], s = 4 + 6 x (its number - 1): max, window, burst, threshold, ladder,
--- forget. Each request's policy follows them (from ARGV[first]) when there are several.
-local one = ARGV[3] == '1'
-local first = one and 0 or 4 + 6 * tonumber(ARGV[3])
-local n = one and #KEYS / (ARGV[7] ~= '0' and 6 or 3) or tonumber(ARGV[2])
+-- Each policy's fields start at ARGV[s], s = HEAD_SIZE + 1 + POLICY_SIZE x (its number - 1). Each request's
+-- policy follows them (from ARGV[first]) when there are several. A request sends KEY_SIZE keys, BANNING under
+-- a ban policy.
+local FIRST_POLICY, BANNING = HEAD_SIZE + 1, KEY_SIZE + BAN_KEY_SIZE
+local one = ARGV[HEAD_POLICIES] == '1'
+local first = one and 0 or FIRST_POLICY + POLICY_SIZE * tonumber(ARGV[HEAD_POLICIES])
+local n = one and #KEYS / (ARGV[FIRST_POLICY + POLICY_THRESHOLD] ~= '0' and BANNING or KEY_SIZE) or tonumber(ARGV[HEAD_REQUESTS])
 
 -- Whether any request's identity is banned or has an override: one EXISTS for the batch.
 local special, policies
 if n == 1 then
-  special = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0
+  special = redis.call('EXISTS', KEYS[KEY_BANNED], KEYS[KEY_OVERRIDE]) > 0
 else
   local checks, k = {}, 0
   if one then
     -- Every request's keys as many: no policy to look up.
-    local step = ARGV[7] ~= '0' and 6 or 3
+    local step = ARGV[FIRST_POLICY + POLICY_THRESHOLD] ~= '0' and BANNING or KEY_SIZE
     for i = 2, 2 * n, 2 do
-      checks[i - 1], checks[i] = KEYS[k + 2], KEYS[k + 3]
+      checks[i - 1], checks[i] = KEYS[k + KEY_BANNED], KEYS[k + KEY_OVERRIDE]
       k = k + step
     end
   else
     policies = {}
     for i = 1, n do
-      local s = 4 + 6 * (tonumber(ARGV[first + i - 1]) - 1)
+      local s = FIRST_POLICY + POLICY_SIZE * (tonumber(ARGV[first + i - 1]) - 1)
       policies[i] = s
-      checks[2 * i - 1], checks[2 * i] = KEYS[k + 2], KEYS[k + 3]
-      k = k + (ARGV[s + 3] ~= '0' and 6 or 3)
+      checks[2 * i - 1], checks[2 * i] = KEYS[k + KEY_BANNED], KEYS[k + KEY_OVERRIDE]
+      k = k + (ARGV[s + POLICY_THRESHOLD] ~= '0' and BANNING or KEY_SIZE)
     end
   end
   -- A call across slots (lua/cross-slot.lua) is refused one EXISTS over them all: each request looks for itself.
@@ -97,29 +103,30 @@ end
 
 -- Read once, and only when a request needs it (not for a client found banned).
 local now
-local base = ARGV[1]
+local base = ARGV[HEAD_BASE]
 local out, o, k = { 0 }, 1, 0
 -- The policy in use, read when a request's differs from the last one's (or an override replaced its limit).
 -- span: burst + 1 when an allowed answer of this limit packs into one exact integer (the header), else 0.
 local s, max, window, burst, bans, overridden, span
 local exact = 2 ^ 53 - 6
 for i = 1, n do
-  local q = policies and policies[i] or 4
+  local q = policies and policies[i] or FIRST_POLICY
   if q ~= s or overridden then
-    s, max, window, burst, bans, overridden = q, tonumber(ARGV[q]), tonumber(ARGV[q + 1]), tonumber(ARGV[q + 2]), ARGV[q + 3] ~= '0', false
+    s, max, window, burst = q, tonumber(ARGV[q + POLICY_MAX]), tonumber(ARGV[q + POLICY_WINDOW]), tonumber(ARGV[q + POLICY_BURST])
+    bans, overridden = ARGV[q + POLICY_THRESHOLD] ~= '0', false
     span = (burst + 1) * (window + 1) < exact and burst + 1 or 0
   end
   local status, retry, offence, count, reset = 0, 0, 0, 0, 0
   repeat
-    if special and (n == 1 or redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3]) > 0) then
-      retry = redis.call('PTTL', KEYS[k + 2])
+    if special and (n == 1 or redis.call('EXISTS', KEYS[k + KEY_BANNED], KEYS[k + KEY_OVERRIDE]) > 0) then
+      retry = redis.call('PTTL', KEYS[k + KEY_BANNED])
       if retry > 0 then
         status = 2
         break
       end
       -- An override of one limit replaces the policy's for this request; one of several limits, or one that
       -- is not text, is lua/decide.lua's.
-      local override = redis.pcall('GET', KEYS[k + 3])
+      local override = redis.pcall('GET', KEYS[k + KEY_OVERRIDE])
       if override then
         local m, w, b = string.match(type(override) == 'string' and override or '', '^(%d+) (%d+) (%d+)$')
         if not m then
@@ -131,9 +138,10 @@ for i = 1, n do
       end
     end
     now = now or milliseconds(redis.call('TIME'))
-    status, count, reset, retry = lean(KEYS[k + 1], max, window, burst, now, base, i)
+    status, count, reset, retry = lean(KEYS[k + KEY_STATE], max, window, burst, now, base, i)
     if status == 1 and bans then
-      local ok, duration, started = pcall(strikeOrBan, k, s, base .. text(i), window, now)
+      local ok, duration, started = pcall(strikeOrBan, KEYS[k + BAN_KEY_STRIKES], KEYS[k + KEY_BANNED], KEYS[k + BAN_KEY_OFFENCES],
+        KEYS[k + BAN_KEY_INDEX], ARGV[s + POLICY_THRESHOLD], ARGV[s + POLICY_LADDER], ARGV[s + POLICY_FORGET], base .. text(i), window, now)
       if not ok then
         status = 4
       elseif duration > 0 then
@@ -172,7 +180,7 @@ for i = 1, n do
       o = o + 5
     end
   end
-  k = k + (bans and 6 or 3)
+  k = k + (bans and BANNING or KEY_SIZE)
 end
 out[1] = now or 0
 return out

@@ -3,20 +3,20 @@
 -- (strike, ban). A slot is a lease that ends unless it is renewed: a process that dies holding slots frees
 -- them `lease` ms after it last renewed them, on Redis's clock (lib/leases.ts renews those it holds).
 --
--- KEYS[1]  leases    ZSET a client's leases on a budget: member = one unit of a request ('<id>' for its first,
+-- KEYS and ARGV: lib/stores/layout.ts's LEASE_LAYOUT names them in the order they are sent, and the line
+-- `-- layout: LEASE` below becomes the locals that say where each sits (KEYS[KEY_BANNED], ARGV[ACQUIRE_MAX]).
+-- KEY      leases    ZSET a client's leases on a budget: member = one unit of a request ('<id>' for its first,
 --                    '<id>#2' ... for the others of a request of several units), score = when it ends (ms,
 --                    Redis's time). It lives at least as long as its last lease.
--- KEYS[2]  banned    STRING present while the identity is banned (lua/decide.lua's)
---          under a ban policy, to acquire: KEYS[3] strikes, KEYS[4] offences, KEYS[5] index (lua/decide.lua's)
--- ARGV[1]  mode      'acquire', 'release', 'renew' or 'count'
---   acquire  ARGV[2] id, ARGV[3] units (its cost), ARGV[4] max, ARGV[5] lease (ms); under a ban policy
---            ARGV[6] threshold, ARGV[7] ladder, ARGV[8] forget, ARGV[9] the strikes' window (ms), as
---            lua/decide.lua's
---   release  ARGV[2] id, ARGV[3] units
---   renew    ARGV[2] lease (ms), ARGV[3] n, then n requests' id and units each: their leases end `lease` ms
---            from now, written back if they are gone (their requests are still running)
---
---   count    nothing more
+--          banned    STRING present while the identity is banned (lua/decide.lua's)
+-- BAN_KEY  under a ban policy, to acquire: strikes, offences, index (lua/decide.lua's)
+-- HEAD     mode      'acquire', 'release', 'renew' or 'count'; then the mode's own:
+-- ACQUIRE  id, units (its cost), max, lease (ms); under a ban policy, then its BAN: threshold, ladder, forget
+--          (as lua/decide.lua's) and window, the strikes' window (ms)
+-- RELEASE  id, units
+-- RENEW    lease (ms), requests: n, then n requests' HELD, id and units each: their leases end `lease` ms from
+--          now, written back if they are gone (their requests are still running)
+-- count    nothing more
 -- Reply, to acquire: { status, inUse, retry, offence, at }
 --   status   0 taken (its units are held), 1 refused: its units do not fit beside those in flight (it wrote
 --            nothing but, under a ban policy, its strike), 2 refused, and banned by this refusal, 5 found
@@ -29,7 +29,9 @@
 -- To release: the units given back. To renew: the units it wrote back (found gone). To count: the units held
 -- (leases that have not ended), writing nothing.
 
-local mode, leases = ARGV[1], KEYS[1]
+-- layout: LEASE (lib/stores/layout.ts's withLayout makes this line the locals KEY_LEASES, ..., HELD_SIZE)
+
+local mode, leases = ARGV[HEAD_MODE], KEYS[KEY_LEASES]
 
 -- The members of request `id`'s `units` leases.
 local function unitsOf (id, units)
@@ -57,7 +59,7 @@ local function outlive (lease)
 end
 
 if mode == 'release' then
-  return redis.call('ZREM', leases, unpack(unitsOf(ARGV[2], tonumber(ARGV[3]))))
+  return redis.call('ZREM', leases, unpack(unitsOf(ARGV[RELEASE_ID], tonumber(ARGV[RELEASE_UNITS]))))
 end
 
 local now = milliseconds(redis.call('TIME'))
@@ -67,26 +69,27 @@ if mode == 'count' then
 end
 
 if mode == 'renew' then
-  local lease = tonumber(ARGV[2])
+  local lease = tonumber(ARGV[RENEW_LEASE])
   local ends, restored = text(now + lease), 0
   -- Leases that ended are over (their holders stopped renewing). One of these requests' leases found gone
   -- (Redis restarted or failed over without it, or it ended while its holder could not reach Redis) is written
   -- back: its request is still running, so it counts against max again, past max if it must (then every
   -- acquire is refused until the count is under max).
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', text(now))
-  for i = 4, 2 + 2 * tonumber(ARGV[3]), 2 do
-    restored = restored + redis.call('ZADD', leases, unpack(ending(ARGV[i], tonumber(ARGV[i + 1]), ends)))
+  local first = RENEW_SIZE + HEAD_SIZE + 1
+  for i = first, first + HELD_SIZE * (tonumber(ARGV[RENEW_REQUESTS]) - 1), HELD_SIZE do
+    restored = restored + redis.call('ZADD', leases, unpack(ending(ARGV[i + HELD_ID], tonumber(ARGV[i + HELD_UNITS]), ends)))
   end
   outlive(lease)
   return restored
 end
 
 -- acquire
-local left = redis.call('PTTL', KEYS[2])
+local left = redis.call('PTTL', KEYS[KEY_BANNED])
 if left > 0 then
   return { 5, 0, left, 0, now }
 end
-local id, units, max, lease = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local id, units, max, lease = ARGV[ACQUIRE_ID], tonumber(ARGV[ACQUIRE_UNITS]), tonumber(ARGV[ACQUIRE_MAX]), tonumber(ARGV[ACQUIRE_LEASE])
 -- Leases that have ended are over: their holder died, or stopped renewing.
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', text(now))
 local inUse = redis.call('ZCARD', leases)
@@ -98,9 +101,11 @@ if inUse + units <= max then
   outlive(lease)
   return { 0, inUse + units, 0, 0, now }
 end
-if KEYS[3] and strike(KEYS[3], id, tonumber(ARGV[9]), tonumber(ARGV[6])) then
-  local duration, offence = ban(ARGV[7], tonumber(ARGV[8]), KEYS[2], KEYS[4], KEYS[5], now)
-  redis.call('DEL', KEYS[3])
+local strikes = KEYS[BAN_KEY_STRIKES]
+if strikes and strike(strikes, id, tonumber(ARGV[BAN_WINDOW]), tonumber(ARGV[BAN_THRESHOLD])) then
+  local duration, offence = ban(ARGV[BAN_LADDER], tonumber(ARGV[BAN_FORGET]), KEYS[KEY_BANNED], KEYS[BAN_KEY_OFFENCES],
+    KEYS[BAN_KEY_INDEX], now)
+  redis.call('DEL', strikes)
   return { 2, inUse, duration, offence, now }
 end
 return { 1, inUse, 0, 0, now }

@@ -32,13 +32,8 @@
 --               (ms), c<j> = units counted in it. s<j> only moves forward. It lives until the last of those
 --               periods ends.
 
-local steps
-local function quotaSteps ()
-  if steps then
-    return steps
-  end
-  steps = {}
-
+-- The steps that read what the app sends: a quota's period, an override's maxes. Made into `steps`.
+local function textSteps (steps)
   function steps.period (window, now)
     if type(window) ~= 'string' then
       return nil
@@ -54,6 +49,22 @@ local function quotaSteps ()
     return start, finish
   end
 
+  function steps.overridden (override, quotas)
+    local changed
+    for max, j in string.gmatch(override, '(%d+) q(%d+)') do
+      local limit = quotas[tonumber(j)]
+      if limit then
+        changed = changed or { unpack(quotas) }
+        max = tonumber(max)
+        changed[tonumber(j)] = { max = max, burst = max, window = limit.window, start = limit.start, finish = limit.finish }
+      end
+    end
+    return changed or quotas
+  end
+end
+
+-- The steps that read and write the quota hash: fit, count, settle. Made into `steps`.
+local function hashSteps (steps)
   function steps.fit (quota, quotas, now, cost, entries, from)
     local fits = true
     for j = 1, #quotas do
@@ -97,19 +108,14 @@ local function quotaSteps ()
       end
     end
   end
+end
 
-  function steps.overridden (override, quotas)
-    local changed
-    for max, j in string.gmatch(override, '(%d+) q(%d+)') do
-      local limit = quotas[tonumber(j)]
-      if limit then
-        changed = changed or { unpack(quotas) }
-        max = tonumber(max)
-        changed[tonumber(j)] = { max = max, burst = max, window = limit.window, start = limit.start, finish = limit.finish }
-      end
-    end
-    return changed or quotas
+local steps
+local function quotaSteps ()
+  if not steps then
+    steps = {}
+    textSteps(steps)
+    hashSteps(steps)
   end
-
   return steps
 end

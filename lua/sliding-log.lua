@@ -117,6 +117,43 @@ local function longestOf (limits)
   return most
 end
 
+-- One limit's count of the log (trimmed: `total` entries, `extra` units above one each, the oldest at `oldest`)
+-- for a request of `cost` units at `now`: fills its entry, and says whether the request fits it.
+local function measure (log, limit, entry, now, cost, peek, longest, total, extra, oldest)
+  local window = limit.window
+  -- Its entries (n), their units, the oldest of them; a costlier log lists the window's entries.
+  local n, units, first, listed = total, total + extra, oldest, nil
+  if total > 0 and (peek or window < longest) then
+    local since = '(' .. text(now - window)
+    n = redis.call('ZCOUNT', log, since, '+inf')
+    units = n
+    if n > 0 and total > n then
+      first = score(log, total - n)
+    end
+    if extra > 0 and n > 0 then
+      listed = redis.call('ZRANGEBYSCORE', log, since, '+inf', 'WITHSCORES')
+      units = n + surplus(listed, 2)
+    end
+  end
+  entry.count, entry.reset, entry.retry = units, 0, 0
+  -- One more unit is free once the oldest leaves.
+  if n > 0 then
+    entry.reset = first + window - now
+  end
+  -- The wait is until enough units leave this window for the request's to fit.
+  local need = units + cost - limit.max
+  if need <= 0 then
+    return true
+  end
+  entry.retry, listed = untilLeft(log, need, total, n, extra, listed, window, now)
+  -- Past the limit (a settle charged more than the cost), one more unit is free once the count is one
+  -- below it: the wait of a request of one unit.
+  if units > limit.max then
+    entry.reset = cost == 1 and entry.retry or untilLeft(log, units + 1 - limit.max, total, n, extra, listed, window, now)
+  end
+  return false
+end
+
 local function count (log, limits, now, member, peek, entries, cost)
   local longest = longestOf(limits)
   -- Most decisions find nothing to trim, and the oldest entry is their reset. A peek writes nothing, so it
@@ -135,38 +172,8 @@ local function count (log, limits, now, member, peek, entries, cost)
 
   local allowed = true
   for i = 1, #limits do
-    local limit, entry = limits[i], entries[i]
-    local window = limit.window
-    -- Its entries (n), their units, the oldest of them; a costlier log lists the window's entries.
-    local n, units, first, listed = total, total + extra, oldest, nil
-    if total > 0 and (peek or window < longest) then
-      local since = '(' .. text(now - window)
-      n = redis.call('ZCOUNT', log, since, '+inf')
-      units = n
-      if n > 0 and total > n then
-        first = score(log, total - n)
-      end
-      if extra > 0 and n > 0 then
-        listed = redis.call('ZRANGEBYSCORE', log, since, '+inf', 'WITHSCORES')
-        units = n + surplus(listed, 2)
-      end
-    end
-    entry.count, entry.reset, entry.retry = units, 0, 0
-    -- One more unit is free once the oldest leaves.
-    if n > 0 then
-      entry.reset = first + window - now
-    end
-    -- The wait is until enough units leave this window for the request's to fit.
-    local need = units + cost - limit.max
-    if need > 0 then
-      entry.retry, listed = untilLeft(log, need, total, n, extra, listed, window, now)
-      allowed = false
-      -- Past the limit (a settle charged more than the cost), one more unit is free once the count is one
-      -- below it: the wait of a request of one unit.
-      if units > limit.max then
-        entry.reset = cost == 1 and entry.retry or untilLeft(log, units + 1 - limit.max, total, n, extra, listed, window, now)
-      end
-    end
+    -- Every limit is measured, a denied request's too: its entries say what each limit holds.
+    allowed = measure(log, limits[i], entries[i], now, cost, peek, longest, total, extra, oldest) and allowed
   end
 
   local name = cost > 1 and member .. '*' .. text(cost) or member

@@ -13,6 +13,7 @@ import { identityKeys } from '../lib/stores/key-names.js'
 import { indexOf } from '../lib/stores/ban-index.js'
 import { RedisStore } from '../lib/stores/redis.js'
 import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_ALGORITHMS, LEAN_SCRIPTS, SCRIPTS, crossSlotArgs, defineScript, leanArgs, located, scriptArgs, sourceLines } from '../lib/stores/scripts.js'
+import { withLayout } from '../lib/stores/layout.js'
 import type { Script } from '../lib/stores/scripts.js'
 import type { DecideInput } from '../lib/stores/store.js'
 import { isPermanent } from '../lib/trouble.js'
@@ -22,7 +23,8 @@ const LIMITS = [{ max: 5, windowMs: 60_000, burst: 5 }]
 /** A line named as the store names it: the file, its line, and the joined script's line beside them. */
 const NAMED = /(lua\/[\w-]+\.lua):(\d+) \(@?user_script:(\d+)\)/
 
-const lines = (file: string): string[] => readFileSync(new URL(`../${file}`, import.meta.url), 'utf8').split('\n')
+/** A file's lines as a script joins them: its layout line (`-- layout: DECIDE`) made the Lua declaring its offsets. */
+const lines = (file: string): string[] => withLayout(readFileSync(new URL(`../${file}`, import.meta.url), 'utf8')).split('\n')
 
 /** The file and line `message` names (checked against the joined script's line beside it), and that line's text. */
 function named (t: Test, script: Script, message: string): { file: string, line: number, text: string } {
@@ -202,7 +204,7 @@ t.test('on Redis: raised in lua/decide.lua, in lua/ban-index.lua, and a Lua erro
   const override = await store.decide(decideInput(keys, 'fixed-window')).then(() => null, (err: unknown) => err as Error)
   const where = named(t, SCRIPTS['fixed-window'], override!.message)
   t.equal(where.file, 'lua/decide.lua', `raised in decide.lua: ${override!.message}`)
-  t.match(where.text, /redis\.call\('GET', KEYS\[k \+ OVERRIDE\]\)/, `line ${where.line} holds its GET`)
+  t.match(where.text, /redis\.call\('GET', req\.override\)/, `line ${where.line} holds its GET`)
   // An override that names no limit is decide.lua's own error: its words, as the in-process store gives them.
   await redis.set(keys.override, 'no limits here')
   await t.rejects(store.decide(decideInput(keys, 'fixed-window')), { message: `ERR rate-guard: the override at ${keys.override} names no limit` })
@@ -219,7 +221,7 @@ t.test('on Redis: raised in lua/decide.lua, in lua/ban-index.lua, and a Lua erro
   const call = defineScript(redis, 'sliding-window')
   const broken = located(SCRIPTS['sliding-window'], await call(0, 'decide', 'b.', '1').then(() => null, (err: unknown) => err as Error))
   t.match(broken!.message, /^ERR lua\/decide\.lua:\d+ \(user_script:\d+\): .* on lua\/decide\.lua:\d+ \(@user_script:\d+\)\.$/, broken!.message)
-  t.match(named(t, SCRIPTS['sliding-window'], broken!.message).text, /^for p = 1, tonumber\(ARGV\[4\]\) do$/, 'the line that reads how many policies follow')
+  t.match(named(t, SCRIPTS['sliding-window'], broken!.message).text, /^for p = 1, tonumber\(ARGV\[HEAD_POLICIES\]\) do$/, 'the line that reads how many policies follow')
   t.equal(located(BAN_SCRIPT, 'not an error'), 'not an error', 'what is no error is handed back as it is')
 })
 

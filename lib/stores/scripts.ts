@@ -1,18 +1,21 @@
 // The Redis store's scripts: each joined once from the files in lua/ (lua/prelude.lua first), named by its hash,
-// defined once per client, and called with the keys and arguments scriptArgs makes (the header of lua/decide.lua).
+// defined once per client, and called with the keys and arguments lib/stores/layout.ts builds (scriptArgs,
+// leanArgs), whose `-- layout:` line in lua/decide.lua and lua/lean.lua `read` fills in.
 // Redis names a line of a script by its line in the joined text ('user_script:302'); `located` names it as the
 // file's line (lib/stores/redis.ts hands every script error through it).
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { ALGORITHMS } from '../algorithms/index.js'
-import type { Algorithm, CalendarPeriods, Limit } from '../algorithms/index.js'
+import type { Algorithm } from '../algorithms/index.js'
 import { CommandConflictError } from '../errors.js'
-import { indexOf } from './ban-index.js'
-import type { DecideInput, SettleInput, WaitPolicy } from './store.js'
-import type { BanPolicy } from '../types.js'
+import type { DecideInput } from './store.js'
 import { keySlot } from '../slots.js'
 import { functionCommand, functionLines, libraryOf } from './functions.js'
+import { withLayout } from './layout.js'
+
+// The calls' arguments are lib/stores/layout.ts's, built from the one layout the scripts read.
+export { leanArgs, quotaWindow, scriptArgs } from './layout.js'
 
 /** One file of a joined script: its name (`lua/decide.lua`) and the line of the joined script it starts at (from 1). */
 export interface Part {
@@ -31,7 +34,9 @@ export interface Script {
   readonly parts: readonly Part[]
 }
 
-const read = (name: string): string => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8')
+/** A file of lua/ as the scripts join it: its layout line, if it has one, made the Lua declaring its offsets. */
+const read = (name: string): string => withLayout(readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), 'utf8'))
+
 const PRELUDE = read('prelude')
 const BAN_INDEX = read('ban-index')
 const STRIKES = read('strikes')
@@ -140,52 +145,8 @@ export function located<T> (script: Script, err: T): T {
   return err
 }
 
-/** What a request over the limit does, as a policy sends it (`'none'`: the algorithm alone decides). */
-type OverLimit = NonNullable<DecideInput['overLimit']> | 'none'
-
 /** Every script takes the same keys and arguments (see the header of `lua/decide.lua`), the number of keys first. */
 export type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<unknown>
-
-/**
- * The arguments of one script call deciding (or undoing) `requests`: the number of keys, the keys each
- * request can touch (three; three more when a denial counts a strike and may start a ban: the strikes, the
- * offences and the ban index `index` names for its banned key; one more, its over-limit key, when it is
- * decided or peeked under an `overLimit`), then the mode, the members' `base` (request i's member is
- * `base` + i, from 1), each distinct policy (ban, overLimit and limits) once, and each request's policy (with
- * its member, time and final cost, to settle). See the header of `lua/decide.lua`.
- */
-export function scriptArgs (requests: ReadonlyArray<DecideInput | SettleInput>, mode: 'decide' | 'peek' | 'settle', base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
-  const keys: string[] = []
-  const policies: Array<string | number> = []
-  const seen: Array<readonly [readonly Limit[], BanPolicy | null, OverLimit, WaitPolicy | undefined]> = []
-  const each: Array<string | number> = []
-  for (const input of requests) {
-    const { keys: k, limits } = input
-    const ban = 'ban' in input ? input.ban : null
-    const over: OverLimit = 'ban' in input ? input.overLimit ?? 'none' : 'none'
-    const wait = 'ban' in input ? input.wait : undefined
-    keys.push(k.log, k.banned, k.override)
-    if (mode === 'decide' && ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
-    if (mode !== 'settle' && over !== 'none') keys.push(k.backoff)
-    // Calendar quotas come last (lib/request/limits.ts puts them there): their key, the request's last.
-    if (limits.at(-1)?.period !== undefined) keys.push(k.quota)
-    let policy = seen.findIndex(([l, b, o, w]) => l === limits && b === ban && o === over && w === wait)
-    if (policy === -1) {
-      policy = seen.push([limits, ban, over, wait]) - 1
-      policies.push(ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0, over, wait?.maxMs ?? 0, wait?.maxQueue ?? 0, limits.length)
-      for (const { max, windowMs, burst, period } of limits) policies.push(max, period === undefined ? windowMs : quotaWindow(period), burst)
-    }
-    const cost = input.cost ?? 1
-    each.push(cost === 1 ? policy + 1 : `${policy + 1}*${cost}`)
-    if ('at' in input) each.push(input.member, input.at, input.final)
-  }
-  return [keys.length, ...keys, mode, base, requests.length, seen.length, ...policies, ...each]
-}
-
-/** A calendar quota's window as lua/quota.lua reads it: its periods, `'c<previous>:<start>:<end>:<next>'`. */
-export function quotaWindow ({ previous, start, end, next }: CalendarPeriods): string {
-  return `c${previous}:${start}:${end}:${next}`
-}
 
 /**
  * Whether a lean script decides `input`: decided (not peeked or settled) by an algorithm with a lean path
@@ -195,29 +156,6 @@ export function quotaWindow ({ previous, start, end, next }: CalendarPeriods): s
  */
 export function isLean (input: DecideInput, algorithm: Algorithm): boolean {
   return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && input.limits[0]!.period === undefined && (input.cost ?? 1) === 1 && input.overLimit === undefined && input.wait === undefined
-}
-
-/**
- * The arguments of one call of the lean script deciding `requests` (each `isLean`): the number of keys, each
- * request's three (six under a ban policy), the members' `base`, each distinct policy once (limit and ban), and,
- * when there are several, each request's. See the header of `lua/lean.lua`.
- */
-export function leanArgs (requests: readonly DecideInput[], base: string, index = (banned: string) => indexOf(banned, false)): Array<string | number> {
-  const keys: string[] = []
-  const policies: Array<string | number> = []
-  const seen: Array<readonly [Limit, BanPolicy | null]> = []
-  const each: number[] = []
-  for (const { keys: k, limits: [limit], ban } of requests) {
-    keys.push(k.log, k.banned, k.override)
-    if (ban !== null) keys.push(k.strikes, k.offences, index(k.banned))
-    let policy = seen.findIndex(([l, b]) => l === limit && b === ban)
-    if (policy === -1) {
-      policy = seen.push([limit!, ban]) - 1
-      policies.push(limit!.max, limit!.windowMs, limit!.burst, ban?.threshold ?? 0, ban?.ladder.join(' ') ?? '0', ban?.forgetMs ?? 0)
-    }
-    each.push(policy + 1)
-  }
-  return [keys.length, ...keys, base, requests.length, seen.length, ...policies, ...(seen.length > 1 ? each : [])]
 }
 
 /**
