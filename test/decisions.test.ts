@@ -23,9 +23,9 @@ t.test('the binding limit: the fewest units left; of two alike the later to rese
 
 t.test('the facts carried as given; a wait apart from any retry', async t => {
   const limits = [state(3, 3, 400)]
-  t.strictSame(decided({ outcome: 'banned', retry: 60_000, offence: 2, at: 9, limits, member: 'm' }), {
-    status: 'banned', limit: 3, windowMs: 1000, count: 3, resetMs: 400, retryMs: 60_000, banStarted: true, offence: 2, limits, at: 9, member: 'm'
-  })
+  const banned = { status: 'banned', limit: 3, windowMs: 1000, count: 3, resetMs: 400, retryMs: 60_000, banStarted: true, offence: 2 }
+  const made = decided({ outcome: 'banned', retry: 60_000, offence: 2, at: 9, limits, member: 'm' })
+  t.strictSame(made, { ...banned, limits, at: 9, member: 'm' })
   t.match(decided({ outcome: 'waits', retry: 250, offence: 0, at: 9, limits, member: 'm' }), { status: 'allowed', retryMs: 0, waitMs: 250 })
   t.notOk('waitMs' in decided({ outcome: 'allowed', retry: 0, offence: 0, at: 9, limits, member: 'm' }), 'no waitMs but for a wait')
 })

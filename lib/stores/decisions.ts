@@ -94,5 +94,6 @@ export function leaseDecision ({ outcome, inUse, retry, offence, at }: LeaseFact
   const banned = outcome === 'ban-started' || outcome === 'found-banned'
   const retryMs = taken ? 0 : banned ? retry : outcome === 'never-fits' ? 0 : IN_FLIGHT_RETRY_MS
   const state = { limit: input.max, windowMs: input.leaseMs, count: inUse, resetMs: taken ? 0 : retryMs }
-  return decided({ outcome: taken ? 'allowed' : banned ? 'banned' : 'limited', retry: retryMs, offence, at, limits: [state], member: input.id })
+  const made: Outcome = taken ? 'allowed' : banned ? 'banned' : 'limited'
+  return decided({ outcome: made, retry: retryMs, offence, at, limits: [state], member: input.id })
 }

@@ -27,6 +27,6 @@ export function exceeded (limits: readonly Limit[], reset: number, count: number
  */
 export function decision (outcome: Outcome, retry: number, offence: number, now: number, limits: readonly Limit[],
   entries: readonly Entry[]): Decision {
-  const states = limits.map((limit, i) => ({ limit: limit.burst, windowMs: limit.windowMs, count: entries[i]!.count, resetMs: entries[i]!.reset }))
+  const states = limits.map(({ burst, windowMs }, i) => ({ limit: burst, windowMs, count: entries[i]!.count, resetMs: entries[i]!.reset }))
   return decided({ outcome, retry, offence, at: outcome === 'waits' ? now + retry : now, limits: states, member: '' })
 }
