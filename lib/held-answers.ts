@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Limit } from './algorithms/index.js'
 import { Oldest } from './oldest.js'
-import { bannedDecision } from './stores/replies.js'
+import { bannedDecision } from './stores/decisions.js'
 import type { Decision } from './stores/store.js'
 
 // Answers Redis gave that nothing but time can change, held in process until they end, so a client refused

@@ -1,10 +1,11 @@
-// The in-process twin builds its decisions typed (lib/stores/memory-decisions.ts) where the scripts' reply is
-// read (lib/stores/replies.ts): both must give one decision for one answer, the binding limit above all, which
-// each picks on its own. Every answer of up to three limits, each count and reset drawn from a small grid,
-// under every status, is built both ways here, with no Redis.
+// The in-process twin gives its decisions' facts typed (lib/stores/memory-decisions.ts) where the scripts' reply is
+// parsed into them (lib/stores/replies.ts), and both have them built by lib/stores/decisions.ts: they must give
+// one decision for one answer, so the twin's limits, entries, clock and wait must be the facts the reader parses.
+// Every answer of up to three limits, each count and reset drawn from a small grid, under every status, is made
+// both ways here, with no Redis.
 import t from 'tap'
 import { decision, exceeded, wait } from '../lib/stores/memory-decisions.js'
-import type { Outcome } from '../lib/stores/memory-decisions.js'
+import type { Outcome } from '../lib/stores/decisions.js'
 import { WAITS, toDecision } from '../lib/stores/replies.js'
 import type { Entry, Limit } from '../lib/algorithms/index.js'
 import { LONGEST } from '../lib/duration.js'

@@ -1,13 +1,11 @@
 import type { Entry, Limit } from '../algorithms/index.js'
 import { LONGEST } from '../duration.js'
-import type { Decision, LimitState } from './store.js'
+import { decided } from './decisions.js'
+import type { Outcome } from './decisions.js'
+import type { Decision } from './store.js'
 
-// A decision of the in-process twin (./memory.ts), built typed: what lua/decide.lua's `reply`, `exceeded` and
-// `wait` make of a request, as the `Decision` ./replies.ts reads from the scripts' reply (the same fields, the
-// same binding limit), with no wire format between.
-
-/** How a decision ended: lua/decide.lua's statuses 0 to 2, and `'waits'` (4): allowed once it has waited (`maxWait`). */
-export type Outcome = 'allowed' | 'limited' | 'banned' | 'waits'
+// The in-process twin's (./memory.ts) side of a decision: what lua/decide.lua's `exceeded` and `wait` make of a
+// request over the limit, and its limits and their entries as the facts ./decisions.ts builds every decision from.
 
 /**
  * The wait over the limit after `k` denials in a row (`doubles`: twice as long each time), as in
@@ -29,34 +27,6 @@ export function exceeded (limits: readonly Limit[], reset: number, count: number
  */
 export function decision (outcome: Outcome, retry: number, offence: number, now: number, limits: readonly Limit[],
   entries: readonly Entry[]): Decision {
-  const states = limits.map((limit, i): LimitState => {
-    const { count, reset } = entries[i]!
-    return { limit: limit.burst, windowMs: limit.windowMs, count, resetMs: reset }
-  })
-  const { limit, windowMs, count, resetMs } = binding(states)
-  const waits = outcome === 'waits'
-  const made: Decision = {
-    status: waits ? 'allowed' : outcome,
-    limit,
-    windowMs,
-    count,
-    resetMs,
-    retryMs: waits ? 0 : retry,
-    banStarted: offence > 0,
-    offence,
-    limits: states,
-    at: waits ? now + retry : now,
-    member: ''
-  }
-  return waits ? { ...made, waitMs: retry } : made
-}
-
-/** The limit with the fewest units left, of two alike the later to reset, the first of those: as ./replies.ts picks it. */
-function binding (states: readonly LimitState[]): LimitState {
-  let best = states[0]!
-  for (const state of states) {
-    const fewer = state.limit - state.count - (best.limit - best.count)
-    if (fewer < 0 || (fewer === 0 && state.resetMs > best.resetMs)) best = state
-  }
-  return best
+  const states = limits.map(({ burst, windowMs }, i) => ({ limit: burst, windowMs, count: entries[i]!.count, resetMs: entries[i]!.reset }))
+  return decided({ outcome, retry, offence, at: outcome === 'waits' ? now + retry : now, limits: states, member: '' })
 }

@@ -1,11 +1,13 @@
-import { BAN_STARTED, FOUND_BANNED, NEVER_FITS, REFUSED, TAKEN, toLeaseDecision } from './leases.js'
+import { leaseDecision } from './decisions.js'
+import type { LeaseFacts } from './decisions.js'
 import type { DecideInput, Decision, Held, LeaseInput, LeaseStore } from './store.js'
 import type { BanPolicy } from '../types.js'
 
 // The in-process twin of lua/lease.lua: a client's leases on a budget, in this process, answered as the script
-// answers (the same reply, read by the same reader), on this process's clock. Bans and strikes are the
-// in-process store's (`Bans`), so a ban started here holds for its decisions too. It holds only requests in
-// flight in this process, each until it is released or its lease ends: what it holds is bounded by them.
+// answers (the same facts, built into a decision by the same builder, ./decisions.ts), on this process's clock.
+// Bans and strikes are the in-process store's (`Bans`), so a ban started here holds for its decisions too. It
+// holds only requests in flight in this process, each until it is released or its lease ends: what it holds is
+// bounded by them.
 
 /** What the in-process store lends the twin: its bans and strikes. */
 export interface Bans {
@@ -37,23 +39,24 @@ export class MemoryLeases implements LeaseStore {
   }
 
   acquire (input: LeaseInput): Decision {
-    return toLeaseDecision(this.#acquire(input), input)
+    return leaseDecision(this.#acquire(input), input)
   }
 
-  #acquire ({ keys, id, units, max, leaseMs, ban, strikeWindowMs }: LeaseInput): number[] {
+  #acquire ({ keys, id, units, max, leaseMs, ban, strikeWindowMs }: LeaseInput): LeaseFacts {
     const now = this.#now()
     const banned = this.#bans.banLeft(keys.banned, now)
-    if (banned > 0) return [FOUND_BANNED, 0, banned, 0, now]
+    if (banned > 0) return { outcome: 'found-banned', inUse: 0, retry: banned, offence: 0, at: now }
     const leases = this.#live(keys.leases, now)
     const inUse = unitsOf(leases)
-    if (units > max) return [NEVER_FITS, inUse, 0, 0, now]
+    if (units > max) return { outcome: 'never-fits', inUse, retry: 0, offence: 0, at: now }
     if (inUse + units <= max) {
       if (leases === undefined) this.#leases.set(keys.leases, new Map([[id, { units, endsAt: now + leaseMs }]]))
       else leases.set(id, { units, endsAt: now + leaseMs })
-      return [TAKEN, inUse + units, 0, 0, now]
+      return { outcome: 'taken', inUse: inUse + units, retry: 0, offence: 0, at: now }
     }
     const started = ban === null ? undefined : this.#bans.strike(keys, ban, now, strikeWindowMs)
-    return started === undefined ? [REFUSED, inUse, 0, 0, now] : [BAN_STARTED, inUse, started.duration, started.offence, now]
+    if (started === undefined) return { outcome: 'refused', inUse, retry: 0, offence: 0, at: now }
+    return { outcome: 'ban-started', inUse, retry: started.duration, offence: started.offence, at: now }
   }
 
   release ({ key, id, units }: Held): number {

@@ -1,6 +1,6 @@
 import { DEFAULT_ALGORITHM, STEPS, largest, longest, quotasCount, quotasFit, quotasSettle } from '../algorithms/index.js'
 import type { Algorithm, Counted, Entry, Limit, Quota } from '../algorithms/index.js'
-import { bannedDecision } from './replies.js'
+import { bannedDecision } from './decisions.js'
 import { decision, exceeded, wait } from './memory-decisions.js'
 import { limitsUnder } from './overrides.js'
 import { MemoryTable } from './memory-table.js'

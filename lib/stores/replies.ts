@@ -1,9 +1,12 @@
 import type { Limit } from '../algorithms/index.js'
 import { InvalidReplyError } from '../errors.js'
+import { bannedDecision, decided } from './decisions.js'
+import type { Outcome } from './decisions.js'
 import type { Decision, DecisionStatus, LimitState } from './store.js'
 
-// The one place a raw reply becomes a result: the general scripts' answers (lua/decide.lua's header) and the lean
-// scripts' (lua/lean.lua's). The in-process twin builds its decisions typed (./memory-decisions.ts).
+// The one place a raw reply is read: the general scripts' answers (lua/decide.lua's header) and the lean scripts'
+// (lua/lean.lua's), checked at run time and parsed into a decision's facts, which ./decisions.ts builds into a
+// `Decision` (as it does the in-process twin's).
 
 /** The general script's reply (see the header of `lua/decide.lua`). */
 export type RawDecision = ReadonlyArray<number | string>
@@ -14,15 +17,6 @@ function integer (value: unknown): number {
   // RESP2 and RESP3 give numbers; a client with `stringNumbers` gives numeric strings.
   const n = typeof value === 'string' && /^-?\d+$/.test(value) ? Number(value) : value
   return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0 ? n : NaN
-}
-
-/** A client found banned, `retryMs` more: the budget's own `limits`, nothing counted. */
-export function bannedDecision (limits: readonly Limit[], retryMs: number): Decision {
-  const states = limits.map(({ burst, windowMs }) => ({ limit: burst, windowMs, count: 0, resetMs: 0 }))
-  const { limit, windowMs } = states[0]!
-  return {
-    status: 'banned', limit, windowMs, count: 0, resetMs: 0, retryMs, banStarted: false, offence: 0, limits: states, at: 0, member: ''
-  }
 }
 
 /** Status of an answer saying Redis could not decide that request (followed by Redis's error text). */
@@ -41,34 +35,23 @@ function readDecision (reply: readonly unknown[], offset: number, member: string
   const code = integer(reply[offset])
   const text = reply[offset + 1]
   if (code === FAILED && (typeof text === 'string' || Buffer.isBuffer(text))) return [new Error(String(text)), offset + 2]
-  const waits = code === WAITS
-  const status = waits ? 'allowed' : STATUSES[code]
-  const retryMs = integer(reply[offset + 1])
+  const outcome: Outcome | undefined = code === WAITS ? 'waits' : STATUSES[code]
+  const retry = integer(reply[offset + 1])
   const offence = integer(reply[offset + 2])
   const at = integer(reply[offset + 3])
   const n = integer(reply[offset + 4])
   const end = offset + 5 + 4 * n
-  if (status !== undefined && retryMs >= 0 && offence >= 0 && at >= 0 && end <= reply.length && n <= 16) {
-    if (n === 0 && status === 'banned' && limits.length > 0) return [bannedDecision(limits, retryMs), end]
+  if (outcome !== undefined && retry >= 0 && offence >= 0 && at >= 0 && end <= reply.length && n <= 16) {
+    if (n === 0 && outcome === 'banned' && limits.length > 0) return [bannedDecision(limits, retry), end]
     const states: LimitState[] = []
-    let binding = 0
     for (let i = offset + 5; i < end; i += 4) {
       const state = {
         limit: integer(reply[i]), windowMs: integer(reply[i + 1]), count: integer(reply[i + 2]), resetMs: integer(reply[i + 3])
       }
       if (!(state.limit >= 0 && state.windowMs >= 0 && state.count >= 0 && state.resetMs >= 0)) break
       states.push(state)
-      const best = states[binding]!
-      const fewer = state.limit - state.count - (best.limit - best.count)
-      if (fewer < 0 || (fewer === 0 && state.resetMs > best.resetMs)) binding = states.length - 1
     }
-    if (states.length === n && n >= 1) {
-      const { limit, windowMs, count, resetMs } = states[binding]!
-      const decision: Decision = {
-        status, limit, windowMs, count, resetMs, retryMs: waits ? 0 : retryMs, banStarted: offence > 0, offence, limits: states, at, member
-      }
-      return [waits ? { ...decision, waitMs: retryMs } : decision, end]
-    }
+    if (states.length === n && n >= 1) return [decided({ outcome, retry, offence, at, limits: states, member }), end]
   }
   throw new InvalidReplyError(JSON.stringify(reply.slice(offset)).slice(0, 200))
 }
@@ -155,20 +138,15 @@ function readLeanAnswer (
     // Exact by the script's bounds (lua/lean.lua's header): a count past the limit or a reset past the window is
     // not a packed answer.
     if (!(limit >= 0 && resetMs <= windowMs)) return null
-    const state = { limit, windowMs, count, resetMs }
-    const decision: Decision = {
-      status: 'allowed', limit, windowMs, count, resetMs, retryMs: 0, banStarted: false, offence: 0, limits: [state], at, member
-    }
-    return [decision, offset + 1]
+    return [decided({ outcome: 'allowed', retry: 0, offence: 0, at, limits: [{ limit, windowMs, count, resetMs }], member }), offset + 1]
   }
   // After the code: the retry (but when allowed), the offence (when this denial started a ban), count, reset.
   const status = STATUSES[code]
   let next = offset + 1
-  const retryMs = code === 0 ? 0 : integer(reply[next++])
+  const retry = code === 0 ? 0 : integer(reply[next++])
   const offence = code === 2 ? integer(reply[next++]) : 0
   const count = integer(reply[next++])
   const resetMs = integer(reply[next++])
-  if (status === undefined || !(limit >= 0 && windowMs >= 0 && retryMs >= 0 && offence >= 0 && count >= 0 && resetMs >= 0)) return null
-  const state = { limit, windowMs, count, resetMs }
-  return [{ status, limit, windowMs, count, resetMs, retryMs, banStarted: offence > 0, offence, limits: [state], at, member }, next]
+  if (status === undefined || !(limit >= 0 && windowMs >= 0 && retry >= 0 && offence >= 0 && count >= 0 && resetMs >= 0)) return null
+  return [decided({ outcome: status, retry, offence, at, limits: [{ limit, windowMs, count, resetMs }], member }), next]
 }
