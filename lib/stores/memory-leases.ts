@@ -12,7 +12,8 @@ import type { BanPolicy } from '../types.js'
 /** What the in-process store lends the twin: its bans and strikes. */
 export interface Bans {
   banLeft: (bannedKey: string, now: number) => number
-  strike: (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number) => { duration: number, offence: number } | undefined
+  strike: (keys: DecideInput['keys'], ban: BanPolicy, now: number, strikeWindow: number) =>
+    { duration: number, offence: number } | undefined
 }
 
 interface Lease {
