@@ -53,14 +53,12 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   const { max, timeWindow, ipv6Subnet, ban } = out
   if (typeof max === 'number' && !Number.isInteger(max)) {
     replace('max', Number.isFinite(max) && max >= 0 ? Math.trunc(max) : THEIR_DEFAULTS.max)
-  }
-  else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
+  } else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
   if (typeof timeWindow === 'number' && !(Number.isInteger(timeWindow) && timeWindow > 0)) {
     if (timeWindow >= 0 && timeWindow < 1) {
       replace('timeWindow', THEIR_DEFAULTS.timeWindow, undefined,
         '@fastify/rate-limit\'s default (it would count in a window of 0 ms, which limits nothing)')
-    }
-    else replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
+    } else replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
   }
   // Theirs takes any longer window, and stops its waits at 2^53 - 1 ms; here the window stops at the longest.
   if (pastLongest(out.timeWindow)) {

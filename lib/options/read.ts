@@ -71,8 +71,10 @@ export function readAlone<A extends At> (at: A, given: Given, base?: object): Re
     if (entry.at !== at || entry.merge === 'with') continue
     out[option] = option in given
       ? given[option]
-      : entry.merge === 'own' ? undefined
-        : base !== undefined ? (base as Record<string, unknown>)[option]
+      : entry.merge === 'own'
+        ? undefined
+        : base !== undefined
+          ? (base as Record<string, unknown>)[option]
           : entry.fallback === undefined ? undefined : entry.check(entry.fallback, option)
   }
   return out as ReadAlone<A>
