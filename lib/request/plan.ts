@@ -89,21 +89,12 @@ export function planBudget (
     typeof route.cost === 'number' && !settlesItself(route)
   // Watched limits write only their state, under a scope no enforcing budget has (`~`), and never a strike, a
   // ban or an over-limit wait: nothing an enforcing decision reads.
-  const watched = route.watched === null
-    ? null
-    : { limits: staticLimits(route.watched)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  // A shared budget's decisions take the same fields (no strike, no ban), on keys of their own.
+  const unstruck = { ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ...unstruck }
   const shared = route.shared === null
     ? null
-    : {
-        keys: sharedKeys(opts.nameSpace, scope, algorithm, family),
-        limits: staticLimits(route.shared)!,
-        ban: null,
-        peek: false,
-        algorithm,
-        holdDenials: true,
-        failMode
-      }
-  const unavailable = unavailableError(opts.timeout)
+    : { keys: sharedKeys(opts.nameSpace, scope, algorithm, family), limits: staticLimits(route.shared)!, ...unstruck }
   return Object.freeze({
     budget,
     route,
@@ -130,18 +121,24 @@ export function planBudget (
     inFlightHeaders: Object.freeze({ ...headerStyle(route, ['concurrency']), unit: ';qu="concurrent-requests"' }),
     // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
     // be one log line per request.
-    unavailable: route.errorFormat === 'problem'
-      ? {
-          after: retryAfterSeconds(opts.timeout),
-          body: unavailableProblem(retryAfterSeconds(opts.timeout), unavailable.message),
-          type: PROBLEM_TYPE
-        }
-      : {
-          after: retryAfterSeconds(opts.timeout),
-          body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message }),
-          type: 'application/json; charset=utf-8'
-        }
+    unavailable: unavailableAnswer(route, opts)
   })
+}
+
+/** A plan's `unavailable`: the 503's `Retry-After` and body, as problem details or the default error body. */
+function unavailableAnswer (route: ResolvedRoute, opts: ResolvedOptions): Plan['unavailable'] {
+  const unavailable = unavailableError(opts.timeout)
+  return route.errorFormat === 'problem'
+    ? {
+        after: retryAfterSeconds(opts.timeout),
+        body: unavailableProblem(retryAfterSeconds(opts.timeout), unavailable.message),
+        type: PROBLEM_TYPE
+      }
+    : {
+        after: retryAfterSeconds(opts.timeout),
+        body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message }),
+        type: 'application/json; charset=utf-8'
+      }
 }
 
 /**
