@@ -25,7 +25,8 @@ import { warn as say, type Warn } from './warnings.js'
 
 /** What traffic gets while Redis does not answer, per `failMode`: said when the plugin starts without it. */
 const UNTIL_REDIS = Object.freeze({
-  closed: "every limited request is answered 503 (failMode: 'closed'); failMode: 'open' lets requests through unenforced, 'local' limits each instance on its own, or strict: true refuses to start",
+  closed: "every limited request is answered 503 (failMode: 'closed'); failMode: 'open' lets requests through unenforced, " +
+    "'local' limits each instance on its own, or strict: true refuses to start",
   open: "every limited request goes through unenforced, marked X-RateLimit-Enforced: false (failMode: 'open')",
   local: "each instance limits on its own, in process (failMode: 'local')"
 })
@@ -42,7 +43,8 @@ export async function openDecider (fastify: FastifyInstance, opts: ResolvedOptio
   const { timeout, cache, redis: given } = opts
   const local = (): MemoryStore => new MemoryStore({
     cache,
-    onFull: () => say(fastify.log, 'STORE_FULL', 'rate-guard: the in-process store is full of clients at their limits: newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic', { cache })
+    onFull: () => say(fastify.log, 'STORE_FULL', 'rate-guard: the in-process store is full of clients at their limits: ' +
+      'newcomers share budgets (64 per budget) until room is made; raise cache if this is ordinary traffic', { cache })
   })
   if (given === undefined) return inProcess(fastify, opts, warn, local)
 
@@ -189,7 +191,9 @@ const PROBE: Omit<DecideInput, 'keys'> = { limits: [{ max: 1, windowMs: 1, burst
  * FUNCTION library. A Redis that is down or hung fails it only with `strict`; otherwise
  * the plugin starts degraded, `failMode` deciding until Redis answers.
  */
-async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore, readiness: true | Error, warn: Warn): Promise<void> {
+async function checkStartup (
+  fastify: FastifyInstance, opts: ResolvedOptions, store: RedisStore, readiness: true | Error, warn: Warn
+): Promise<void> {
   let outcome = readiness
   if (outcome === true) {
     try {
@@ -206,7 +210,8 @@ async function checkStartup (fastify: FastifyInstance, opts: ResolvedOptions, st
   if (isPermanent(outcome)) throw new RedisRefusedError(outcome.message)
   if (opts.strict) throw new RedisNotReadyError(outcome.message)
   const fields = { err: outcome, failMode: opts.route.failMode }
-  warn('REDIS_NOT_READY', `rate-guard: Redis is not ready; starting anyway, failMode decides until it answers: ${UNTIL_REDIS[opts.route.failMode]}`, fields)
+  warn('REDIS_NOT_READY',
+    `rate-guard: Redis is not ready; starting anyway, failMode decides until it answers: ${UNTIL_REDIS[opts.route.failMode]}`, fields)
 }
 
 async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike, warn: Warn): Promise<void> {
@@ -218,7 +223,8 @@ async function checkEvictionPolicy (fastify: FastifyInstance, client: RedisLike,
     fastify.log.debug({ err }, 'rate-guard: could not read maxmemory-policy')
   }
   if (typeof policy === 'string' && policy !== 'noeviction') {
-    warn('EVICTION_POLICY', 'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters', { policy })
+    warn('EVICTION_POLICY',
+      'rate-guard: Redis maxmemory-policy is not noeviction: under memory pressure Redis may delete bans and counters', { policy })
   }
 }
 

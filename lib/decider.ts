@@ -147,7 +147,9 @@ export class Decider {
    * `failed`: Redis already failed the request (`failMode` made its decision), so `failMode` answers this call
    * too, at once: a request waits for Redis one deadline, not one per call.
    */
-  guarded<T> (failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger, failed = false): T | Verdict | Promise<T | Verdict> {
+  guarded<T> (
+    failMode: FailMode, call: (store: Store) => T | Promise<T>, log: FastifyBaseLogger, failed = false
+  ): T | Verdict | Promise<T | Verdict> {
     if (this.#remote === undefined) return call(this.store)
     return this.#guard.run(this.store, failMode, call, log, failed)
   }

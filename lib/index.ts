@@ -47,7 +47,9 @@ declare module 'fastify' {
       RouteGeneric extends RouteGenericInterface = RouteGenericInterface,
       ContextConfig = ContextConfigDefault,
       SchemaCompiler extends FastifySchema = FastifySchema
-    >(options?: RouteRateLimitOptions): preHandlerAsyncHookHandler<RawServer, RawRequest, RawReply, RouteGeneric, ContextConfig, SchemaCompiler, TypeProvider, Logger>
+    >(options?: RouteRateLimitOptions): preHandlerAsyncHookHandler<
+      RawServer, RawRequest, RawReply, RouteGeneric, ContextConfig, SchemaCompiler, TypeProvider, Logger
+    >
     /** A check to call by hand: counts the request (or, with `increment: false`, only reads) and answers its state. */
     createRateLimit (options?: RouteRateLimitOptions): RateLimitCheck
   }
@@ -80,7 +82,9 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   outer?.check(opts.nameSpace, remote)
   if (opts.route.defaultKey) fastify.log.info(`rate-guard: clients are keyed by ${opts.keyTiers}`)
   if (trustsEveryProxy(fastify)) {
-    warn('TRUSTS_EVERY_PROXY', 'rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead (on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
+    warn('TRUSTS_EVERY_PROXY', 'rate-guard: trustProxy trusts every address, so request.ip is the left-most X-Forwarded-For entry, ' +
+      'which any client can forge to get a fresh budget: give trustProxy the addresses of your proxies instead ' +
+      '(on a Unix socket, (address, hop) => hop === 0 trusts the proxy alone)')
   }
   const decider = await openDecider(fastify, opts, warn)
   fastify.addHook('onClose', async () => await decider.close())
@@ -110,9 +114,13 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
     options === undefined ? pluginHooks : hooks(budgets.limiter(resolveLimiterOptions(options, opts, call, warn)), {}, options as object))
   const registrations = outer ?? decorateApp(fastify, decorators, warn)
   if (outer !== undefined) {
-    warn('NESTED_REGISTRATION', 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)', { nameSpace: opts.nameSpace })
+    warn('NESTED_REGISTRATION', 'rate-guard: registered inside another registration: fastify.rateGuard reaches both, ' +
+      'fastify.rateLimit and createRateLimit are the outer one\'s; this one\'s are fastify.rateGuard.of(nameSpace)',
+    { nameSpace: opts.nameSpace })
   }
-  registrations.add({ ...createAdmin(decider.store, opts, budgets, decider.forget, decider.stats), ...decorators, nameSpace: opts.nameSpace, remote })
+  registrations.add({
+    ...createAdmin(decider.store, opts, budgets, decider.forget, decider.stats), ...decorators, nameSpace: opts.nameSpace, remote
+  })
   decorateRequests(fastify)
   limitRoutes(fastify, opts, pluginHooks, (made, routeOptions, config) => hooks(made, routeOptions, config), budgets, warn)
 }
@@ -127,8 +135,10 @@ function decorateApp (fastify: FastifyInstance, decorators: LimiterDecorators, w
   fastify.decorate('rateGuard', made.decorator)
   fastify.decorate(REGISTRATIONS, { getter: () => made })
   for (const name of ['rateLimit', 'createRateLimit'] as const) {
-    if (fastify.hasDecorator(name)) warn('DECORATOR_TAKEN', `rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
-    else fastify.decorate(name, decorators[name] as never)
+    if (fastify.hasDecorator(name)) {
+      warn('DECORATOR_TAKEN',
+        `rate-guard: fastify.${name} is another plugin's; this registration's is fastify.rateGuard.of(nameSpace).${name}`)
+    } else fastify.decorate(name, decorators[name] as never)
   }
   return made
 }
@@ -174,14 +184,17 @@ export { errors }
 // CommonJS: `require('fastify-rate-guard')` (Node >= 20.19 loads this module for it) returns the plugin itself,
 // as `require('@fastify/rate-limit')` does, carrying every named export too. Exported under its own name so
 // its declared type says so: `import rateGuard = require(…)` in a `.cts` then types `rateGuard.CHANNELS`.
-const required = Object.assign(rateGuard, { default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, keyHash, errors, CHANNELS })
+const required = Object.assign(rateGuard, {
+  default: rateGuard, rateGuard, fastifyRateLimit: rateGuard, normalizeIP, keyHash, errors, CHANNELS
+})
 export { required as 'module.exports' }
 export type { RateGuardDecorator, Registration } from './registrations.js'
 export type { BudgetOptions } from './budgets.js'
 export type { RateGuardAdmin, PeekOptions, PeekResult, PeekLimit, OverrideOptions, BanEntry } from './admin-api.js'
 export type {
-  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, WindowLimitOptions, CalendarLimitOptions, SharedOptions, ErrorResponseContext,
-  ErrorResponseBuilder, KeyGenerator, MaxFunction, TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
+  RateGuardOptions, BreakerOptions, RouteRateLimitOptions, BanOptions, BanCommon, LimitOptions, WindowLimitOptions,
+  CalendarLimitOptions, SharedOptions, ErrorResponseContext, ErrorResponseBuilder, KeyGenerator, MaxFunction,
+  TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
   HookName, FailMode, ErrorFormat, Addressless, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
 export type { RequestCharge } from './request/charge.js'

@@ -53,7 +53,9 @@ function factorLadder (ban: Record<string, unknown>, name: string): number[] {
   if (typeof escalate !== 'number' || !Number.isFinite(escalate) || escalate <= 1) {
     fail(`${name}.escalate`, escalate, 'a factor above 1, or a list of ban lengths')
   }
-  const cap = ban.maxDuration === undefined ? Math.max(BAN_DEFAULTS.maxDuration, ladder[0]!) : checkDuration(ban.maxDuration, `${name}.maxDuration`)
+  const cap = ban.maxDuration === undefined
+    ? Math.max(BAN_DEFAULTS.maxDuration, ladder[0]!)
+    : checkDuration(ban.maxDuration, `${name}.maxDuration`)
   if (cap < ladder[0]!) fail(`${name}.maxDuration`, ban.maxDuration, 'at least duration')
   while (ladder[ladder.length - 1]! < cap && ladder.length < MAX_LADDER) {
     ladder.push(Math.min(cap, Math.ceil(ladder[ladder.length - 1]! * escalate)))
@@ -75,7 +77,9 @@ export function banPerWindow (denials: number, windows: ReadonlyArray<ResolvedLi
  * A ban as given (checked by checkBanOption; undefined: not given), or the base's; a number inherited from the
  * plugin bans for this budget's own window.
  */
-export function resolveBan (given: number | BanPolicy | null | undefined, base: ResolvedRoute, limits: readonly ResolvedLimit[]): Pick<ResolvedRoute, 'ban' | 'banDenials'> {
+export function resolveBan (
+  given: number | BanPolicy | null | undefined, base: ResolvedRoute, limits: readonly ResolvedLimit[]
+): Pick<ResolvedRoute, 'ban' | 'banDenials'> {
   const windows = limits.map(limit => limit.windowMs)
   if (typeof given === 'number') return { ban: banPerWindow(given, windows), banDenials: given }
   if (given !== undefined) return { ban: given, banDenials: null }

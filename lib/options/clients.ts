@@ -17,7 +17,9 @@ export const API_KEY_HEADER = 'x-api-key'
 
 /** `apiKeyHeader`: a header name (a token, RFC 9110), or false. */
 export function checkApiKeyHeader (value: unknown, name: string): string | false {
-  if (value !== false && (typeof value !== 'string' || !/^[a-z0-9!#$%&'*+.^_`|~-]+$/i.test(value))) fail(name, value, 'a header name or false')
+  if (value !== false && (typeof value !== 'string' || !/^[a-z0-9!#$%&'*+.^_`|~-]+$/i.test(value))) {
+    fail(name, value, 'a header name or false')
+  }
   return value
 }
 
@@ -45,7 +47,9 @@ export interface GivenHierarchy {
  * when the app verifies it: any client can mint an unverified one, a fresh budget per request. Naming the
  * header without a way to verify it is a mistake, refused.
  */
-export function resolveHierarchy (given: GivenHierarchy, callbacks: Callbacks, addressless: Addressless): Pick<ResolvedOptions, 'keyGeneratorFor' | 'keyTiers'> {
+export function resolveHierarchy (
+  given: GivenHierarchy, callbacks: Callbacks, addressless: Addressless
+): Pick<ResolvedOptions, 'keyGeneratorFor' | 'keyTiers'> {
   const { apiKeyHeader = API_KEY_HEADER, verifyApiKey, userId } = given
   const hierarchy = {
     apiKeyHeader: apiKeyHeader === false || verifyApiKey === undefined ? false as const : apiKeyHeader.toLowerCase(),

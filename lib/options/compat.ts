@@ -28,8 +28,9 @@ export type { Warn }
 
 /** `@fastify/rate-limit`'s options that it reads as absent when they are null (a `groupId` it refuses, as here). */
 const THEIR_OPTIONS = [
-  'global', 'max', 'timeWindow', 'hook', 'allowList', 'ban', 'onBanReach', 'onExceeding', 'onExceeded', 'continueExceeding', 'exponentialBackoff',
-  'ipv6Subnet', 'keyGenerator', 'errorResponseBuilder', 'skipOnError', 'enableDraftSpec', 'addHeaders', 'addHeadersOnExceeding', 'store', 'nameSpace', 'cache'
+  'global', 'max', 'timeWindow', 'hook', 'allowList', 'ban', 'onBanReach', 'onExceeding', 'onExceeded', 'continueExceeding',
+  'exponentialBackoff', 'ipv6Subnet', 'keyGenerator', 'errorResponseBuilder', 'skipOnError', 'enableDraftSpec', 'addHeaders',
+  'addHeadersOnExceeding', 'store', 'nameSpace', 'cache'
 ]
 
 /**
@@ -50,19 +51,24 @@ export function theirFallbacks (input: Record<string, unknown>, where: string, w
   }
   for (const option of THEIR_OPTIONS) if (input[option] === null) replace(option, undefined, 'its default')
   const { max, timeWindow, ipv6Subnet, ban } = out
-  if (typeof max === 'number' && !Number.isInteger(max)) replace('max', Number.isFinite(max) && max >= 0 ? Math.trunc(max) : THEIR_DEFAULTS.max)
-  else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
+  if (typeof max === 'number' && !Number.isInteger(max)) {
+    replace('max', Number.isFinite(max) && max >= 0 ? Math.trunc(max) : THEIR_DEFAULTS.max)
+  } else if (typeof max === 'number' && max < 0) replace('max', THEIR_DEFAULTS.max)
   if (typeof timeWindow === 'number' && !(Number.isInteger(timeWindow) && timeWindow > 0)) {
-    if (timeWindow >= 0 && timeWindow < 1) replace('timeWindow', THEIR_DEFAULTS.timeWindow, undefined, '@fastify/rate-limit\'s default (it would count in a window of 0 ms, which limits nothing)')
-    else replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
+    if (timeWindow >= 0 && timeWindow < 1) {
+      replace('timeWindow', THEIR_DEFAULTS.timeWindow, undefined,
+        '@fastify/rate-limit\'s default (it would count in a window of 0 ms, which limits nothing)')
+    } else replace('timeWindow', Number.isFinite(timeWindow) && timeWindow >= 1 ? Math.trunc(timeWindow) : THEIR_DEFAULTS.timeWindow)
   }
   // Theirs takes any longer window, and stops its waits at 2^53 - 1 ms; here the window stops at the longest.
   if (pastLongest(out.timeWindow)) {
     out.timeWindow = LONGEST
-    warn('VALUE_REPLACED', `rate-guard: ${where}timeWindow ${show(timeWindow)} is longer than the longest, 2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`)
+    warn('VALUE_REPLACED', `rate-guard: ${where}timeWindow ${show(timeWindow)} is longer than the longest, ` +
+      `2^53 - 1024 ms (about 285,421 years); using ${LONGEST}`)
   }
   if (ipv6Subnet !== undefined && !(Number.isInteger(ipv6Subnet) && (ipv6Subnet as number) >= 0 && (ipv6Subnet as number) <= 128)) {
-    replace('ipv6Subnet', typeof ipv6Subnet === 'number' && ipv6Subnet >= 0 && ipv6Subnet <= 128 ? Math.trunc(ipv6Subnet) : THEIR_DEFAULTS.ipv6Subnet)
+    replace('ipv6Subnet',
+      typeof ipv6Subnet === 'number' && ipv6Subnet >= 0 && ipv6Subnet <= 128 ? Math.trunc(ipv6Subnet) : THEIR_DEFAULTS.ipv6Subnet)
   }
   if (ban === -1) out.ban = false
   else if (typeof ban === 'number' && !(Number.isSafeInteger(ban) && ban >= 0)) {

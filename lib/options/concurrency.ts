@@ -18,7 +18,9 @@ const SHORTEST_LEASE_MS = 1000
 
 export function checkConcurrency (value: unknown, name: string): ResolvedConcurrency | null {
   if (value === false) return null
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, "false, or { max, lease }: e.g. { max: 3, lease: '30 seconds' }")
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    fail(name, value, "false, or { max, lease }: e.g. { max: 3, lease: '30 seconds' }")
+  }
   checkKeys(value, new Set(['max', 'lease']), `${name}.`)
   const { max, lease } = value as { max?: unknown, lease?: unknown }
   const leaseMs = lease === undefined ? DEFAULT_LEASE_MS : toMilliseconds(lease)

@@ -6,8 +6,12 @@ import type { Warn } from './compat.js'
 // IETF fields (`standardHeaders`), and `@fastify/rate-limit`'s per-header switches (`addHeaders`,
 // `addHeadersOnExceeding`). The headers themselves are written by lib/headers.ts.
 
-export const PLAIN_NAMES: FieldNames = Object.freeze({ limit: 'x-ratelimit-limit', remaining: 'x-ratelimit-remaining', reset: 'x-ratelimit-reset' })
-export const DRAFT_NAMES: FieldNames = Object.freeze({ limit: 'ratelimit-limit', remaining: 'ratelimit-remaining', reset: 'ratelimit-reset' })
+export const PLAIN_NAMES: FieldNames = Object.freeze({
+  limit: 'x-ratelimit-limit', remaining: 'x-ratelimit-remaining', reset: 'x-ratelimit-reset'
+})
+export const DRAFT_NAMES: FieldNames = Object.freeze({
+  limit: 'ratelimit-limit', remaining: 'ratelimit-remaining', reset: 'ratelimit-reset'
+})
 
 export const ALL_HEADERS: HeaderSwitches = Object.freeze({
   allowed: Object.freeze({ limit: true, remaining: true, reset: true }),
@@ -25,7 +29,9 @@ export function checkStandardHeaders (value: unknown, name: string): boolean {
 
 /** `addHeaders` or `addHeadersOnExceeding` alone: an object of switches, each read by resolveHeaderSwitches. */
 export function checkSwitches (value: unknown, name: string): Readonly<Record<string, unknown>> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, "an object such as { 'x-ratelimit-reset': false }")
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    fail(name, value, "an object such as { 'x-ratelimit-reset': false }")
+  }
   return value as Readonly<Record<string, unknown>>
 }
 
@@ -42,7 +48,9 @@ export interface GivenSwitches {
  * the ones `names` sends (the draft's with `enableDraftSpec`); a name of theirs for a header not sent there (the
  * other style's, `retry-after` on an allowed request) switches nothing, as theirs, and a warning says so.
  */
-export function resolveHeaderSwitches (given: GivenSwitches, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean, warn: Warn): HeaderSwitches {
+export function resolveHeaderSwitches (
+  given: GivenSwitches, names: FieldNames, base: HeaderSwitches, where: string, replace: boolean, warn: Warn
+): HeaderSwitches {
   const switches = (option: keyof GivenSwitches, current: Readonly<Record<string, boolean>>): Record<string, boolean> => {
     const value = given[option]
     if (value === undefined) return current
@@ -54,7 +62,10 @@ export function resolveHeaderSwitches (given: GivenSwitches, names: FieldNames, 
       const sent = checkBoolean(on, `${where}${option}.${name}`)
       const field = byName.get(name)
       if (field !== undefined) out[field] = sent
-      else warn('OPTION_UNUSED', `rate-guard: ${where}${option}.${name} is not used: no such header is sent there (as with @fastify/rate-limit)`)
+      else {
+        warn('OPTION_UNUSED',
+          `rate-guard: ${where}${option}.${name} is not used: no such header is sent there (as with @fastify/rate-limit)`)
+      }
     }
     return out
   }

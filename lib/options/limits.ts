@@ -11,7 +11,9 @@ import type { ResolvedLimit, ResolvedRoute } from './resolved.js'
 /** A request's cost: a positive integer, or a function of the request (its value is checked per request). */
 export function checkCost (value: unknown, name: string): number | CostFunction {
   if (typeof value === 'function') return value as CostFunction
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) fail(name, value, 'a positive integer, or a function (request, key) => a positive integer')
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    fail(name, value, 'a positive integer, or a function (request, key) => a positive integer')
+  }
   return value
 }
 
@@ -61,7 +63,10 @@ export function checkLimitWindow (value: unknown, name: string, statics = false)
 // is given its period's own (lib/request/computed.ts).
 const USUAL: Readonly<Record<Per, number>> = Object.freeze({ day: 86_400_000, week: 604_800_000, month: 2_678_400_000 })
 
-/** A calendar quota of a route's or the plugin's limits (or an override's: `statics`): `max` units per `per` in `timeZone` (UTC unless said). */
+/**
+ * A calendar quota of a route's or the plugin's limits (or an override's: `statics`): `max` units per `per` in
+ * `timeZone` (UTC unless said).
+ */
 function checkCalendarLimit (input: Record<string, unknown>, name: string, statics: boolean): ResolvedLimit {
   const { max, per, timeZone = 'UTC', burst, name: policy } = input
   if (input.timeWindow !== undefined) fail(`${name}per`, per, 'per (a calendar period) or timeWindow, not both')
@@ -83,9 +88,13 @@ function checkCalendarLimit (input: Record<string, unknown>, name: string, stati
  */
 function checkOneLimit (input: Record<string, unknown>, name: string, statics: boolean, calendars: boolean): ResolvedLimit {
   const { max, timeWindow, burst, name: policy } = input
-  if (input.timeZone !== undefined && input.per === undefined) fail(`${name}timeZone`, input.timeZone, 'a time zone with per (a calendar period) only')
+  if (input.timeZone !== undefined && input.per === undefined) {
+    fail(`${name}timeZone`, input.timeZone, 'a time zone with per (a calendar period) only')
+  }
   if (input.per !== undefined) {
-    if (!calendars) fail(`${name}per`, input.per, "a calendar period on a route's or the plugin's limits (or an override's), not a shared budget's")
+    if (!calendars) {
+      fail(`${name}per`, input.per, "a calendar period on a route's or the plugin's limits (or an override's), not a shared budget's")
+    }
     return checkCalendarLimit(input, name, statics)
   }
   return Object.freeze({
@@ -102,7 +111,9 @@ function checkLimitList (value: unknown, name: string, statics: boolean, calenda
     if (typeof item !== 'object' || item === null || Array.isArray(item)) fail(`${name}[${i}]`, item, 'an object { max, timeWindow }')
     checkKeys(item, LIMIT_KEYS, `${name}[${i}].`)
     const limit = item as Record<string, unknown>
-    if (limit.max === undefined || (limit.timeWindow === undefined && limit.per === undefined)) fail(`${name}[${i}]`, item, calendars ? 'max, and timeWindow or per (a calendar period)' : 'both max and timeWindow')
+    if (limit.max === undefined || (limit.timeWindow === undefined && limit.per === undefined)) {
+      fail(`${name}[${i}]`, item, calendars ? 'max, and timeWindow or per (a calendar period)' : 'both max and timeWindow')
+    }
     return checkOneLimit(limit, `${name}[${i}].`, statics, calendars)
   })
   const names = limits.map(limit => limit.name).filter(n => n !== undefined)
@@ -126,7 +137,9 @@ export function checkShared (value: unknown, name: string): readonly ResolvedLim
  * `{ max, timeWindow, burst? }` or `{ limits: [...] }` with numbers and durations only (a shared budget, an
  * override); `calendars`: a calendar quota's max too (`{ max, per, timeZone }`, an override's).
  */
-export function checkStaticLimits (value: unknown, name: string, ignore: readonly string[] = [], calendars = false): readonly ResolvedLimit[] {
+export function checkStaticLimits (
+  value: unknown, name: string, ignore: readonly string[] = [], calendars = false
+): readonly ResolvedLimit[] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, value, '{ max, timeWindow } or { limits }')
   const shared = Object.fromEntries(Object.entries(value).filter(([key]) => !ignore.includes(key)))
   if (shared.limits !== undefined) {
@@ -134,7 +147,9 @@ export function checkStaticLimits (value: unknown, name: string, ignore: readonl
     return checkLimitList(shared.limits, `${name}.limits`, true, calendars)
   }
   checkKeys(shared, LIMIT_KEYS, `${name}.`)
-  if (shared.max === undefined || (shared.timeWindow === undefined && (shared.per === undefined || !calendars))) fail(name, value, 'both max and timeWindow, or limits')
+  if (shared.max === undefined || (shared.timeWindow === undefined && (shared.per === undefined || !calendars))) {
+    fail(name, value, 'both max and timeWindow, or limits')
+  }
   return Object.freeze([checkOneLimit(shared, `${name}.`, true, calendars)])
 }
 
@@ -171,7 +186,9 @@ export function checkRouteLimits (value: unknown, name: string): RouteLimits {
   if (!modes.includes('shadow')) return { limits: calendarsLast(all), watched: null }
   if (!modes.includes('enforce')) fail(name, value, "at least one limit enforced: a route only watched is mode: 'shadow'")
   const watched = all.filter((_, i) => modes[i] === 'shadow')
-  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function' || limit.calendar !== undefined)) fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions or calendar periods')
+  if (watched.some(limit => typeof limit.max === 'function' || typeof limit.windowMs === 'function' || limit.calendar !== undefined)) {
+    fail(name, value, 'watched limits (mode: \'shadow\') of numbers and durations, not functions or calendar periods')
+  }
   return { limits: calendarsLast(all.filter((_, i) => modes[i] === 'enforce')), watched: Object.freeze(watched) }
 }
 

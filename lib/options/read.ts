@@ -30,7 +30,9 @@ export function readOptions (options: object, place: Place, where: string, warn:
   const at: At = place === 'plugin' ? 'plugin' : 'route'
   const given: Record<string, unknown> = {}
   for (const [option, entry] of ENTRIES) {
-    if (input[option] !== undefined && (at === 'plugin' || entry.at === 'route')) given[option] = entry.check(input[option], `${where}${option}`)
+    if (input[option] !== undefined && (at === 'plugin' || entry.at === 'route')) {
+      given[option] = entry.check(input[option], `${where}${option}`)
+    }
   }
   return { input, given, place }
 }
@@ -50,7 +52,8 @@ function acceptedAt (options: object, place: Place, where: string, warn: Warn, a
   for (const [option, entry] of ENTRIES) {
     if (out[option] === undefined || entry.limiter === 'read') continue
     if (entry.limiter === 'refused') {
-      fail(`${where}${option}`, out[option], 'it on a route\'s config.rateLimit or the plugin\'s options: a limiter the app places settles from the handler (request.rateGuard.settle)')
+      fail(`${where}${option}`, out[option], 'it on a route\'s config.rateLimit or the plugin\'s options: ' +
+        'a limiter the app places settles from the handler (request.rateGuard.settle)')
     }
     warn('OPTION_UNUSED', `rate-guard: ${where}${option} is not used: the limiter runs where the app places it`)
     delete out[option]
@@ -68,7 +71,11 @@ export function readAlone<A extends At> (at: A, given: Given, base?: object): Re
     if (entry.at !== at || entry.merge === 'with') continue
     out[option] = option in given
       ? given[option]
-      : entry.merge === 'own' ? undefined : base !== undefined ? (base as Record<string, unknown>)[option] : entry.fallback === undefined ? undefined : entry.check(entry.fallback, option)
+      : entry.merge === 'own'
+        ? undefined
+        : base !== undefined
+          ? (base as Record<string, unknown>)[option]
+          : entry.fallback === undefined ? undefined : entry.check(entry.fallback, option)
   }
   return out as ReadAlone<A>
 }

@@ -3,9 +3,9 @@ import type { Callbacks } from '../callbacks.js'
 import type { Calendar } from '../calendar.js'
 import type { ResolvedConcurrency } from './concurrency.js'
 import type {
-  Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode,
-  FastifyRateLimitStoreCtor, FieldNames, HeaderSwitches, HookName, KeyCallback, KeyGenerator, MaxFunction, Mode, OverLimit, RedisLike,
-  SettleFunction, TimeWindowFunction
+  Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorFormat, ErrorResponseBuilder,
+  ExceededCallback, FailMode, FastifyRateLimitStoreCtor, FieldNames, HeaderSwitches, HookName, KeyCallback, KeyGenerator, MaxFunction,
+  Mode, OverLimit, RedisLike, SettleFunction, TimeWindowFunction
 } from '../types.js'
 
 // The options once checked: one frozen object for the plugin (ResolvedOptions), and one per budget
@@ -100,7 +100,10 @@ export interface ResolvedOptions {
   /** At most this many requests wait at once (`maxWait`) in the registration, all its budgets together. */
   readonly maxWaiting: number
   readonly addressless: Addressless
-  /** Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see `canonicalKey`), the app's as given. */
+  /**
+   * Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see
+   * `canonicalKey`), the app's as given.
+   */
   readonly canonicalKey: (key: string) => string
   /** The default key generator for a subnet. */
   readonly keyGeneratorFor: (ipv6Subnet: number) => KeyGenerator

@@ -123,7 +123,9 @@ function onRoute (err: unknown, route: string): unknown {
 
 /** The options given to `fastify.rateLimit()` / `createRateLimit()` (`call`), merged over the plugin's. */
 export function resolveLimiterOptions (options: unknown, opts: ResolvedOptions, call: string, warn: Warn): ResolvedRoute {
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(call, options, 'an object of options, as a route\'s config.rateLimit')
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    fail(call, options, 'an object of options, as a route\'s config.rateLimit')
+  }
   const where = `${call}.`
   const store = opts.store !== undefined
   // A check answers and is done: the options that need a response of its own (a hook's: rateLimit()) say so.

@@ -13,8 +13,8 @@ import { checkBreaker, checkNameSpace, checkRedis, checkStoreClass } from './sto
 import { MAX_WAITING, checkMaxWait, saidOfWaiting } from './wait.js'
 import type { Warn } from '../warnings.js'
 import type {
-  BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator, Mode, RateGuardOptions,
-  RouteRateLimitOptions, SettleFunction
+  BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator,
+  Mode, RateGuardOptions, RouteRateLimitOptions, SettleFunction
 } from '../types.js'
 
 // Every option, once, as one descriptor: where it may be given, its check, its default, how a route's value
@@ -263,7 +263,9 @@ export const ENTRIES = Object.entries(OPTIONS) as ReadonlyArray<[OptionName, Ent
 export type Given = { readonly [K in OptionName]?: ReturnType<Table[K]['check']> }
 
 /** The options at `A` read alone: into the fields of their names. */
-type Alone<A extends At> = { [K in OptionName]: Table[K]['at'] extends A ? (Table[K]['merge'] extends 'with' ? never : K) : never }[OptionName]
+type Alone<A extends At> = {
+  [K in OptionName]: Table[K]['at'] extends A ? (Table[K]['merge'] extends 'with' ? never : K) : never
+}[OptionName]
 /** Those options' values: as their checks make them, undefined where none is given and there is no default. */
 export type ReadAlone<A extends At> = {
   readonly [K in Alone<A>]: Table[K] extends Spec<A, infer T, Merge, infer F> ? (F extends undefined ? T | undefined : T) : never
@@ -280,7 +282,8 @@ export type AloneMatchesResolved = Holds<
   (ReadAlone<'plugin'> extends Pick<ResolvedOptions, Alone<'plugin'>> ? true : false)
 >
 
-const named = (test: (entry: Entry) => boolean): ReadonlySet<string> => new Set(ENTRIES.filter(([, entry]) => test(entry)).map(([name]) => name))
+const named = (test: (entry: Entry) => boolean): ReadonlySet<string> =>
+  new Set(ENTRIES.filter(([, entry]) => test(entry)).map(([name]) => name))
 /** The options a route or a limiter takes, and those that hold for the whole plugin. */
 export const ROUTE_OPTIONS = named(entry => entry.at === 'route')
 export const PLUGIN_ONLY = named(entry => entry.at === 'plugin')

@@ -51,12 +51,14 @@ export function saidOfWaiting (route: ResolvedRoute, where: string, warn: Warn):
   const queue = route.maxQueue ?? Math.min(...limits.map(limit => limit.max))
   const longest = Math.max(...limits.map(limit => limit.windowMs * windowsWaited(algorithm, queue, limit.max)))
   if (maxWait > longest) {
-    warn('WAIT_UNREACHABLE', `rate-guard: ${where}maxWait ${formatDuration(maxWait)} cannot take effect past ${formatDuration(longest)}: no request waits longer on these limits (${algorithm}, maxQueue ${queue})`)
+    warn('WAIT_UNREACHABLE', `rate-guard: ${where}maxWait ${formatDuration(maxWait)} cannot take effect past ${formatDuration(longest)}: ` +
+      `no request waits longer on these limits (${algorithm}, maxQueue ${queue})`)
   }
   if (route.maxQueue === undefined) return
   const most = Math.min(...limits.map(limit => limit.max * windowsFreed(algorithm, maxWait, limit.windowMs)))
   if (route.maxQueue > most) {
-    warn('WAIT_UNREACHABLE', `rate-guard: ${where}maxQueue ${route.maxQueue} cannot take effect past ${most}: the limits free no more places within maxWait ${formatDuration(maxWait)} (${algorithm})`)
+    warn('WAIT_UNREACHABLE', `rate-guard: ${where}maxQueue ${route.maxQueue} cannot take effect past ${most}: ` +
+      `the limits free no more places within maxWait ${formatDuration(maxWait)} (${algorithm})`)
   }
 }
 

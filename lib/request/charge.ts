@@ -104,12 +104,15 @@ class Charge implements RequestCharge {
     this.#charged = finals[0]!
     if (finals.some(final => final < amount)) {
       const fields = { amount, charged: this.#charged }
-      warn(this.#log, 'SETTLED_PAST_LIMITS', 'rate-guard: a request settled at more than its limits hold: charged what the largest holds', fields)
+      warn(this.#log, 'SETTLED_PAST_LIMITS',
+        'rate-guard: a request settled at more than its limits hold: charged what the largest holds', fields)
     }
     await Promise.all(this.#counted.map(async ({ input, decision }, i) => {
       const final = finals[i]!
       if (final === cost) return
-      const settling: SettleInput = { keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final }
+      const settling: SettleInput = {
+        keys: input.keys, limits: input.limits, algorithm: input.algorithm, member: decision.member, at: decision.at, cost, final
+      }
       const settled = this.#decider.settle(settling, this.#log)
       // Units given back on a budget whose denials are held until they end: no instance may hold them now.
       await (final < cost && input.holdDenials ? this.#decider.givenBack(input.keys.log, settled, this.#log) : settled)
@@ -166,12 +169,16 @@ function unsettled (request: FastifyRequest): Charge | undefined {
  * charge back; otherwise `settle` names its final amount. A request the handler settled is left as it is. A
  * callback that fails leaves the charge as it was, and is logged (see lib/callbacks.ts).
  */
-export function settleOnResponse (route: ResolvedRoute, callbacks: Callbacks): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
+export function settleOnResponse (
+  route: ResolvedRoute, callbacks: Callbacks
+): (request: FastifyRequest, reply: FastifyReply) => Promise<void> {
   const { countWhen, settle } = route
   return async (request, reply) => {
     const held = unsettled(request)
     if (held === undefined) return
-    const counts = countWhen === undefined ? true : await callbacks.run<boolean>('countWhen', () => andThen(countWhen(request, reply), checkCounts), () => true, request.log)
+    const counts = countWhen === undefined
+      ? true
+      : await callbacks.run<boolean>('countWhen', () => andThen(countWhen(request, reply), checkCounts), () => true, request.log)
     if (!counts) return await held.settle(0)
     if (settle === undefined) return
     const amount = await callbacks.run<number | null>('settle', () => andThen(settle(request, reply), checkAmount), () => null, request.log)

@@ -40,13 +40,17 @@ export function fallbacksOf (limits: readonly ResolvedLimit[], plugin: readonly 
   const base = plugin.length === 1 ? plugin[0]! : undefined
   return Object.freeze(limits.map(({ max, windowMs }) => {
     const fallbackMax = typeof max === 'number' ? max : typeof base?.max === 'number' ? base.max : THEIR_DEFAULTS.max
-    const fallbackWindow = typeof windowMs === 'number' ? windowMs : typeof base?.windowMs === 'number' ? base.windowMs : THEIR_DEFAULTS.timeWindow
+    const fallbackWindow = typeof windowMs === 'number'
+      ? windowMs
+      : typeof base?.windowMs === 'number' ? base.windowMs : THEIR_DEFAULTS.timeWindow
     const per = (ms: number): string => `${ms / 1000} s`
     return Object.freeze({
       max: fallbackMax,
       windowMs: fallbackWindow,
-      maxUsed: `limited at ${fallbackMax} per ${typeof windowMs === 'number' ? per(windowMs) : `the timeWindow function's window (${per(fallbackWindow)} when it fails)`}`,
-      windowUsed: `limited at ${typeof max === 'number' ? max : `the max function's max (${fallbackMax} when it fails)`} per ${per(fallbackWindow)}`
+      maxUsed: `limited at ${fallbackMax} per ` +
+        (typeof windowMs === 'number' ? per(windowMs) : `the timeWindow function's window (${per(fallbackWindow)} when it fails)`),
+      windowUsed: 'limited at ' +
+        `${typeof max === 'number' ? max : `the max function's max (${fallbackMax} when it fails)`} per ${per(fallbackWindow)}`
     })
   }))
 }
@@ -55,28 +59,37 @@ export function fallbacksOf (limits: readonly ResolvedLimit[], plugin: readonly 
  * The limits of one request, when `max` or `timeWindow` is a function of it; a function that fails gives its
  * limit's fallback (`fallbacks`, from `fallbacksOf` over the same limits).
  */
-export async function limitsOf (limits: readonly ResolvedLimit[], fallbacks: readonly Fallback[], algorithm: Algorithm, request: FastifyRequest, key: string, callbacks: Callbacks): Promise<Limit[]> {
+export async function limitsOf (
+  limits: readonly ResolvedLimit[], fallbacks: readonly Fallback[], algorithm: Algorithm, request: FastifyRequest, key: string,
+  callbacks: Callbacks
+): Promise<Limit[]> {
   const out: Limit[] = []
   for (const [i, { max, windowMs, burst, calendar }] of limits.entries()) {
     const fallback = fallbacks[i]!
     const m = typeof max === 'function'
-      ? await callbacks.run('max', () => andThen(max(request, key), value => checkMax(asTheirs(value), 'max', 0)), () => fallback.max, request.log, fallback.maxUsed)
+      ? await callbacks.run('max', () => andThen(max(request, key), value => checkMax(asTheirs(value), 'max', 0)), () => fallback.max,
+        request.log, fallback.maxUsed)
       : max
     if (calendar !== undefined) {
       out.push(calendarLimit(m, calendar))
       continue
     }
     const w = typeof windowMs === 'function'
-      ? await callbacks.run('timeWindow', () => andThen(windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')), () => fallback.windowMs, request.log, fallback.windowUsed)
+      ? await callbacks.run('timeWindow', () => andThen(windowMs(request, key), value => checkDuration(asTheirs(value), 'timeWindow')),
+        () => fallback.windowMs, request.log, fallback.windowUsed)
       : windowMs
     out.push(checkLimit(m, w, burst ?? m, algorithm, 'max'))
   }
   return out
 }
 
-/** A request's cost, from the route's function; `FALLBACK_COST` when it fails (throws, rejects, misses the deadline or gives no positive integer). */
+/**
+ * A request's cost, from the route's function; `FALLBACK_COST` when it fails (throws, rejects, misses the deadline or
+ * gives no positive integer).
+ */
 export function costOf (cost: CostFunction, request: FastifyRequest, key: string, callbacks: Callbacks): number | PromiseLike<number> {
-  return callbacks.run('cost', () => andThen(cost(request, key), value => checkMax(value, 'cost')), () => FALLBACK_COST, request.log, `counted at ${FALLBACK_COST}`)
+  return callbacks.run('cost', () => andThen(cost(request, key), value => checkMax(value, 'cost')), () => FALLBACK_COST, request.log,
+    `counted at ${FALLBACK_COST}`)
 }
 
 /**
@@ -94,7 +107,9 @@ export function calendarLimit (max: number, calendar: Calendar, at = Date.now())
  * quota's are the periods of one instant: with `at` (a peek's now), else none (each request works them out).
  */
 export function staticLimits (limits: readonly ResolvedLimit[], at?: number): readonly Limit[] | null {
-  if (!limits.every(limit => typeof limit.max === 'number' && typeof limit.windowMs === 'number' && (limit.calendar === undefined || at !== undefined))) return null
+  const fixed = (limit: ResolvedLimit): boolean =>
+    typeof limit.max === 'number' && typeof limit.windowMs === 'number' && (limit.calendar === undefined || at !== undefined)
+  if (!limits.every(fixed)) return null
   return Object.freeze(limits.map(({ max, windowMs, burst, calendar }) => calendar === undefined
     ? { max: max as number, windowMs: windowMs as number, burst: burst ?? max as number }
     : calendarLimit(max as number, calendar, at)))

@@ -23,7 +23,8 @@ export function keyerOf (route: ResolvedRoute, opts: ResolvedOptions): Keyed {
 
 /** The app's key generator, checked, with the default hierarchy in its place when it fails. */
 function controlled (keyGenerator: KeyGenerator, fallback: KeyGenerator, callbacks: Callbacks): Keyed {
-  return request => callbacks.run<Given>('keyGenerator', () => andThen(keyGenerator(request), checkKey), () => fallback(request) as ReturnType<Keyed>, request.log)
+  return request => callbacks.run<Given>('keyGenerator', () => andThen(keyGenerator(request), checkKey),
+    () => fallback(request) as ReturnType<Keyed>, request.log)
 }
 
 function checkKey (key: unknown): Given {

@@ -32,7 +32,8 @@ function decidableFor (plan: Plan, request: FastifyRequest, key: string, given: 
 function withCost (plan: Plan, request: FastifyRequest, key: string, given: Given, units: number): Decidable | PromiseLike<Decidable> {
   if (plan.fixedLimits !== null) return decidable(plan, key, plan.fixedLimits, units)
   const { route } = plan
-  return limitsOf(route.limits, plan.fallbacks, route.algorithm, request, given as string, plan.callbacks).then(limits => decidable(plan, key, limits, units))
+  return limitsOf(route.limits, plan.fallbacks, route.algorithm, request, given as string, plan.callbacks)
+    .then(limits => decidable(plan, key, limits, units))
 }
 
 function decidable (plan: Plan, key: string, limits: readonly Limit[], units: number): Decidable {
@@ -40,7 +41,15 @@ function decidable (plan: Plan, key: string, limits: readonly Limit[], units: nu
   const holdDenials = plan.holdable && !plan.undoneScopes.has(budget.scope)
   // `ban: N` over a window the app computes per request: a ban of that request's window (see banPerWindow).
   const ban = plan.banEach === null ? plan.ban : banPerWindow(plan.banEach, limits.map(limit => limit.windowMs))
-  let input: Decidable = { keys: identityKeys(plan.nameSpace, budget.scope, key, route.algorithm, plan.family), limits, ban, peek: false, algorithm: route.algorithm, holdDenials, failMode: route.failMode }
+  let input: Decidable = {
+    keys: identityKeys(plan.nameSpace, budget.scope, key, route.algorithm, plan.family),
+    limits,
+    ban,
+    peek: false,
+    algorithm: route.algorithm,
+    holdDenials,
+    failMode: route.failMode
+  }
   if (route.overLimit !== undefined) input = { ...input, overLimit: route.overLimit }
   if (plan.waitFor !== null) input = { ...input, wait: plan.waitFor(limits) }
   // A request of one unit says nothing: the common path sends what it always did.

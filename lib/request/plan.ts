@@ -68,7 +68,10 @@ export interface Plan {
   readonly unavailable: { readonly after: number, readonly body: string, readonly type: string }
 }
 
-export function planBudget (decider: Decider, leases: Leases, room: WaitingRoom, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>, appStore?: TheirStore): Plan {
+export function planBudget (
+  decider: Decider, leases: Leases, room: WaitingRoom, opts: ResolvedOptions, budget: RouteBudget, undoneScopes: ReadonlySet<string>,
+  appStore?: TheirStore
+): Plan {
   const { route, scope } = budget
   const { algorithm, failMode, mode } = route
   // In shadow mode denials strike toward bans only when the route says so.
@@ -82,14 +85,16 @@ export function planBudget (decider: Decider, leases: Leases, room: WaitingRoom,
   // no over-limit wait, no request waits (one whose client leaves gives its place back) and the route gives
   // nothing back after its responses (see HeldAnswers); a shared budget's denials, too: nothing is ever given
   // back to it. (A handler that settles lower says so: ./charge.ts.)
-  const holdable = ban === null && fixedLimits !== null && route.overLimit === undefined && route.maxWait === null && typeof route.cost === 'number' && !settlesItself(route)
+  const holdable = ban === null && fixedLimits !== null && route.overLimit === undefined && route.maxWait === null &&
+    typeof route.cost === 'number' && !settlesItself(route)
   // Watched limits write only their state, under a scope no enforcing budget has (`~`), and never a strike, a
   // ban or an over-limit wait: nothing an enforcing decision reads.
-  const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  // A shared budget's decisions take the same fields (no strike, no ban), on keys of their own.
+  const unstruck = { ban: null, peek: false, algorithm, holdDenials: true, failMode }
+  const watched = route.watched === null ? null : { limits: staticLimits(route.watched)!, ...unstruck }
   const shared = route.shared === null
     ? null
-    : { keys: sharedKeys(opts.nameSpace, scope, algorithm, family), limits: staticLimits(route.shared)!, ban: null, peek: false, algorithm, holdDenials: true, failMode }
-  const unavailable = unavailableError(opts.timeout)
+    : { keys: sharedKeys(opts.nameSpace, scope, algorithm, family), limits: staticLimits(route.shared)!, ...unstruck }
   return Object.freeze({
     budget,
     route,
@@ -116,14 +121,24 @@ export function planBudget (decider: Decider, leases: Leases, room: WaitingRoom,
     inFlightHeaders: Object.freeze({ ...headerStyle(route, ['concurrency']), unit: ';qu="concurrent-requests"' }),
     // 503 answers are sent, not thrown: Fastify logs every thrown 5xx as an error, which during an outage would
     // be one log line per request.
-    unavailable: route.errorFormat === 'problem'
-      ? { after: retryAfterSeconds(opts.timeout), body: unavailableProblem(retryAfterSeconds(opts.timeout), unavailable.message), type: PROBLEM_TYPE }
-      : {
-          after: retryAfterSeconds(opts.timeout),
-          body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message }),
-          type: 'application/json; charset=utf-8'
-        }
+    unavailable: unavailableAnswer(route, opts)
   })
+}
+
+/** A plan's `unavailable`: the 503's `Retry-After` and body, as problem details or the default error body. */
+function unavailableAnswer (route: ResolvedRoute, opts: ResolvedOptions): Plan['unavailable'] {
+  const unavailable = unavailableError(opts.timeout)
+  return route.errorFormat === 'problem'
+    ? {
+        after: retryAfterSeconds(opts.timeout),
+        body: unavailableProblem(retryAfterSeconds(opts.timeout), unavailable.message),
+        type: PROBLEM_TYPE
+      }
+    : {
+        after: retryAfterSeconds(opts.timeout),
+        body: JSON.stringify({ statusCode: 503, code: unavailable.code, error: 'Service Unavailable', message: unavailable.message }),
+        type: 'application/json; charset=utf-8'
+      }
 }
 
 /**
@@ -132,7 +147,8 @@ export function planBudget (decider: Decider, leases: Leases, room: WaitingRoom,
  */
 function waitPolicy ({ maxWait, maxQueue }: ResolvedRoute, fixedLimits: readonly Limit[] | null): Plan['waitFor'] {
   if (maxWait === null) return null
-  const policy = (limits: readonly Limit[]): WaitPolicy => Object.freeze({ maxMs: maxWait, maxQueue: maxQueue ?? Math.min(...limits.map(limit => limit.max)) })
+  const policy = (limits: readonly Limit[]): WaitPolicy =>
+    Object.freeze({ maxMs: maxWait, maxQueue: maxQueue ?? Math.min(...limits.map(limit => limit.max)) })
   if (fixedLimits === null) return policy
   const fixed = policy(fixedLimits)
   return () => fixed

@@ -12,8 +12,14 @@ export const PROBLEM_TYPE = 'application/problem+json; charset=utf-8'
 const TYPES = 'https://iana.org/assignments/http-problem-types#'
 
 const QUOTA_EXCEEDED = { type: `${TYPES}quota-exceeded`, title: 'Request cannot be satisfied as assigned quota has been exceeded' }
-const ABNORMAL_USAGE = { type: `${TYPES}abnormal-usage-detected`, title: 'Request not satisfied due to detection of abnormal request pattern' }
-const REDUCED_CAPACITY = { type: `${TYPES}temporary-reduced-capacity`, title: 'Request cannot be satisfied due to temporary reduced capacity' }
+const ABNORMAL_USAGE = {
+  type: `${TYPES}abnormal-usage-detected`,
+  title: 'Request not satisfied due to detection of abnormal request pattern'
+}
+const REDUCED_CAPACITY = {
+  type: `${TYPES}temporary-reduced-capacity`,
+  title: 'Request cannot be satisfied due to temporary reduced capacity'
+}
 
 /** The problem body of a refusal: `verdict` on a request of `cost` units, its limits named as `headers` name them. */
 export function refusalProblem (verdict: Decision, cost: number, headers: HeaderStyle, statusCode: number, message: string): string {

@@ -2,7 +2,9 @@ import { STATUS_CODES } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Outcome } from '../channels.js'
 import { formatDuration } from '../duration.js'
-import { BannedError, InvalidOptionError, TooCostlyError, TooManyInFlightError, TooManyRequestsError, TooManyWaitingError } from '../errors.js'
+import {
+  BannedError, InvalidOptionError, TooCostlyError, TooManyInFlightError, TooManyRequestsError, TooManyWaitingError
+} from '../errors.js'
 import { retryAfterSeconds } from '../headers.js'
 import type { Decidable, Decision } from '../stores/store.js'
 import type { Plan } from './plan.js'
@@ -16,17 +18,25 @@ import type { HeaderStyle } from '../headers.js'
 // `done`, never thrown: a throw inside an async function costs V8 several microseconds, more than the rest
 // of the refusal.
 
-export function refuse (plan: Plan, request: FastifyRequest, verdict: Decision, outcome: Outcome, input: Decidable, headers: HeaderStyle): Error {
+export function refuse (
+  plan: Plan, request: FastifyRequest, verdict: Decision, outcome: Outcome, input: Decidable, headers: HeaderStyle
+): Error {
   const { route, budget } = plan
-  if (route.mode === 'report') request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: hashOf(input) } }, 'rate-guard: refused')
+  if (route.mode === 'report') {
+    request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: hashOf(input) } }, 'rate-guard: refused')
+  }
   const banned = outcome === 'banned' || outcome === 'ban-started'
   const never = outcome === 'too-costly'
   const after = never ? 'never' : formatDuration(retryAfterSeconds(verdict.retryMs) * 1000)
   const statusCode = banned ? 403 : 429
   if (route.errorResponseBuilder === undefined) {
-    const error = banned ? new BannedError(after) : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : refusedFor(outcome, after)
+    const error = banned
+      ? new BannedError(after)
+      : never ? new TooCostlyError() : outcome === 'in-flight' ? new TooManyInFlightError() : refusedFor(outcome, after)
     // Its problem details, for `stripCode` to send instead of the default body (never serialized with the error).
-    if (route.errorFormat === 'problem') Object.defineProperty(error, PROBLEM, { value: refusalProblem(verdict, input.cost ?? 1, headers, statusCode, error.message) })
+    if (route.errorFormat === 'problem') {
+      Object.defineProperty(error, PROBLEM, { value: refusalProblem(verdict, input.cost ?? 1, headers, statusCode, error.message) })
+    }
     return kept(request, error)
   }
   const error: unknown = route.errorResponseBuilder(request, { statusCode, ban: banned, max: verdict.limit, ttl: verdict.retryMs, after })
@@ -61,7 +71,9 @@ function kept (request: FastifyRequest, error: Error): Error {
  * gets (`err.code`). Under `errorFormat: 'problem'`, its problem details instead. Any other payload (an app's
  * error handler's own) goes out untouched.
  */
-export function stripCode (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void): void {
+export function stripCode (
+  request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void
+): void {
   const error = (request as unknown as Record<symbol, (Error & { statusCode: number, code: string, [PROBLEM]?: string }) | null>)[REFUSAL]
   if (error == null || typeof payload !== 'string') return done(null, payload)
   const { statusCode, code, message } = error

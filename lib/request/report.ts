@@ -11,7 +11,9 @@ import type { Plan } from './plan.js'
 // channel when anyone listens.
 
 /** A decision on `input` (the budget's own, its shared one's or its watched one's): counted, and published. */
-export function report (plan: Plan, outcome: Outcome, key: Given, verdict: Verdict, input: Decidable, headers: HeaderStyle, inFlight?: number): void {
+export function report (
+  plan: Plan, outcome: Outcome, key: Given, verdict: Verdict, input: Decidable, headers: HeaderStyle, inFlight?: number
+): void {
   plan.decider.stats.count(outcome)
   if (!decisionChannel.hasSubscribers) return
   decisionChannel.publish({
@@ -38,6 +40,7 @@ export function hashOf (input: Decidable): string | undefined {
 
 /** The name of a decision's binding limit, as the IETF fields name it. */
 function bindingName (decision: Decision, headers: HeaderStyle): string {
-  const i = Math.max(0, decision.limits.findIndex(l => l.limit === decision.limit && l.windowMs === decision.windowMs && l.count === decision.count && l.resetMs === decision.resetMs))
+  const i = Math.max(0, decision.limits.findIndex(l =>
+    l.limit === decision.limit && l.windowMs === decision.windowMs && l.count === decision.count && l.resetMs === decision.resetMs))
   return policyName(headers, i)
 }

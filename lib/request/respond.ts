@@ -57,16 +57,23 @@ function answer (plan: Plan, request: FastifyRequest, reply: FastifyReply, key: 
   const never = !banned && verdict.retryMs === 0
   if (route.mode === 'shadow') {
     // Decided as enforce would, and let through: the client sees an allowed request's headers.
-    report(plan, banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited', key, verdict, input, headers, inUse)
+    report(plan, banned ? (verdict.banStarted ? 'shadow-ban-started' : 'shadow-banned') : 'shadow-limited',
+      key, verdict, input, headers, inUse)
     writeHeaders(reply, headers, { ...verdict, status: 'allowed' })
     route.onExceeded?.(request, key as string, SHADOW)
-    if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
+    if (verdict.banStarted) {
+      route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: true })
+    }
     return undefined
   }
-  const outcome: Outcome = banned ? (verdict.banStarted ? 'ban-started' : 'banned') : never ? 'too-costly' : inFlight === true ? 'in-flight' : roomFull === true ? 'waiting-full' : 'limited'
+  const outcome: Outcome = banned
+    ? (verdict.banStarted ? 'ban-started' : 'banned')
+    : never ? 'too-costly' : inFlight === true ? 'in-flight' : roomFull === true ? 'waiting-full' : 'limited'
   report(plan, outcome, key, verdict, input, headers, inUse)
   writeHeaders(reply, headers, verdict)
   route.onExceeded?.(request, key as string, ENFORCED)
-  if (verdict.banStarted) route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: false })
+  if (verdict.banStarted) {
+    route.onBanReach?.(request, key as string, { durationMs: verdict.retryMs, offence: verdict.offence, shadow: false })
+  }
   return refuse(plan, request, verdict, outcome, input, headers)
 }

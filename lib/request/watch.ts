@@ -31,8 +31,9 @@ function watchLimits (plan: Plan, request: FastifyRequest, key: Given, input: De
   }
   try {
     const verdict = plan.decider.decide(decidable, request.log)
-    if (isPromise(verdict)) verdict.then(seen).catch((err: unknown) => { request.log.error({ err }, 'rate-guard: a watched limit could not be reported') })
-    else seen(verdict)
+    if (isPromise(verdict)) {
+      verdict.then(seen).catch((err: unknown) => { request.log.error({ err }, 'rate-guard: a watched limit could not be reported') })
+    } else seen(verdict)
   } catch (err) {
     request.log.error({ err }, 'rate-guard: a watched limit could not be reported')
   }

@@ -6,7 +6,10 @@ import { traced } from '../channels.js'
 import { isBanKey } from './key-names.js'
 import { clusterBans, indexOf, standaloneBans } from './ban-index.js'
 import type { Ban } from './ban-index.js'
-import { BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, LIBRARY, SCRIPTS, crossSlotArgs, defineScript, defineScripts, isLean, leanArgs, located, scriptArgs } from './scripts.js'
+import {
+  BAN_SCRIPT, CROSS_SLOT_LEAN_SCRIPTS, CROSS_SLOT_SCRIPTS, LEAN_SCRIPTS, LIBRARY, SCRIPTS, crossSlotArgs, defineScript, defineScripts,
+  isLean, leanArgs, located, scriptArgs
+} from './scripts.js'
 import { loadLibrary } from './functions.js'
 import { memberBases, members } from './member-ids.js'
 import type { Clock, Locking, Script, ScriptCommand } from './scripts.js'
@@ -53,15 +56,22 @@ export class RedisStore implements RemoteStore {
    * otherwise; `false` sends every call with EVALSHA. `clock` and `locking`: what the server takes
    * (lib/connect.ts finds out at start); the cross-slot variants, a Cluster's, lock as Redis does.
    */
-  constructor (client: RedisLike, owned: boolean, nameSpace = '', { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking, functions = true } = {}) {
+  constructor (
+    client: RedisLike, owned: boolean, nameSpace = '',
+    { lean = true, clock = 'redis' as Clock, locking = 'global' as Locking, functions = true } = {}
+  ) {
     this.client = client
     this.#owned = owned
     this.#nameSpace = nameSpace
     this.#cluster = isCluster(client)
-    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, algorithm, clock, locking, functions)])) as Record<Algorithm, ScriptCommand>
+    this.#commands = Object.fromEntries(ALGORITHMS.map(algorithm =>
+      [algorithm, defineScript(client, algorithm, clock, locking, functions)])) as Record<Algorithm, ScriptCommand>
     this.#ban = defineScript(client, BAN_SCRIPT, clock, locking, functions)
     this.#lean = lean ? defineScripts(client, LEAN_SCRIPTS, clock, locking, functions) : null
-    this.#across = this.#cluster ? Object.fromEntries(ALGORITHMS.map(algorithm => [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm], clock, 'global', functions)])) as Record<Algorithm, ScriptCommand> : null
+    this.#across = this.#cluster
+      ? Object.fromEntries(ALGORITHMS.map(algorithm =>
+        [algorithm, defineScript(client, CROSS_SLOT_SCRIPTS[algorithm], clock, 'global', functions)])) as Record<Algorithm, ScriptCommand>
+      : null
     this.#acrossLean = this.#cluster && lean ? defineScripts(client, CROSS_SLOT_LEAN_SCRIPTS, clock, 'global', functions) : null
     this.#masters = this.#cluster ? new Masters(client as Cluster) : null
     const cluster = this.#cluster
@@ -104,7 +114,8 @@ export class RedisStore implements RemoteStore {
     const results: Array<Decision | Error> = new Array(inputs.length)
     await Promise.all(this.#masters!.groups(inputs).map(async indexes => {
       const group = pick(inputs, indexes)
-      const answers = await this.#decide(group, 'decide', algorithm, group.length > 1).catch((err: unknown) => group.map(() => err as Error))
+      const answers = await this.#decide(group, 'decide', algorithm, group.length > 1)
+        .catch((err: unknown) => group.map(() => err as Error))
       scatter(results, indexes, answers)
     }))
     const [first] = results
@@ -118,7 +129,9 @@ export class RedisStore implements RemoteStore {
    * Each call is given the indexes of its requests and writes their answers there. `across`: with the
    * cross-slot scripts (inputs of several slots of one master).
    */
-  async #decide (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm, across = false): Promise<Array<Decision | Error>> {
+  async #decide (
+    inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm, across = false
+  ): Promise<Array<Decision | Error>> {
     if (this.#lean === null || mode === 'peek') return await this.#general(inputs, mode, algorithm, across)
     const lean: number[] = []
     const others: number[] = []
@@ -137,12 +150,15 @@ export class RedisStore implements RemoteStore {
   }
 
   /** Decides `inputs` (each `isLean`) in one call of their algorithm's lean script; some may be handed back. */
-  async #leanCall (inputs: readonly DecideInput[], algorithm: Algorithm, across: boolean): Promise<Array<Decision | Error | typeof HANDED_BACK>> {
+  async #leanCall (
+    inputs: readonly DecideInput[], algorithm: Algorithm, across: boolean
+  ): Promise<Array<Decision | Error | typeof HANDED_BACK>> {
     const base = this.#base()
     const call = (across ? this.#acrossLean! : this.#lean!)[algorithm]!
     const args = leanArgs(inputs, base, this.#index)
     try {
-      const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode: 'decide', algorithm, batchSize: inputs.length }), () => call(...(across ? crossSlotArgs(args) : args)))
+      const reply = await traced(() => ({ nameSpace: this.#nameSpace, mode: 'decide', algorithm, batchSize: inputs.length }),
+        () => call(...(across ? crossSlotArgs(args) : args)))
       return toLeanDecisions(reply, members(base, inputs.length), inputs)
     } catch (err) {
       if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, 'decide', algorithm)
@@ -151,14 +167,17 @@ export class RedisStore implements RemoteStore {
   }
 
   /** Decides `inputs` in one call of their algorithm's script (its cross-slot variant when `across`). */
-  async #general (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm, across = false): Promise<Array<Decision | Error>> {
+  async #general (
+    inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm, across = false
+  ): Promise<Array<Decision | Error>> {
     const base = this.#base()
     const call = across ? this.#across![algorithm] : this.#commands[algorithm]
     const script: Script = across ? CROSS_SLOT_SCRIPTS[algorithm] : SCRIPTS[algorithm]
     const args = scriptArgs(inputs, mode, base, this.#index)
     let reply: unknown
     try {
-      reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }), () => call(...(across ? crossSlotArgs(args) : args)))
+      reply = await traced(() => ({ nameSpace: this.#nameSpace, mode, algorithm, batchSize: inputs.length }),
+        () => call(...(across ? crossSlotArgs(args) : args)))
     } catch (err) {
       if (across && this.#masters!.elsewhere(err)) return await this.#oneByOne(inputs, mode, algorithm)
       throw located(script, err)
@@ -171,13 +190,15 @@ export class RedisStore implements RemoteStore {
 
   /** Each of `inputs` in a call of its own, as the store decides on a Cluster without the cross-slot scripts. */
   async #oneByOne (inputs: readonly DecideInput[], mode: 'decide' | 'peek', algorithm: Algorithm): Promise<Array<Decision | Error>> {
-    return await Promise.all(inputs.map(async input => await this.#decide([input], mode, algorithm).then(([one]) => one!, (err: unknown) => err as Error)))
+    return await Promise.all(inputs.map(async input =>
+      await this.#decide([input], mode, algorithm).then(([one]) => one!, (err: unknown) => err as Error)))
   }
 
   async settle (input: SettleInput): Promise<void> {
     const call = this.#commands[input.algorithm]
     try {
-      await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }), () => call(...scriptArgs([input], 'settle', '')))
+      await traced(() => ({ nameSpace: this.#nameSpace, mode: 'settle', algorithm: input.algorithm, batchSize: 1 }),
+        () => call(...scriptArgs([input], 'settle', '')))
     } catch (err) {
       throw located(SCRIPTS[input.algorithm], err)
     }
@@ -216,7 +237,9 @@ export class RedisStore implements RemoteStore {
     }
     go()
     try {
-      return this.#cluster ? await clusterBans(this.client as Cluster, nameSpace, limit, go) : await standaloneBans(this.client as Redis, nameSpace, limit)
+      return this.#cluster
+        ? await clusterBans(this.client as Cluster, nameSpace, limit, go)
+        : await standaloneBans(this.client as Redis, nameSpace, limit)
     } catch (err) {
       // The client's own error ('Connection is closed') when the close came first.
       go()

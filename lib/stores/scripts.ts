@@ -57,7 +57,9 @@ function script (name: string, texts: ReadonlyArray<readonly [string, string]>):
   }
   const lua = texts.map(([, text]) => text).join('\n')
   const camel = name.replace(/(^|-)([a-z])/g, (_, __: string, letter: string) => letter.toUpperCase())
-  return Object.freeze({ lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts) })
+  return Object.freeze({
+    lua, command: `rateGuard${camel}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: Object.freeze(parts)
+  })
 }
 
 /**
@@ -91,8 +93,10 @@ export const LEASE_SCRIPT = script('lease', [['prelude', PRELUDE], ['ban-index',
  * call decides requests of several slots one master serves; its arguments are `crossSlotArgs`'.
  */
 export const CROSS_SLOT_SCRIPTS: Readonly<Record<Algorithm, Script>> = Object.freeze(Object.fromEntries(ALGORITHMS.map(algorithm =>
-  [algorithm, script(`cross-slot-${algorithm}`, [['cross-slot', CROSS_SLOT], ...ALGORITHM_FILES(algorithm)])])) as Record<Algorithm, Script>)
-export const CROSS_SLOT_LEAN_SCRIPTS = byLean(algorithm => script(`cross-slot-lean-${algorithm}`, [['cross-slot', CROSS_SLOT], ...LEAN_FILES(algorithm)]))
+  [algorithm, script(`cross-slot-${algorithm}`, [['cross-slot', CROSS_SLOT], ...ALGORITHM_FILES(algorithm)])])
+) as Record<Algorithm, Script>)
+export const CROSS_SLOT_LEAN_SCRIPTS = byLean(algorithm =>
+  script(`cross-slot-lean-${algorithm}`, [['cross-slot', CROSS_SLOT], ...LEAN_FILES(algorithm)]))
 
 /**
  * The arguments of a cross-slot call (`lua/cross-slot.lua`) made of a call's own (`scriptArgs`, `leanArgs`: the
@@ -118,7 +122,10 @@ export function crossSlotArgs (args: ReadonlyArray<string | number>): Array<stri
 export const BAN_SCRIPT = script('ban', [['prelude', PRELUDE], ['ban-index', BAN_INDEX], ['ban', read('ban')]])
 
 /** Every script above on Redis's clock, as one FUNCTION library (lib/stores/functions.ts): what `defineScript` calls with FCALL. */
-export const LIBRARY = libraryOf([...Object.values(SCRIPTS), ...Object.values(LEAN_SCRIPTS), LEASE_SCRIPT, ...Object.values(CROSS_SLOT_SCRIPTS), ...Object.values(CROSS_SLOT_LEAN_SCRIPTS), BAN_SCRIPT])
+export const LIBRARY = libraryOf([
+  ...Object.values(SCRIPTS), ...Object.values(LEAN_SCRIPTS), LEASE_SCRIPT, ...Object.values(CROSS_SLOT_SCRIPTS),
+  ...Object.values(CROSS_SLOT_LEAN_SCRIPTS), BAN_SCRIPT
+])
 
 /** A line of a joined script as Redis names it: `user_script:302` (`@user_script:302`, or `user_script: 302` in Redis 6). */
 const JOINED_LINE = /@?user_script: ?(\d+)/g
@@ -150,12 +157,13 @@ export type ScriptCommand = (...keysAndArgv: Array<string | number>) => Promise<
 
 /**
  * Whether a lean script decides `input`: decided (not peeked or settled) by an algorithm with a lean path
- * (`LEAN_ALGORITHMS`) on one limit (not a calendar quota), at a cost of 1, with no over-limit wait and no maxWait. It hands back the few it cannot:
- * an identity with an override of several limits, a state it does not read (a log holding costlier entries),
- * a foreign value at a key.
+ * (`LEAN_ALGORITHMS`) on one limit (not a calendar quota), at a cost of 1, with no over-limit wait and no maxWait.
+ * It hands back the few it cannot: an identity with an override of several limits, a state it does not read (a
+ * log holding costlier entries), a foreign value at a key.
  */
 export function isLean (input: DecideInput, algorithm: Algorithm): boolean {
-  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && input.limits[0]!.period === undefined && (input.cost ?? 1) === 1 && input.overLimit === undefined && input.wait === undefined
+  return LEAN_ALGORITHMS.includes(algorithm) && !input.peek && input.limits.length === 1 && input.limits[0]!.period === undefined &&
+    (input.cost ?? 1) === 1 && input.overLimit === undefined && input.wait === undefined
 }
 
 /**
@@ -180,7 +188,9 @@ const NOW_LINE = /^([ \t]*)(local )?now = [^\r\n]*redis\.call\(\s*(['"])TIME\3\s
  */
 export function appClockVariant (lua: string): string {
   const found = lua.match(NOW_LINE) ?? []
-  if (found.length !== 1) throw new Error(`appClockVariant: expected exactly one line "now = ...redis.call('TIME')...", found ${found.length}`)
+  if (found.length !== 1) {
+    throw new Error(`appClockVariant: expected exactly one line "now = ...redis.call('TIME')...", found ${found.length}`)
+  }
   return lua.replace(NOW_LINE, '$1$2now = tonumber(ARGV[#ARGV])')
 }
 
@@ -216,7 +226,8 @@ function variant (script: Script, made: WeakMap<Script, Script>, kind: string, m
   let found = made.get(script)
   if (found === undefined) {
     const lua = make(script.lua)
-    found = Object.freeze({ lua, command: `${script.command.replace(/_[0-9a-f]{8}$/, '')}${kind}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`, parts: script.parts })
+    const command = `${script.command.replace(/_[0-9a-f]{8}$/, '')}${kind}_${createHash('sha1').update(lua).digest('hex').slice(0, 8)}`
+    found = Object.freeze({ lua, command, parts: script.parts })
     made.set(script, found)
   }
   return found
@@ -230,7 +241,9 @@ const defined = new WeakMap<object, Set<string>>()
  * (`'keys'`: `keyLocked`); refuses a command of the same name that is not ours. On the app's clock, each call
  * sends `Date.now()` last; with `functions`, a script of `LIBRARY` is called as its function where the server holds it.
  */
-export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis', locking: Locking = 'global', functions = false): ScriptCommand {
+export function defineScript (
+  client: Redis | Cluster, algorithm: Algorithm | Script, clock: Clock = 'redis', locking: Locking = 'global', functions = false
+): ScriptCommand {
   const script = typeof algorithm === 'string' ? SCRIPTS[algorithm] : algorithm
   const { command: name, lua } = onClock(locking === 'keys' ? keyLocked(script) : script, clock)
   let ours = defined.get(client)
@@ -247,6 +260,10 @@ export function defineScript (client: Redis | Cluster, algorithm: Algorithm | Sc
 }
 
 /** Each script of `scripts` (`LEAN_SCRIPTS`, `CROSS_SLOT_LEAN_SCRIPTS`) defined on `client`, by algorithm. */
-export function defineScripts (client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis', locking: Locking = 'global', functions = false): Partial<Record<Algorithm, ScriptCommand>> {
-  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) => [algorithm, defineScript(client, script, clock, locking, functions)]))
+export function defineScripts (
+  client: Redis | Cluster, scripts: Readonly<Partial<Record<Algorithm, Script>>>, clock: Clock = 'redis', locking: Locking = 'global',
+  functions = false
+): Partial<Record<Algorithm, ScriptCommand>> {
+  return Object.fromEntries(Object.entries(scripts).map(([algorithm, script]) =>
+    [algorithm, defineScript(client, script, clock, locking, functions)]))
 }
