@@ -6,11 +6,12 @@
 // variant is depends on the machine and whatever else runs on it, and is read from `npm run bench`, never
 // asserted by `npm test`.
 import { spawn } from 'node:child_process'
-import { readFileSync, readdirSync, statSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { client, getRedis, scanKeys } from './helpers/redis.js'
+import { distIsBuilt } from './helpers/built.js'
 import { FULL } from './helpers/thorough.js'
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
@@ -64,10 +65,7 @@ t.setTimeout(300_000)
 
 t.test('each of our bench variants, and @fastify/rate-limit\'s, starts, serves and limits', async (t) => {
   // The runner loads the plugin from dist/: it must be the plugin of lib/ (npm test builds it first).
-  const built = statSync(join(ROOT, 'dist', 'index.js')).mtimeMs
-  const newer = (readdirSync(join(ROOT, 'lib'), { recursive: true }) as string[])
-    .filter(file => file.endsWith('.ts') && statSync(join(ROOT, 'lib', file)).mtimeMs > built)
-  t.same(newer, [], 'dist/ is at least as new as lib/ (after `npx tap`, run `npm run build`)')
+  distIsBuilt(t, ROOT)
 
   const { url } = await getRedis(t)
   const out = join(t.testdir(), 'latest.json')

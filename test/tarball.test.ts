@@ -1,6 +1,6 @@
 // The issue's done-when: a fresh app that has only the packed tarball (no clone) mounts the operator page, the
 // Prometheus and OpenTelemetry wiring and the Grafana dashboard from the package's own exports, as
-// docs/operations.md shows. The tarball is built and packed here, unpacked as the app's
+// docs/operations.md shows. The tarball is packed here from dist/ as npm test built it (pretest), unpacked as the app's
 // node_modules/fastify-rate-guard in a directory inside the repo (so fastify, prom-client and @opentelemetry/*
 // resolve from the repo's node_modules by upward lookup, as an app's own would), and the app runs in a child
 // process with no Redis, printing what it saw as JSON.
@@ -11,6 +11,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import t from 'tap'
+import { distIsBuilt } from './helpers/built.js'
 
 const run = promisify(execFile)
 const root = fileURLToPath(new URL('..', import.meta.url))
@@ -63,7 +64,7 @@ await app.close()
 interface Seen { page: { status: number, type: string, html: string }, metrics: string, otel: Array<[string, string, number]>, queries: string[] }
 
 t.test('a fresh app on the tarball alone mounts the operator page, the metrics and the dashboard', async t => {
-  await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: root })
+  distIsBuilt(t, root)
   const packed = mkdtempSync(join(tmpdir(), 'rate-guard-pack-'))
   const app = join(root, 'test', `.tarball-app-${process.pid}`)
   t.teardown(() => {

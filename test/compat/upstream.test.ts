@@ -5,11 +5,12 @@
 // Passes and skips are counted apart: the tests skipped must be the ones their files mark `skip`, and every
 // other test that is not listed must pass.
 import { execFile } from 'node:child_process'
-import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { distIsBuilt } from '../helpers/built.js'
 import { startRedisServer } from '../helpers/redis.js'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
@@ -81,10 +82,7 @@ function listedDifferences (): Set<string> {
 t.setTimeout(3 * FILE_TIMEOUT)
 
 t.test("@fastify/rate-limit's own test suite passes against the built package", async t => {
-  const dist = statSync(join(root, 'dist', 'index.js')).mtimeMs
-  const newer = (readdirSync(join(root, 'lib'), { recursive: true }) as string[])
-    .filter(file => file.endsWith('.ts') && statSync(join(root, 'lib', file)).mtimeMs > dist)
-  t.same(newer, [], 'dist/ is at least as new as lib/ (npm test builds it first; after `npx tap`, run `npm run build`)')
+  distIsBuilt(t, root)
 
   const redis = await startRedisServer(t)
   const files = copySuite()
