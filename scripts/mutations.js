@@ -70,15 +70,15 @@ export const MUTATIONS = [
   {
     name: 'ban not checked first (lean path): a lone request\'s EXISTS looks for its override alone, not its ban',
     file: 'lua/lean.lua',
-    search: "special = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0",
-    replace: "special = redis.call('EXISTS', KEYS[3]) > 0",
+    search: "special = redis.call('EXISTS', KEYS[KEY_BANNED], KEYS[KEY_OVERRIDE]) > 0",
+    replace: "special = redis.call('EXISTS', KEYS[KEY_OVERRIDE]) > 0",
     tests: ['test/ban.test.ts']
   },
   {
     name: 'ban not checked first (general path): decide.lua\'s EXISTS looks for the override alone, not the ban',
     file: 'lua/decide.lua',
-    search: "if redis.call('EXISTS', KEYS[k + BANNED], KEYS[k + OVERRIDE]) > 0 then",
-    replace: "if redis.call('EXISTS', KEYS[k + OVERRIDE]) > 0 then",
+    search: "if redis.call('EXISTS', req.banned, req.override) == 0 then",
+    replace: "if redis.call('EXISTS', req.override) == 0 then",
     tests: ['test/conformance-algorithm-tables.test.ts'],
     tap: TABLES
   },
