@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { connectWhenUp } from './processes.js'
+import { connectWhenUp, portIsFree } from './processes.js'
 
 export const MASTERS = 3
 export const REPLICAS = Number(process.env.REPLICAS ?? MASTERS)
@@ -14,10 +14,27 @@ if (REPLICAS !== 0 && REPLICAS !== MASTERS) throw new Error(`REPLICAS is ${MASTE
 const SLOTS = 16_384
 
 /**
- * Three masters on ports from `base`, each with a third of the slots, and (REPLICAS) a replica of each on the
- * ports after them; resolves once the cluster is ok and every replica is in sync. `nodes`: the masters first.
+ * Ports for the cluster's nodes from a random base, each free on the loopback with its cluster bus port (the
+ * port + 10000): ports from the process id collided with the Clusters of test files running beside (with four
+ * at a time), and a node that could not bind left the harness talking to another process's server.
  */
-export async function startCluster (base) {
+async function freeBase () {
+  for (;;) {
+    const base = 20_000 + Math.floor(Math.random() * 25_000)
+    const ports = Array.from({ length: MASTERS + REPLICAS }, (_, i) => base + i)
+    const free = await Promise.all(ports.flatMap(port => [portIsFree(port), portIsFree(port + 10_000)]))
+    if (free.every(Boolean)) return base
+  }
+}
+
+/**
+ * Three masters on ports from `base` (free ones when not given), each with a third of the slots, and (REPLICAS)
+ * a replica of each on the ports after them; resolves once the cluster is ok and every replica is in sync.
+ * `nodes`: the masters first. A node that exits before it takes a connection (its port taken between the check
+ * and its start) makes the start try again on other ports, up to three times.
+ */
+export async function startCluster (base, attempt = 1) {
+  base ??= await freeBase()
   const dir = mkdtempSync(join(tmpdir(), 'rate-guard-cluster-'))
   const ports = Array.from({ length: MASTERS + REPLICAS }, (_, i) => base + i)
   const servers = ports.map(port => spawn('redis-server', ['--port', String(port), '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' }))
@@ -25,7 +42,20 @@ export async function startCluster (base) {
   const killAll = () => { for (const server of servers) server.kill() }
   process.once('exit', killAll)
   const nodes = []
-  for (const port of ports) nodes.push(await connectWhenUp(port, { waitMs: 50 }))
+  const exited = () => servers.some(server => server.exitCode !== null)
+  try {
+    for (const port of ports) nodes.push(await connectWhenUp(port, { waitMs: 50, gaveUp: exited }))
+    // A node that could not bind may have left its connection to another process's server on that port.
+    if (exited()) throw new Error('a redis-server of the cluster exited as it started (its port taken)')
+  } catch (err) {
+    const lost = exited()
+    for (const node of nodes) node.disconnect()
+    killAll()
+    process.removeListener('exit', killAll)
+    rmSync(dir, { recursive: true, force: true })
+    if (!lost || attempt === 3) throw err
+    return await startCluster(undefined, attempt + 1)
+  }
   for (const [i, node] of nodes.slice(0, MASTERS).entries()) {
     const from = Math.floor(i * SLOTS / MASTERS)
     const to = Math.floor((i + 1) * SLOTS / MASTERS)

@@ -145,7 +145,7 @@ function markdown (results) {
 if (spawnSync('redis-server', ['--version']).status !== 0) throw new Error('bench/cluster-plugin.js needs redis-server on PATH')
 const started = Date.now()
 const loadAverageBefore = loadAverage()
-const { ports, nodes, stop } = await startCluster(46_000 + (process.pid % 500) * 6)
+const { ports, nodes, stop } = await startCluster()
 const client = new Cluster(ports.slice(0, MASTERS).map(port => ({ host: '127.0.0.1', port })), {
   scaleReads: 'master', enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 }
 })

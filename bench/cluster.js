@@ -54,7 +54,7 @@ const ROWS = [
 ]
 
 if (spawnSync('redis-server', ['--version']).status !== 0) throw new Error('bench/cluster.js needs redis-server')
-const { ports, nodes, stop } = await startCluster(44_000 + (process.pid % 500) * 6)
+const { ports, nodes, stop } = await startCluster()
 const masters = nodes.slice(0, MASTERS)
 const client = new Cluster(ports.slice(0, MASTERS).map(port => ({ host: '127.0.0.1', port })), { scaleReads: 'master', enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } })
 await new Promise((resolve, reject) => { client.once('ready', resolve); client.once('error', reject) })

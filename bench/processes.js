@@ -74,6 +74,17 @@ export function startLoad (pin) {
   return start('./load.js', [], pin.taskset ? pin.load : undefined)
 }
 
+/** Whether nothing listens on `port` of the loopback now. */
+export async function portIsFree (port) {
+  const server = createServer()
+  const free = await new Promise(resolve => {
+    server.once('error', () => resolve(false))
+    server.listen(port, '127.0.0.1', () => resolve(true))
+  })
+  if (free) await new Promise(resolve => server.close(resolve))
+  return free
+}
+
 async function freePort () {
   const server = createServer().listen(0, '127.0.0.1')
   await once(server, 'listening')
