@@ -205,7 +205,8 @@ export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, Re
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */
 export type CreateRateLimitOptions = RouteRateLimitOptions & { store?: FastifyRateLimitStoreCtor }
 export type { FastifyRateLimitOptions, FastifyRateLimitStore, FastifyRateLimitStoreCtor, RedisLike } from './types.js'
-export type { RateLimitCheck, RateLimitResult } from './limiters.js'
+export type { RateLimitCheck, RateLimitResult, RateGuardBudget } from './limiters.js'
+export type { SpendOptions, Spent, HeldSlots } from './request/spend.js'
 export type { Algorithm } from './algorithms/index.js'
 // @fastify/rate-limit's names for the same types, so an app's type imports only change the package.
 export type {

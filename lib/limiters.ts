@@ -5,6 +5,8 @@ import type { BudgetHooks } from './request/pipeline.js'
 import { unavailableError } from './request/plan.js'
 import { SENT } from './request/state.js'
 import type { Verdict } from './stores/store.js'
+import type { HeldSlots, SpendOptions, Spent } from './request/spend.js'
+import { InvalidOptionError } from './errors.js'
 
 // `fastify.rateLimit(options?)` and `fastify.createRateLimit(options?)`, as `@fastify/rate-limit` has them:
 // limiters an app applies where it chooses (a not-found handler, a check inside a handler). Without options
@@ -45,9 +47,21 @@ export function holdsSlots (hook: unknown): boolean {
   return typeof hook === 'function' && HOLDING.has(hook)
 }
 
+/**
+ * A budget the app spends by hand (`fastify.rateGuard.budget(options)`): for what is not one HTTP request a
+ * unit (a GraphQL operation's cost, a WebSocket message, a connection held open). Made once, at start.
+ */
+export interface RateGuardBudget {
+  /** Counts `cost` units (default 1) for the request's client, or a key under it, and answers; never throws for a refusal. */
+  spend (request: FastifyRequest, options?: SpendOptions): Promise<Spent>
+  /** Under the budget's `concurrency`: takes `cost` slots (default 1) until `release()`. */
+  hold (request: FastifyRequest, options?: SpendOptions): Promise<HeldSlots>
+}
+
 export interface LimiterDecorators {
   rateLimit (options?: object): RateLimitHandler
   createRateLimit (options?: object): RateLimitCheck
+  budget (options?: object): RateGuardBudget
 }
 
 /** `hooksFor(options, call)`: the hooks of the budget `options` make (the plugin-wide one without). */
@@ -64,6 +78,17 @@ export function createLimiters (timeout: number, hooksFor: (options: unknown, ca
       }
       if (holds) HOLDING.add(limiter)
       return limiter
+    },
+    budget (options) {
+      const { spend, hold, holds } = hooksFor(options, 'budget')
+      const made: RateGuardBudget = {
+        spend: async (request, spending) => await spend(request, spending),
+        async hold (request, spending) {
+          if (!holds) throw new InvalidOptionError('concurrency', 'budget.hold() takes slots of a budget made with concurrency: { max }')
+          return await hold(request, spending)
+        }
+      }
+      return Object.freeze(made)
     },
     createRateLimit (options) {
       const { prepare, ask, theirStore } = hooksFor(options, 'createRateLimit')

@@ -3,7 +3,8 @@ import type { BudgetOptions } from './budgets.js'
 import { budgetName } from './budgets.js'
 import { InvalidOptionError } from './errors.js'
 import { combined } from './stats.js'
-import type { LimiterDecorators } from './limiters.js'
+import type { LimiterDecorators, RateGuardBudget } from './limiters.js'
+import type { RouteRateLimitOptions } from './types.js'
 
 // `fastify.rateGuard` across registrations. Fastify decorators are inherited: a registration inside a context
 // that an outer registration already decorated cannot decorate it again. So the outer registration's
@@ -22,6 +23,8 @@ export interface Registration extends RateGuardAdmin, LimiterDecorators {
 }
 
 export interface RateGuardDecorator extends RateGuardAdmin {
+  /** A budget the app spends by hand (the one registration's; with several, `of(nameSpace).budget()`). */
+  budget (options?: RouteRateLimitOptions): RateGuardBudget
   /** The registration made with `nameSpace`: its own calls, and its `rateLimit` / `createRateLimit`. */
   of (nameSpace: string): Registration
 }
@@ -63,6 +66,11 @@ export function createRegistrations (): Registrations {
     async setOverride (key: string, options: OverrideOptions) { await withBudget(options, 'setOverride').setOverride(key, options) },
     async clearOverride (key: string, options?: BudgetOptions) { await withBudget(options, 'clearOverride').clearOverride(key, options) },
     has: (name: string) => all.some(r => r.has(name)),
+    budget (options?: object) {
+      if (all.length === 1) return all[0]!.budget(options)
+      throw new InvalidOptionError('budget', `${all.length} registrations here (nameSpaces ${nameSpacesOf(all)}): ` +
+        'choose one with fastify.rateGuard.of(nameSpace).budget()')
+    },
     stats: () => combined(all.map(r => r.stats())),
     of (nameSpace: string): Registration {
       const found = all.filter(r => r.nameSpace === nameSpace)

@@ -132,6 +132,15 @@ function capacity (decision: Decision): number {
   return most
 }
 
+/**
+ * A settlement of what one decision counted, apart from any request's charge: a budget spent by hand
+ * (./spend.ts) settles each spend so, by the same rule as a request (at most each budget's largest limit; once).
+ */
+export function settlementOf (request: FastifyRequest, decider: Decider, counted: readonly Taken[]): Pick<RequestCharge, 'settle'> {
+  const charge = new Charge(request, decider, counted)
+  return { settle: async amount => await charge.settle(amount) }
+}
+
 /** The charge of a request nothing counted (let through by the allow list, by failMode, on a route off): settling it changes nothing. */
 export const UNCOUNTED: RequestCharge = Object.freeze({
   charged: 0,

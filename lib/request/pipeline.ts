@@ -16,6 +16,8 @@ import type { Given } from './identify.js'
 import { costing, limits } from './limits.js'
 import { planBudget } from './plan.js'
 import { respond } from './respond.js'
+import { checkSpend, narrow, price, slots, SLOTS_LISTED, spentOf } from './spend.js'
+import type { HeldSlots, SpendOptions, Spent } from './spend.js'
 import { END, LEFT, LISTED, REFUSED, RequestState, SENT } from './state.js'
 import type { HookResult, Stage, Step } from './state.js'
 import { wait } from './wait.js'
@@ -56,6 +58,10 @@ export interface BudgetHooks {
   ask (input: Decidable, given: Given, log: FastifyBaseLogger): Verdict | Promise<Verdict>
   /** Identify → allow → limits: what a decision of this budget takes for `request`. */
   prepare (request: FastifyRequest): Prepared | PromiseLike<Prepared>
+  /** Spends the budget by hand for `request`'s client (./spend.ts): answered, never thrown or sent. */
+  spend (request: FastifyRequest, options: SpendOptions | undefined): Promise<Spent>
+  /** Takes slots of the budget's `concurrency` by hand for `request`'s client (./spend.ts), until released. */
+  hold (request: FastifyRequest, options: SpendOptions | undefined): Promise<HeldSlots>
   /** The app's store (`@fastify/rate-limit`'s `store`) counts this budget, with their meaning of its count. */
   readonly theirStore: boolean
   /** The budget has `concurrency`: its requests may hold slots until their work is over (./work.ts). */
@@ -93,6 +99,10 @@ const PIPELINE: readonly Stage[] = [identify, allow, limits, decide, wait, hold,
 const NOT_FOUND: readonly Stage[] = [identify, allow, limits, banned, respond]
 /** What a decision of the budget takes (`prepare`). */
 const PREPARE: readonly Stage[] = [identify, allow, limits]
+/** The budget spent by hand (`spend`): a key under the client's, and the units the app asked for. */
+const SPEND: readonly Stage[] = [identify, allow, narrow, limits, price, decide, wait]
+/** Slots held by hand (`hold`): the budget's `concurrency` for a key, until the app releases them. */
+const SLOTS: readonly Stage[] = [identify, allow, narrow, limits, price, slots]
 
 /** Runs `stages` from `at` over `state`, one after the other, at once as long as each answers at once. */
 function run (stages: readonly Stage[], state: RequestState, at: number): HookResult | PromiseLike<HookResult> {
@@ -167,6 +177,18 @@ export function createHooks (
     prepare: request => {
       const state = new RequestState(plan, request, null)
       return andThen(run(PREPARE, state, 0), () => state)
+    },
+    spend: async (request, options) => {
+      const state = new RequestState(plan, request, null)
+      state.spending = checkSpend(options)
+      await run(SPEND, state, 0)
+      return spentOf(state)
+    },
+    hold: async (request, options) => {
+      const state = new RequestState(plan, request, null)
+      state.spending = checkSpend(options)
+      await run(SLOTS, state, 0)
+      return state.slots ?? SLOTS_LISTED
     },
     theirStore: plan.appStore !== undefined,
     holds: plan.concurrency !== null,

@@ -14,6 +14,9 @@ import type { RequestState, Step } from './state.js'
 // of the process, not by this one alone. Its `Retry-After` is its own wait: by then its limits let it through
 // without the room.
 
+/** What a wait with no response to watch listens to: nothing ever closes it. */
+const QUIET = Object.freeze({ destroyed: false, once: () => {}, off: () => {} })
+
 export function wait (state: RequestState): Step | Promise<Step> {
   const { plan } = state
   const decided = state.decided!
@@ -25,7 +28,8 @@ export function wait (state: RequestState): Step | Promise<Step> {
     state.decided = { ...decided, verdict: { ...now, status: 'limited', retryMs: waitMs }, roomFull: true }
     return REFUSED
   }
-  const raw = state.reply!.raw
+  // A budget spent by hand (./spend.ts) has no response to watch: its wait ends with its timer.
+  const raw = state.reply?.raw ?? QUIET
   return new Promise(resolve => {
     const left = (): void => {
       clearTimeout(timer)
