@@ -16,7 +16,7 @@ import type { Given } from './identify.js'
 import { costing, limits } from './limits.js'
 import { planBudget } from './plan.js'
 import { respond } from './respond.js'
-import { checkSpend, narrow, price, slots, SLOTS_LISTED, spentOf } from './spend.js'
+import { checkSpend, heldOf, narrow, price, slots, spentOf } from './spend.js'
 import type { HeldSlots, SpendOptions, Spent } from './spend.js'
 import { END, LEFT, LISTED, REFUSED, RequestState, SENT } from './state.js'
 import type { HookResult, Stage, Step } from './state.js'
@@ -188,7 +188,7 @@ export function createHooks (
       const state = new RequestState(plan, request, null)
       state.spending = checkSpend(options)
       await run(SLOTS, state, 0)
-      return state.slots ?? SLOTS_LISTED
+      return heldOf(state)
     },
     theirStore: plan.appStore !== undefined,
     holds: plan.concurrency !== null,

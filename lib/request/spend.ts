@@ -14,8 +14,9 @@ import type { RequestState, Step } from './state.js'
 // A budget spent by hand: what a protocol that is not one HTTP request per unit counts (a GraphQL operation
 // and its cost, a WebSocket message, a connection held open), through the budget's own stages (./pipeline.ts's
 // SPEND: identify → allow → narrow → limits → price → decide → wait, the two here), and answered as a value
-// the app (or this package's adapters, lib/adapters/) acts on: nothing is sent, nothing thrown. Shadow mode, bans, failMode and the decision channel meet it as they meet a route's request;
-// what it counted settles once (`settle`: to the actual cost, 0 giving it back), by the request's rule.
+// the app (or this package's adapters, lib/adapters/) acts on: nothing is sent, nothing thrown. Shadow mode,
+// bans, failMode and the decision channel meet it as they meet a route's request; what it counted settles once
+// (`settle`: to the actual cost, 0 giving it back), by the request's rule.
 
 /** What a spend asks: `cost` units (default 1), for the request's client or, with `key`, a key under it. */
 export interface SpendOptions {
@@ -111,13 +112,16 @@ export function slots (state: RequestState): Step | PromiseLike<Step> {
     failed: false
   }, state.request.log)
   return andThen(asked, held => {
-    state.slots = heldOf(state, held.verdict, held.release)
+    state.slots = held
     return undefined
   })
 }
 
-function heldOf (state: RequestState, verdict: Verdict, release: (() => void) | null): HeldSlots {
+/** The slots a hold's stages took, as the app is answered (the allow list's client: none taken). */
+export function heldOf (state: RequestState): HeldSlots {
+  if (state.slots === null) return SLOTS_LISTED
   const { plan } = state
+  const { verdict, release } = state.slots
   const limit = plan.concurrency!.max
   const inFlight = 'count' in verdict ? verdict.count : undefined
   const shadow = plan.route.mode === 'shadow'
@@ -135,7 +139,7 @@ function heldOf (state: RequestState, verdict: Verdict, release: (() => void) | 
 const NOTHING = (): void => {}
 
 /** Slots of a client the allow list let by: none taken. */
-export const SLOTS_LISTED: HeldSlots = Object.freeze({
+const SLOTS_LISTED: HeldSlots = Object.freeze({
   ok: true, outcome: 'allow-listed', limit: 0, inFlight: undefined, release: NOTHING
 })
 

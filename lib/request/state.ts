@@ -3,7 +3,7 @@ import type { HeaderStyle } from '../headers.js'
 import type { Decidable, Decision, Verdict } from '../stores/store.js'
 import type { Given } from './identify.js'
 import type { Plan } from './plan.js'
-import type { HeldSlots } from './spend.js'
+import type { Slots } from '../leases.js'
 
 // A request as the pipeline (./pipeline.ts) takes it through one budget's stages: one small object a request,
 // which each stage reads and fills in, and what a stage tells the pipeline it came to (a `Step`). What the
@@ -67,7 +67,7 @@ export class RequestState {
   /** A budget spent by hand (./spend.ts): the key under the client's, and the units, the app asked for. */
   spending: { readonly key: string | undefined, readonly cost: number } | null = null
   /** Slots taken by hand (./spend.ts's `slots`). */
-  slots: HeldSlots | null = null
+  slots: Slots | null = null
   /** What stages counted of it, until handed over (null: nothing). */
   #taken: Taken[] | null = null
 
