@@ -5,7 +5,7 @@ import { andThen } from '../awaitable.js'
 import { InvalidOptionError } from '../errors.js'
 import { remainingOf, retryAfterSeconds, writeHeaders } from '../headers.js'
 import type { Decidable, Verdict } from '../stores/store.js'
-import { settlementOf } from './charge.js'
+import { settlementOf, UNCOUNTED } from './charge.js'
 import type { Plan } from './plan.js'
 import { hashOf, report } from './report.js'
 import { SHADOW } from './respond.js'
@@ -150,12 +150,9 @@ export function spentOf (state: RequestState): Spent {
   if (decided === null) return ALLOW_LISTED
   const { verdict, input, headers } = decided
   const taken = state.handOver() ?? []
-  const settlement = settlementOf(request, plan.decider, taken)
+  // Nothing counted (failMode let it through): its settle checks the amount and changes nothing, as a request's.
+  const { settle } = taken.length === 0 ? UNCOUNTED : settlementOf(request, plan.decider, taken)
   const charged = taken.length === 0 ? 0 : input.cost ?? 1
-  const settle = async (amount: number): Promise<void> => {
-    if (taken.length === 0) return
-    await settlement.settle(amount)
-  }
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
   const outcome = outcomeOf(plan, verdict.status, verdict.status === 'banned' ? verdict.banStarted : false, verdict.retryMs)
   report(plan, outcome, state.given, verdict, input, headers)
@@ -230,5 +227,5 @@ const ALLOW_LISTED: Spent = Object.freeze({
   retryMs: 0,
   charged: 0,
   writeHeaders: () => {},
-  settle: async () => {}
+  settle: UNCOUNTED.settle
 })
