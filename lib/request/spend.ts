@@ -62,12 +62,17 @@ export interface HeldSlots {
 /** The longest key a spend takes under the client's (a key is hashed into the stores' names; this bounds the work). */
 const KEY_MAX = 512
 
-/** The stage that puts the key the app asked for under the client's. */
+/**
+ * The stage that puts the key the app asked for under the client's: `client|key`, the client's own `%` and `|`
+ * written `%25` and `%7C`, so that one client's keys never meet another's (`a|b` under `c` is not `a` under `b|c`).
+ */
 export function narrow (state: RequestState): Step {
   const under = state.spending!.key
-  if (under !== undefined) state.key = `${state.key}|${under}`
+  if (under !== undefined) state.key = `${state.key.replace(/[%|]/g, escaped)}|${under}`
   return undefined
 }
+
+const escaped = (c: string): string => c === '%' ? '%25' : '%7C'
 
 /** The units the app asked for, on the decision: its denials are held in process only at the budget's own cost. */
 export function price (state: RequestState): Step {
@@ -137,6 +142,7 @@ export function heldOf (state: RequestState): HeldSlots {
 }
 
 const NOTHING = (): void => {}
+const NOTHING_TO_SETTLE = async (): Promise<void> => {}
 
 /** Slots of a client the allow list let by: none taken. */
 const SLOTS_LISTED: HeldSlots = Object.freeze({
@@ -149,13 +155,10 @@ export function spentOf (state: RequestState): Spent {
   const decided = state.decided
   if (decided === null) return ALLOW_LISTED
   const { verdict, input, headers } = decided
-  const taken = state.handOver() ?? []
-  const settlement = settlementOf(request, plan.decider, taken)
-  const charged = taken.length === 0 ? 0 : input.cost ?? 1
-  const settle = async (amount: number): Promise<void> => {
-    if (taken.length === 0) return
-    await settlement.settle(amount)
-  }
+  const taken = state.handOver()
+  // A spend that counted nothing (refused, not decided) has nothing to settle: its settle does nothing.
+  const charged = taken === null ? 0 : input.cost ?? 1
+  const settle = taken === null ? NOTHING_TO_SETTLE : settlementOf(request, plan.decider, taken).settle
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
   const outcome = outcomeOf(plan, verdict.status, verdict.status === 'banned' ? verdict.banStarted : false, verdict.retryMs)
   report(plan, outcome, state.given, verdict, input, headers)
@@ -229,6 +232,6 @@ const ALLOW_LISTED: Spent = Object.freeze({
   resetMs: 0,
   retryMs: 0,
   charged: 0,
-  writeHeaders: () => {},
-  settle: async () => {}
+  writeHeaders: NOTHING,
+  settle: NOTHING_TO_SETTLE
 })
