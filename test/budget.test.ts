@@ -2,17 +2,18 @@
 // spend: cost units counted (a refusal counts nothing, seen by peek), too costly, settle (down, twice, past
 // the limits, after a refusal); a key under the client's, apart from the client's own and from other
 // clients'; bad keys and costs; shadow mode, bans, callbacks and the decision channel; maxWait; the allow
-// list; headers. hold: concurrency's slots, released once. failMode, the Cluster and the hold across two
-// instances are in test/budget-faults.test.ts.
+// list; headers; a Redis that does not answer (failMode). hold: concurrency's slots, released once. Two
+// instances on one Redis, and a Redis Cluster, are in test/budget-cluster.test.ts.
 import diagnostics from 'node:diagnostics_channel'
 import { performance } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard, { CHANNELS } from '../lib/index.js'
 import type { DecisionMessage, RateGuardBudget, RateGuardOptions, RouteRateLimitOptions } from '../lib/index.js'
-import { getRedis, uniquePrefix } from './helpers/redis.js'
+import { client, getRedis, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 import { allowing } from './helpers/lag.js'
 
 /** Correctness, not latency: a deadline no loaded machine misses, and a refusal (never a silent pass) if one did. */
@@ -29,13 +30,15 @@ export interface Setup {
   /** What the budget holds for `key` (a client's, or `client|sub` for a key under it), counting nothing. */
   peek: (key: string) => Promise<{ count: number, remaining: number, status: string }>
   /** What the app logged at warn and above. */
-  logged: Array<{ msg: string, code?: string }>
+  logged: Array<{ msg: string, code?: string, rateGuard?: object }>
 }
 
 /** An app registered on `where` whose budget is `fastify.rateGuard.budget(budgetOptions)`. */
-export async function setup (t: Test, where: Where, budgetOptions: RouteRateLimitOptions, opts: RateGuardOptions = {}): Promise<Setup> {
+export async function setup (
+  t: Test, where: Where, budgetOptions: RouteRateLimitOptions, opts: RateGuardOptions = {}, level = 'warn'
+): Promise<Setup> {
   const logged: Setup['logged'] = []
-  const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { logged.push(JSON.parse(line) as Setup['logged'][number]) } } } })
+  const app = Fastify({ logger: { level, stream: { write: (line: string) => { logged.push(JSON.parse(line) as Setup['logged'][number]) } } } })
   t.teardown(() => app.close())
   const store = where === 'redis' ? { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), ...RELAXED } : {}
   await app.register(rateGuard, { global: false, keyGenerator: request => String(request.headers['x-client']), ...store, ...opts })
@@ -190,9 +193,11 @@ for (const where of STORES) {
 
   t.test(`${where}: threshold refusals start a ban`, async t => {
     const banned: unknown[] = []
+    const exceeding: string[] = []
     const { budget, of } = await setup(t, where, {
       max: 1,
       timeWindow: '1 minute',
+      onExceeding: (_request, key) => { exceeding.push(key) },
       ban: { threshold: 2, duration: '1 hour' },
       onBanReach: (_request, key, info) => { banned.push([key, info]) }
     })
@@ -204,6 +209,22 @@ for (const where of STORES) {
     t.ok(outcomes[3]!.retryMs > 59 * 60_000 && outcomes[3]!.retryMs <= 3_600_000)
     t.match(banned, [['alice', { shadow: false, offence: 1 }]])
     t.equal((await budget.spend(await of('bob'))).ok, true, 'another client is not banned')
+    t.same(exceeding, ['alice', 'bob'], 'onExceeding told of each allowed spend, as of a route\'s allowed request')
+  })
+
+  t.test(`${where}: a banned client holds no slot; refused holds strike toward a ban`, async t => {
+    const { budget, of } = await setup(t, where, {
+      max: 1, timeWindow: '1 minute', ban: { threshold: 2, duration: '1 hour' }, concurrency: { max: 1 }
+    })
+    const alice = await of('alice')
+    for (let i = 0; i < 3; i++) await budget.spend(alice)
+    const held = await budget.hold(alice)
+    t.match(held, { ok: false, outcome: 'banned', limit: 1 })
+    t.ok(held.inFlight === undefined || held.inFlight === 0)
+    const bob = await of('bob')
+    const holds = []
+    for (let i = 0; i < 4; i++) holds.push(await budget.hold(bob))
+    t.same(holds.map(h => [h.ok, h.outcome]), [[true, 'allowed'], [false, 'in-flight'], [false, 'ban-started'], [false, 'banned']])
   })
 
   t.test(`${where}: maxWait: a spend its limits allow after a wait resolves then`, async t => {
@@ -214,20 +235,33 @@ for (const where of STORES) {
     const c0 = performance.now()
     await budget.spend(await of('bob'))
     const control = performance.now() - c0
-    let waitedMs: number | undefined
+    let took = 0
+    let start = 0
     const messages = await published(async () => {
-      const start = performance.now()
+      start = performance.now()
       const spent = await budget.spend(alice)
-      const took = performance.now() - start
+      took = performance.now() - start
       t.match(fields(spent), { ok: true, outcome: 'allowed', charged: 1 })
-      waitedMs = 0
-      t.ok(spent.ok)
-      waitedMs = took
     })
     const waited = messages[0]!.waitedMs!
     t.ok(waited > 300 && waited <= 600, `the decision's wait: ${waited} ms`)
-    t.ok(waitedMs! >= waited, `resolved after the wait (${Math.round(waitedMs!)} ms)`)
-    t.ok(waitedMs! <= allowing(waited + control + 50, 0), `and not much after it (${Math.round(waitedMs!)} ms, control ${Math.round(control)} ms)`)
+    t.ok(took >= waited, `resolved after the wait (${Math.round(took)} ms, waitMs ${waited})`)
+    const bound = allowing(waited + control, start, start + took)
+    t.ok(took <= bound, `and no later than it allows (${Math.round(took)} ms; control ${Math.round(control)}, bound ${Math.round(bound)})`)
+  })
+
+  t.test(`${where}: maxWait with the waiting room full: waiting-full, nothing counted`, async t => {
+    const { budget, of, peek } = await setup(t, where, { max: 1, timeWindow: 500, maxWait: 2000, algorithm: 'sliding-log' }, { maxWaiting: 1 })
+    const [alice, bob] = [await of('alice'), await of('bob')]
+    t.equal((await budget.spend(alice)).ok, true)
+    t.equal((await budget.spend(bob)).ok, true)
+    // Alice's next spend waits, in the registration's one place; Bob's would wait too, but there is none.
+    const waiting = budget.spend(alice)
+    const full = await budget.spend(bob)
+    t.match(fields(full), { ok: false, outcome: 'waiting-full', charged: 0 })
+    t.ok(full.retryMs > 0 && full.retryMs <= 500, `retry when its limits let it through: ${full.retryMs} ms`)
+    t.match(await peek('bob'), { count: 1 }, 'the refused one counted nothing')
+    t.match(fields(await waiting), { ok: true, outcome: 'allowed', charged: 1 }, 'the one waiting goes on')
   })
 
   t.test(`${where}: the allow list: allow-listed, nothing charged`, async t => {
@@ -258,7 +292,9 @@ for (const where of STORES) {
   })
 
   t.test(`${where}: hold takes concurrency's slots until released`, async t => {
-    const { budget, of } = await setup(t, where, { max: 100, timeWindow: '1 minute', concurrency: { max: 2 } })
+    const { app, budget, of } = await setup(t, where, { max: 100, timeWindow: '1 minute', concurrency: { max: 2 } })
+    const peekSlots = async (key: string): Promise<number | undefined> =>
+      (await app.rateGuard.peek(key, { route: 'limiter 1' })).inFlight?.count
     const alice = await of('alice')
     const one = await budget.hold(alice)
     const two = await budget.hold(alice)
@@ -271,13 +307,13 @@ for (const where of STORES) {
     t.match(await budget.hold(await of('bob')), { ok: true, inFlight: 1 }, 'another client holds apart')
     one.release()
     one.release()
-    await settled(where)
+    await released(peekSlots, 'alice', 1)
     const after = await budget.hold(alice)
     t.match(after, { ok: true, inFlight: 2 }, 'a release frees its slot')
     t.match(await budget.hold(alice), { ok: false, outcome: 'in-flight' }, 'once: a release twice freed one')
     two.release()
     after.release()
-    await settled(where)
+    await released(peekSlots, 'alice', 0)
     t.match(await budget.hold(alice, { cost: 2 }), { ok: true, inFlight: 2 }, 'both free again; a hold of 2 slots')
   })
 
@@ -285,11 +321,43 @@ for (const where of STORES) {
     const { budget, of } = await setup(t, where, { max: 1, timeWindow: '1 minute' })
     await t.rejects(budget.hold(await of('alice')), { code: INVALID, message: /concurrency/ })
   })
+
+  t.test(`${where}: hold in shadow mode and for the allow list`, async t => {
+    const { budget, of } = await setup(t, where, { max: 100, timeWindow: '1 minute', concurrency: { max: 1 }, mode: 'shadow', allowList: ['vip'] })
+    const alice = await of('alice')
+    const messages = await published(async () => {
+      t.match(await budget.hold(alice), { ok: true, outcome: 'allowed', inFlight: 1 })
+      t.match(await budget.hold(alice), { ok: true, outcome: 'shadow-in-flight', limit: 1 }, 'past concurrency: let through')
+    })
+    t.same(messages.map(m => [m.outcome, m.mode]), [['allowed', 'shadow'], ['shadow-limited', 'shadow']])
+    const vip = await budget.hold(await of('vip'), { cost: 5 })
+    t.match(vip, { ok: true, outcome: 'allow-listed', limit: 0, inFlight: undefined })
+    vip.release()
+  })
+
+  t.test(`${where}: a spend costs what it says, whatever the budget's own cost`, async t => {
+    const { budget, of, peek } = await setup(t, where, { max: 10, timeWindow: '1 minute', cost: 3 })
+    const alice = await of('alice')
+    t.match(fields(await budget.spend(alice)), { ok: true, charged: 1, remaining: 9 })
+    t.match(fields(await budget.spend(alice, { cost: 3 })), { ok: true, charged: 3, remaining: 6 })
+    t.match(fields(await budget.spend(alice, { cost: 2 })), { ok: true, charged: 2, remaining: 4 })
+    t.match(await peek('alice'), { count: 6 })
+  })
+
+  t.test(`${where}: mode 'report' logs each refused spend with the key's hash`, async t => {
+    const { budget, of, logged } = await setup(t, where, { max: 1, timeWindow: '1 minute', mode: 'report' }, {}, 'info')
+    const alice = await of('alice')
+    t.equal((await budget.spend(alice)).ok, true)
+    t.match(fields(await budget.spend(alice)), { ok: false, outcome: 'limited' })
+    const refusals = logged.filter(line => line.msg === 'rate-guard: refused')
+    t.match(refusals, [{ rateGuard: { budget: 'limiter 1', keyHash: /^[\w-]{22}$/ } }])
+    t.notOk(JSON.stringify(refusals).includes('alice'), 'never the key')
+  })
 }
 
-/** A release is sent, not awaited: on Redis, a round trip later it has landed. */
-async function settled (where: Where): Promise<void> {
-  if (where === 'redis') await new Promise(resolve => setTimeout(resolve, 50))
+/** A release is sent, not awaited: resolves once the store holds `count` units in flight for `key`. */
+async function released (peek: (key: string) => Promise<number | undefined>, key: string, count: number): Promise<void> {
+  await until(async () => await peek(key) === count, `${key}: ${count} in flight`)
 }
 
 /** A reply whose headers are recorded (writeHeaders only sets headers). */
@@ -314,4 +382,59 @@ t.test('two registrations: fastify.rateGuard.budget asks which; of(nameSpace).bu
   await app.inject('/')
   t.match(fields(await budget.spend(request!)), { ok: true, outcome: 'allowed', remaining: 0 })
   t.match(fields(await budget.spend(request!)), { ok: false, outcome: 'limited' })
+})
+
+/** A client lent to the plugin, with the 'error' listener its owner attaches (its server may be frozen). */
+async function lent (t: Test, url: string): Promise<Redis> {
+  return await ready(client(t, url, { enableOfflineQueue: false }))
+}
+
+t.test('a Redis that does not answer: failMode answers each spend and hold within the deadline', async t => {
+  const server = await startRedisServer(t)
+  const limits = { max: 5, timeWindow: '1 minute', concurrency: { max: 2 } }
+  const open = await setup(t, 'memory', limits, { redis: await lent(t, server.url), failMode: 'open', timeout: 200, breaker: false })
+  const closed = await setup(t, 'memory', limits, { redis: await lent(t, server.url), failMode: 'closed', timeout: 200, breaker: false })
+  const [openAlice, closedAlice] = [await open.of('alice'), await closed.of('alice')]
+  // Control: the same spend on a Redis that answers, timed the same way.
+  const c0 = performance.now()
+  t.match(fields(await open.budget.spend(openAlice, { cost: 2 })), { ok: true, outcome: 'allowed', charged: 2 })
+  const control = performance.now() - c0
+  server.freeze()
+  t.teardown(() => server.stop())
+
+  const timed = async <T>(what: string, ask: () => Promise<T>): Promise<T> => {
+    const started = performance.now()
+    const answer = await ask()
+    const ms = performance.now() - started
+    const bound = allowing(200 + control, started)
+    t.ok(ms >= 150 && ms <= bound, `${what}: answered in ${Math.round(ms)} ms (deadline 200, control ${Math.round(control)}; bound ${Math.round(bound)})`)
+    return answer
+  }
+  const unenforced = await timed('open spend', async () => await open.budget.spend(openAlice, { cost: 2 }))
+  t.match(fields(unenforced), { ok: true, outcome: 'unenforced', charged: 0, retryMs: 0, limit: 5, remaining: 5 })
+  const openReply = fakeReply()
+  unenforced.writeHeaders(openReply.reply)
+  t.same(openReply.headers, { 'x-ratelimit-enforced': 'false' })
+  await unenforced.settle(0)
+
+  const unavailable = await timed('closed spend', async () => await closed.budget.spend(closedAlice, { key: 'conn-1' }))
+  t.match(fields(unavailable), { ok: false, outcome: 'unavailable', charged: 0, limit: 5 })
+  t.ok(unavailable.retryMs >= 1000, `retryMs ${unavailable.retryMs}`)
+  const closedReply = fakeReply()
+  unavailable.writeHeaders(closedReply.reply)
+  t.match(closedReply.headers, { 'retry-after': /^\d+$/ })
+  t.ok(Number(closedReply.headers['retry-after']) >= 1)
+  t.notOk('x-ratelimit-enforced' in closedReply.headers)
+
+  const openHold = await timed('open hold', async () => await open.budget.hold(openAlice))
+  t.match(openHold, { ok: true, outcome: 'unenforced', limit: 2, inFlight: undefined })
+  openHold.release()
+  const closedHold = await timed('closed hold', async () => await closed.budget.hold(closedAlice))
+  t.match(closedHold, { ok: false, outcome: 'unavailable', limit: 2, inFlight: undefined })
+  closedHold.release()
+
+  server.thaw()
+  await until(async () => (await closed.budget.spend(closedAlice, { key: 'conn-2' })).outcome === 'allowed', 'Redis deciding again')
+  // (What the frozen server was sent, it runs once thawed: late, as any request's; the answers above stand.)
+  t.match(fields(await open.budget.spend(openAlice)), { outcome: /^(allowed|limited)$/ }, 'open: Redis decides again')
 })

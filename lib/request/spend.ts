@@ -160,10 +160,13 @@ export function spentOf (state: RequestState): Spent {
   const charged = taken === null ? 0 : input.cost ?? 1
   const settle = taken === null ? NOTHING_TO_SETTLE : settlementOf(request, plan.decider, taken).settle
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
-  const outcome = outcomeOf(plan, verdict.status, verdict.status === 'banned' ? verdict.banStarted : false, verdict.retryMs)
+  const banStarted = verdict.status === 'banned' ? verdict.banStarted : false
+  const outcome = outcomeOf(plan, verdict.status, banStarted, verdict.retryMs, decided.roomFull === true)
   report(plan, outcome, state.given, verdict, input, headers)
   const refused = verdict.status !== 'allowed'
+  // The app's callbacks, as a route's request tells them (./respond.ts).
   if (refused) told(plan, state, verdict.retryMs, verdict.banStarted, verdict.offence)
+  else plan.route.onExceeding?.(request, state.given as string)
   const shadow = plan.route.mode === 'shadow'
   return {
     ok: !refused || shadow,
@@ -179,11 +182,15 @@ export function spentOf (state: RequestState): Spent {
 }
 
 /** What a decision came to, as the decision channel names it (shadow mode's own names for what it let through). */
-function outcomeOf (plan: Plan, status: 'allowed' | 'limited' | 'banned', banStarted: boolean, retryMs: number): Outcome {
+function outcomeOf (
+  plan: Plan, status: 'allowed' | 'limited' | 'banned', banStarted: boolean, retryMs: number, roomFull: boolean
+): Outcome {
   if (status === 'allowed') return 'allowed'
   const shadow = plan.route.mode === 'shadow'
   if (status === 'banned') return shadow ? (banStarted ? 'shadow-ban-started' : 'shadow-banned') : banStarted ? 'ban-started' : 'banned'
   if (shadow) return 'shadow-limited'
+  // It would have waited (`maxWait`), but the registration's `maxWaiting` places were taken (./wait.ts).
+  if (roomFull) return 'waiting-full'
   return retryMs === 0 ? 'too-costly' : 'limited'
 }
 
