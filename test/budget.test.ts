@@ -114,6 +114,19 @@ for (const where of STORES) {
     t.match(logged.filter(line => line.msg.includes('settled at more')), [{ code: /SETTLED_PAST_LIMITS/, amount: 25, charged: 10 }], 'with a warning')
   })
 
+  t.test(`${where}: a budget shared by all clients: a spend counts on both, its refusal on neither`, async t => {
+    const { budget, of, peek } = await setup(t, where, { max: 5, timeWindow: '1 minute', shared: { max: 6, timeWindow: '1 minute' } })
+    const [alice, bob] = [await of('alice'), await of('bob')]
+    const first = await budget.spend(alice, { cost: 4 })
+    t.match(fields(first), { ok: true, charged: 4, remaining: 1 })
+    const refused = await budget.spend(bob, { cost: 3 })
+    t.match(fields(refused), { ok: false, outcome: 'limited', charged: 0, limit: 6, remaining: 2 }, 'the shared budget refuses Bob')
+    t.match(await peek('bob'), { count: 0 }, 'and Bob\'s own count is given back')
+    await first.settle(1)
+    t.match(await peek('alice'), { count: 1 })
+    t.match(fields(await budget.spend(bob, { cost: 5 })), { ok: true, charged: 5, remaining: 0 }, 'settled on both: 1 + 5 of 6 shared')
+  })
+
   t.test(`${where}: a key under the client's is counted apart`, async t => {
     const { budget, of, peek } = await setup(t, where, { max: 3, timeWindow: '1 minute' })
     const alice = await of('alice')
