@@ -5,7 +5,7 @@ import { andThen } from '../awaitable.js'
 import { InvalidOptionError } from '../errors.js'
 import { remainingOf, retryAfterSeconds, writeHeaders } from '../headers.js'
 import type { Decidable, Verdict } from '../stores/store.js'
-import { settlementOf } from './charge.js'
+import { settlementOf, UNCOUNTED } from './charge.js'
 import type { Plan } from './plan.js'
 import { hashOf, report } from './report.js'
 import { SHADOW } from './respond.js'
@@ -142,7 +142,6 @@ export function heldOf (state: RequestState): HeldSlots {
 }
 
 const NOTHING = (): void => {}
-const NOTHING_TO_SETTLE = async (): Promise<void> => {}
 
 /** Slots of a client the allow list let by: none taken. */
 const SLOTS_LISTED: HeldSlots = Object.freeze({
@@ -156,9 +155,9 @@ export function spentOf (state: RequestState): Spent {
   if (decided === null) return ALLOW_LISTED
   const { verdict, input, headers } = decided
   const taken = state.handOver()
-  // A spend that counted nothing (refused, not decided) has nothing to settle: its settle does nothing.
+  // A spend that counted nothing (refused, not decided) settles as a request nothing counted: to nothing.
   const charged = taken === null ? 0 : input.cost ?? 1
-  const settle = taken === null ? NOTHING_TO_SETTLE : settlementOf(request, plan.decider, taken).settle
+  const settle = taken === null ? UNCOUNTED.settle : settlementOf(request, plan.decider, taken).settle
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
   const banStarted = verdict.status === 'banned' ? verdict.banStarted : false
   const outcome = outcomeOf(plan, verdict.status, banStarted, verdict.retryMs, decided.roomFull === true)
@@ -240,5 +239,5 @@ const ALLOW_LISTED: Spent = Object.freeze({
   retryMs: 0,
   charged: 0,
   writeHeaders: NOTHING,
-  settle: NOTHING_TO_SETTLE
+  settle: UNCOUNTED.settle
 })
