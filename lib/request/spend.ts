@@ -156,8 +156,8 @@ export function spentOf (state: RequestState): Spent {
   const { verdict, input, headers } = decided
   const taken = state.handOver()
   // A spend that counted nothing (refused, not decided) settles as a request nothing counted: to nothing.
-  const charged = taken === null ? 0 : input.cost ?? 1
-  const settle = taken === null ? UNCOUNTED.settle : settlementOf(request, plan.decider, taken).settle
+  const charged = taken.length === 0 ? 0 : input.cost ?? 1
+  const settle = taken.length === 0 ? UNCOUNTED.settle : settlementOf(request, plan.decider, taken).settle
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
   const banStarted = verdict.status === 'banned' ? verdict.banStarted : false
   const outcome = outcomeOf(plan, verdict.status, banStarted, verdict.retryMs, decided.roomFull === true)
