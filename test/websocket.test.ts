@@ -221,7 +221,7 @@ t.test("onRefused 'notify': one notice a retry period, and the connection stays 
     t.strictSame(Object.keys(told), ['error', 'retryAfter'], 'its shape')
     // A round trip after the flood: still open, and no second notice came before the pong.
     const messages: string[] = []
-    socket.on('message', data => messages.push(String(data)))
+    socket.on('message', (data: Buffer) => messages.push(String(data)))
     socket.ping()
     await once(socket, 'pong')
     t.equal(socket.readyState, WebSocket.OPEN, `${store}: still open`)
@@ -277,10 +277,10 @@ t.test('shadow mode lets every message and connection through', async t => {
 t.test('a route changes the options with config.websocketRateLimit, or leaves itself unlimited with false', async t => {
   const served = await serve(t, {}, { messages: { max: 1, timeWindow: '1 minute' } }, app => {
     app.get('/free', { websocket: true, config: { websocketRateLimit: false } }, socket => {
-      socket.on('message', data => socket.send(`free:${String(data)}`))
+      socket.on('message', (data: Buffer) => socket.send(`free:${String(data)}`))
     })
     app.get('/own', { websocket: true, config: { websocketRateLimit: { messages: { max: 3, timeWindow: '1 minute' }, onRefused: 'close' } } }, socket => {
-      socket.on('message', data => socket.send(`own:${String(data)}`))
+      socket.on('message', (data: Buffer) => socket.send(`own:${String(data)}`))
     })
     app.get('/plain', async () => 'plain')
   })
