@@ -122,7 +122,7 @@ function refuseUpgrade (reply: FastifyReply, held: HeldSlots): FastifyReply {
   return reply.code(status).header('retry-after', '1').send({ error: status === 429 ? 'too_many_connections' : 'unavailable', retryAfter: 1 })
 }
 
-async function websocketRateGuard (fastify: FastifyInstance, options: WebsocketRateGuardOptions): Promise<void> {
+async function websocketRateGuardPlugin (fastify: FastifyInstance, options: WebsocketRateGuardOptions): Promise<void> {
   const plugin = rulesOf(fastify, options, 'websocket')
   const upgrades = new WeakMap<IncomingMessage, Upgrade>()
   // Connection keys: `<random per registration><counter>`, unique across instances.
@@ -163,11 +163,10 @@ async function websocketRateGuard (fastify: FastifyInstance, options: WebsocketR
 }
 
 /** fastify-rate-guard/websocket: registered after fastify-rate-guard and @fastify/websocket. */
-export const websocketRateGuardPlugin: FastifyPluginAsync<WebsocketRateGuardOptions> = fp(websocketRateGuard, {
+export const websocketRateGuard: FastifyPluginAsync<WebsocketRateGuardOptions> = fp(websocketRateGuardPlugin, {
   fastify: '5.x',
   name: 'fastify-rate-guard-websocket',
   dependencies: ['fastify-rate-guard', '@fastify/websocket']
 })
 
-export default websocketRateGuardPlugin
-export { websocketRateGuardPlugin as websocketRateGuard }
+export default websocketRateGuard
