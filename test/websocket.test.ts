@@ -5,6 +5,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { EventEmitter, once } from 'node:events'
 import type { IncomingMessage } from 'node:http'
+import { connect } from 'node:net'
 import Fastify from 'fastify'
 import type { FastifyInstance } from 'fastify'
 import websocket from '@fastify/websocket'
@@ -324,6 +325,48 @@ t.test('the app\'s onRefused is given the socket and the refusal; an error decid
   socket.send('throw')
   const [code] = await once(socket, 'close') as [number]
   t.equal(code, 1006, 'a listener that throws: @fastify/websocket\'s error handler terminates the socket')
+})
+
+t.test('an onRefused that throws is logged; the connection and the next messages go on', async t => {
+  let told = 0
+  const served = await serve(t, {}, {
+    messages: { max: 1, timeWindow: '1 minute' },
+    onRefused: () => { told++; throw new Error('the app\'s onRefused failed') }
+  })
+  const socket = await open(served.url, 'h')
+  for (const text of ['a', 'b', 'c']) socket.send(text)
+  socket.ping()
+  await once(socket, 'pong')
+  await until(served.events, () => countOf(served, 'h') === 1)
+  t.equal(socket.readyState, WebSocket.OPEN)
+  t.strictSame(served.received.get('h'), ['a'])
+  socket.close()
+  await until(served.events, () => served.closed === 1)
+  t.equal(told, 2, 'told of both refusals, the second after the first threw')
+})
+
+t.test('a client that leaves while its connection\'s slot is asked for holds none', async t => {
+  const server = await startRedisServer(t)
+  const redis = client(t, server.url, { enableOfflineQueue: false })
+  redis.on('error', () => {})
+  await ready(redis)
+  // failMode 'local': with Redis gone, slots are taken in process, after the deadline.
+  const served = await serve(t, { redis, failMode: 'local', timeout: 200, breaker: false }, { connections: { max: 1 } })
+  server.freeze()
+  t.teardown(() => server.stop())
+  // A handshake sent by hand, then reset while the server's hook waits for the deadline: its socket is
+  // destroyed before the slot is answered.
+  const { port } = served.app.server.address() as { port: number }
+  const leaving = connect(port, '127.0.0.1')
+  await once(leaving, 'connect')
+  leaving.on('error', () => {})
+  served.app.server.once('upgrade', () => { leaving.resetAndDestroy() })
+  leaving.write('GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nx-client: l\r\n' +
+    'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n')
+  await once(leaving, 'close')
+  const staying = await open(served.url, 'l')
+  t.pass('the slot the first asked for was given back (or never kept): the next connection opens')
+  staying.close()
 })
 
 t.test('a refusal gives back what the budgets before it counted', async t => {

@@ -180,7 +180,11 @@ export class Gate {
   #refuse (refusal: Refusal): void {
     const { onRefused, closeCode } = this.#rules
     if (typeof onRefused === 'function') {
-      onRefused(this.#socket, refusal)
+      try {
+        onRefused(this.#socket, refusal)
+      } catch (err) {
+        this.#request.log.error({ err }, 'rate-guard: the app\'s onRefused threw')
+      }
       return
     }
     if (refusal.error === 'banned') {

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { EventEmitter } from 'node:events'
 import type { IncomingMessage } from 'node:http'
+import { finished } from 'node:stream'
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { InvalidOptionError } from '../errors.js'
@@ -134,9 +135,10 @@ async function websocketRateGuardPlugin (fastify: FastifyInstance, options: Webs
     if (rules.connections !== null) {
       const held = await rules.connections.hold(request)
       if (!held.ok) return refuseUpgrade(reply, held)
-      // The slot is given back when the connection's socket closes: after the WebSocket's close, or when the
-      // upgrade failed or was refused later (@fastify/websocket destroys the socket of a request answered in HTTP).
-      reply.raw.socket!.once('close', held.release)
+      // The slot is given back when the connection's socket is done: after the WebSocket's close, or when the
+      // upgrade failed or was refused later (@fastify/websocket destroys the socket of a request answered in HTTP),
+      // or at once when the client left while the slot was asked for (`finished` tells a socket already done).
+      finished(reply.raw.socket!, () => { held.release() })
     }
     if (rules.gated) upgrades.set(request.raw, { request, rules, key: `ws:${prefix}${(connections++).toString(36)}` })
   }
