@@ -299,6 +299,13 @@ t.test('a route changes the options with config.websocketRateLimit, or leaves it
       socket.on('message', (data: Buffer) => socket.send(`own:${String(data)}`))
     })
     app.get('/plain', async () => 'plain')
+    // A route that answers HTTP and upgrades too (@fastify/websocket's wsHandler): limited as the others.
+    app.route({
+      method: 'GET',
+      url: '/both',
+      handler: async () => 'http',
+      wsHandler: socket => { socket.on('message', (data: Buffer) => socket.send(`both:${String(data)}`)) }
+    })
   })
   const free = await open(served.url, 'r', '/free')
   const got = next(free, 5)
@@ -309,6 +316,14 @@ t.test('a route changes the options with config.websocketRateLimit, or leaves it
   for (let i = 0; i < 4; i++) own.send(`${i}`)
   t.strictSame(await echoed, ['own:0', 'own:1', 'own:2'], 'its own budget of 3, apart from the plugin\'s')
   t.equal((await once(own, 'close'))[0], 1008, 'its own onRefused')
+  const both = await open(served.url, 'r2', '/both')
+  const answered = next(both)
+  for (let i = 0; i < 3; i++) both.send(`${i}`)
+  t.strictSame(await answered, ['both:0'])
+  await until(served.events, () => served.refused.length === 2)
+  t.pass('a wsHandler route: the plugin\'s budget of 1, the other two refused')
+  t.equal((await served.app.inject('/both')).body, 'http', 'and its HTTP side answers')
+  both.close()
   t.equal((await served.app.inject('/plain')).body, 'plain', 'a plain route is left alone')
   t.equal((await served.app.inject('/ws')).statusCode, 404, 'a WebSocket route asked in plain HTTP: @fastify/websocket answers')
   free.close()

@@ -69,7 +69,9 @@ function checkOptions (options: WebsocketRateGuardOptions): void {
     throw new InvalidOptionError('messages', 'nothing to limit: give messages, connectionMessages, bytes or connections')
   }
   const { cost, onRefused = 'notify', closeCode = 1008, maxPending = 64 } = options
-  if (cost !== undefined && typeof cost !== 'function') throw new InvalidOptionError('cost', 'expected a function (data, isBinary) => units')
+  if (cost !== undefined && typeof cost !== 'function') {
+    throw new InvalidOptionError('cost', 'expected a function (data, isBinary) => units')
+  }
   if (onRefused !== 'close' && onRefused !== 'notify' && typeof onRefused !== 'function') {
     throw new InvalidOptionError('onRefused', `expected 'close', 'notify' or a function (socket, refusal), got ${String(onRefused)}`)
   }
@@ -105,8 +107,8 @@ function rulesOf (fastify: FastifyInstance, options: WebsocketRateGuardOptions, 
 
 /** A route @fastify/websocket upgrades (a HEAD route is never upgraded). */
 function upgraded (route: RouteOptions): boolean {
-  const websocket = (route as { websocket?: boolean }).websocket === true || typeof (route as { wsHandler?: unknown }).wsHandler === 'function'
-  return websocket && [route.method].flat().some(method => method !== 'HEAD')
+  const { websocket, wsHandler } = route as { websocket?: boolean, wsHandler?: unknown }
+  return (websocket === true || typeof wsHandler === 'function') && [route.method].flat().some(method => method !== 'HEAD')
 }
 
 /** An upgrade let through: its request, its route's rules, and its connection's key (never client input). */
@@ -120,7 +122,8 @@ interface Upgrade {
 function refuseUpgrade (reply: FastifyReply, held: HeldSlots): FastifyReply {
   if (held.outcome === 'banned' || held.outcome === 'ban-started') return reply.code(403).send({ error: 'banned' })
   const status = held.outcome === 'unavailable' ? 503 : 429
-  return reply.code(status).header('retry-after', '1').send({ error: status === 429 ? 'too_many_connections' : 'unavailable', retryAfter: 1 })
+  const error = status === 429 ? 'too_many_connections' : 'unavailable'
+  return reply.code(status).header('retry-after', '1').send({ error, retryAfter: 1 })
 }
 
 async function websocketRateGuardPlugin (fastify: FastifyInstance, options: WebsocketRateGuardOptions): Promise<void> {
