@@ -218,6 +218,29 @@ t.test("onRefused 'close': the socket is closed with the close code and a reason
   }
 })
 
+t.test('a message that crosses the close (ws emits what came while closing) is neither decided nor delivered', async t => {
+  let server: WebSocket | undefined
+  const got: string[] = []
+  const served = await serve(t, {}, { messages: { max: 1, timeWindow: '1 minute' }, onRefused: 'close' }, app => {
+    app.get('/keep', { websocket: true }, socket => {
+      server = socket
+      socket.on('message', (data: Buffer) => { got.push(data.toString()) })
+    })
+  })
+  const socket = await open(served.url, 'x', '/keep')
+  socket.send('m0')
+  socket.send('m1')
+  await once(socket, 'close')
+  const decisions: unknown[] = []
+  const heard = (message: unknown): void => { decisions.push(message) }
+  subscribe(CHANNELS.decision, heard)
+  t.teardown(() => { unsubscribe(CHANNELS.decision, heard) })
+  server!.emit('message', Buffer.from('late'), false)
+  await new Promise(resolve => setImmediate(resolve))
+  t.strictSame(got, ['m0'], 'only the message before the refusal reached the app')
+  t.strictSame(decisions, [], 'the late one was not decided')
+})
+
 t.test("onRefused 'notify': one notice a retry period, and the connection stays open", async t => {
   for (const [store, guard] of await storesOf(t)) {
     const served = await serve(t, guard(), { messages: { max: 2, timeWindow: '1 minute' }, onRefused: 'notify' })

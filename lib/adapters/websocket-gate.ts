@@ -163,9 +163,8 @@ export class Gate {
   }
 
   #giveBack (spent: Spent): void {
-    spent.settle(0).catch((err: unknown) => {
-      this.#request.log.warn({ err }, 'rate-guard: a refused WebSocket message\'s count could not be given back')
-    })
+    // A settlement logs Redis's trouble itself; it rejects only a second settle or a bad amount, neither possible here.
+    spent.settle(0).catch(() => {})
   }
 
   #deliver (entry: Entry): void {
