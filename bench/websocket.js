@@ -20,6 +20,8 @@ import { Redis } from 'ioredis'
 import WebSocket from 'ws'
 import rateGuard from 'fastify-rate-guard'
 import websocketRateGuard from 'fastify-rate-guard/websocket'
+import { writeJson } from './harness.js'
+import { loadAverage } from './machine.js'
 
 const CLIENTS = Number(process.env.WS_CLIENTS ?? 20)
 const MESSAGES = Number(process.env.WS_MESSAGES ?? 500)
@@ -92,6 +94,7 @@ function median (values) {
 }
 
 const servers = []
+const loadBefore = loadAverage()
 for (const variant of VARIANTS) servers.push({ variant, ...(await serve(variant)), rounds: /** @type {Array<Awaited<ReturnType<typeof round>>>} */ ([]) })
 // A first round each, not counted: connections, scripts loaded, the JIT warm.
 for (const server of servers) await round(server.url)
@@ -108,12 +111,19 @@ if (keys.length > 0) await redis.del(...keys)
 redis.disconnect()
 
 const bare = median(servers[0].rounds.map(r => r.perSecond))
-console.log(`${CLIENTS} clients × ${MESSAGES} messages, each waiting for its echo; median of ${ROUNDS} rounds (Node ${process.version})\n`)
+const rows = servers.map(({ variant, rounds }) => ({
+  variant: variant.name,
+  perSecond: Math.round(median(rounds.map(r => r.perSecond))),
+  p50Ms: median(rounds.map(r => r.p50)),
+  p99Ms: median(rounds.map(r => r.p99))
+}))
+console.log(`### WebSocket messages (bench/websocket.js), ${new Date().toISOString()}\n`)
+console.log(`${CLIENTS} clients × ${MESSAGES} messages, each waiting for its echo; median of ${ROUNDS} rounds (Node ${process.version}); ` +
+  `load average ${loadBefore} before, ${loadAverage()} after\n`)
 console.log('| variant | messages/s | vs bare | round trip p50 (ms) | p99 (ms) |')
 console.log('|---|---:|---:|---:|---:|')
-for (const { variant, rounds } of servers) {
-  const perSecond = median(rounds.map(r => r.perSecond))
-  const p50 = median(rounds.map(r => r.p50))
-  const p99 = median(rounds.map(r => r.p99))
-  console.log(`| ${variant.name} | ${Math.round(perSecond)} | ${(perSecond / bare * 100).toFixed(0)}% | ${p50.toFixed(3)} | ${p99.toFixed(3)} |`)
+for (const row of rows) {
+  console.log(`| ${row.variant} | ${row.perSecond} | ${(row.perSecond / bare * 100).toFixed(0)}% | ${row.p50Ms.toFixed(3)} | ${row.p99Ms.toFixed(3)} |`)
 }
+// Under `npm run bench` (bench/run.js), its JSON beside the other harnesses'.
+writeJson({ date: new Date().toISOString(), settings: { clients: CLIENTS, messages: MESSAGES, rounds: ROUNDS }, rows })

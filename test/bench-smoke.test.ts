@@ -210,3 +210,30 @@ t.test('the cluster harness runs through `npm run bench`: each limiter serves an
   t.ok(results.runs.find(r => r.variant !== REFERENCE)!.requestsPerScriptCall! > 1, 'this plugin\'s requests went to the masters in batches')
   t.match(stdout, new RegExp(`^\\| ${escape(REFERENCE)} \\| [\\d,]+ \\|`, 'm'), 'a table row for the reference')
 })
+
+// The adapters' harnesses (bench/websocket.js, and bench/graphql.js), run short through the runner: each
+// variant (the bare server, then the adapter in process and on Redis) serves its traffic and prints a row; no
+// figure is held to anything.
+t.test('the adapters\' harnesses run through `npm run bench`: each variant serves and prints a row', async (t) => {
+  const { url } = await getRedis(t)
+  const out = join(t.testdir(), 'latest.json')
+  const { code, stdout, stderr } = await run({
+    REDIS_URL: url,
+    BENCH_HARNESSES: 'websocket',
+    WS_CLIENTS: '2',
+    WS_MESSAGES: '20',
+    WS_ROUNDS: '1',
+    BENCH_OUT: out
+  })
+  t.equal(code, 0, `exits 0; stderr: ${stderr}`)
+  const all = JSON.parse(readFileSync(out, 'utf8')) as { harnesses: Record<string, { rows: Array<{ variant: string, perSecond: number }> }> }
+  t.same(Object.keys(all.harnesses), ['websocket'], 'the JSON holds each harness selected')
+  const { rows } = all.harnesses.websocket!
+  t.equal(rows.length, 5, 'the bare server, and the adapter with one budget and with three, in process and on Redis')
+  for (const row of rows) {
+    t.ok(row.perSecond > 0, `${row.variant}: messages went through`)
+    t.match(stdout, new RegExp(`^\\| ${escape(row.variant)} \\| \\d+ \\|`, 'm'), `${row.variant}: a table row`)
+  }
+  const redis = client(t, url)
+  t.same(await scanKeys(redis, 'bench-ws-'), [], 'the run\'s keys were deleted')
+})
