@@ -150,11 +150,11 @@ export function spentOf (state: RequestState): Spent {
   if (decided === null) return ALLOW_LISTED
   const { verdict, input, headers } = decided
   const taken = state.handOver() ?? []
-  const settlement = settlementOf(request, plan.decider, taken)
-  const charged = taken.length === 0 ? 0 : input.cost ?? 1
+  // A refused spend counted nothing: nothing to settle (a settlement needs what was counted).
+  const settlement = taken.length === 0 ? null : settlementOf(request, plan.decider, taken)
+  const charged = settlement === null ? 0 : input.cost ?? 1
   const settle = async (amount: number): Promise<void> => {
-    if (taken.length === 0) return
-    await settlement.settle(amount)
+    if (settlement !== null) await settlement.settle(amount)
   }
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
   const outcome = outcomeOf(plan, verdict.status, verdict.status === 'banned' ? verdict.banStarted : false, verdict.retryMs)
