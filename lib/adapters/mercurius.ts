@@ -1,3 +1,308 @@
-// GraphQL on Mercurius (`fastify-rate-guard/mercurius`): limits per root field and operation type, a query's
-// cost before execution settled after it, refusals in GraphQL's shape. (Being built: issue 45.)
-export {}
+// GraphQL on Mercurius (`fastify-rate-guard/mercurius`): a plugin registered after fastify-rate-guard and
+// Mercurius that spends budgets by hand (fastify.rateGuard.budget()) for each operation: its requested cost on a
+// token bucket before execution (Mercurius's preExecution hook: the document resolved, a batch's operations each
+// apart), settled to its actual cost after it (onResolution); budgets per root field and per operation type; its
+// own budget for introspection; subscriptions open per client held as slots. A refusal is Mercurius's
+// ErrorWithProps with `extensions.code`; every response carries Shopify's `extensions.cost`.
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { getOperationAST } from 'graphql'
+import type { DocumentNode, ExecutionResult, GraphQLSchema, OperationDefinitionNode } from 'graphql'
+import mercurius from 'mercurius'
+import type { MercuriusContext } from 'mercurius'
+import type { RateGuardBudget } from '../limiters.js'
+import type { HeldSlots, Spent } from '../request/spend.js'
+import { actualCost, requestedCost, rootFieldsOf } from './graphql-cost.js'
+import { checkOptions } from './mercurius-options.js'
+import type { CheckedCost, CheckedOptions, MercuriusRateGuardOptions } from './mercurius-options.js'
+
+export type { CostOptions, ActualCost, LimitEntry, MercuriusRateGuardOptions } from './mercurius-options.js'
+
+/** Shopify's `extensions.cost`. `currentlyAvailable` is null where the cost budget was not asked. */
+export interface QueryCost {
+  requestedQueryCost: number
+  actualQueryCost: number | null
+  throttleStatus: { maximumAvailable: number, currentlyAvailable: number | null, restoreRate: number }
+}
+
+/** A refusal's `extensions.code`. */
+export type RefusalCode = 'THROTTLED' | 'BANNED' | 'MAX_COST_EXCEEDED' | 'SERVICE_UNAVAILABLE'
+
+/** What an operation spent, kept on its context from preExecution to onResolution. */
+interface Admitted {
+  readonly document: DocumentNode
+  readonly operation: OperationDefinitionNode
+  readonly variables: Record<string, unknown> | undefined
+  readonly requested: number
+  readonly spent: Spent | undefined
+}
+
+/** A budget asked for an operation, and how many units. */
+interface Ask { readonly name: string, readonly budget: RateGuardBudget, readonly cost: number }
+
+const ADMITTED = Symbol('rateGuard.graphql.admitted')
+/** The `extensions.cost` of a request's operations, by operationId (0 for a request of one). */
+const COSTS = Symbol('rateGuard.graphql.costs')
+
+type Context = MercuriusContext & { [ADMITTED]?: Admitted }
+type Costly = FastifyRequest & { [COSTS]?: Array<QueryCost | undefined> }
+
+interface Budgets {
+  readonly cost: RateGuardBudget | null
+  readonly operations: ReadonlyMap<string, RateGuardBudget>
+  readonly types: ReadonlyMap<string, RateGuardBudget>
+  readonly introspection: RateGuardBudget | null
+  readonly subscriptions: RateGuardBudget | null
+}
+
+/** Every budget the options name, made once at register; each with the common route options under its own. */
+function budgetsOf (fastify: FastifyInstance, checked: CheckedOptions): Budgets {
+  const make = (own: object): RateGuardBudget => fastify.rateGuard.budget({ ...checked.common, ...own })
+  const each = (entries: ReadonlyMap<string, object>): Map<string, RateGuardBudget> =>
+    new Map([...entries].map(([name, own]) => [name, make(own)]))
+  const { cost } = checked
+  return {
+    cost: cost === null
+      ? null
+      : make({ algorithm: 'token-bucket', max: cost.restoreRate, timeWindow: 1000, burst: cost.maximumAvailable }),
+    operations: each(checked.operations),
+    types: each(checked.types),
+    introspection: checked.introspection === null ? null : make(checked.introspection),
+    subscriptions: checked.subscriptions === null ? null : make({ concurrency: { max: checked.subscriptions } })
+  }
+}
+
+/** The operation the request names (a batch's: its own entry's `operationName`). */
+function operationOf (document: DocumentNode, context: Context): OperationDefinitionNode | null {
+  const { request } = context.reply
+  const body = request.body as unknown
+  const entry = Array.isArray(body) ? body[context.operationId ?? 0] as unknown : body ?? request.query
+  const name = (entry as { operationName?: unknown } | undefined)?.operationName
+  return getOperationAST(document, typeof name === 'string' && name !== '' ? name : undefined) ?? null
+}
+
+/** The query's requested cost: the app's estimate or the walker's, at least 1 (every operation is worth a point). */
+function requestedOf (
+  cost: CheckedCost, schema: GraphQLSchema, document: DocumentNode, operation: OperationDefinitionNode,
+  variables: Record<string, unknown> | undefined, context: Context
+): number {
+  let asked: number
+  if (cost.estimate === undefined) asked = requestedCost(schema, document, operation, variables, cost)
+  else {
+    try {
+      asked = cost.estimate(document, variables, context)
+    } catch (err) {
+      context.reply.request.log.error({ err }, 'rate-guard: cost.estimate threw; the walker\'s cost counts')
+      asked = requestedCost(schema, document, operation, variables, cost)
+    }
+  }
+  if (Number.isNaN(asked)) asked = Infinity
+  return Math.max(1, Math.ceil(asked))
+}
+
+/** What is left of the cost bucket after `spent` counted `charged` and settled to `actual`. */
+function available (cost: CheckedCost, spent: Spent | undefined, charged: number, actual: number): number | null {
+  if (spent === undefined) return null
+  return Math.min(cost.maximumAvailable, spent.remaining + charged - actual)
+}
+
+/** The HTTP status of a refusal, under `statusCode`. */
+function statusOf (statusCode: 200 | 429, code: RefusalCode): number {
+  if (statusCode === 200) return 200
+  return code === 'BANNED' ? 403 : code === 'SERVICE_UNAVAILABLE' ? 503 : 429
+}
+
+const MESSAGES: Readonly<Record<RefusalCode, string>> = {
+  THROTTLED: 'Throttled',
+  BANNED: 'Banned',
+  MAX_COST_EXCEEDED: 'Query cost exceeds the maximum',
+  SERVICE_UNAVAILABLE: 'Rate limit unavailable'
+}
+
+/** A refusal in GraphQL's shape, for Mercurius to answer (the budget that refused named in `extensions.budget`). */
+function refusal (statusCode: 200 | 429, code: RefusalCode, budget: string, detail = ''): Error {
+  return new mercurius.ErrorWithProps(`${MESSAGES[code]}${detail}`, { code, budget }, statusOf(statusCode, code))
+}
+
+/** A refused spend's code. */
+function codeOf (spent: Spent): RefusalCode {
+  if (spent.outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
+  return spent.outcome === 'banned' || spent.outcome === 'ban-started' ? 'BANNED' : 'THROTTLED'
+}
+
+/** A refused hold's code. */
+function heldCode (held: HeldSlots): RefusalCode {
+  if (held.outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
+  return held.outcome === 'in-flight' ? 'THROTTLED' : 'BANNED'
+}
+
+/** Records an operation's `extensions.cost` for the response (a batch's by its operationId). */
+function record (context: Context, cost: QueryCost | undefined): void {
+  if (cost === undefined) return
+  const request = context.reply.request as Costly
+  const costs = request[COSTS] ??= []
+  costs[context.operationId ?? 0] = cost
+}
+
+/** The budgets an operation asks, and its requested cost (0 when the cost budget is not asked). */
+function asksOf (
+  checked: CheckedOptions, budgets: Budgets, schema: GraphQLSchema, document: DocumentNode, operation: OperationDefinitionNode,
+  variables: Record<string, unknown> | undefined, context: Context
+): { asks: Ask[], requested: number } {
+  const { fields, introspection } = rootFieldsOf(schema, document, operation, variables)
+  const asks: Ask[] = []
+  let requested = 0
+  if (introspection && budgets.introspection !== null) asks.push({ name: 'introspection', budget: budgets.introspection, cost: 1 })
+  else if (checked.cost !== null) {
+    requested = requestedOf(checked.cost, schema, document, operation, variables, context)
+    asks.push({ name: 'cost', budget: budgets.cost!, cost: requested })
+  }
+  const type = budgets.types.get(operation.operation)
+  if (type !== undefined) asks.push({ name: `type:${operation.operation}`, budget: type, cost: 1 })
+  for (const [name, count] of fields) {
+    const own = budgets.operations.get(name)
+    if (own !== undefined) asks.push({ name: `operation:${name}`, budget: own, cost: count })
+  }
+  return { asks, requested }
+}
+
+/**
+ * Spends each budget the operation asks (together: one round trip's wait); a refusal by one settles what the
+ * others counted to 0 (a refused operation writes nothing to its budgets) and is thrown, its headers written.
+ */
+async function admit (
+  checked: CheckedOptions, budgets: Budgets, schema: GraphQLSchema, document: DocumentNode,
+  variables: Record<string, unknown> | undefined, context: Context
+): Promise<void> {
+  const operation = operationOf(document, context)
+  if (operation === null) return
+  const { asks, requested } = asksOf(checked, budgets, schema, document, operation, variables, context)
+  const cost = checked.cost
+  const costly = asks.some(ask => ask.name === 'cost')
+  const shadow = checked.common.mode === 'shadow'
+  const request = context.reply.request
+  if (costly && requested > cost!.maxQueryCost) {
+    if (!shadow) {
+      record(context, quoted(cost!, requested, null, undefined, 0, 0))
+      throw refusal(checked.statusCode, 'MAX_COST_EXCEEDED', 'cost', ` of ${cost!.maxQueryCost}: ${requested}`)
+    }
+    request.log.info({ rateGuard: { requested, maxQueryCost: cost!.maxQueryCost } }, 'rate-guard: shadow: query cost over the maximum')
+  }
+  const spents = await Promise.all(asks.map(async ask => await ask.budget.spend(request, { cost: ask.cost })))
+  const spent = costly ? spents[asks.findIndex(ask => ask.name === 'cost')] : undefined
+  const refused = spents.findIndex(one => !one.ok)
+  if (refused !== -1) {
+    await Promise.all(spents.map(async one => { if (one.charged > 0) await one.settle(0) }))
+    if (cost !== null && costly) record(context, quoted(cost, requested, null, spent, spent!.charged, 0))
+    const by = spents[refused]!
+    by.writeHeaders(context.reply)
+    throw refusal(checked.statusCode, codeOf(by), asks[refused]!.name)
+  }
+  context[ADMITTED] = { document, operation, variables, requested, spent }
+}
+
+/** Shopify's `extensions.cost` of an operation. */
+function quoted (
+  cost: CheckedCost, requested: number, actual: number | null, spent: Spent | undefined, charged: number, settled: number
+): QueryCost {
+  return {
+    requestedQueryCost: requested,
+    actualQueryCost: actual,
+    throttleStatus: {
+      maximumAvailable: cost.maximumAvailable,
+      currentlyAvailable: available(cost, spent, charged, settled),
+      restoreRate: cost.restoreRate
+    }
+  }
+}
+
+/** The operation's actual cost, at most its requested: measured, the app's, or (false, or a bad answer) the requested. */
+function actualOf (checked: CheckedOptions, schema: GraphQLSchema, admitted: Admitted, execution: ExecutionResult, context: Context): number {
+  const { actualCost: measure } = checked
+  const { requested } = admitted
+  let actual = requested
+  try {
+    if (measure === 'data') actual = actualCost(schema, admitted.document, admitted.operation, admitted.variables, checked.cost!, execution.data)
+    else if (measure !== false) actual = measure(execution, context)
+  } catch (err) {
+    context.reply.request.log.error({ err }, 'rate-guard: actualCost threw; the requested cost counts')
+  }
+  if (typeof actual !== 'number' || Number.isNaN(actual)) return requested
+  return Math.min(requested, Math.max(1, Math.ceil(actual)))
+}
+
+/** After execution: the cost spend settled to the actual cost (when it differs), and the operation's `extensions.cost`. */
+async function settle (checked: CheckedOptions, schema: GraphQLSchema, execution: ExecutionResult, context: Context): Promise<void> {
+  const admitted = context[ADMITTED]
+  if (admitted === undefined || checked.cost === null || admitted.requested === 0) return
+  const actual = actualOf(checked, schema, admitted, execution, context)
+  const { spent } = admitted
+  const charged = spent!.charged
+  if (actual !== admitted.requested && charged > 0) await spent!.settle(actual)
+  record(context, quoted(checked.cost, admitted.requested, actual, spent, charged, charged > 0 ? actual : 0))
+}
+
+/** Puts each operation's `extensions.cost` on the response (a batch's, each on its own entry). */
+function addCosts (request: Costly, payload: unknown): unknown {
+  const costs = request[COSTS]
+  if (costs === undefined || typeof payload !== 'object' || payload === null) return payload
+  const put = (entry: unknown, cost: QueryCost | undefined): void => {
+    if (cost === undefined || typeof entry !== 'object' || entry === null) return
+    const response = entry as { extensions?: Record<string, unknown> }
+    response.extensions = { ...response.extensions, cost }
+  }
+  if (Array.isArray(payload)) payload.forEach((entry, i) => { put(entry, costs[i]) })
+  else put(payload, costs[0])
+  return payload
+}
+
+/** Subscriptions open per client: a slot held from preSubscriptionExecution until the client stops it or leaves. */
+function holdSubscriptions (fastify: FastifyInstance, checked: CheckedOptions, budget: RateGuardBudget): void {
+  // The slots of each connection's subscriptions, by the connection's request and the subscription's id.
+  const open = new WeakMap<object, Map<unknown, HeldSlots>>()
+  fastify.graphql.addHook('preSubscriptionExecution', async (_schema, _document, context, id) => {
+    const request = (context as unknown as { request: FastifyRequest }).request
+    const held = await budget.hold(request)
+    if (!held.ok) throw refusal(checked.statusCode, heldCode(held), 'subscriptions')
+    const slots = open.get(request) ?? new Map<unknown, HeldSlots>()
+    open.set(request, slots)
+    slots.set(id, held)
+  })
+  const release = (request: object, id?: unknown): void => {
+    const slots = open.get(request)
+    if (slots === undefined) return
+    for (const [key, held] of slots) {
+      if (id !== undefined && key !== id) continue
+      held.release()
+      slots.delete(key)
+    }
+  }
+  fastify.graphql.addHook('onSubscriptionEnd', async (context, id) => {
+    release((context as unknown as { request: FastifyRequest }).request, id)
+  })
+  fastify.graphql.addHook('onSubscriptionConnectionClose', async (context) => {
+    release((context as unknown as { request: FastifyRequest }).request)
+  })
+}
+
+async function mercuriusRateGuard (fastify: FastifyInstance, options: MercuriusRateGuardOptions): Promise<void> {
+  const checked = checkOptions(options, fastify.graphql.schema)
+  const budgets = budgetsOf(fastify, checked)
+  fastify.graphql.addHook('preExecution', async (schema, document, context, variables) => {
+    if ((context as Context | undefined)?.reply === undefined) return
+    await admit(checked, budgets, schema, document, variables as Record<string, unknown> | undefined, context as Context)
+  })
+  fastify.graphql.addHook('onResolution', async (execution, context) => {
+    await settle(checked, fastify.graphql.schema, execution, context as Context)
+  })
+  fastify.addHook('preSerialization', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done) => {
+    done(null, addCosts(request as Costly, payload))
+  })
+  if (budgets.subscriptions !== null) holdSubscriptions(fastify, checked, budgets.subscriptions)
+}
+
+export default fp(mercuriusRateGuard, {
+  fastify: '5.x',
+  name: 'fastify-rate-guard/mercurius',
+  dependencies: ['fastify-rate-guard', 'mercurius']
+})
