@@ -193,7 +193,7 @@ async function admit (
   const refused = spents.findIndex(one => !one.ok)
   if (refused !== -1) {
     await Promise.all(spents.map(async one => { if (one.charged > 0) await one.settle(0) }))
-    if (cost !== null && costly) record(context, quoted(cost, requested, null, spent, spent!.charged, 0))
+    if (cost !== null) record(context, quoted(cost, requested, null, spent, spent?.charged ?? 0, 0))
     const by = spents[refused]!
     by.writeHeaders(context.reply)
     throw refusal(checked.statusCode, codeOf(by), asks[refused]!.name)
@@ -234,7 +234,9 @@ function actualOf (checked: CheckedOptions, schema: GraphQLSchema, admitted: Adm
 /** After execution: the cost spend settled to the actual cost (when it differs), and the operation's `extensions.cost`. */
 async function settle (checked: CheckedOptions, schema: GraphQLSchema, execution: ExecutionResult, context: Context): Promise<void> {
   const admitted = context[ADMITTED]
-  if (admitted === undefined || checked.cost === null || admitted.requested === 0) return
+  if (admitted === undefined || checked.cost === null) return
+  // Introspection, on its own budget: nothing asked of the cost budget.
+  if (admitted.requested === 0) return record(context, quoted(checked.cost, 0, 0, undefined, 0, 0))
   const actual = actualOf(checked, schema, admitted, execution, context)
   const { spent } = admitted
   const charged = spent!.charged

@@ -1,0 +1,293 @@
+// The Mercurius adapter (lib/adapters/mercurius.ts): a query's cost spent before execution and settled after it,
+// across two instances on one Redis; budgets per root field (aliases and renamed operations do not escape) and
+// per operation type; a batch counted per operation; persisted queries counted as they resolve; introspection's
+// own budget; refusals in GraphQL's shape (200 or 429, Retry-After); extensions.cost on every response; shadow
+// mode; failMode with a Redis that does not answer; subscriptions open per client. In process and on Redis.
+import { createHash } from 'node:crypto'
+import Fastify from 'fastify'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import mercurius from 'mercurius'
+import { parse } from 'graphql'
+import t from 'tap'
+import type { Test } from 'tap'
+import type { Redis } from 'ioredis'
+import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import mercuriusRateGuard from '../lib/adapters/mercurius.js'
+import type { MercuriusRateGuardOptions } from '../lib/adapters/mercurius.js'
+import { actualCost, MAX_DEPTH, requestedCost, rootFieldsOf } from '../lib/adapters/graphql-cost.js'
+import { client, getRedis, ready, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { allowing } from './helpers/lag.js'
+
+const schema = `
+  type Review { body: String }
+  type Product { id: ID!, name: String, reviews(first: Int): [Review!]! }
+  union Found = Product | Review
+  type Query { products(first: Int): [Product!]!, product: Product, hello: String, found: [Found] }
+  type Mutation { signIn(user: String): Boolean, forgotPassword(user: String): Boolean, other: Boolean }
+  type Subscription { ticks: Int }
+`
+
+/** How many times the resolvers ran, by root field. */
+type Runs = Record<string, number>
+
+function resolversOf (runs: Runs): object {
+  const ran = (name: string): void => { runs[name] = (runs[name] ?? 0) + 1 }
+  return {
+    // Three products in stock, each with two reviews: what a query asks for more of is not returned.
+    Query: {
+      products: (_: unknown, { first = 10 }: { first?: number }) => {
+        ran('products')
+        return Array.from({ length: Math.min(first, 3) }, (_, i) => ({ id: String(i), name: `p${i}` }))
+      },
+      product: () => { ran('product'); return null },
+      hello: () => { ran('hello'); return 'world' },
+      found: () => [{ __typename: 'Product', id: '1', name: 'x' }, { __typename: 'Review', body: 'y' }, null]
+    },
+    Found: { resolveType: (value: { __typename: string }) => value.__typename },
+    Product: { reviews: (_: unknown, { first = 10 }: { first?: number }) => [{ body: 'a' }, { body: 'b' }].slice(0, first) },
+    Mutation: {
+      signIn: () => { ran('signIn'); return true },
+      forgotPassword: () => { ran('forgotPassword'); return true },
+      other: () => { ran('other'); return true }
+    }
+  }
+}
+
+interface Built { app: FastifyInstance, runs: Runs }
+
+async function build (
+  t: Test, options: MercuriusRateGuardOptions, guard: RateGuardOptions = {}, graphql: object = {}
+): Promise<Built> {
+  const runs: Runs = {}
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { global: false, ...guard })
+  await app.register(mercurius, { schema, resolvers: resolversOf(runs) as never, allowBatchedQueries: true, ...graphql })
+  await app.register(mercuriusRateGuard, options)
+  await app.ready()
+  return { app, runs }
+}
+
+async function ask (app: FastifyInstance, query: string, variables?: object, operationName?: string): Promise<LightMyRequestResponse> {
+  return await app.inject({ method: 'POST', url: '/graphql', payload: { query, variables, operationName } })
+}
+
+const EXPENSIVE = '{ products(first: 10) { name reviews(first: 9) { body } } }'
+const WORKED = '{ products(first: 10) { name reviews(first: 5) { body } } }'
+const FIELDS = { 'Query.products': 2, 'Product.reviews': 5 }
+
+/** Redis for a test: a lent client on the shared server, under its own prefix. */
+async function onRedis (t: Test): Promise<RateGuardOptions> {
+  const { url } = await getRedis(t)
+  return { redis: await ready(client(t, url, { enableOfflineQueue: false })), nameSpace: uniquePrefix() }
+}
+
+t.test('the cost rule: requested before execution, actual from the result, in extensions.cost', async t => {
+  const { app } = await build(t, { cost: { maximumAvailable: 1000, restoreRate: 50, fields: FIELDS } })
+  const res = await ask(app, WORKED)
+  t.equal(res.statusCode, 200)
+  // requested: products 10 × (2 + reviews 5 × (5 + body 0)) = 270; actual: 3 products × (2 + 2 reviews × 5) = 36.
+  const { cost } = res.json().extensions
+  t.match(cost, { requestedQueryCost: 270, actualQueryCost: 36, throttleStatus: { maximumAvailable: 1000, restoreRate: 50 } })
+  t.ok(cost.throttleStatus.currentlyAvailable >= 964 && cost.throttleStatus.currentlyAvailable <= 1000, 'the difference refunded')
+  const cheap = (await ask(app, '{ hello }')).json().extensions.cost
+  t.match(cheap, { requestedQueryCost: 1, actualQueryCost: 1 }, 'every operation costs at least 1')
+  const variables = (await ask(app, 'query Q($n: Int) { products(first: $n) { name } }', { n: 2 })).json().extensions.cost
+  t.match(variables, { requestedQueryCost: 4, actualQueryCost: 4 }, 'a list argument from a variable')
+  const defaulted = (await ask(app, '{ products { id } product { name } }')).json().extensions.cost
+  t.match(defaulted, { requestedQueryCost: 21, actualQueryCost: 6 }, 'defaultListSize 10 × 2, a nullable object 1 (null: 0 actual)')
+})
+
+for (const store of ['in process', 'Redis'] as const) {
+  t.test(`${store}: an expensive query refused before execution, a cheap actual cost refunded so the next fits`, async t => {
+    const guard = store === 'Redis' ? await onRedis(t) : {}
+    const options = { cost: { maximumAvailable: 500, restoreRate: 1, maxQueryCost: 480, fields: FIELDS } }
+    const one = await build(t, options, guard)
+    // Two instances share one Redis: the second counts on the same budgets.
+    const two = store === 'Redis' ? await build(t, options, guard) : one
+    const first = (await ask(one.app, WORKED)).json()
+    t.match(first.extensions.cost, { requestedQueryCost: 270, actualQueryCost: 36 })
+    const second = await ask(two.app, WORKED)
+    t.ok(second.json().data, 'fits: 500 − 36 left, not 500 − 270')
+    t.equal(one.runs.products! + (store === 'Redis' ? two.runs.products! : 0), 2)
+    const left = second.json().extensions.cost.throttleStatus.currentlyAvailable
+    t.ok(left >= 428 && left <= 431, `what is left after two settled at 36: ${left as number}`)
+    const refused = await ask(two.app, EXPENSIVE)
+    const body = refused.json()
+    t.equal(refused.statusCode, 200, 'errors in the body, status 200 by default')
+    t.match(body.errors, [{ extensions: { code: 'THROTTLED', budget: 'cost' } }])
+    t.match(body.extensions.cost, { requestedQueryCost: 470, actualQueryCost: null })
+    t.match(refused.headers['retry-after'], /^\d+$/, 'Retry-After in whole seconds')
+    t.equal((one.runs.products ?? 0) + (store === 'Redis' ? two.runs.products ?? 0 : 0), 2, 'the resolver did not run')
+  })
+}
+
+t.test('a query over maxQueryCost is refused outright, spending nothing', async t => {
+  const { app, runs } = await build(t, { cost: { maximumAvailable: 1000, restoreRate: 50, maxQueryCost: 400, fields: FIELDS } })
+  const refused = (await ask(app, EXPENSIVE)).json()
+  t.match(refused.errors, [{ message: /exceeds the maximum of 400: 470/, extensions: { code: 'MAX_COST_EXCEEDED' } }])
+  t.match(refused.extensions.cost, { requestedQueryCost: 470, actualQueryCost: null, throttleStatus: { currentlyAvailable: null } })
+  t.equal(runs.products, undefined, 'not run')
+  t.equal((await ask(app, '{ hello }')).json().extensions.cost.throttleStatus.currentlyAvailable, 999, 'nothing was spent')
+})
+
+t.test('signIn limited apart from other fields; renaming the operation or aliasing does not escape', async t => {
+  const { app, runs } = await build(t, { operations: { signIn: { max: 3, timeWindow: '1 minute' } }, cost: false })
+  t.ok((await ask(app, 'mutation { signIn(user: "a") }')).json().data)
+  t.ok((await ask(app, 'mutation A { x: signIn(user: "a") }')).json().data, 'an alias counts as the field')
+  const renamed = (await ask(app, 'mutation Renamed { a: signIn(user: "a") b: signIn(user: "b") }')).json()
+  t.match(renamed.errors, [{ extensions: { code: 'THROTTLED', budget: 'operation:signIn' } }], 'two occurrences: 2 of the 1 left')
+  t.equal(renamed.extensions, undefined, 'cost: false: no extensions.cost')
+  t.ok((await ask(app, 'mutation Renamed2 { signIn(user: "a") }')).json().data, 'the refused one counted nothing: 1 left')
+  t.match((await ask(app, 'mutation Fresh { signIn(user: "a") }')).json().errors, [{ extensions: { code: 'THROTTLED' } }])
+  t.ok((await ask(app, 'mutation { other forgotPassword(user: "a") }')).json().data, 'other fields untouched')
+  t.equal(runs.signIn, 3)
+})
+
+t.test('a refusal by one budget writes nothing to the others the operation asked', async t => {
+  const { app } = await build(t, {
+    cost: { maximumAvailable: 100, restoreRate: 1 },
+    types: { mutation: { max: 10, timeWindow: '1 minute' } },
+    operations: { signIn: { max: 1, timeWindow: '1 minute' } }
+  })
+  t.ok((await ask(app, 'mutation { signIn }')).json().data)
+  const refused = (await ask(app, 'mutation { signIn other }')).json()
+  t.match(refused.errors, [{ extensions: { code: 'THROTTLED', budget: 'operation:signIn' } }])
+  t.equal(refused.extensions.cost.throttleStatus.currentlyAvailable, 99, 'the cost budget settled back to what it had')
+  const next = (await ask(app, 'mutation { other }')).json()
+  t.equal(next.extensions.cost.throttleStatus.currentlyAvailable, 98)
+})
+
+t.test('a batch of 10 operations counts 10', async t => {
+  const { app, runs } = await build(t, { operations: { hello: { max: 12, timeWindow: '1 minute' } } })
+  const batch = await app.inject({ method: 'POST', url: '/graphql', payload: Array.from({ length: 10 }, () => ({ query: '{ hello }' })) })
+  const answers = batch.json() as Array<{ data: unknown, extensions: { cost: { requestedQueryCost: number } } }>
+  t.equal(answers.length, 10)
+  t.ok(answers.every(a => a.data !== null && a.extensions.cost.requestedQueryCost === 1), 'each answered with its own extensions.cost')
+  const over = (await app.inject({ method: 'POST', url: '/graphql', payload: [{ query: '{ hello }' }, { query: '{ hello }' }, { query: '{ hello }' }] })).json()
+  t.match(over, [{ data: { hello: 'world' } }, { data: { hello: 'world' } }, { data: null, errors: [{ extensions: { code: 'THROTTLED' } }], extensions: { cost: {} } }])
+  t.equal(runs.hello, 12)
+})
+
+t.test('persisted queries count by the operation they resolve to', async t => {
+  const { app } = await build(t, { operations: { hello: { max: 2, timeWindow: '1 minute' } } }, {}, {
+    persistedQueryProvider: mercurius.persistedQueryDefaults.automatic()
+  })
+  const query = '{ hello }'
+  const sha256Hash = createHash('sha256').update(query).digest('hex')
+  const extensions = { persistedQuery: { version: 1, sha256Hash } }
+  const post = async (payload: object): Promise<any> => (await app.inject({ method: 'POST', url: '/graphql', payload })).json()
+  t.match(await post({ extensions }), { errors: [{ message: 'PersistedQueryNotFound' }] }, 'not yet known')
+  t.match(await post({ query, extensions }), { data: { hello: 'world' } }, 'persisted and run: 1')
+  t.match(await post({ extensions }), { data: { hello: 'world' } }, 'by its hash: 2')
+  t.match(await post({ extensions }), { errors: [{ extensions: { code: 'THROTTLED', budget: 'operation:hello' } }] })
+})
+
+t.test('introspection counts on its own budget, not the cost budget', async t => {
+  const { app } = await build(t, { introspection: { max: 2, timeWindow: '1 minute' }, cost: { maximumAvailable: 10, restoreRate: 1 } })
+  const introspect = '{ __schema { queryType { name } } }'
+  for (let i = 0; i < 2; i++) {
+    const { data, extensions } = (await ask(app, introspect)).json()
+    t.ok(data.__schema)
+    t.match(extensions.cost, { requestedQueryCost: 0, actualQueryCost: 0, throttleStatus: { currentlyAvailable: null } })
+  }
+  t.match((await ask(app, '{ __typename }')).json().errors, [{ extensions: { code: 'THROTTLED', budget: 'introspection' } }])
+  t.equal((await ask(app, '{ hello }')).json().extensions.cost.throttleStatus.currentlyAvailable, 9, 'the cost budget untouched')
+  const none = await build(t, { introspection: false, cost: false })
+  for (let i = 0; i < 5; i++) t.ok((await ask(none.app, introspect)).json().data, 'introspection: false: not limited')
+})
+
+t.test('statusCode 429 over real HTTP: 429, 403 for a ban, Retry-After and the IETF fields', async t => {
+  const { app } = await build(t, {
+    statusCode: 429,
+    operations: { signIn: { max: 1, timeWindow: '1 minute', ban: { threshold: 2, duration: '1 minute' } } },
+    cost: false
+  }, { standardHeaders: 'draft-10' })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/graphql`
+  const post = async (query: string): Promise<Response> =>
+    await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query }) })
+  t.equal((await post('mutation { signIn }')).status, 200)
+  const limited = await post('mutation { signIn }')
+  t.equal(limited.status, 429)
+  t.match(limited.headers.get('retry-after'), /^\d+$/)
+  t.ok(limited.headers.get('ratelimit') !== null && limited.headers.get('ratelimit-policy') !== null, 'the IETF fields')
+  t.match(await limited.json(), { data: null, errors: [{ extensions: { code: 'THROTTLED' } }] })
+  const banned = await post('mutation { signIn }')
+  t.equal(banned.status, 403)
+  t.match(await banned.json(), { errors: [{ extensions: { code: 'BANNED' } }] })
+  t.match(banned.headers.get('retry-after'), /^\d+$/)
+})
+
+t.test('shadow mode lets everything through', async t => {
+  const { app, runs } = await build(t, {
+    mode: 'shadow',
+    operations: { signIn: { max: 1, timeWindow: '1 minute' } },
+    cost: { maximumAvailable: 100, restoreRate: 1, maxQueryCost: 50, fields: FIELDS }
+  })
+  for (let i = 0; i < 3; i++) t.ok((await ask(app, 'mutation { signIn }')).json().data)
+  t.ok((await ask(app, EXPENSIVE)).json().data, 'over maxQueryCost and the bucket: let through, reported')
+  t.equal(runs.signIn, 3)
+})
+
+/** A client lent to the plugin, with the 'error' listener its owner attaches. */
+async function lent (t: Test, url: string): Promise<Redis> {
+  const redis = client(t, url, { enableOfflineQueue: false })
+  redis.on('error', () => {})
+  return await ready(redis)
+}
+
+t.test('a Redis that does not answer: failMode open answers within the deadline, closed refuses SERVICE_UNAVAILABLE', async t => {
+  const server = await startRedisServer(t)
+  const guard = { timeout: 200, breaker: false as const }
+  const open = await build(t, { failMode: 'open', operations: { hello: { max: 5, timeWindow: '1 minute' } } },
+    { redis: await lent(t, server.url), ...guard })
+  const closed = await build(t, { failMode: 'closed', statusCode: 429, operations: { hello: { max: 5, timeWindow: '1 minute' } } },
+    { redis: await lent(t, server.url), ...guard })
+  server.freeze()
+  t.teardown(() => server.stop())
+  const started = performance.now()
+  const answered = await ask(open.app, '{ hello }')
+  const ms = performance.now() - started
+  t.match(answered.json(), { data: { hello: 'world' } }, 'open: let through unenforced')
+  const bound = allowing(400, started, started + ms)
+  t.ok(ms <= bound, `answered in ${Math.round(ms)} ms (two budgets, deadline 200 each at once; bound ${Math.round(bound)})`)
+  const refused = await ask(closed.app, '{ hello }')
+  t.equal(refused.statusCode, 503)
+  t.match(refused.json().errors, [{ extensions: { code: 'SERVICE_UNAVAILABLE' } }])
+  t.match(refused.headers['retry-after'], /^\d+$/)
+})
+
+t.test('invalid options throw a coded InvalidOptionError at register', async t => {
+  const cases: Array<[object, RegExp]> = [
+    [{ cost: { maximumAvailable: 0, restoreRate: 1 } }, /mercurius\.cost\.maximumAvailable/],
+    [{ cost: { maximumAvailable: 1.5 } }, /mercurius\.cost\.maximumAvailable/],
+    [{ cost: { restoreRate: 'x' } }, /mercurius\.cost\.restoreRate/],
+    [{ cost: { nope: 1 } }, /mercurius\.cost\.nope/],
+    [{ cost: 'cheap' }, /mercurius\.cost"/],
+    [{ cost: { fields: { 'Nope.x': 1 } } }, /mercurius\.cost\.fields\.Nope\.x/],
+    [{ cost: { fields: { 'Query.nope': 1 } } }, /mercurius\.cost\.fields\.Query\.nope/],
+    [{ cost: { fields: { 'Query.hello.x': 1 } } }, /mercurius\.cost\.fields/],
+    [{ cost: { fields: { 'Query.hello': -1 } } }, /mercurius\.cost\.fields\.Query\.hello/],
+    [{ cost: { fields: [] } }, /mercurius\.cost\.fields/],
+    [{ cost: { listArguments: 'first' } }, /mercurius\.cost\.listArguments/],
+    [{ cost: { estimate: 1 } }, /mercurius\.cost\.estimate/],
+    [{ actualCost: 'result' }, /mercurius\.actualCost/],
+    [{ statusCode: 418 }, /mercurius\.statusCode/],
+    [{ types: { fragment: { max: 1, timeWindow: 1000 } } }, /mercurius\.types\.fragment/],
+    [{ types: 1 }, /mercurius\.types/],
+    [{ operations: { nope: { max: 1, timeWindow: 1000 } } }, /mercurius\.operations\.nope/],
+    [{ operations: [] }, /mercurius\.operations/],
+    [{ operations: { signIn: 5 } }, /mercurius\.operations\.signIn/],
+    [{ introspection: true }, /mercurius\.introspection/],
+    [{ subscriptions: { max: 0 } }, /mercurius\.subscriptions\.max/],
+    [{ subscriptions: {} }, /mercurius\.subscriptions\.max/],
+    [{ subscriptions: { max: 1, lease: 1 } }, /mercurius\.subscriptions/],
+    [{ unknownOption: true }, /unknownOption/],
+    [{ operations: { signIn: { max: 1, timeWindow: 1000, nope: 1 } } }, /nope/]
+  ]
+  for (const [options, message] of cases) {
+    await t.rejects(build(t, options as MercuriusRateGuardOptions), { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, JSON.stringify(options))
+  }
+})
