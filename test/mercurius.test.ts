@@ -21,7 +21,7 @@ import { allowing } from './helpers/lag.js'
 
 const schema = `
   type Review { body: String }
-  type Product { id: ID!, name: String, reviews(first: Int): [Review!]! }
+  type Product { id: ID!, name: String, reviews(first: Int): [Review!]!, related: Product }
   union Found = Product | Review
   type Query { products(first: Int): [Product!]!, product: Product, hello: String, found: [Found] }
   type Mutation { signIn(user: String): Boolean, forgotPassword(user: String): Boolean, other: Boolean }
@@ -290,4 +290,90 @@ t.test('invalid options throw a coded InvalidOptionError at register', async t =
   for (const [options, message] of cases) {
     await t.rejects(build(t, options as MercuriusRateGuardOptions), { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, JSON.stringify(options))
   }
+})
+
+t.test('the walker: fragments, inline fragments, directives, unions; cycles and hostile documents bounded', async t => {
+  const { buildSchema } = await import('graphql')
+  const built = buildSchema(schema)
+  const rule = { fields: new Map([['Query.products', 2], ['Product.reviews', 5]]), listArguments: ['first'], defaultListSize: 10 }
+  const cost = (query: string, variables?: Record<string, unknown>): number => {
+    const document = parse(query)
+    const operation = document.definitions.find(d => d.kind === 'OperationDefinition') as never
+    return requestedCost(built, document, operation, variables, rule)
+  }
+  t.equal(cost('{ products(first: 2) { ...P } } fragment P on Product { name reviews(first: 3) { body } }'), 2 * (2 + 3 * 5))
+  t.equal(cost('{ products(first: 2) { ...P ...P } } fragment P on Product { id }'), 4, 'a fragment spread twice counts once')
+  t.equal(cost('{ products(first: 2) { ... on Product { id } ... { name } } }'), 4, 'inline fragments, with and without a type')
+  t.equal(cost('{ found { ... on Product { reviews { body } } ... on Review { body } } }'), 10 * (1 + 10 * 5), 'a union: each fragment counted')
+  t.equal(cost('query Q($s: Boolean) { products(first: 2) @skip(if: $s) { id } hello @include(if: false) }', { s: true }), 0)
+  t.equal(cost('query Q($s: Boolean) { products(first: 2) @skip(if: $s) @deprecated { id } }', { s: false }), 4)
+  t.equal(cost('{ products(first: "x") { id } }'), 20, 'a list argument that is no whole number: the default size')
+  t.equal(cost('{ products(first: -1) { id } }'), 20)
+  t.equal(cost('{ ...Missing hello __typename }'), 0, 'an unknown fragment, a scalar, a meta field: nothing')
+  t.equal(cost('{ ...A } fragment A on Query { ...B } fragment B on Query { ...A products(first: 1) { id } }'), 2, 'a fragment cycle followed once')
+  t.equal(cost('{ ... on Nope { hello } }'), 0, 'an unknown type')
+  const nested = (depth: number): string => `{ product { ${'related { '.repeat(depth - 1)}id${' }'.repeat(depth)} }`
+  t.equal(cost(nested(MAX_DEPTH)), MAX_DEPTH, 'as deep as the bound')
+  t.equal(cost(nested(MAX_DEPTH + 1)), Infinity, 'past it: Infinity, refused as over maxQueryCost')
+  const chain = Array.from({ length: 10_000 }, (_, i) => `fragment F${i} on Query { ...F${i + 1} }`).join('\n')
+  let started = performance.now()
+  t.equal(cost(`{ ...F0 } ${chain} fragment F10000 on Query { hello }`), Infinity, '10,000 nested fragments: past the bound')
+  t.ok(performance.now() - started < 1000, 'at once')
+  const wide = Array.from({ length: 30 }, (_, i) => `fragment W${i} on Product { a: reviews { ...W${i + 1} } b: reviews { ...W${i + 1} } }`)
+  started = performance.now()
+  t.equal(cost(`{ product { ...W0 } } ${wide.join('\n')} fragment W30 on Product { id }`), Infinity, '2^30 paths: bounded by the visits')
+  const many = `{ ${Array.from({ length: 25_000 }, (_, i) => `a${i}: hello`).join(' ')} }`
+  t.equal(cost(many), Infinity, 'more selections than the bound')
+  t.ok(performance.now() - started < 2000, 'at once')
+  const roots = rootFieldsOf(built, parse('{ a: hello b: hello ...R } fragment R on Query { product { id } }'), parse('{ a: hello b: hello ...R } fragment R on Query { product { id } }').definitions[0] as never, undefined)
+  t.same([...roots.fields], [['hello', 2], ['product', 1]])
+  t.equal(roots.introspection, false)
+  t.equal(rootFieldsOf(built, parse('{ ...Missing }'), parse('{ ...Missing }').definitions[0] as never, undefined).introspection, false, 'no root field: no introspection')
+  const document = parse('{ found { ... on Product { reviews { body } } ... on Review { body } } products { id } }')
+  const operation = document.definitions[0] as never
+  const data = { found: [{ reviews: [{ body: 'a' }, null] }, { body: 'y' }, null], products: null }
+  t.equal(actualCost(built, document, operation, undefined, rule, data), 1 + 5 + 1, 'each value returned; nulls nothing')
+  t.equal(actualCost(built, document, operation, undefined, rule, null), 0)
+  const deep = parse(nested(MAX_DEPTH + 1))
+  let value: Record<string, unknown> = { id: '1' }
+  for (let i = 0; i < MAX_DEPTH; i++) value = { related: value }
+  value = { product: value }
+  t.equal(actualCost(built, deep, deep.definitions[0] as never, undefined, rule, value), Infinity, 'past the bound: Infinity')
+  const list = parse('{ products { id } }')
+  const long = { products: Array.from({ length: 300_000 }, () => ({ id: '1' })) }
+  t.equal(actualCost(built, list, list.definitions[0] as never, undefined, rule, long), Infinity, 'a result past the bound')
+})
+
+t.test('the app\'s own estimate and actual cost; actualCost false; a failing one falls back', async t => {
+  const estimate = (): number => 7
+  const own = await build(t, { cost: { maximumAvailable: 100, restoreRate: 1, estimate }, actualCost: () => 3 })
+  t.match((await ask(own.app, '{ hello }')).json().extensions.cost, { requestedQueryCost: 7, actualQueryCost: 3 })
+  const none = await build(t, { cost: { maximumAvailable: 100, restoreRate: 1 }, actualCost: false })
+  t.match((await ask(none.app, '{ products(first: 10) { id } }')).json().extensions.cost, { requestedQueryCost: 10, actualQueryCost: 10 }, 'no refund')
+  const failing = await build(t, {
+    cost: { maximumAvailable: 100, restoreRate: 1, estimate: () => { throw new Error('no') } },
+    actualCost: () => { throw new Error('no') }
+  })
+  t.match((await ask(failing.app, '{ products(first: 10) { id } }')).json().extensions.cost, { requestedQueryCost: 10, actualQueryCost: 10 },
+    'the walker\'s estimate; the requested as actual')
+  const odd = await build(t, { cost: { maximumAvailable: 100, restoreRate: 1, estimate: () => Number.NaN, maxQueryCost: 50 } })
+  t.match((await ask(odd.app, '{ hello }')).json().errors, [{ extensions: { code: 'MAX_COST_EXCEEDED' } }], 'NaN: over any maximum')
+  const strange = await build(t, { cost: { maximumAvailable: 100, restoreRate: 1 }, actualCost: () => 'many' as never })
+  t.match((await ask(strange.app, '{ products(first: 10) { id } }')).json().extensions.cost, { actualQueryCost: 10 })
+})
+
+t.test('GET queries, a named operation among several, and app.graphql() without a request', async t => {
+  const { app, runs } = await build(t, { operations: { hello: { max: 1, timeWindow: '1 minute' } } })
+  const get = await app.inject({ method: 'GET', url: '/graphql?query=' + encodeURIComponent('{ hello }') })
+  t.match(get.json(), { data: { hello: 'world' }, extensions: { cost: { requestedQueryCost: 1 } } })
+  const named = await ask(app, 'query A { product { id } } query B { hello }', undefined, 'B')
+  t.match(named.json().errors, [{ extensions: { code: 'THROTTLED', budget: 'operation:hello' } }], 'B named: hello counted')
+  t.ok((await ask(app, 'query A { product { id } } query B { hello }', undefined, 'A')).json().data)
+  t.match(await app.graphql('{ hello }'), { data: { hello: 'world' } }, 'no request: not limited')
+  t.equal(runs.hello, 2)
+  const invalid = await app.inject({ method: 'POST', url: '/graphql', payload: [{ query: '{ nope }' }, { query: '{ product { id } }' }] })
+  t.match(invalid.json(), [{ errors: [{}] }, { data: { product: null }, extensions: { cost: {} } }], 'an invalid entry: no cost')
+  t.equal(invalid.json()[0].extensions, undefined)
+  const ambiguous = await ask(app, 'query A { product { id } } query B { hello }')
+  t.match(ambiguous.json(), { errors: [{}] }, 'several operations, none named: Mercurius refuses it')
 })

@@ -137,8 +137,7 @@ function heldCode (held: HeldSlots): RefusalCode {
 }
 
 /** Records an operation's `extensions.cost` for the response (a batch's by its operationId). */
-function record (context: Context, cost: QueryCost | undefined): void {
-  if (cost === undefined) return
+function record (context: Context, cost: QueryCost): void {
   const request = context.reply.request as Costly
   const costs = request[COSTS] ??= []
   costs[context.operationId ?? 0] = cost
@@ -247,14 +246,14 @@ async function settle (checked: CheckedOptions, schema: GraphQLSchema, execution
 /** Puts each operation's `extensions.cost` on the response (a batch's, each on its own entry). */
 function addCosts (request: Costly, payload: unknown): unknown {
   const costs = request[COSTS]
-  if (costs === undefined || typeof payload !== 'object' || payload === null) return payload
-  const put = (entry: unknown, cost: QueryCost | undefined): void => {
-    if (cost === undefined || typeof entry !== 'object' || entry === null) return
-    const response = entry as { extensions?: Record<string, unknown> }
-    response.extensions = { ...response.extensions, cost }
+  if (costs === undefined) return payload
+  // A batch's entry refused before preExecution (invalid) has no cost to put.
+  const put = (entry: { extensions?: Record<string, unknown> }, cost: QueryCost | undefined): void => {
+    if (cost !== undefined) entry.extensions = { ...entry.extensions, cost }
   }
+  // preSerialization is called with objects only (never a string, a Buffer, a stream or null).
   if (Array.isArray(payload)) payload.forEach((entry, i) => { put(entry, costs[i]) })
-  else put(payload, costs[0])
+  else put(payload as object, costs[0])
   return payload
 }
 
