@@ -377,3 +377,88 @@ t.test('GET queries, a named operation among several, and app.graphql() without 
   const ambiguous = await ask(app, 'query A { product { id } } query B { hello }')
   t.match(ambiguous.json(), { errors: [{}] }, 'several operations, none named: Mercurius refuses it')
 })
+
+interface Socket {
+  on: (event: 'message', listener: (data: unknown) => void) => void
+  once: (event: 'open', listener: () => void) => void
+  send: (data: string) => void
+  close: () => void
+}
+
+/** A graphql-transport-ws client: its messages in order (`next`: the next, or null after `ms`), and a way to send. */
+async function subscriber (url: string): Promise<{ send: (message: object) => void, next: (ms?: number) => Promise<any>, close: () => void }> {
+  // ws has no types here (no @types/ws): the little of it used, typed.
+  const ws = 'ws'
+  const { default: WebSocket } = await import(ws) as { default: new (url: string, protocol: string) => Socket }
+  const socket = new WebSocket(url, 'graphql-transport-ws')
+  const queued: any[] = []
+  let waiting: ((message: any) => void) | undefined
+  socket.on('message', data => {
+    queued.push(JSON.parse(String(data)))
+    waiting?.(queued.shift())
+    waiting = undefined
+  })
+  await new Promise<void>(resolve => { socket.once('open', resolve) })
+  return {
+    send: message => { socket.send(JSON.stringify(message)) },
+    next: async (ms = 5000) => queued.length > 0
+      ? queued.shift()
+      : await new Promise(resolve => {
+        const timer = setTimeout(() => { waiting = undefined; resolve(null) }, ms)
+        waiting = message => { clearTimeout(timer); resolve(message) }
+      }),
+    close: () => { socket.close() }
+  }
+}
+
+/** Publishes a tick until each subscription of `ids` receives one (or gives up after 200); the ids that received. */
+async function receiving (app: FastifyInstance, client: { next: (ms?: number) => Promise<any> }, ...ids: string[]): Promise<Set<string>> {
+  const seen = new Set<string>()
+  for (let i = 0; i < 200 && !ids.every(id => seen.has(id)); i++) {
+    await app.graphql.pubsub.publish({ topic: 'ticks', payload: { ticks: i } })
+    for (;;) {
+      const message = await client.next(20)
+      if (message === null) break
+      if (message.type === 'next') seen.add(message.id)
+      if (message.type === 'error') seen.add(`error:${String(message.id)}`)
+    }
+  }
+  return seen
+}
+
+t.test('subscriptions: at most max open per client; a stopped one, or a closed connection, frees its slot', async t => {
+  const { app } = await build(t, { subscriptions: { max: 2 }, statusCode: 429 }, {}, {
+    subscription: true,
+    resolvers: {
+      ...resolversOf({}) as object,
+      Subscription: { ticks: { subscribe: async (_: unknown, __: unknown, { pubsub }: any) => await pubsub.subscribe('ticks') } }
+    }
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `ws://127.0.0.1:${(app.server.address() as { port: number }).port}/graphql`
+  const one = await subscriber(url)
+  one.send({ type: 'connection_init' })
+  t.match(await one.next(), { type: 'connection_ack' })
+  const subscribe = (client: typeof one, id: string): void => { client.send({ id, type: 'subscribe', payload: { query: 'subscription { ticks }' } }) }
+  subscribe(one, '1')
+  subscribe(one, '2')
+  subscribe(one, '3')
+  t.match(await one.next(), { id: '3', type: 'error', payload: [{ extensions: { code: 'THROTTLED', budget: 'subscriptions' } }] }, 'the third refused')
+  one.send({ id: '1', type: 'complete' })
+  subscribe(one, '4')
+  // Until the fourth receives (its hold is answered after the stop): what each subscription received.
+  const seen = await receiving(app, one, '2', '4')
+  t.ok(seen.has('2') && seen.has('4') && !seen.has('error:4'), `the fourth took the slot the stopped first freed: ${[...seen].join(', ')}`)
+  one.close()
+  // Until the server has seen the first connection close (its close hook frees the slots).
+  const open = async (): Promise<number> => await new Promise(resolve => app.server.getConnections((_, count) => { resolve(count) }))
+  while (await open() > 0) await new Promise(resolve => setImmediate(resolve))
+  const two = await subscriber(url)
+  two.send({ type: 'connection_init' })
+  t.match(await two.next(), { type: 'connection_ack' })
+  subscribe(two, 'a')
+  subscribe(two, 'b')
+  const again = await receiving(app, two, 'a', 'b')
+  t.ok(again.has('a') && again.has('b'), `a new connection of the client gets both slots once the first closed: ${[...again].join(', ')}`)
+  two.close()
+})
