@@ -269,6 +269,7 @@ t.test('invalid options throw a coded InvalidOptionError at register', async t =
     [{ cost: { fields: { 'Nope.x': 1 } } }, /mercurius\.cost\.fields\.Nope\.x/],
     [{ cost: { fields: { 'Query.nope': 1 } } }, /mercurius\.cost\.fields\.Query\.nope/],
     [{ cost: { fields: { 'Query.hello.x': 1 } } }, /mercurius\.cost\.fields/],
+    [{ cost: { fields: { 'String.x': 1 } } }, /mercurius\.cost\.fields\.String\.x/],
     [{ cost: { fields: { 'Query.hello': -1 } } }, /mercurius\.cost\.fields\.Query\.hello/],
     [{ cost: { fields: [] } }, /mercurius\.cost\.fields/],
     [{ cost: { listArguments: 'first' } }, /mercurius\.cost\.listArguments/],
@@ -339,6 +340,28 @@ t.test('the walker: fragments, inline fragments, directives, unions; cycles and 
   for (let i = 0; i < MAX_DEPTH; i++) value = { related: value }
   value = { product: value }
   t.equal(actualCost(built, deep, deep.definitions[0] as never, undefined, rule, value), Infinity, 'past the bound: Infinity')
+  const aliased = parse('{ x: products { id } }')
+  t.equal(actualCost(built, aliased, aliased.definitions[0] as never, undefined, rule, { x: [{ id: '1' }] }), 2, 'by the alias')
+  // A document given as an AST (Mercurius takes one), without the arrays the parser always fills in.
+  const bare = {
+    kind: 'Document',
+    definitions: [{
+      kind: 'OperationDefinition',
+      operation: 'query',
+      selectionSet: {
+        kind: 'SelectionSet',
+        selections: [
+          { kind: 'Field', name: { kind: 'Name', value: 'product' }, directives: [{ kind: 'Directive', name: { value: 'skip' } }] },
+          { kind: 'Field', name: { kind: 'Name', value: 'hello' } }
+        ]
+      }
+    }]
+  }
+  t.equal(requestedCost(built, bare as never, bare.definitions[0] as never, undefined, rule), 1)
+  const bare2 = parse('subscription { ticks }')
+  const noSubscriptions = buildSchema('type Query { a: Int }')
+  t.equal(requestedCost(noSubscriptions, bare2, bare2.definitions[0] as never, undefined, rule), 0, 'a root type the schema lacks')
+  t.equal(actualCost(noSubscriptions, bare2, bare2.definitions[0] as never, undefined, rule, { ticks: 1 }), 0)
   const list = parse('{ products { id } }')
   const long = { products: Array.from({ length: 300_000 }, () => ({ id: '1' })) }
   t.equal(actualCost(built, list, list.definitions[0] as never, undefined, rule, long), Infinity, 'a result past the bound')
@@ -453,6 +476,10 @@ t.test('subscriptions: at most max open per client; a stopped one, or a closed c
   // Until the server has seen the first connection close (its close hook frees the slots).
   const open = async (): Promise<number> => await new Promise(resolve => app.server.getConnections((_, count) => { resolve(count) }))
   while (await open() > 0) await new Promise(resolve => setImmediate(resolve))
+  const idle = await subscriber(url)
+  idle.send({ type: 'connection_init' })
+  t.match(await idle.next(), { type: 'connection_ack' })
+  idle.close()
   const two = await subscriber(url)
   two.send({ type: 'connection_init' })
   t.match(await two.next(), { type: 'connection_ack' })

@@ -96,9 +96,9 @@ function checkFields (given: unknown, schema: GraphQLSchema): Map<string, number
   if (given === undefined) return fields
   if (!isObject(given)) fail('cost.fields', 'expected an object of \'Type.field\': cost')
   for (const [key, value] of Object.entries(given)) {
-    const [type, field, extra] = key.split('.')
-    const found = type === undefined ? undefined : schema.getType(type)
-    if (extra !== undefined || found === undefined || !('getFields' in found) || found.getFields()[field ?? ''] === undefined) {
+    const parts = key.split('.')
+    const found = parts.length === 2 ? schema.getType(parts[0]!) : undefined
+    if (found === undefined || !('getFields' in found) || found.getFields()[parts[1]!] === undefined) {
       fail(`cost.fields.${key}`, 'no such field in the schema (\'Type.field\')')
     }
     fields.set(key, wholeNumber(`cost.fields.${key}`, value, 0, 0))
@@ -148,8 +148,8 @@ function checkOperations (given: unknown, schema: GraphQLSchema): Map<string, Li
 }
 
 /** The adapter's options, checked against `schema`. */
-export function checkOptions (options: MercuriusRateGuardOptions | undefined, schema: GraphQLSchema): CheckedOptions {
-  const given = (options ?? {}) as Record<string, unknown>
+export function checkOptions (options: MercuriusRateGuardOptions, schema: GraphQLSchema): CheckedOptions {
+  const given = options as Record<string, unknown>
   const common: Record<string, unknown> = {}
   for (const [key, value] of Object.entries(given)) if (!OWN.has(key)) common[key] = value
   const { actualCost = 'data', statusCode = 200, types = {}, introspection = INTROSPECTION_DEFAULT, subscriptions = false } = given

@@ -76,7 +76,7 @@ function budgetsOf (fastify: FastifyInstance, checked: CheckedOptions): Budgets 
 function operationOf (document: DocumentNode, context: Context): OperationDefinitionNode | null {
   const { request } = context.reply
   const body = request.body as unknown
-  const entry = Array.isArray(body) ? body[context.operationId ?? 0] as unknown : body ?? request.query
+  const entry = Array.isArray(body) ? body[context.operationId!] as unknown : body ?? request.query
   const name = (entry as { operationName?: unknown } | undefined)?.operationName
   return getOperationAST(document, typeof name === 'string' && name !== '' ? name : undefined) ?? null
 }
@@ -124,16 +124,10 @@ function refusal (statusCode: 200 | 429, code: RefusalCode, budget: string, deta
   return new mercurius.ErrorWithProps(`${MESSAGES[code]}${detail}`, { code, budget }, statusOf(statusCode, code))
 }
 
-/** A refused spend's code. */
-function codeOf (spent: Spent): RefusalCode {
-  if (spent.outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
-  return spent.outcome === 'banned' || spent.outcome === 'ban-started' ? 'BANNED' : 'THROTTLED'
-}
-
-/** A refused hold's code. */
-function heldCode (held: HeldSlots): RefusalCode {
-  if (held.outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
-  return held.outcome === 'in-flight' ? 'THROTTLED' : 'BANNED'
+/** A refused spend's or hold's code. */
+function codeOf (outcome: string): RefusalCode {
+  if (outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
+  return outcome === 'banned' || outcome === 'ban-started' ? 'BANNED' : 'THROTTLED'
 }
 
 /** Records an operation's `extensions.cost` for the response (a batch's by its operationId). */
@@ -195,7 +189,7 @@ async function admit (
     if (cost !== null) record(context, quoted(cost, requested, null, spent, spent?.charged ?? 0, 0))
     const by = spents[refused]!
     by.writeHeaders(context.reply)
-    throw refusal(checked.statusCode, codeOf(by), asks[refused]!.name)
+    throw refusal(checked.statusCode, codeOf(by.outcome), asks[refused]!.name)
   }
   context[ADMITTED] = { document, operation, variables, requested, spent }
 }
@@ -264,7 +258,7 @@ function holdSubscriptions (fastify: FastifyInstance, checked: CheckedOptions, b
   fastify.graphql.addHook('preSubscriptionExecution', async (_schema, _document, context, id) => {
     const request = (context as unknown as { request: FastifyRequest }).request
     const held = await budget.hold(request)
-    if (!held.ok) throw refusal(checked.statusCode, heldCode(held), 'subscriptions')
+    if (!held.ok) throw refusal(checked.statusCode, codeOf(held.outcome), 'subscriptions')
     const slots = open.get(request) ?? new Map<unknown, HeldSlots>()
     open.set(request, slots)
     slots.set(id, held)
@@ -290,7 +284,7 @@ async function mercuriusRateGuard (fastify: FastifyInstance, options: MercuriusR
   const checked = checkOptions(options, fastify.graphql.schema)
   const budgets = budgetsOf(fastify, checked)
   fastify.graphql.addHook('preExecution', async (schema, document, context, variables) => {
-    if ((context as Context | undefined)?.reply === undefined) return
+    if ((context as Context).reply === undefined) return
     await admit(checked, budgets, schema, document, variables as Record<string, unknown> | undefined, context as Context)
   })
   fastify.graphql.addHook('onResolution', async (execution, context) => {
