@@ -22,6 +22,7 @@ t.test('the tarball carries LICENSE, dist/ and lua/', async t => {
   for (const tool of ['page', 'view', 'names', 'series', 'prometheus', 'opentelemetry']) {
     t.ok(files.has(`dist/operator/${tool}.js`) && files.has(`dist/operator/${tool}.d.ts`), `the operator tool ${tool}, typed`)
   }
+  t.ok(files.has('dist/adapters/mercurius.js') && files.has('dist/adapters/mercurius.d.ts'), 'the Mercurius adapter, typed')
   t.notOk([...files].some(file => file.startsWith('test/') || file.startsWith('lib/')), 'no tests, no sources')
 })
 
