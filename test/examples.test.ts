@@ -1,5 +1,5 @@
 // The examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js), of requests in flight
-// (examples/streams.js) and of waiting instead of 429 (examples/webhooks.js), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+// (examples/streams.js), of waiting instead of 429 (examples/webhooks.js) and of GraphQL (examples/graphql.js), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
 import http from 'node:http'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -126,4 +126,18 @@ t.test('monthly quota: the free plan\'s 3 a month, refused until the 1st in New 
   t.strictSame(burst.slice(0, 5), [200, 200, 200, 200, 200], 'pro: five in a second')
   // Unless the machine stalled past the second these six took (then the first has left the window).
   if (took < 1000) t.equal(burst[5], 429, `pro: the sixth within the second (${took} ms) refused`)
+})
+
+t.test('graphql: a query charged what it returned, over real HTTP; signIn 5 a minute whatever the operation is called', async t => {
+  const app = await start(t, 'graphql.js')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/graphql`
+  const post = async (query: string): Promise<any> =>
+    await (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query }) })).json()
+  const products = await post('{ products(first: 20) { name reviews(first: 5) { body } } }')
+  t.equal(products.data.products.length, 4)
+  t.match(products.extensions.cost, { requestedQueryCost: 540, actualQueryCost: 48, throttleStatus: { maximumAvailable: 1000, restoreRate: 50 } })
+  for (let i = 0; i < 5; i++) t.same((await post(`mutation Attempt${i} { signIn(user: "ada") }`)).data, { signIn: true })
+  const sixth = await post('mutation Another { signIn(user: "ada") }')
+  t.match(sixth.errors, [{ extensions: { code: 'THROTTLED', budget: 'operation:signIn' } }], 'a new operation name does not escape')
 })
