@@ -489,3 +489,48 @@ t.test('subscriptions: at most max open per client; a stopped one, or a closed c
   t.ok(again.has('a') && again.has('b'), `a new connection of the client gets both slots once the first closed: ${[...again].join(', ')}`)
   two.close()
 })
+
+t.test('subscriptions: their root field\'s and type\'s budgets spent at the start; a refused slot gives them back', async t => {
+  const { app } = await build(t, {
+    subscriptions: { max: 1 },
+    operations: { ticks: { max: 2, timeWindow: '1 minute' } },
+    types: { subscription: { max: 10, timeWindow: '1 minute' } }
+  }, {}, {
+    subscription: true,
+    resolvers: {
+      ...resolversOf({}) as object,
+      Subscription: { ticks: { subscribe: async (_: unknown, __: unknown, { pubsub }: any) => await pubsub.subscribe('ticks') } }
+    }
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const one = await subscriber(`ws://127.0.0.1:${(app.server.address() as { port: number }).port}/graphql`)
+  one.send({ type: 'connection_init' })
+  t.match(await one.next(), { type: 'connection_ack' })
+  const subscribe = (id: string): void => { one.send({ id, type: 'subscribe', payload: { query: 'subscription { ticks }' } }) }
+  subscribe('1')
+  subscribe('2')
+  t.match(await one.next(), { id: '2', type: 'error', payload: [{ extensions: { code: 'THROTTLED', budget: 'subscriptions' } }] },
+    'the second: ticks counted 2 of 2, then no slot: ticks given back')
+  one.send({ id: '1', type: 'complete' })
+  subscribe('3')
+  t.ok((await receiving(app, one, '3')).has('3'), 'the third: ticks 2 of 2 (the refused one gave its count back), the freed slot')
+  one.send({ id: '3', type: 'complete' })
+  subscribe('4')
+  t.match(await one.next(), { id: '4', type: 'error', payload: [{ extensions: { code: 'THROTTLED', budget: 'operation:ticks' } }] })
+  one.close()
+  const typed = await build(t, { types: { subscription: { max: 1, timeWindow: '1 minute' } }, cost: false }, {}, {
+    subscription: true,
+    resolvers: {
+      ...resolversOf({}) as object,
+      Subscription: { ticks: { subscribe: async (_: unknown, __: unknown, { pubsub }: any) => await pubsub.subscribe('ticks') } }
+    }
+  })
+  await typed.app.listen({ port: 0, host: '127.0.0.1' })
+  const two = await subscriber(`ws://127.0.0.1:${(typed.app.server.address() as { port: number }).port}/graphql`)
+  two.send({ type: 'connection_init' })
+  t.match(await two.next(), { type: 'connection_ack' })
+  two.send({ id: 'a', type: 'subscribe', payload: { query: 'subscription { ticks }' } })
+  two.send({ id: 'b', type: 'subscribe', payload: { query: 'subscription { ticks }' } })
+  t.match(await two.next(), { id: 'b', type: 'error', payload: [{ extensions: { code: 'THROTTLED', budget: 'type:subscription' } }] })
+  two.close()
+})

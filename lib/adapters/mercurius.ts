@@ -6,27 +6,19 @@
 // ErrorWithProps with `extensions.code`; every response carries Shopify's `extensions.cost`.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { getOperationAST } from 'graphql'
+import { getOperationAST, Kind } from 'graphql'
 import type { DocumentNode, ExecutionResult, GraphQLSchema, OperationDefinitionNode } from 'graphql'
-import mercurius from 'mercurius'
 import type { MercuriusContext } from 'mercurius'
 import type { RateGuardBudget } from '../limiters.js'
 import type { HeldSlots, Spent } from '../request/spend.js'
 import { actualCost, requestedCost, rootFieldsOf } from './graphql-cost.js'
+import { codeOf, quoted, refusal } from './graphql-response.js'
+import type { QueryCost } from './graphql-response.js'
 import { checkOptions } from './mercurius-options.js'
 import type { CheckedCost, CheckedOptions, MercuriusRateGuardOptions } from './mercurius-options.js'
 
 export type { CostOptions, ActualCost, LimitEntry, MercuriusRateGuardOptions } from './mercurius-options.js'
-
-/** Shopify's `extensions.cost`. `currentlyAvailable` is null where the cost budget was not asked. */
-export interface QueryCost {
-  requestedQueryCost: number
-  actualQueryCost: number | null
-  throttleStatus: { maximumAvailable: number, currentlyAvailable: number | null, restoreRate: number }
-}
-
-/** A refusal's `extensions.code`. */
-export type RefusalCode = 'THROTTLED' | 'BANNED' | 'MAX_COST_EXCEEDED' | 'SERVICE_UNAVAILABLE'
+export type { QueryCost, RefusalCode } from './graphql-response.js'
 
 /** What an operation spent, kept on its context from preExecution to onResolution. */
 interface Admitted {
@@ -100,36 +92,6 @@ function requestedOf (
   return Math.max(1, Math.ceil(asked))
 }
 
-/** What is left of the cost bucket after `spent` counted `charged` and settled to `actual`. */
-function available (cost: CheckedCost, spent: Spent | undefined, charged: number, actual: number): number | null {
-  if (spent === undefined) return null
-  return Math.min(cost.maximumAvailable, spent.remaining + charged - actual)
-}
-
-/** The HTTP status of a refusal, under `statusCode`. */
-function statusOf (statusCode: 200 | 429, code: RefusalCode): number {
-  if (statusCode === 200) return 200
-  return code === 'BANNED' ? 403 : code === 'SERVICE_UNAVAILABLE' ? 503 : 429
-}
-
-const MESSAGES: Readonly<Record<RefusalCode, string>> = {
-  THROTTLED: 'Throttled',
-  BANNED: 'Banned',
-  MAX_COST_EXCEEDED: 'Query cost exceeds the maximum',
-  SERVICE_UNAVAILABLE: 'Rate limit unavailable'
-}
-
-/** A refusal in GraphQL's shape, for Mercurius to answer (the budget that refused named in `extensions.budget`). */
-function refusal (statusCode: 200 | 429, code: RefusalCode, budget: string, detail = ''): Error {
-  return new mercurius.ErrorWithProps(`${MESSAGES[code]}${detail}`, { code, budget }, statusOf(statusCode, code))
-}
-
-/** A refused spend's or hold's code. */
-function codeOf (outcome: string): RefusalCode {
-  if (outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
-  return outcome === 'banned' || outcome === 'ban-started' ? 'BANNED' : 'THROTTLED'
-}
-
 /** Records an operation's `extensions.cost` for the response (a batch's by its operationId). */
 function record (context: Context, cost: QueryCost): void {
   const request = context.reply.request as Costly
@@ -181,11 +143,9 @@ async function admit (
     }
     request.log.info({ rateGuard: { requested, maxQueryCost: cost!.maxQueryCost } }, 'rate-guard: shadow: query cost over the maximum')
   }
-  const spents = await Promise.all(asks.map(async ask => await ask.budget.spend(request, { cost: ask.cost })))
+  const { spents, refused } = await spendAll(asks, request)
   const spent = costly ? spents[asks.findIndex(ask => ask.name === 'cost')] : undefined
-  const refused = spents.findIndex(one => !one.ok)
   if (refused !== -1) {
-    await Promise.all(spents.map(async one => { if (one.charged > 0) await one.settle(0) }))
     if (cost !== null) record(context, quoted(cost, requested, null, spent, spent?.charged ?? 0, 0))
     const by = spents[refused]!
     by.writeHeaders(context.reply)
@@ -194,19 +154,16 @@ async function admit (
   context[ADMITTED] = { document, operation, variables, requested, spent }
 }
 
-/** Shopify's `extensions.cost` of an operation. */
-function quoted (
-  cost: CheckedCost, requested: number, actual: number | null, spent: Spent | undefined, charged: number, settled: number
-): QueryCost {
-  return {
-    requestedQueryCost: requested,
-    actualQueryCost: actual,
-    throttleStatus: {
-      maximumAvailable: cost.maximumAvailable,
-      currentlyAvailable: available(cost, spent, charged, settled),
-      restoreRate: cost.restoreRate
-    }
-  }
+/** Spends each budget asked, together (one round trip's wait); on a refusal, what the others counted is settled to 0. */
+async function spendAll (asks: readonly Ask[], request: FastifyRequest): Promise<{ spents: Spent[], refused: number }> {
+  const spents = await Promise.all(asks.map(async ask => await ask.budget.spend(request, { cost: ask.cost })))
+  const refused = spents.findIndex(one => !one.ok)
+  if (refused !== -1) await settleAll(spents)
+  return { spents, refused }
+}
+
+async function settleAll (spents: readonly Spent[]): Promise<void> {
+  await Promise.all(spents.map(async one => { if (one.charged > 0) await one.settle(0) }))
 }
 
 /** The operation's actual cost, at most its requested: measured, the app's, or (false, or a bad answer) the requested. */
@@ -251,14 +208,33 @@ function addCosts (request: Costly, payload: unknown): unknown {
   return payload
 }
 
-/** Subscriptions open per client: a slot held from preSubscriptionExecution until the client stops it or leaves. */
-function holdSubscriptions (fastify: FastifyInstance, checked: CheckedOptions, budget: RateGuardBudget): void {
+/**
+ * Subscriptions: their type's budget and their root fields' spent at the start (preSubscriptionExecution), and,
+ * under `subscriptions`, a slot held until the client stops the subscription or its connection closes.
+ */
+function limitSubscriptions (fastify: FastifyInstance, checked: CheckedOptions, budgets: Budgets): void {
   // The slots of each connection's subscriptions, by the connection's request and the subscription's id.
   const open = new WeakMap<object, Map<unknown, HeldSlots>>()
-  fastify.graphql.addHook('preSubscriptionExecution', async (_schema, _document, context, id) => {
+  fastify.graphql.addHook('preSubscriptionExecution', async (schema, document, context, id) => {
     const request = (context as unknown as { request: FastifyRequest }).request
-    const held = await budget.hold(request)
-    if (!held.ok) throw refusal(checked.statusCode, codeOf(held.outcome), 'subscriptions')
+    // Mercurius runs this hook for a subscription operation only.
+    const operation = document.definitions.find(d => d.kind === Kind.OPERATION_DEFINITION && d.operation === 'subscription')
+    const { fields } = rootFieldsOf(schema, document, operation as OperationDefinitionNode, undefined)
+    const asks: Ask[] = []
+    const type = budgets.types.get('subscription')
+    if (type !== undefined) asks.push({ name: 'type:subscription', budget: type, cost: 1 })
+    for (const [name, count] of fields) {
+      const own = budgets.operations.get(name)
+      if (own !== undefined) asks.push({ name: `operation:${name}`, budget: own, cost: count })
+    }
+    const { spents, refused } = await spendAll(asks, request)
+    if (refused !== -1) throw refusal(checked.statusCode, codeOf(spents[refused]!.outcome), asks[refused]!.name)
+    if (budgets.subscriptions === null) return
+    const held = await budgets.subscriptions.hold(request)
+    if (!held.ok) {
+      await settleAll(spents)
+      throw refusal(checked.statusCode, codeOf(held.outcome), 'subscriptions')
+    }
     const slots = open.get(request) ?? new Map<unknown, HeldSlots>()
     open.set(request, slots)
     slots.set(id, held)
@@ -293,7 +269,9 @@ async function mercuriusRateGuard (fastify: FastifyInstance, options: MercuriusR
   fastify.addHook('preSerialization', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done) => {
     done(null, addCosts(request as Costly, payload))
   })
-  if (budgets.subscriptions !== null) holdSubscriptions(fastify, checked, budgets.subscriptions)
+  if (budgets.subscriptions !== null || budgets.types.has('subscription') || budgets.operations.size > 0) {
+    limitSubscriptions(fastify, checked, budgets)
+  }
 }
 
 export default fp(mercuriusRateGuard, {
