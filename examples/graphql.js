@@ -25,9 +25,13 @@ const schema = `
 /** A toy catalogue: four products, two reviews each. */
 const PRODUCTS = Array.from({ length: 4 }, (_, i) => ({ name: `product ${i}`, reviews: [{ body: 'good' }, { body: 'fine' }] }))
 
+/** @typedef {{ first?: number }} ListArgs a list field's arguments */
+
 const resolvers = {
-  Query: { products: (_, { first = 10 }) => PRODUCTS.slice(0, first) },
-  Product: { reviews: (product, { first = 10 }) => product.reviews.slice(0, first) },
+  Query: { products: (/** @type {unknown} */ _, /** @type {ListArgs} */ { first = 10 }) => PRODUCTS.slice(0, first) },
+  Product: {
+    reviews: (/** @type {typeof PRODUCTS[number]} */ product, /** @type {ListArgs} */ { first = 10 }) => product.reviews.slice(0, first)
+  },
   Mutation: { signIn: () => true }
 }
 
