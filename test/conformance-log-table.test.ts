@@ -20,6 +20,7 @@ import { client, getRedis, uniquePrefix } from './helpers/redis.js'
 import { differential } from './helpers/differential.js'
 import { decideInput, memoryStore, redisPaths, redisStore, summary } from './helpers/stores.js'
 import type { StoreUnderTest } from './helpers/stores.js'
+import { TS_LOADER } from './helpers/ts-loader.js'
 
 // The seeded differentials are CPU-bound (every step through the time-injected Redis and the twin): 48 s on a
 // quiet machine, 53 to 65 s beside a CPU-bound process. A hang still fails within three minutes.
@@ -679,8 +680,8 @@ t.test('MemoryStore bounds', async t => {
       const store = new MemoryStore({ cache: 10, sweepInterval: 10 })
       store.decide({ keys: { log: 'l', strikes: 's', banned: 'b', offences: 'o', override: 'v' }, limits: [{ max: 1, windowMs: 60000, burst: 1 }], ban: null, peek: false })
       console.log('decided')`
-    // Only the TypeScript loader the suite runs with (tsx, .taprc), not tap's coverage or mocks, so the child can import lib/ sources.
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', source], { stdio: ['ignore', 'pipe', 'inherit'] })
+    // Only the TypeScript loader the suite runs with (scripts/ts-loader.js, .taprc), not tap's coverage or mocks, so the child can import lib/ sources.
+    const child = spawn(process.execPath, ['--import', TS_LOADER, '--input-type=module', '--eval', source], { stdio: ['ignore', 'pipe', 'inherit'] })
     const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
     let out = ''
     child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })

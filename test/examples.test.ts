@@ -1,7 +1,11 @@
 // The examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js), of requests in flight
-// (examples/streams.js), of waiting instead of 429 (examples/webhooks.js) and of GraphQL (examples/graphql.js), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+// (examples/streams.js), of waiting instead of 429 (examples/webhooks.js), of WebSocket limits (examples/websocket.js, over a real
+// WebSocket client) and of GraphQL (examples/graphql.js, over real HTTP), run against a real Redis through the built package
+// (`fastify-rate-guard`, as an app imports it: npm run build first).
 import http from 'node:http'
+import { once } from 'node:events'
 import t from 'tap'
+import WebSocket from 'ws'
 import type { Test } from 'tap'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
@@ -126,6 +130,38 @@ t.test('monthly quota: the free plan\'s 3 a month, refused until the 1st in New 
   t.strictSame(burst.slice(0, 5), [200, 200, 200, 200, 200], 'pro: five in a second')
   // Unless the machine stalled past the second these six took (then the first has left the window).
   if (took < 1000) t.equal(burst[5], 429, `pro: the sixth within the second (${took} ms) refused`)
+})
+
+t.test('websocket: 20 messages a minute on a connection, the 21st dropped and told; 3 connections, the 4th refused at the upgrade', async t => {
+  const file = 'websocket.js'
+  const { buildApp } = await import(`../examples/${file}`) as Example
+  const app = await buildApp({ redis: (await getRedis(t)).url, nameSpace: uniquePrefix() })
+  t.teardown(() => app.close())
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `ws://127.0.0.1:${(app.server.address() as { port: number }).port}/chat`
+  const headers = { 'x-api-key': 'key-acme-0001' }
+  const chat = new WebSocket(url, { headers })
+  await once(chat, 'open')
+  const heard: string[] = []
+  const told = new Promise<string>(resolve => {
+    chat.on('message', (data: Buffer) => {
+      const text = String(data)
+      if (text.startsWith('{')) resolve(text)
+      else heard.push(text)
+    })
+  })
+  for (let i = 0; i < 25; i++) chat.send(`hello ${i}`)
+  t.match(JSON.parse(await told), { error: 'rate_limited' }, 'the 21st: dropped, and the client told')
+  t.strictSame(heard, Array.from({ length: 20 }, (_, i) => `hello ${i}`), 'the first 20 reached the room, in order')
+  const more = [new WebSocket(url, { headers }), new WebSocket(url, { headers })]
+  await Promise.all(more.map(async socket => await once(socket, 'open')))
+  const fourth = new WebSocket(url, { headers })
+  fourth.on('error', () => {})
+  const [, response] = await once(fourth, 'unexpected-response') as [unknown, http.IncomingMessage]
+  response.resume()
+  t.equal(response.statusCode, 429, 'a 4th connection: refused before the upgrade')
+  t.equal(chat.readyState, WebSocket.OPEN, 'the first is still open')
+  for (const socket of [chat, ...more]) socket.close()
 })
 
 t.test('graphql: a query charged what it returned, over real HTTP; signIn 5 a minute whatever the operation is called', async t => {

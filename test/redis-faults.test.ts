@@ -19,6 +19,7 @@ import type { App, Timed } from './helpers/faults.js'
 import { client, ready, startRedisServer } from './helpers/redis.js'
 import { allowing, inTime, lagDuring, overdue, under } from './helpers/lag.js'
 import type { RedisProcess } from './helpers/redis.js'
+import { TS_LOADER } from './helpers/ts-loader.js'
 
 // Every answer is held to the decision deadline plus the lag measured while it was out (lag.ts).
 const TIMEOUT = 100
@@ -523,7 +524,7 @@ async function strictChild (url: string): Promise<{ code: string, rejectedAfter:
   // child's few lines as the whole file's coverage.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(NODE_OPTIONS|NODE_V8_COVERAGE|TAP|_TAPJS_)/.test(name)))
   const spawnedAt = performance.now()
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', source, url], {
+  const child = spawn(process.execPath, ['--import', TS_LOADER, '--input-type=module', '-e', source, url], {
     env,
     stdio: ['ignore', 'pipe', 'inherit']
   })

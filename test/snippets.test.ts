@@ -21,6 +21,8 @@ t.setTimeout(180_000)
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const FIXTURE = join(ROOT, 'test', 'fixtures', 'snippets')
+/** `ws`'s types, which the package does not install (@fastify/websocket's typings, the WebSocket example and docs use them). */
+const WS_TYPES = join(FIXTURE, 'ws.d.ts')
 
 // What a block may use without declaring it: an app, the plugin, and the handlers and helpers the text
 // around a block speaks of. A block imports from here (on its first line, so its lines keep their numbers)
@@ -159,7 +161,7 @@ function compile (options: ts.CompilerOptions, files: Map<string, string>, roots
     if (text === undefined) parsed.set(key, sourceFile)
     return sourceFile
   }
-  const program = ts.createProgram({ rootNames: [...files.keys(), ...roots], options, host })
+  const program = ts.createProgram({ rootNames: [...files.keys(), ...roots, WS_TYPES], options, host })
   const errors = new Map<string, string[]>()
   for (const d of ts.getPreEmitDiagnostics(program)) {
     const file = d.file?.fileName ?? '(options)'

@@ -158,7 +158,7 @@ const slot = (request: FastifyRequest): Record<symbol, Charge | null> => request
  */
 export function charge (state: RequestState): Step {
   const counted = state.handOver()
-  if (counted !== null) slot(state.request)[CHARGE] = new Charge(state.request, state.plan.decider, counted)
+  if (counted.length > 0) slot(state.request)[CHARGE] = new Charge(state.request, state.plan.decider, counted)
   return undefined
 }
 

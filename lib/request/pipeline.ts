@@ -142,7 +142,6 @@ function next (stages: readonly Stage[], state: RequestState, stage: number, ste
  */
 function refund (state: RequestState): void {
   const taken = state.handOver()
-  if (taken === null) return
   const { decider } = state.plan
   const log = state.request.log
   for (const { input, decision } of taken) {

@@ -5,7 +5,7 @@ import { andThen } from '../awaitable.js'
 import { InvalidOptionError } from '../errors.js'
 import { remainingOf, retryAfterSeconds, writeHeaders } from '../headers.js'
 import type { Decidable, Verdict } from '../stores/store.js'
-import { settlementOf } from './charge.js'
+import { settlementOf, UNCOUNTED } from './charge.js'
 import type { Plan } from './plan.js'
 import { hashOf, report } from './report.js'
 import { SHADOW } from './respond.js'
@@ -62,12 +62,17 @@ export interface HeldSlots {
 /** The longest key a spend takes under the client's (a key is hashed into the stores' names; this bounds the work). */
 const KEY_MAX = 512
 
-/** The stage that puts the key the app asked for under the client's. */
+/**
+ * The stage that puts the key the app asked for under the client's: `client|key`, the client's own `%` and `|`
+ * written `%25` and `%7C`, so that one client's keys never meet another's (`a|b` under `c` is not `a` under `b|c`).
+ */
 export function narrow (state: RequestState): Step {
   const under = state.spending!.key
-  if (under !== undefined) state.key = `${state.key}|${under}`
+  if (under !== undefined) state.key = `${state.key.replace(/[%|]/g, escaped)}|${under}`
   return undefined
 }
+
+const escaped = (c: string): string => c === '%' ? '%25' : '%7C'
 
 /** The units the app asked for, on the decision: its denials are held in process only at the budget's own cost. */
 export function price (state: RequestState): Step {
@@ -149,18 +154,18 @@ export function spentOf (state: RequestState): Spent {
   const decided = state.decided
   if (decided === null) return ALLOW_LISTED
   const { verdict, input, headers } = decided
-  const taken = state.handOver() ?? []
-  // A refused spend counted nothing: nothing to settle (a settlement needs what was counted).
-  const settlement = taken.length === 0 ? null : settlementOf(request, plan.decider, taken)
-  const charged = settlement === null ? 0 : input.cost ?? 1
-  const settle = async (amount: number): Promise<void> => {
-    if (settlement !== null) await settlement.settle(amount)
-  }
+  const taken = state.handOver()
+  // A spend that counted nothing (refused, not decided) settles as a request nothing counted: to nothing.
+  const charged = taken.length === 0 ? 0 : input.cost ?? 1
+  const settle = taken.length === 0 ? UNCOUNTED.settle : settlementOf(request, plan.decider, taken).settle
   if (!('limits' in verdict)) return unsettledAnswer(plan, state, verdict, input, settle)
-  const outcome = outcomeOf(plan, verdict.status, verdict.status === 'banned' ? verdict.banStarted : false, verdict.retryMs)
+  const banStarted = verdict.status === 'banned' ? verdict.banStarted : false
+  const outcome = outcomeOf(plan, verdict.status, banStarted, verdict.retryMs, decided.roomFull === true)
   report(plan, outcome, state.given, verdict, input, headers)
   const refused = verdict.status !== 'allowed'
+  // The app's callbacks, as a route's request tells them (./respond.ts).
   if (refused) told(plan, state, verdict.retryMs, verdict.banStarted, verdict.offence)
+  else plan.route.onExceeding?.(request, state.given as string)
   const shadow = plan.route.mode === 'shadow'
   return {
     ok: !refused || shadow,
@@ -176,11 +181,15 @@ export function spentOf (state: RequestState): Spent {
 }
 
 /** What a decision came to, as the decision channel names it (shadow mode's own names for what it let through). */
-function outcomeOf (plan: Plan, status: 'allowed' | 'limited' | 'banned', banStarted: boolean, retryMs: number): Outcome {
+function outcomeOf (
+  plan: Plan, status: 'allowed' | 'limited' | 'banned', banStarted: boolean, retryMs: number, roomFull: boolean
+): Outcome {
   if (status === 'allowed') return 'allowed'
   const shadow = plan.route.mode === 'shadow'
   if (status === 'banned') return shadow ? (banStarted ? 'shadow-ban-started' : 'shadow-banned') : banStarted ? 'ban-started' : 'banned'
   if (shadow) return 'shadow-limited'
+  // It would have waited (`maxWait`), but the registration's `maxWaiting` places were taken (./wait.ts).
+  if (roomFull) return 'waiting-full'
   return retryMs === 0 ? 'too-costly' : 'limited'
 }
 
@@ -229,6 +238,6 @@ const ALLOW_LISTED: Spent = Object.freeze({
   resetMs: 0,
   retryMs: 0,
   charged: 0,
-  writeHeaders: () => {},
-  settle: async () => {}
+  writeHeaders: NOTHING,
+  settle: UNCOUNTED.settle
 })

@@ -49,6 +49,8 @@ export type Step = undefined | typeof REFUSED | typeof LEFT | typeof LISTED | ty
 /** A stage: reads and fills in the request's state, at once when its answer is at hand. */
 export type Stage = (state: RequestState) => Step | PromiseLike<Step>
 
+const NOTHING_TAKEN: readonly Taken[] = Object.freeze([])
+
 export class RequestState {
   readonly plan: Plan
   readonly request: FastifyRequest
@@ -82,9 +84,9 @@ export class RequestState {
     (this.#taken ??= []).push({ input, decision })
   }
 
-  /** What the request holds, in the order it was taken (its own budget first), handed over once: null after. */
-  handOver (): readonly Taken[] | null {
-    const taken = this.#taken
+  /** What the request holds, in the order it was taken (its own budget first), handed over once: nothing after. */
+  handOver (): readonly Taken[] {
+    const taken = this.#taken ?? NOTHING_TAKEN
     this.#taken = null
     return taken
   }

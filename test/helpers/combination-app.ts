@@ -20,7 +20,7 @@ import Fastify from 'fastify'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import rateGuard from '../../lib/index.js'
-import type { FailMode } from '../../lib/index.js'
+import type { FailMode, Spent } from '../../lib/index.js'
 import type { Teardownable } from './redis-server.js'
 
 const HOUR = '1 hour'
@@ -50,7 +50,10 @@ export const ROUTES = {
   // settles, and its denials strike toward /ban's ban (one client's strikes, wherever).
   '/quota': { max: 3, cost: null, shadow: false, concurrency: null },
   // A day's quota that only watches.
-  '/quota-shadow': { max: 1, cost: 1, shadow: true, concurrency: null }
+  '/quota-shadow': { max: 1, cost: 1, shadow: true, concurrency: null },
+  // A budget spent by hand (fastify.rateGuard.budget()): its handler spends `x-cost` units, refuses as the
+  // plugin would, and settles with the spend's own settle.
+  '/spent': { max: 4, cost: null, shadow: false, concurrency: null }
 } as const satisfies Record<string, { max: number, cost: number | null, shadow: boolean, concurrency: number | null }>
 export type Path = keyof typeof ROUTES
 /** `/ban`'s policy, and `/quota`'s: denials within the hour that start a ban of an hour. */
@@ -210,9 +213,10 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
       const gone = new Promise(resolve => reply.raw.once('close', () => { if (events?.runsOn !== true) resolve(undefined) }))
       if (request.headers['x-hold'] === '1') await Promise.race([events?.release.promise, gone])
       const amount = request.headers['x-settle']
+      const charge = spentOf.get(request) ?? request.rateGuard
       const settled = amount === undefined
         ? undefined
-        : await request.rateGuard.settle(Number(amount)).then(() => 'ok', (err: { code?: string }) => err.code ?? String(err))
+        : await charge.settle(Number(amount)).then(() => 'ok', (err: { code?: string }) => err.code ?? String(err))
       events?.handled.resolve(settled)
       if (request.headers['x-status'] !== undefined) reply.code(Number(request.headers['x-status']))
       if (request.headers['x-free'] !== undefined) reply.header('x-free', String(request.headers['x-free']))
@@ -222,6 +226,20 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     }
   }
   const limit = (path: Path): { max: number, timeWindow: string } => ({ max: ROUTES[path].max, timeWindow: HOUR })
+  // The spends of /spent's requests let on, whose settle the handler calls.
+  const spentOf = new WeakMap<FastifyRequest, Spent>()
+  const spending = app.rateGuard.budget(limit('/spent'))
+  app.get('/spent', { config: { rateLimit: false } }, async (request, reply) => {
+    const given = String(request.headers['x-cost'])
+    const spent = await spending.spend(request, { cost: given === 'huge' ? Number.MAX_SAFE_INTEGER : Number(given) })
+    spent.writeHeaders(reply)
+    if (spent.ok) {
+      spentOf.set(request, spent)
+      return await handler(request, reply)
+    }
+    const banned = spent.outcome === 'banned' || spent.outcome === 'ban-started'
+    return await reply.code(spent.outcome === 'unavailable' ? 503 : banned ? 403 : 429).send({ refused: spent.outcome })
+  })
 
   app.route({ method: ['GET', 'POST'], url: '/plain', config: { rateLimit: { ...limit('/plain'), skipFailedRequests: true } }, handler })
   // The README's example: the cost is the body's item count (a body without items makes it throw).

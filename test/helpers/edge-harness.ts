@@ -41,6 +41,11 @@ export interface Kind {
   gapMs: readonly [number, number]
   /** How many of a run's first requests hold their slot for the whole run (one with a fault: through it and past). */
   opening?: { count: number }
+  /**
+   * A budget spent by hand (`fastify.rateGuard.budget(config)`) in the handler, the route itself unlimited:
+   * `spend` counts the request, `hold` takes its slot until the handler is done.
+   */
+  byHand?: 'spend' | 'hold'
 }
 
 const RATE = { max: 4, timeWindow: 1000 }
@@ -52,7 +57,10 @@ const rate = (algorithm: 'sliding-log' | 'fixed-window' | 'sliding-window' | 'to
   gapMs: [20, 200]
 })
 
-/** Every kind of limit the matrix holds: each algorithm, a calendar quota, concurrency, maxWait, bans. */
+/**
+ * Every kind of limit the matrix holds: each algorithm, a calendar quota, concurrency, maxWait, bans, and a budget
+ * spent by hand (a rate spent, a slot held: what the GraphQL and WebSocket adapters build on).
+ */
 export const KINDS: readonly Kind[] = [
   rate('sliding-log'), rate('fixed-window'), rate('sliding-window'), rate('token-bucket'),
   {
@@ -84,6 +92,16 @@ export const KINDS: readonly Kind[] = [
     bound: { kind: 'rate', algorithm: 'sliding-log', max: 3, windowMs: 1000, banMs: 2000 },
     holdMs: [20, 300],
     gapMs: [40, 250]
+  },
+  { ...rate('sliding-log'), name: 'spent', byHand: 'spend' },
+  {
+    name: 'held',
+    config: () => ({ max: 1000, timeWindow: 60_000, concurrency: { max: 2, lease: '2 seconds' } }),
+    bound: { kind: 'running', max: 2, leaseMs: 2000 },
+    holdMs: [400, 1500],
+    gapMs: [50, 250],
+    opening: { count: 2 },
+    byHand: 'hold'
   }
 ]
 
@@ -124,6 +142,10 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
     })
     app.addContentTypeParser('text/plain', { parseAs: 'string' }, (_request, body, done) => { done(null, body) })
     for (const kind of KINDS) {
+      if (kind.byHand !== undefined) {
+        byHand(app, kind, opts.zone, opts.observer)
+        continue
+      }
       app.route({
         method: ['GET', 'POST'],
         url: `/${kind.name}`,
@@ -138,6 +160,34 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
     }
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { app, base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` }
+  })
+}
+
+/** `kind`'s route, counted by hand in its handler on a budget of `kind.config` (Kind.byHand); refused as the plugin would. */
+function byHand (app: FastifyInstance, kind: Kind, zone: string, observer: Observer): void {
+  const budget = app.rateGuard.budget(kind.config(zone))
+  app.route({
+    method: ['GET', 'POST'],
+    url: `/${kind.name}`,
+    config: { rateLimit: false },
+    handler: async (request, reply) => {
+      const answer = kind.byHand === 'spend' ? await budget.spend(request) : await budget.hold(request)
+      if ('writeHeaders' in answer) answer.writeHeaders(reply)
+      if (!answer.ok) {
+        const banned = answer.outcome === 'banned' || answer.outcome === 'ban-started'
+        // The plugin's in-flight refusal waits a second; a spend's headers say its own wait.
+        if (!reply.hasHeader('retry-after')) reply.header('retry-after', 1)
+        return await reply.code(answer.outcome === 'unavailable' ? 503 : banned ? 403 : 429).send('refused')
+      }
+      const end = observer.begin(String(request.headers['x-api-key']), performance.now(), Number(request.headers['x-sent']))
+      try {
+        await sleep(Number(request.headers['x-hold-ms']))
+        end(performance.now())
+        return 'ok'
+      } finally {
+        if ('release' in answer) answer.release()
+      }
+    }
   })
 }
 
