@@ -1,6 +1,7 @@
 // The examples of costs and settling (examples/failed-logins.js, examples/llm-tokens.js), of requests in flight
-// (examples/streams.js), of waiting instead of 429 (examples/webhooks.js) and of WebSocket limits (examples/websocket.js, over a real
-// WebSocket client), run against a real Redis through the built package (`fastify-rate-guard`, as an app imports it: npm run build first).
+// (examples/streams.js), of waiting instead of 429 (examples/webhooks.js), of WebSocket limits (examples/websocket.js, over a real
+// WebSocket client) and of GraphQL (examples/graphql.js, over real HTTP), run against a real Redis through the built package
+// (`fastify-rate-guard`, as an app imports it: npm run build first).
 import http from 'node:http'
 import { once } from 'node:events'
 import t from 'tap'
@@ -161,4 +162,18 @@ t.test('websocket: 20 messages a minute on a connection, the 21st dropped and to
   t.equal(response.statusCode, 429, 'a 4th connection: refused before the upgrade')
   t.equal(chat.readyState, WebSocket.OPEN, 'the first is still open')
   for (const socket of [chat, ...more]) socket.close()
+})
+
+t.test('graphql: a query charged what it returned, over real HTTP; signIn 5 a minute whatever the operation is called', async t => {
+  const app = await start(t, 'graphql.js')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/graphql`
+  const post = async (query: string): Promise<any> =>
+    await (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query }) })).json()
+  const products = await post('{ products(first: 20) { name reviews(first: 5) { body } } }')
+  t.equal(products.data.products.length, 4)
+  t.match(products.extensions.cost, { requestedQueryCost: 540, actualQueryCost: 48, throttleStatus: { maximumAvailable: 1000, restoreRate: 50 } })
+  for (let i = 0; i < 5; i++) t.same((await post(`mutation Attempt${i} { signIn(user: "ada") }`)).data, { signIn: true })
+  const sixth = await post('mutation Another { signIn(user: "ada") }')
+  t.match(sixth.errors, [{ extensions: { code: 'THROTTLED', budget: 'operation:signIn' } }], 'a new operation name does not escape')
 })

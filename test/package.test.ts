@@ -22,6 +22,7 @@ t.test('the tarball carries LICENSE, dist/ and lua/', async t => {
   for (const tool of ['page', 'view', 'names', 'series', 'prometheus', 'opentelemetry']) {
     t.ok(files.has(`dist/operator/${tool}.js`) && files.has(`dist/operator/${tool}.d.ts`), `the operator tool ${tool}, typed`)
   }
+  t.ok(files.has('dist/adapters/mercurius.js') && files.has('dist/adapters/mercurius.d.ts'), 'the Mercurius adapter, typed')
   t.notOk([...files].some(file => file.startsWith('test/') || file.startsWith('lib/')), 'no tests, no sources')
 })
 
@@ -42,7 +43,7 @@ t.test('package.json: MIT as the LICENSE says, engines from the first Node whose
   t.equal(pkg.scripts.prepack, pkg.scripts.build, 'prepack builds, so a pack ships a fresh dist/')
 })
 
-t.test('the operator tools are subpath exports, their libraries optional peers', async t => {
+t.test('the operator tools and adapters are subpath exports, their libraries optional peers', async t => {
   const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as {
     exports: Record<string, unknown>, peerDependencies: Record<string, string>, peerDependenciesMeta: Record<string, { optional: boolean }>
   }
@@ -50,7 +51,7 @@ t.test('the operator tools are subpath exports, their libraries optional peers',
     t.strictSame(pkg.exports[`./${subpath}`], { types: `./dist/operator/${file}.d.ts`, default: `./dist/operator/${file}.js` }, subpath)
   }
   t.equal(pkg.exports['./grafana-dashboard.json'], './dashboards/grafana.json', 'the dashboard, as a file')
-  for (const peer of ['prom-client', '@opentelemetry/api']) {
+  for (const peer of ['prom-client', '@opentelemetry/api', 'mercurius', 'graphql']) {
     t.ok(pkg.peerDependencies[peer], `${peer} a peer`)
     t.equal(pkg.peerDependenciesMeta[peer]?.optional, true, `${peer} optional: only its subpath imports it`)
   }
