@@ -7,17 +7,24 @@
 //
 //   npm run build && node bench/graphql.js
 //
-// Environment: BENCH_GRAPHQL_DURATION (s per run, default 5), BENCH_GRAPHQL_ROUNDS (default 3),
-// BENCH_GRAPHQL_CONNECTIONS (default 20), REDIS_URL (default redis://127.0.0.1:6379).
+// Environment: BENCH_GRAPHQL_DURATION (s per run, default 5), BENCH_GRAPHQL_WARMUP (s before the rounds,
+// default 1), BENCH_GRAPHQL_ROUNDS (default 3), BENCH_GRAPHQL_CONNECTIONS (default 20), REDIS_URL (default
+// redis://127.0.0.1:6379), BENCH_OUT (its JSON, as `npm run bench` runs it: BENCH_HARNESSES=graphql).
 import { fork } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+import { Redis } from 'ioredis'
+import { writeJson } from './harness.js'
+import { loadAverage } from './machine.js'
 
 const QUERY = '{ products(first: 5) { name reviews(first: 4) { body } } }'
 const VARIANTS = ['mercurius', 'adapter in process', 'adapter on Redis']
+/** The Redis variant's keys: deleted when the run is over. */
+const NAME_SPACE = 'bench-graphql-'
 const number = (name, fallback) => Number(process.env[name] ?? fallback)
 const settings = {
   durationS: number('BENCH_GRAPHQL_DURATION', 5),
+  warmupS: number('BENCH_GRAPHQL_WARMUP', 1),
   rounds: Math.max(1, Math.round(number('BENCH_GRAPHQL_ROUNDS', 3))),
   connections: Math.max(1, Math.round(number('BENCH_GRAPHQL_CONNECTIONS', 20))),
   redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -34,7 +41,7 @@ async function serve (variant) {
   const app = Fastify()
   if (variant !== 'mercurius') {
     const redis = variant === 'adapter on Redis' ? settings.redis : undefined
-    await app.register(rateGuard, { global: false, redis, nameSpace: `bench-graphql-${process.pid}:` })
+    await app.register(rateGuard, { global: false, redis, nameSpace: `${NAME_SPACE}${process.pid}:` })
   }
   await app.register(mercurius, {
     schema: `type Review { body: String }
@@ -77,11 +84,22 @@ async function measure (port) {
 }
 
 async function main () {
+  const loadBefore = loadAverage()
   const servers = []
   for (const variant of VARIANTS) servers.push(await start(variant))
   const runs = new Map(VARIANTS.map(variant => [variant, []]))
   try {
-    for (const { port } of servers) await autocannon({ url: `http://127.0.0.1:${port}/graphql`, method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: QUERY }), connections: settings.connections, duration: 1 })
+    for (const { port } of servers) {
+      if (settings.warmupS === 0) continue
+      await autocannon({
+        url: `http://127.0.0.1:${port}/graphql`,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ query: QUERY }),
+        connections: settings.connections,
+        duration: settings.warmupS
+      })
+    }
     for (let round = 1; round <= settings.rounds; round++) {
       for (const [i, variant] of VARIANTS.entries()) {
         const run = await measure(servers[i].port)
@@ -91,17 +109,33 @@ async function main () {
     }
   } finally {
     for (const { child } of servers) child.kill()
+    await deleteKeys()
   }
   const median = values => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
-  const base = median(runs.get('mercurius').map(run => run.rps))
-  console.log(`GraphQL \`${QUERY}\`, ${settings.connections} connections, ${settings.rounds} rounds of ${settings.durationS} s (medians)\n`)
+  const rows = VARIANTS.map(variant => {
+    const list = runs.get(variant)
+    return { variant, perSecond: Math.round(median(list.map(run => run.rps))), p50Ms: median(list.map(run => run.p50)), p99Ms: median(list.map(run => run.p99)) }
+  })
+  const base = rows[0].perSecond
+  console.log(`### GraphQL requests (bench/graphql.js), ${new Date().toISOString()}\n`)
+  console.log(`\`${QUERY}\`, ${settings.connections} connections, ${settings.rounds} rounds of ${settings.durationS} s (medians); ` +
+    `load average ${loadBefore} before, ${loadAverage()} after\n`)
   console.log('| variant | req/s | vs Mercurius alone | p50 ms | p99 ms |')
   console.log('|---|---:|---:|---:|---:|')
-  for (const variant of VARIANTS) {
-    const list = runs.get(variant)
-    const rps = median(list.map(run => run.rps))
-    const share = `${((rps / base - 1) * 100).toFixed(1)}%`
-    console.log(`| ${variant} | ${rps.toFixed(0)} | ${share} | ${median(list.map(run => run.p50))} | ${median(list.map(run => run.p99))} |`)
+  for (const row of rows) {
+    console.log(`| ${row.variant} | ${row.perSecond} | ${((row.perSecond / base - 1) * 100).toFixed(1)}% | ${row.p50Ms} | ${row.p99Ms} |`)
+  }
+  writeJson({ date: new Date().toISOString(), settings, rows })
+}
+
+/** The Redis variant's keys, deleted (its server is gone: nothing writes them any more). */
+async function deleteKeys () {
+  const redis = new Redis(settings.redis)
+  try {
+    const keys = await redis.keys(`${NAME_SPACE}*`)
+    if (keys.length > 0) await redis.del(...keys)
+  } finally {
+    redis.disconnect()
   }
 }
 

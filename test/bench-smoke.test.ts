@@ -219,21 +219,29 @@ t.test('the adapters\' harnesses run through `npm run bench`: each variant serve
   const out = join(t.testdir(), 'latest.json')
   const { code, stdout, stderr } = await run({
     REDIS_URL: url,
-    BENCH_HARNESSES: 'websocket',
+    BENCH_HARNESSES: 'websocket,graphql',
     WS_CLIENTS: '2',
     WS_MESSAGES: '20',
     WS_ROUNDS: '1',
+    BENCH_GRAPHQL_DURATION: '0.3',
+    BENCH_GRAPHQL_WARMUP: '0',
+    BENCH_GRAPHQL_ROUNDS: '1',
+    BENCH_GRAPHQL_CONNECTIONS: '2',
     BENCH_OUT: out
   })
   t.equal(code, 0, `exits 0; stderr: ${stderr}`)
   const all = JSON.parse(readFileSync(out, 'utf8')) as { harnesses: Record<string, { rows: Array<{ variant: string, perSecond: number }> }> }
-  t.same(Object.keys(all.harnesses), ['websocket'], 'the JSON holds each harness selected')
-  const { rows } = all.harnesses.websocket!
-  t.equal(rows.length, 5, 'the bare server, and the adapter with one budget and with three, in process and on Redis')
-  for (const row of rows) {
-    t.ok(row.perSecond > 0, `${row.variant}: messages went through`)
-    t.match(stdout, new RegExp(`^\\| ${escape(row.variant)} \\| \\d+ \\|`, 'm'), `${row.variant}: a table row`)
+  t.same(Object.keys(all.harnesses), ['websocket', 'graphql'], 'the JSON holds each harness selected')
+  // WebSocket: the bare server, and the adapter with one budget and with three, in process and on Redis;
+  // GraphQL: Mercurius alone, and the adapter in process and on Redis.
+  for (const [name, count] of [['websocket', 5], ['graphql', 3]] as const) {
+    const { rows } = all.harnesses[name]!
+    t.equal(rows.length, count, `${name}: a row for each variant`)
+    for (const row of rows) {
+      t.ok(row.perSecond > 0, `${name}, ${row.variant}: it served`)
+      t.match(stdout, new RegExp(`^\\| ${escape(row.variant)} \\| \\d+ \\|`, 'm'), `${name}, ${row.variant}: a table row`)
+    }
   }
   const redis = client(t, url)
-  t.same(await scanKeys(redis, 'bench-ws-'), [], 'the run\'s keys were deleted')
+  t.same([...await scanKeys(redis, 'bench-ws-'), ...await scanKeys(redis, 'bench-graphql-')], [], 'the runs\' keys were deleted')
 })
