@@ -11,9 +11,11 @@ import { createServer, request as httpRequest } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply } from 'fastify'
 import type { Test } from 'tap'
+import mercurius from 'mercurius'
 import rateGuard from '../../lib/index.js'
+import mercuriusRateGuard from '../../lib/adapters/mercurius.js'
 import { breaches } from './edge-check.js'
 import { uniquePrefix } from './redis.js'
 import type { Bound, Fault, Observer } from './edge-check.js'
@@ -46,6 +48,11 @@ export interface Kind {
    * `spend` counts the request, `hold` takes its slot until the handler is done.
    */
   byHand?: 'spend' | 'hold'
+  /**
+   * A GraphQL field limited by fastify-rate-guard/mercurius (`operations`, with `config` as the field's budget):
+   * its requests are `GET /graphql?query={work}`, refused 429.
+   */
+  graphql?: true
 }
 
 const RATE = { max: 4, timeWindow: 1000 }
@@ -59,7 +66,8 @@ const rate = (algorithm: 'sliding-log' | 'fixed-window' | 'sliding-window' | 'to
 
 /**
  * Every kind of limit the matrix holds: each algorithm, a calendar quota, concurrency, maxWait, bans, and a budget
- * spent by hand (a rate spent, a slot held: what the GraphQL and WebSocket adapters build on).
+ * spent by hand (a rate spent, a slot held: what the GraphQL and WebSocket adapters build on), and a GraphQL field
+ * limited by fastify-rate-guard/mercurius.
  */
 export const KINDS: readonly Kind[] = [
   rate('sliding-log'), rate('fixed-window'), rate('sliding-window'), rate('token-bucket'),
@@ -94,6 +102,11 @@ export const KINDS: readonly Kind[] = [
     gapMs: [40, 250]
   },
   { ...rate('sliding-log'), name: 'spent', byHand: 'spend' },
+  {
+    ...rate('sliding-log'),
+    name: 'graphql',
+    graphql: true
+  },
   {
     name: 'held',
     config: () => ({ max: 1000, timeWindow: 60_000, concurrency: { max: 2, lease: '2 seconds' } }),
@@ -141,7 +154,9 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
       verifyApiKey: () => true
     })
     app.addContentTypeParser('text/plain', { parseAs: 'string' }, (_request, body, done) => { done(null, body) })
+    await graphqlField(app, opts.zone, opts.observer)
     for (const kind of KINDS) {
+      if (kind.graphql === true) continue
       if (kind.byHand !== undefined) {
         byHand(app, kind, opts.zone, opts.observer)
         continue
@@ -161,6 +176,27 @@ export async function instance (t: Test, opts: { redis?: string | string[], name
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { app, base: `http://127.0.0.1:${(app.server.address() as { port: number }).port}` }
   })
+}
+
+/** Mercurius with one field, `work`, limited per client by the GraphQL kind's budget; its resolver records what ran. */
+async function graphqlField (app: FastifyInstance, zone: string, observer: Observer): Promise<void> {
+  const kind = KINDS.find(k => k.graphql === true)!
+  await app.register(mercurius, {
+    path: `/${kind.name}`,
+    schema: 'type Query { work: String }',
+    resolvers: {
+      Query: {
+        work: async (_root: unknown, _args: unknown, { reply }: { reply: FastifyReply }) => {
+          const { headers } = reply.request
+          const end = observer.begin(String(headers['x-api-key']), performance.now(), Number(headers['x-sent']))
+          await sleep(Number(headers['x-hold-ms']))
+          end(performance.now())
+          return 'ok'
+        }
+      }
+    }
+  })
+  await app.register(mercuriusRateGuard, { cost: false, statusCode: 429, operations: { work: kind.config(zone) } })
 }
 
 /** `kind`'s route, counted by hand in its handler on a budget of `kind.config` (Kind.byHand); refused as the plugin would. */
@@ -252,7 +288,7 @@ export async function drive (cell: Cell, seed: number, traffic: Traffic, observe
     const hangUp = !long && traffic.hangUp !== undefined && d.random() < (traffic.hangUpOdds ?? 0.4)
       ? { when: traffic.hangUp, afterMs: traffic.hangUp === 'before' ? d.int(5, 150) : d.int(30, Math.max(40, holdMs - 20)) }
       : undefined
-    const url = `${d.pick(traffic.bases)}/${cell.kind.name}`
+    const url = `${d.pick(traffic.bases)}/${cell.kind.name}${cell.kind.graphql === true ? '?query=%7Bwork%7D' : ''}`
     const sent = performance.now()
     answers.push(send(url, cell.client, holdMs, sent, hangUp).then(({ status, retryAfter }) => {
       observer.answers.push({ client: cell.client, via: url.slice(0, url.lastIndexOf('/')), sent, at: performance.now(), status, retryAfter })
