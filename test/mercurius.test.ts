@@ -147,6 +147,9 @@ t.test('signIn limited apart from other fields; renaming the operation or aliasi
   t.match((await ask(app, 'mutation Fresh { signIn(user: "a") }')).json().errors, [{ extensions: { code: 'THROTTLED' } }])
   t.ok((await ask(app, 'mutation { other forgotPassword(user: "a") }')).json().data, 'other fields untouched')
   t.equal(runs.signIn, 3)
+  // The operator reaches the field's budget by its group's name (the client: inject's address, by the default key).
+  const seen = await app.rateGuard.peek('127.0.0.1', { groupId: 'graphql operation:signIn' })
+  t.match(seen, { max: 3, count: 3, remaining: 0 }, 'peek reads signIn\'s budget as graphql operation:signIn')
 })
 
 t.test('a refusal by one budget writes nothing to the others the operation asked', async t => {
@@ -294,7 +297,10 @@ t.test('invalid options throw a coded InvalidOptionError at register', async t =
     [{ subscriptions: {} }, /mercurius\.subscriptions\.max/],
     [{ subscriptions: { max: 1, lease: 1 } }, /mercurius\.subscriptions/],
     [{ unknownOption: true }, /unknownOption/],
-    [{ operations: { signIn: { max: 1, timeWindow: 1000, nope: 1 } } }, /nope/]
+    [{ operations: { signIn: { max: 1, timeWindow: 1000, nope: 1 } } }, /nope/],
+    // Each budget's group is the adapter's (what every instance counts together on).
+    [{ groupId: 'mine' }, /mercurius\.groupId/],
+    [{ operations: { signIn: { max: 1, timeWindow: 1000, groupId: 'mine' } } }, /mercurius\.operations\.signIn\.groupId/]
   ]
   for (const [options, message] of cases) {
     await t.rejects(build(t, options as MercuriusRateGuardOptions), { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, JSON.stringify(options))

@@ -128,11 +128,17 @@ function checkCost (given: unknown, schema: GraphQLSchema): CheckedCost | null {
   })
 }
 
-/** A budget's limits: an object (its options checked by the budget made of it). */
+/**
+ * A budget's limits: an object (its options checked by the budget made of it), without a `groupId`: the adapter
+ * names each budget's group itself (`graphql operation:signIn`), so instances count together.
+ */
 function entry (name: string, value: unknown): LimitEntry {
   if (!isObject(value)) fail(name, 'expected a budget\'s options (max / timeWindow, limits...)')
+  if (value.groupId !== undefined) fail(`${name}.groupId`, GROUPED)
   return value
 }
+
+const GROUPED = 'not here: the adapter names each budget\'s group itself (graphql cost, graphql operation:<field>, …)'
 
 /** `operations`: each key a root field of the schema's query, mutation or subscription type. */
 function checkOperations (given: unknown, schema: GraphQLSchema): Map<string, LimitEntry> {
@@ -153,6 +159,7 @@ export function checkOptions (options: MercuriusRateGuardOptions, schema: GraphQ
   const common: Record<string, unknown> = {}
   for (const [key, value] of Object.entries(given)) if (!OWN.has(key)) common[key] = value
   const { actualCost = 'data', statusCode = 200, types = {}, introspection = INTROSPECTION_DEFAULT, subscriptions = false } = given
+  if (given.groupId !== undefined) fail('groupId', GROUPED)
   if (actualCost !== 'data' && actualCost !== false && typeof actualCost !== 'function') fail('actualCost', 'expected \'data\', a function or false')
   if (statusCode !== 200 && statusCode !== 429) fail('statusCode', `expected 200 or 429, got ${String(statusCode)}`)
   if (!isObject(types)) fail('types', 'expected an object of query / mutation / subscription: limits')

@@ -47,20 +47,25 @@ interface Budgets {
   readonly subscriptions: RateGuardBudget | null
 }
 
-/** Every budget the options name, made once at register; each with the common route options under its own. */
+/**
+ * Every budget the options name, made once at register; each with the common route options under its own, in a
+ * group named after what it limits (`graphql operation:signIn`): the same on every instance registered alike,
+ * whatever order the budgets are made in, and the name the operator's calls take (`peek(key, { groupId })`).
+ */
 function budgetsOf (fastify: FastifyInstance, checked: CheckedOptions): Budgets {
-  const make = (own: object): RateGuardBudget => fastify.rateGuard.budget({ ...checked.common, ...own })
-  const each = (entries: ReadonlyMap<string, object>): Map<string, RateGuardBudget> =>
-    new Map([...entries].map(([name, own]) => [name, make(own)]))
+  const make = (own: object, name: string): RateGuardBudget =>
+    fastify.rateGuard.budget({ ...checked.common, ...own, groupId: `graphql ${name}` })
+  const each = (entries: ReadonlyMap<string, object>, kind: string): Map<string, RateGuardBudget> =>
+    new Map([...entries].map(([name, own]) => [name, make(own, `${kind}:${name}`)]))
   const { cost } = checked
   return {
     cost: cost === null
       ? null
-      : make({ algorithm: 'token-bucket', max: cost.restoreRate, timeWindow: 1000, burst: cost.maximumAvailable }),
-    operations: each(checked.operations),
-    types: each(checked.types),
-    introspection: checked.introspection === null ? null : make(checked.introspection),
-    subscriptions: checked.subscriptions === null ? null : make({ concurrency: { max: checked.subscriptions } })
+      : make({ algorithm: 'token-bucket', max: cost.restoreRate, timeWindow: 1000, burst: cost.maximumAvailable }, 'cost'),
+    operations: each(checked.operations, 'operation'),
+    types: each(checked.types, 'type'),
+    introspection: checked.introspection === null ? null : make(checked.introspection, 'introspection'),
+    subscriptions: checked.subscriptions === null ? null : make({ concurrency: { max: checked.subscriptions } }, 'subscriptions')
   }
 }
 
