@@ -1,5 +1,6 @@
 // fastify.rateGuard.budget(options) across servers: one Redis under two app instances (their slots and counts
-// shared), and a real Redis Cluster (a client's keys, odd ones too, each spend's in one slot: no CROSSSLOT).
+// shared), and a real Redis Cluster (a client's keys, odd ones too, each spend's in one slot: no CROSSSLOT; and
+// the GraphQL and WebSocket adapters, which spend budgets so, on it).
 // The budget on one store at a time, and under a Redis that does not answer, is in test/budget.test.ts.
 import diagnostics from 'node:diagnostics_channel'
 import Fastify from 'fastify'
@@ -10,6 +11,13 @@ import rateGuard, { CHANNELS } from '../lib/index.js'
 import type { RateGuardBudget, RateGuardOptions, RouteRateLimitOptions, TroubleMessage } from '../lib/index.js'
 import { getRedis, scanKeys, uniquePrefix, until } from './helpers/redis.js'
 import { startCluster } from './helpers/cluster.js'
+import { once } from 'node:events'
+import type { AddressInfo } from 'node:net'
+import websocket from '@fastify/websocket'
+import mercurius from 'mercurius'
+import WebSocket from 'ws'
+import mercuriusRateGuard from '../lib/adapters/mercurius.js'
+import websocketRateGuard from '../lib/adapters/websocket.js'
 
 // A Cluster of six redis-servers takes a few seconds to form on a loaded machine.
 t.setTimeout(120_000)
@@ -91,4 +99,48 @@ t.test('a Redis Cluster: each spend\'s keys in one slot, odd keys too; no CROSSS
     const slots = new Set(await Promise.all(under.map(async key => await cluster.keySlot(key))))
     t.equal(slots.size, 1, `{${tag}}: ${under.length} keys in one slot`)
   }
+  await graphqlOn(t, cluster.urls)
+  await websocketOn(t, cluster.urls)
+  t.same(troubles.map(m => m.error.message), [], 'the adapters too: Redis refused nothing')
 })
+
+/** fastify-rate-guard/mercurius on `redis` (the Cluster): a query's cost refused before execution, refunded after; a field's own budget. */
+async function graphqlOn (t: Test, redis: readonly string[]): Promise<void> {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  let ran = 0
+  await app.register(rateGuard, { global: false, redis, nameSpace: uniquePrefix(), timeout: 3000, failMode: 'closed' })
+  await app.register(mercurius, {
+    schema: 'type Query { items(first: Int): [Item!]! } type Item { name: String } type Mutation { signIn: Boolean }',
+    resolvers: { Query: { items: () => { ran++; return [{ name: 'a' }] } }, Mutation: { signIn: () => true } }
+  })
+  await app.register(mercuriusRateGuard, { cost: { maximumAvailable: 50, restoreRate: 1 }, operations: { signIn: { max: 1, timeWindow: '1 minute' } } })
+  const ask = async (query: string): Promise<{ data?: unknown, errors?: unknown, extensions: { cost: Record<string, unknown> } }> =>
+    (await app.inject({ method: 'POST', url: '/graphql', payload: { query } })).json()
+  t.match(await ask('{ items(first: 40) { name } }'), { extensions: { cost: { requestedQueryCost: 40, actualQueryCost: 1 } } },
+    'GraphQL on the Cluster: 40 asked, 1 returned, 39 given back')
+  t.match(await ask('{ items(first: 45) { name } }'), { data: { items: [{ name: 'a' }] } }, 'the refund let the next query fit')
+  t.match(await ask('{ items(first: 49) { name } }'), { errors: [{ extensions: { code: 'THROTTLED' } }] }, 'past the bucket: refused')
+  t.equal(ran, 2, 'the refused query never ran')
+  t.match(await ask('mutation { signIn }'), { data: { signIn: true } })
+  t.match(await ask('mutation { signIn }'), { errors: [{ extensions: { code: 'THROTTLED', budget: 'operation:signIn' } }] })
+}
+
+/** fastify-rate-guard/websocket on `redis` (the Cluster): a client's messages past its limit dropped and notified. */
+async function websocketOn (t: Test, redis: readonly string[]): Promise<void> {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(rateGuard, { global: false, redis, nameSpace: uniquePrefix(), timeout: 3000, failMode: 'closed' })
+  await app.register(websocket)
+  await app.register(websocketRateGuard, { messages: { max: 3, timeWindow: '1 minute' }, connections: { max: 1 } })
+  const received: string[] = []
+  app.get('/ws', { websocket: true }, socket => { socket.on('message', (data: Buffer) => { received.push(data.toString()) }) })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const socket = new WebSocket(`ws://127.0.0.1:${(app.server.address() as AddressInfo).port}/ws`)
+  t.teardown(() => { socket.terminate() })
+  await once(socket, 'open')
+  for (let i = 0; i < 5; i++) socket.send(`m${i}`)
+  const [notice] = await once(socket, 'message') as [Buffer]
+  t.match(JSON.parse(notice.toString()), { error: 'rate_limited' }, 'WebSocket on the Cluster: the fourth message refused, notified')
+  t.strictSame(received, ['m0', 'm1', 'm2'], 'three messages reached the app, in order')
+}
