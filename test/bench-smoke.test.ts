@@ -5,7 +5,6 @@
 // table row per variant, writes its JSON and cleans its keys out of Redis. Nothing here is a speed: how fast a
 // variant is depends on the machine and whatever else runs on it, and is read from `npm run bench`, never
 // asserted by `npm test`.
-import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -13,9 +12,9 @@ import t from 'tap'
 import { client, getRedis, scanKeys } from './helpers/redis.js'
 import { distIsBuilt } from './helpers/built.js'
 import { FULL } from './helpers/thorough.js'
+import { escape, runBench as run } from './helpers/bench-runner.js'
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
-const RUNNER = join(ROOT, 'bench', 'run.js')
 const SCENARIOS = ['allowed', 'hot'] as const
 
 interface Variant { id: string, kind: string, algorithm?: string }
@@ -44,20 +43,6 @@ const { MAX, SCENARIOS: TITLES } = await import(new URL('../bench/plan.js', impo
 const ALGORITHMS_RUN = FULL ? ALGORITHMS : ['sliding-log']
 const VARIANTS = allVariants(ALGORITHMS).filter(v => (v.kind === 'rate-guard' && ALGORITHMS_RUN.includes(v.algorithm!)) || v.id === REFERENCE).map(v => v.id)
 const ONLY = `${ALGORITHMS_RUN.map(algorithm => `rate-guard ${algorithm}`).join(',')},${REFERENCE}`
-
-function run (env: NodeJS.ProcessEnv): Promise<{ code: number | null, stdout: string, stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [RUNNER], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString() })
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString() })
-    child.on('error', reject)
-    child.on('exit', (code) => resolve({ code, stdout, stderr }))
-  })
-}
-
-const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
 
 // Four server processes one after another (seven under FULL=1), each measured for a moment, then two more
 // (five) under each of two harnesses, and the Cluster's: about 30 s on a quiet machine (60 s under FULL=1).
@@ -209,39 +194,4 @@ t.test('the cluster harness runs through `npm run bench`: each limiter serves an
   }
   t.ok(results.runs.find(r => r.variant !== REFERENCE)!.requestsPerScriptCall! > 1, 'this plugin\'s requests went to the masters in batches')
   t.match(stdout, new RegExp(`^\\| ${escape(REFERENCE)} \\| [\\d,]+ \\|`, 'm'), 'a table row for the reference')
-})
-
-// The adapters' harnesses (bench/websocket.js, and bench/graphql.js), run short through the runner: each
-// variant (the bare server, then the adapter in process and on Redis) serves its traffic and prints a row; no
-// figure is held to anything.
-t.test('the adapters\' harnesses run through `npm run bench`: each variant serves and prints a row', async (t) => {
-  const { url } = await getRedis(t)
-  const out = join(t.testdir(), 'latest.json')
-  const { code, stdout, stderr } = await run({
-    REDIS_URL: url,
-    BENCH_HARNESSES: 'websocket,graphql',
-    WS_CLIENTS: '2',
-    WS_MESSAGES: '20',
-    WS_ROUNDS: '1',
-    BENCH_GRAPHQL_DURATION: '0.3',
-    BENCH_GRAPHQL_WARMUP: '0',
-    BENCH_GRAPHQL_ROUNDS: '1',
-    BENCH_GRAPHQL_CONNECTIONS: '2',
-    BENCH_OUT: out
-  })
-  t.equal(code, 0, `exits 0; stderr: ${stderr}`)
-  const all = JSON.parse(readFileSync(out, 'utf8')) as { harnesses: Record<string, { rows: Array<{ variant: string, perSecond: number }> }> }
-  t.same(Object.keys(all.harnesses), ['websocket', 'graphql'], 'the JSON holds each harness selected')
-  // WebSocket: the bare server, and the adapter with one budget and with three, in process and on Redis;
-  // GraphQL: Mercurius alone, and the adapter in process and on Redis.
-  for (const [name, count] of [['websocket', 5], ['graphql', 3]] as const) {
-    const { rows } = all.harnesses[name]!
-    t.equal(rows.length, count, `${name}: a row for each variant`)
-    for (const row of rows) {
-      t.ok(row.perSecond > 0, `${name}, ${row.variant}: it served`)
-      t.match(stdout, new RegExp(`^\\| ${escape(row.variant)} \\| \\d+ \\|`, 'm'), `${name}, ${row.variant}: a table row`)
-    }
-  }
-  const redis = client(t, url)
-  t.same([...await scanKeys(redis, 'bench-ws-'), ...await scanKeys(redis, 'bench-graphql-')], [], 'the runs\' keys were deleted')
 })

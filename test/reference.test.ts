@@ -20,9 +20,9 @@ const OPTIONS_PAGE = readFileSync(join(ROOT, 'docs', 'options.md'), 'utf8')
 // to the paragraph below the table that explains it) fits in 200; its prose is wrapped at 120.
 const LONGEST_LINE = 200
 
-/** A TypeScript program of `file` and what it imports. */
-function programOf (file: string): ts.Program {
-  return ts.createProgram([file], {
+/** A TypeScript program of `files` and what they import. */
+function programOf (files: string[]): ts.Program {
+  return ts.createProgram(files, {
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
@@ -34,12 +34,14 @@ function programOf (file: string): ts.Program {
   })
 }
 
-// The last program made: lib/errors.ts is read from lib/index.ts's, which already holds it (a program costs seconds).
+// One program for every file read: lib/index.ts and every subpath's module (a program costs seconds, and the
+// adapters' bring mercurius's, graphql's and ws's types), made with the first file asked for.
 let last: ts.Program | undefined
 
 /** The names `file` exports, value and type-only ones alike, as TypeScript resolves them (re-exports included). */
 function exportsOf (file: string): string[] {
-  const program = last?.getSourceFile(file) !== undefined ? last : programOf(file)
+  const roots = [join(ROOT, 'lib', 'index.ts'), ...subpaths().flatMap(({ module }) => module === undefined ? [] : [module])]
+  const program = last?.getSourceFile(file) !== undefined ? last : programOf([...roots, file])
   last = program
   const source = program.getSourceFile(file)
   if (source === undefined) throw new Error(`TypeScript could not read ${file}`)
