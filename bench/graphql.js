@@ -62,7 +62,10 @@ async function serve (variant) {
 
 /** Starts a variant's server process; its port. */
 async function start (variant) {
-  const child = fork(fileURLToPath(import.meta.url), ['serve', variant], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
+  // As an app is run in production: graphql-js's development checks (its instanceOf across realms) off, for
+  // Mercurius alone and with the adapter alike.
+  const env = { ...process.env, NODE_ENV: 'production' }
+  const child = fork(fileURLToPath(import.meta.url), ['serve', variant], { env, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
   const { port } = await new Promise((resolve, reject) => {
     child.once('message', resolve)
     child.once('exit', code => { reject(new Error(`${variant}: the server exited (${code})`)) })
