@@ -152,6 +152,9 @@ for (const where of STORES) {
     t.match(fields(await budget.spend(await of('alice|a'), { key: 'b' })), { ok: true, remaining: 1 }, '"alice|a" under "b" is not "alice" under "a|b"')
     t.match(fields(await budget.spend(await of('alice%7Ca'), { key: 'b' })), { ok: true, remaining: 1 }, 'nor is "alice%7Ca" under "b"')
     t.match(fields(await budget.spend(await of('alice|a'), { key: 'b' })), { ok: true, remaining: 0 }, '"alice|a" under "b" has its own count')
+    // A client whose own key is another's key and sub-key, spending with none: apart from it too.
+    t.match(fields(await budget.spend(await of('alice|zz'))), { ok: true, remaining: 1 }, '"alice|zz", under no key')
+    t.match(fields(await budget.spend(await of('alice'), { key: 'zz' })), { ok: true, remaining: 1 }, 'is not "alice" under "zz"')
   })
 
   t.test(`${where}: a bad key or cost is a coded error`, async t => {

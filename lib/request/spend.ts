@@ -63,12 +63,14 @@ export interface HeldSlots {
 const KEY_MAX = 512
 
 /**
- * The stage that puts the key the app asked for under the client's: `client|key`, the client's own `%` and `|`
- * written `%25` and `%7C`, so that one client's keys never meet another's (`a|b` under `c` is not `a` under `b|c`).
+ * The stage that puts the key the app asked for under the client's: `client|key`. The client's own `%` and `|`
+ * are written `%25` and `%7C`, with a key under it or without, so that one client's keys never meet another's:
+ * `a|b` under `c` is not `a` under `b|c`, and a client whose key is `a|b` is not `a` under `b`.
  */
 export function narrow (state: RequestState): Step {
   const under = state.spending!.key
-  if (under !== undefined) state.key = `${state.key.replace(/[%|]/g, escaped)}|${under}`
+  const client = state.key.replace(/[%|]/g, escaped)
+  state.key = under === undefined ? client : `${client}|${under}`
   return undefined
 }
 
