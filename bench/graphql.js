@@ -73,15 +73,20 @@ async function start (variant) {
   return { child, port }
 }
 
-async function measure (port) {
-  const result = await autocannon({
+/** autocannon's run of the query on `port` for `durationS` seconds. */
+async function drive (port, durationS) {
+  return await autocannon({
     url: `http://127.0.0.1:${port}/graphql`,
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ query: QUERY }),
     connections: settings.connections,
-    duration: settings.durationS
+    duration: durationS
   })
+}
+
+async function measure (port) {
+  const result = await drive(port, settings.durationS)
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${result.non2xx} non-2xx answers, ${result.errors} errors`)
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 }
 }
@@ -92,17 +97,7 @@ async function main () {
   for (const variant of VARIANTS) servers.push(await start(variant))
   const runs = new Map(VARIANTS.map(variant => [variant, []]))
   try {
-    for (const { port } of servers) {
-      if (settings.warmupS === 0) continue
-      await autocannon({
-        url: `http://127.0.0.1:${port}/graphql`,
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ query: QUERY }),
-        connections: settings.connections,
-        duration: settings.warmupS
-      })
-    }
+    if (settings.warmupS > 0) for (const { port } of servers) await drive(port, settings.warmupS)
     for (let round = 1; round <= settings.rounds; round++) {
       for (const [i, variant] of VARIANTS.entries()) {
         const run = await measure(servers[i].port)

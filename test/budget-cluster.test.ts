@@ -4,13 +4,13 @@
 // The budget on one store at a time, and under a Redis that does not answer, is in test/budget.test.ts.
 import diagnostics from 'node:diagnostics_channel'
 import Fastify from 'fastify'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard, { CHANNELS } from '../lib/index.js'
-import type { RateGuardBudget, RateGuardOptions, RouteRateLimitOptions, TroubleMessage } from '../lib/index.js'
+import type { TroubleMessage } from '../lib/index.js'
 import { getRedis, scanKeys, uniquePrefix, until } from './helpers/redis.js'
 import { startCluster } from './helpers/cluster.js'
+import { budgetApp, fields } from './helpers/budget-app.js'
 import { once } from 'node:events'
 import type { AddressInfo } from 'node:net'
 import websocket from '@fastify/websocket'
@@ -22,37 +22,12 @@ import websocketRateGuard from '../lib/adapters/websocket.js'
 // A Cluster of six redis-servers takes a few seconds to form on a loaded machine.
 t.setTimeout(120_000)
 
-interface App {
-  app: FastifyInstance
-  budget: RateGuardBudget
-  of: (client: string) => Promise<FastifyRequest>
-}
-
-async function appOn (t: Test, opts: RateGuardOptions, budgetOptions: RouteRateLimitOptions): Promise<App> {
-  const app = Fastify()
-  t.teardown(() => app.close())
-  await app.register(rateGuard, { global: false, keyGenerator: request => String(request.headers['x-client']), ...opts })
-  const budget = app.rateGuard.budget(budgetOptions)
-  let last: FastifyRequest | undefined
-  app.get('/request', async request => { last = request; return 'ok' })
-  await app.ready()
-  const of = async (client: string): Promise<FastifyRequest> => {
-    await app.inject({ url: '/request', headers: { 'x-client': client } })
-    return last!
-  }
-  return { app, budget, of }
-}
-
-function fields (spent: object): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(spent).filter(([, v]) => typeof v !== 'function'))
-}
-
 t.test('two app instances on one Redis share a budget\'s slots and counts', async t => {
   const { url } = await getRedis(t)
   const opts = { redis: url, nameSpace: uniquePrefix(), timeout: 3000, failMode: 'closed' } as const
   const limits = { max: 10, timeWindow: '1 minute', concurrency: { max: 2 } }
-  const one = await appOn(t, opts, limits)
-  const two = await appOn(t, opts, limits)
+  const one = await budgetApp(t, opts, limits)
+  const two = await budgetApp(t, opts, limits)
   const held = await one.budget.hold(await one.of('alice'), { key: 'ws' })
   t.match(held, { ok: true, inFlight: 1 })
   t.match(await two.budget.hold(await two.of('alice'), { key: 'ws' }), { ok: true, inFlight: 2 }, 'the other instance sees the first slot')
@@ -72,7 +47,7 @@ t.test('a Redis Cluster: each spend\'s keys in one slot, odd keys too; no CROSSS
   const listen = (message: unknown): void => { troubles.push(message as TroubleMessage) }
   diagnostics.subscribe(CHANNELS.trouble, listen)
   t.teardown(() => { diagnostics.unsubscribe(CHANNELS.trouble, listen) })
-  const { budget, of } = await appOn(t, { redis: cluster.urls, nameSpace, timeout: 3000, failMode: 'closed' },
+  const { budget, of } = await budgetApp(t, { redis: cluster.urls, nameSpace, timeout: 3000, failMode: 'closed' },
     { max: 3, timeWindow: '1 minute', concurrency: { max: 1 } })
   const subKeys = [undefined, 'conn-1', '{conn-1}', '}{', '🙂\n{x}y', 'z'.repeat(512)]
   const clients = ['alice', '{alice}', 'b{}c', '{', 'éé|{1}']

@@ -15,6 +15,7 @@ import rateGuard, { CHANNELS } from '../lib/index.js'
 import type { DecisionMessage, RateGuardBudget, RateGuardOptions, RouteRateLimitOptions } from '../lib/index.js'
 import { client, getRedis, ready, startRedisServer, uniquePrefix, until } from './helpers/redis.js'
 import { allowing } from './helpers/lag.js'
+import { budgetApp, fields } from './helpers/budget-app.js'
 
 /** Correctness, not latency: a deadline no loaded machine misses, and a refusal (never a silent pass) if one did. */
 const RELAXED = { timeout: 3000, failMode: 'closed' } as const
@@ -38,28 +39,14 @@ export async function setup (
   t: Test, where: Where, budgetOptions: RouteRateLimitOptions, opts: RateGuardOptions = {}, level = 'warn'
 ): Promise<Setup> {
   const logged: Setup['logged'] = []
-  const app = Fastify({ logger: { level, stream: { write: (line: string) => { logged.push(JSON.parse(line) as Setup['logged'][number]) } } } })
-  t.teardown(() => app.close())
+  const logger = { level, stream: { write: (line: string) => { logged.push(JSON.parse(line) as Setup['logged'][number]) } } }
   const store = where === 'redis' ? { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), ...RELAXED } : {}
-  await app.register(rateGuard, { global: false, keyGenerator: request => String(request.headers['x-client']), ...store, ...opts })
-  const budget = app.rateGuard.budget(budgetOptions)
-  let last: FastifyRequest | undefined
-  app.get('/request', async request => { last = request; return 'ok' })
-  await app.ready()
-  const of = async (client: string): Promise<FastifyRequest> => {
-    await app.inject({ url: '/request', headers: { 'x-client': client } })
-    return last!
-  }
+  const { app, budget, of } = await budgetApp(t, { ...store, ...opts }, budgetOptions, { logger })
   const peek = async (key: string): Promise<{ count: number, remaining: number, status: string }> => {
     const { count, remaining, status } = await app.rateGuard.peek(key, { route: 'limiter 1' })
     return { count, remaining, status }
   }
   return { app, budget, of, peek, logged }
-}
-
-/** The answer's values (its functions left out). */
-function fields (spent: object): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(spent).filter(([, v]) => typeof v !== 'function'))
 }
 
 /** The decision channel's messages while `during` runs. */
