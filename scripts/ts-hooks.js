@@ -2,12 +2,18 @@
 // each .ts file transformed by esbuild alone, types stripped, line for line with an inline source map, so
 // V8's coverage maps back to the source's own lines. tsx, which ran it before, minifies whitespace (a module
 // becomes about three lines): coverage, counted by line, then called every module 100% covered whatever ran.
-// An import of `./x.js` finds `./x.ts`, as TypeScript's NodeNext resolution writes it.
+// An import of `./x.js` finds `./x.ts`, as TypeScript's NodeNext resolution writes it. What esbuild made is kept
+// on disk (node_modules/.cache/rate-guard-ts/, by the source's hash): the suite's 138 processes each load the
+// same 150 files, and a process that finds them all there never starts esbuild's service.
+import { createHash } from 'node:crypto'
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
-import { transform } from 'esbuild'
 
 const TS = /\.(c|m)?ts$/
+const CACHE = fileURLToPath(new URL('../node_modules/.cache/rate-guard-ts/', import.meta.url))
+/** Changes what is cached when the transform does. */
+const VERSION = '1'
 
 export async function resolve (specifier, context, next) {
   try {
@@ -23,12 +29,25 @@ export async function load (url, context, next) {
   if (!url.startsWith('file:') || !TS.test(url)) return await next(url, context)
   const path = fileURLToPath(url)
   const commonjs = url.endsWith('.cts')
-  const { code } = await transform(await readFile(path, 'utf8'), {
-    loader: 'ts',
-    format: commonjs ? 'cjs' : 'esm',
-    sourcemap: 'inline',
-    sourcefile: path,
-    target: `node${process.versions.node}`
-  })
+  const source = await readFile(path, 'utf8')
+  const cached = `${CACHE}${createHash('sha1').update(`${VERSION}\0${path}\0${process.versions.node}\0${source}`).digest('hex')}.js`
+  let code
+  try {
+    code = readFileSync(cached, 'utf8')
+  } catch {
+    const { transform } = await import('esbuild')
+    code = (await transform(source, {
+      loader: 'ts',
+      format: commonjs ? 'cjs' : 'esm',
+      sourcemap: 'inline',
+      sourcefile: path,
+      target: `node${process.versions.node}`
+    })).code
+    // Written whole, then renamed: a process beside never reads half a file.
+    mkdirSync(CACHE, { recursive: true })
+    const part = `${cached}.${process.pid}`
+    writeFileSync(part, code)
+    renameSync(part, cached)
+  }
   return { format: commonjs ? 'commonjs' : 'module', source: code, shortCircuit: true }
 }
