@@ -40,6 +40,11 @@ export type Outcome =
   | 'shadow-banned'
   | 'shadow-ban-started'
 
+/** Whether a refusal's outcome is a ban's (one it started, or one found): answered 403, or closed, not retried soon. */
+export function isBan (outcome: string): boolean {
+  return outcome === 'banned' || outcome === 'ban-started'
+}
+
 export interface DecisionMessage {
   readonly outcome: Outcome
   readonly nameSpace: string

@@ -2,6 +2,7 @@
 // refusal as Mercurius's ErrorWithProps with its `extensions.code`, the budget that refused, and the HTTP status
 // the adapter's `statusCode` gives it.
 import mercurius from 'mercurius'
+import { isBan } from '../channels.js'
 import type { Spent } from '../request/spend.js'
 import type { CheckedCost } from './mercurius-options.js'
 
@@ -42,7 +43,7 @@ export function refusal (statusCode: 200 | 429, code: RefusalCode, budget: strin
 /** A refused spend's or hold's code. */
 export function codeOf (outcome: string): RefusalCode {
   if (outcome === 'unavailable') return 'SERVICE_UNAVAILABLE'
-  return outcome === 'banned' || outcome === 'ban-started' ? 'BANNED' : 'THROTTLED'
+  return isBan(outcome) ? 'BANNED' : 'THROTTLED'
 }
 
 /** Shopify's `extensions.cost` of an operation. */

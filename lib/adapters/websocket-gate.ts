@@ -1,5 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { RateGuardBudget } from '../limiters.js'
+import { seconds } from '../headers.js'
+import { isBan } from '../channels.js'
 import type { Spent } from '../request/spend.js'
 
 // One WebSocket connection's messages as the adapter (./websocket.ts) gates them, before the app's listeners
@@ -215,8 +217,8 @@ export class Gate {
 
 /** A refused spend as the client is told it. */
 function refusalOf (budget: Refusal['budget'], spent: Spent): Refusal {
-  const error: Refusal['error'] = spent.outcome === 'banned' || spent.outcome === 'ban-started'
+  const error: Refusal['error'] = isBan(spent.outcome)
     ? 'banned'
     : spent.outcome === 'unavailable' ? 'unavailable' : spent.outcome === 'too-costly' ? 'too_costly' : 'rate_limited'
-  return { error, budget, retryAfter: Math.ceil(spent.retryMs / 1000), spent }
+  return { error, budget, retryAfter: seconds(spent.retryMs), spent }
 }

@@ -5,6 +5,7 @@ import { finished } from 'node:stream'
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { InvalidOptionError } from '../errors.js'
+import { isBan } from '../channels.js'
 import type { HeldSlots } from '../request/spend.js'
 import type { RateGuardBudget } from '../limiters.js'
 import type { RouteRateLimitOptions } from '../types.js'
@@ -120,7 +121,7 @@ interface Upgrade {
 
 /** The answers to an upgrade refused its slot, by what refused it (no socket is opened). */
 function refuseUpgrade (reply: FastifyReply, held: HeldSlots): FastifyReply {
-  if (held.outcome === 'banned' || held.outcome === 'ban-started') return reply.code(403).send({ error: 'banned' })
+  if (isBan(held.outcome)) return reply.code(403).send({ error: 'banned' })
   const status = held.outcome === 'unavailable' ? 503 : 429
   const error = status === 429 ? 'too_many_connections' : 'unavailable'
   return reply.code(status).header('retry-after', '1').send({ error, retryAfter: 1 })

@@ -15,6 +15,7 @@ import { hold } from './hold.js'
 import type { Given } from './identify.js'
 import { costing, limits } from './limits.js'
 import { planBudget } from './plan.js'
+import type { Plan } from './plan.js'
 import { respond } from './respond.js'
 import { checkSpend, heldOf, narrow, price, slots, spentOf } from './spend.js'
 import type { HeldSlots, SpendOptions, Spent } from './spend.js'
@@ -177,18 +178,8 @@ export function createHooks (
       const state = new RequestState(plan, request, null)
       return andThen(run(PREPARE, state, 0), () => state)
     },
-    spend: async (request, options) => {
-      const state = new RequestState(plan, request, null)
-      state.spending = checkSpend(options)
-      await run(SPEND, state, 0)
-      return spentOf(state)
-    },
-    hold: async (request, options) => {
-      const state = new RequestState(plan, request, null)
-      state.spending = checkSpend(options)
-      await run(SLOTS, state, 0)
-      return heldOf(state)
-    },
+    spend: async (request, options) => spentOf(await byHand(plan, SPEND, request, options)),
+    hold: async (request, options) => heldOf(await byHand(plan, SLOTS, request, options)),
     theirStore: plan.appStore !== undefined,
     holds: plan.concurrency !== null,
     notFound (request, reply, done) {
@@ -196,6 +187,14 @@ export function createHooks (
       else done()
     }
   }
+}
+
+/** A budget spent by hand (`spend`, `hold`): `stages` run over a request's state with the app's options, checked. */
+async function byHand (plan: Plan, stages: readonly Stage[], request: FastifyRequest, options: SpendOptions | undefined): Promise<RequestState> {
+  const state = new RequestState(plan, request, null)
+  state.spending = checkSpend(options)
+  await run(stages, state, 0)
+  return state
 }
 
 /** Runs `step` as Fastify's callback-style hook: `done` once, with its refusal, whether it answers at once, later, or throws. */

@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { isBan } from '../channels.js'
 import type { Outcome } from '../channels.js'
 import { formatDuration } from '../duration.js'
 import {
@@ -25,7 +26,7 @@ export function refuse (
   if (route.mode === 'report') {
     request.log.info({ rateGuard: { outcome, budget: budget.name, keyHash: hashOf(input) } }, 'rate-guard: refused')
   }
-  const banned = outcome === 'banned' || outcome === 'ban-started'
+  const banned = isBan(outcome)
   const never = outcome === 'too-costly'
   const after = never ? 'never' : formatDuration(retryAfterSeconds(verdict.retryMs) * 1000)
   const statusCode = banned ? 403 : 429
