@@ -4,7 +4,6 @@
 // handed to every budget the adapter makes, which checks them as a limiter's.
 import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql'
 import { InvalidOptionError } from '../errors.js'
-import { checkMax } from '../options/checks.js'
 import type { RouteRateLimitOptions } from '../types.js'
 import type { CostRule } from './graphql-cost.js'
 
@@ -79,9 +78,12 @@ function isObject (value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
-/** A whole number from `least` (the plugin's own check of a `max`), or `fallback` when not given. */
-function wholeNumber (name: string, value: unknown, least: 0 | 1, fallback: number): number {
-  return value === undefined ? fallback : checkMax(value, `mercurius.${name}`, least)
+function wholeNumber (name: string, value: unknown, least: number, fallback: number): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < least) {
+    fail(name, `expected a whole number from ${least}, got ${String(value)}`)
+  }
+  return value
 }
 
 function known (name: string, given: Record<string, unknown>, names: ReadonlySet<string>): void {
