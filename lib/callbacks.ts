@@ -28,7 +28,9 @@ const KINDS = {
   max: { name: 'max function', used: 'limited at a static max' },
   timeWindow: { name: 'timeWindow function', used: 'limited in a static window' },
   countWhen: { name: 'countWhen', used: 'the response counts: the charge stands' },
-  settle: { name: 'settle', used: 'the charge stands' }
+  settle: { name: 'settle', used: 'the charge stands' },
+  classify: { name: 'shed.classify', used: "classed 'normal'" },
+  pressure: { name: 'shed.pressure', used: 'read as calm' }
 } as const
 
 export type CallbackKind = keyof typeof KINDS

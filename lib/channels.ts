@@ -2,6 +2,7 @@ import diagnostics from 'node:diagnostics_channel'
 import { isIP } from 'node:net'
 import type { Algorithm } from './algorithms/index.js'
 import type { FailMode } from './types.js'
+import type { Priority, ShedReason } from './shed-types.js'
 
 // What the plugin publishes on `node:diagnostics_channel`, Node's and Fastify's convention for metrics and
 // traces: nothing is built or sent while nobody subscribes (each publisher checks `hasSubscribers` first).
@@ -39,6 +40,10 @@ export type Outcome =
   | 'shadow-limited'
   | 'shadow-banned'
   | 'shadow-ban-started'
+  /** Refused 503 by the load shedder (`shed`): the process is overloaded (`priority` and `reason` say more). */
+  | 'shed'
+  /** Shadow mode: the load shedder would have refused it, let through. */
+  | 'shadow-shed'
 
 /** Whether a refusal's outcome is a ban's (one it started, or one found): answered 403, or closed, not retried soon. */
 export function isBan (outcome: string): boolean {
@@ -60,8 +65,11 @@ export interface DecisionMessage {
   readonly batchSize: number | undefined
   /** The client's key hash (never the key), undefined for a shared budget's decision or when none was made. */
   readonly keyHash: string | undefined
-  /** Which kind of key: the default hierarchy's `apikey`, `user` or `ip`, else `custom` (the app's key generator's). */
-  readonly keyKind: 'apikey' | 'user' | 'ip' | 'custom'
+  /**
+   * Which kind of key: the default hierarchy's `apikey`, `user` or `ip`, else `custom` (the app's key generator's);
+   * `none` for a request the load shedder answered before its client was named.
+   */
+  readonly keyKind: 'apikey' | 'user' | 'ip' | 'custom' | 'none'
   readonly mode: 'enforce' | 'shadow' | 'report'
   /**
    * Under the budget's `concurrency`: the units of the client's requests in flight after this decision (its
@@ -73,6 +81,9 @@ export interface DecisionMessage {
    * mode, what enforce would have waited (the request did not). Undefined for every other decision.
    */
   readonly waitedMs: number | undefined
+  /** For a request the load shedder refused (`shed`, `shadow-shed`): its class, and the signal that shed it. */
+  readonly priority?: Priority
+  readonly reason?: ShedReason
 }
 
 export interface BreakerMessage {

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { BatchWatch } from './batcher.js'
 import { LateRedisError, SilentConnectionError } from './errors.js'
 import { LateReplies } from './late.js'
+import type { ReplyTimes } from './shed/reply-times.js'
 import type { LateNews } from './late.js'
 import { Silence, silenceAfter } from './silence.js'
 import type { DecisionStats } from './stats.js'
@@ -23,9 +24,11 @@ export interface ConnectionWatchOptions {
   silent: ((err: Error, quiet: () => boolean) => void) | undefined
   /** The registration's logger: what is said of Redis answering late. */
   log: FastifyBaseLogger | undefined
+  /** Where every reply's time is kept for the load shedder's `redisTime` signal (a missed deadline: `timeout`). */
+  times: ReplyTimes
 }
 
-export function connectionWatch ({ timeout, trouble, stats, silent, log }: ConnectionWatchOptions): BatchWatch {
+export function connectionWatch ({ timeout, trouble, stats, silent, log, times }: ConnectionWatchOptions): BatchWatch {
   const afterMs = silenceAfter(timeout)
   const silence = silent === undefined
     ? undefined
@@ -44,6 +47,7 @@ export function connectionWatch ({ timeout, trouble, stats, silent, log }: Conne
     sent: at => silence?.sent(at),
     replied: (ms, results, isLate) => {
       silence?.heard()
+      times.replied(ms)
       late.replied(ms, isLate)
       // Requests Redis counted that failMode answered.
       if (!isLate || results === null) return
@@ -53,6 +57,9 @@ export function connectionWatch ({ timeout, trouble, stats, silent, log }: Conne
     // that seems alive, so the watch starts over (after a Redis freeze that outlasted a cut, say, the new
     // connection's fast failures must not count as silence once it is ready).
     failed: () => silence?.heard(),
-    missed: now => silence?.missed(now)
+    missed: now => {
+      times.replied(timeout)
+      silence?.missed(now)
+    }
   }
 }

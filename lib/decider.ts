@@ -6,6 +6,7 @@ import { Batcher } from './batcher.js'
 import { decisionChannel } from './channels.js'
 import { connectionWatch } from './connection-watch.js'
 import { DecisionStats } from './stats.js'
+import { ReplyTimes } from './shed/reply-times.js'
 import { Trouble } from './trouble.js'
 import { deadline } from './deadline.js'
 import { Guard } from './guard.js'
@@ -47,6 +48,8 @@ export class Decider {
   readonly store: Store
   /** This registration's decisions by outcome (`fastify.rateGuard.stats()`). */
   readonly stats = new DecisionStats()
+  /** Redis's reply times, for the load shedder's `redisTime` signal (none in process). */
+  readonly replyTimes = new ReplyTimes()
   readonly #remote: RemoteStore | undefined
   readonly #trouble: Trouble
   readonly #guard: Guard
@@ -67,7 +70,7 @@ export class Decider {
     this.#batcher = redis === undefined
       ? undefined
       : new Batcher(async (inputs, algorithm) => await redis.decideMany(inputs, algorithm), timeout, this.#guard.settled,
-        connectionWatch({ timeout, trouble: this.#trouble, stats: this.stats, silent, log }), input => redis.shardOf(input))
+        connectionWatch({ timeout, trouble: this.#trouble, stats: this.stats, silent, log, times: this.replyTimes }), input => redis.shardOf(input))
   }
 
   /** Whether Redis decides (a decision with no member was then failMode 'local''s, in process). */

@@ -147,6 +147,15 @@ export const UnavailableError = createError<'FST_RATE_GUARD_UNAVAILABLE', [strin
   false
 )
 
+/** A request the load shedder (`shed`) answered: the process is overloaded, and it was not of the classes kept. */
+export const ShedError = createError<'FST_RATE_GUARD_SHED', [string]>(
+  'FST_RATE_GUARD_SHED',
+  'Server overloaded, retry in %s',
+  503,
+  Error,
+  false
+)
+
 // Registration: Redis cannot serve the plugin.
 export const RedisNotReadyError = createError<'FST_RATE_GUARD_REDIS_NOT_READY', [string]>(
   'FST_RATE_GUARD_REDIS_NOT_READY',

@@ -16,6 +16,7 @@ import { WORK } from './request/work.js'
 import type { BudgetHooks } from './request/pipeline.js'
 import { WaitingRoom } from './request/waiting-room.js'
 import { REFUSAL, stripCode } from './request/refusal.js'
+import { shedRequests } from './request/shed.js'
 import { openDecider } from './connect.js'
 import { Leases } from './leases.js'
 import { createLimiters } from './limiters.js'
@@ -29,6 +30,7 @@ import { keyHash } from './stores/key-names.js'
 import { resolveOptions } from './options/plugin.js'
 import { resolveLimiterOptions } from './options/route.js'
 import type { FastifyRateLimitStoreCtor, RateGuardOptions, RouteRateLimitOptions, TheirStore } from './types.js'
+import type { Priority } from './shed-types.js'
 import { theirParams } from './options/stores.js'
 import { startupWarnings } from './warnings.js'
 import type { Warn } from './warnings.js'
@@ -37,6 +39,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** This route's limits over the plugin's, or `false` to leave the route unlimited. */
     rateLimit?: RouteRateLimitOptions | false
+    /** This route's class for the load shedder (`shed`): beats `shed.classify` and the default rule. */
+    priority?: Priority
   }
   // Declared as @fastify/rate-limit declares them (methods, the instance's type parameters), so an app typed
   // against theirs compiles unchanged, and a program holding both type packages merges them.
@@ -88,6 +92,11 @@ async function rateGuardPlugin (fastify: FastifyInstance, options: RateGuardOpti
   }
   const decider = await openDecider(fastify, opts, warn)
   fastify.addHook('onClose', async () => await decider.close())
+  // The load shedder first: ahead of every limit, a request it sheds costs no budget and no Redis call.
+  if (opts.shed !== null) {
+    const shedder = shedRequests(fastify, opts, opts.shed, decider)
+    decider.stats.shedding(() => shedder.snapshot())
+  }
   const leases = new Leases(decider, fastify.log)
   fastify.addHook('onClose', async () => { leases.close() })
 
@@ -197,9 +206,11 @@ export type {
   TimeWindowFunction, AllowListFunction, KeyCallback, ExceededCallback, ExceededInfo, Mode, BanCallback, BanInfo,
   HookName, FailMode, ErrorFormat, Addressless, CostFunction, CountWhenFunction, SettleFunction
 } from './types.js'
+export type { Priority, ShedReason, ShedOptions, AdaptiveInFlightOptions } from './shed-types.js'
 export type { RequestCharge } from './request/charge.js'
 export type { RequestRateGuard, RequestQuota, QuotaLimit, QuotaConcurrency, QuotaReason } from './request/admission.js'
 export type { StatsSnapshot } from './stats.js'
+export type { ShedSnapshot, Readings as ShedReadings } from './shed/shedder.js'
 export { CHANNELS }
 export type { DecisionMessage, BreakerMessage, TroubleMessage, TroubleReason, RedisCallContext, Outcome } from './channels.js'
 /** `createRateLimit`'s options: a route's (`store`, typed as theirs, is the plugin's alone and refused here). */

@@ -1,9 +1,9 @@
 import type { FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import type { Algorithm } from './algorithms/index.js'
+import type { ShedPluginOptions } from './shed-types.js'
 
-// The options as the app gives them (public, exported from the package), and the types they name. As they are
-// once checked: lib/options/resolved.ts.
+// The options as the app gives them (public, exported from the package), and the types they name (checked: options/resolved.ts).
 
 /** What a budget does with the requests it denies: count nothing (absent), count them, or double the wait. */
 export type OverLimit = 'continue' | 'backoff' | undefined
@@ -269,7 +269,7 @@ export interface BreakerOptions {
   coolDown: number | string
 }
 
-export interface RateGuardOptions extends RouteRateLimitOptions {
+export interface RateGuardOptions extends RouteRateLimitOptions, ShedPluginOptions {
   /** A client you lend, a URL, or Cluster nodes' URLs (a client is made, failing fast); null, `@fastify/rate-limit`'s default, is none. */
   redis?: RedisLike | string | readonly string[] | null
   global?: boolean

@@ -2,6 +2,7 @@ import type { Algorithm } from '../algorithms/index.js'
 import type { Callbacks } from '../callbacks.js'
 import type { Calendar } from '../calendar.js'
 import type { ResolvedConcurrency } from './concurrency.js'
+import type { ResolvedShed } from './shed.js'
 import type {
   Addressless, AllowListFunction, BanCallback, BanPolicy, CostFunction, CountWhenFunction, ErrorFormat, ErrorResponseBuilder,
   ExceededCallback, FailMode, FastifyRateLimitStoreCtor, FieldNames, HeaderSwitches, HookName, KeyCallback, KeyGenerator, MaxFunction,
@@ -100,6 +101,8 @@ export interface ResolvedOptions {
   /** At most this many requests wait at once (`maxWait`) in the registration, all its budgets together. */
   readonly maxWaiting: number
   readonly addressless: Addressless
+  /** The process-level load shedder; null: none. */
+  readonly shed: ResolvedShed | null
   /**
    * Writes a key the way the plugin's key generator does: the default one with the plugin's `ipv6Subnet` (see
    * `canonicalKey`), the app's as given.

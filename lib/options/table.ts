@@ -11,6 +11,7 @@ import { settlesItself } from './resolved.js'
 import type { ResolvedOptions, ResolvedRoute } from './resolved.js'
 import { checkBreaker, checkNameSpace, checkRedis, checkStoreClass } from './stores.js'
 import { MAX_WAITING, checkMaxWait, saidOfWaiting } from './wait.js'
+import { checkShed } from './shed.js'
 import type { Warn } from '../warnings.js'
 import type {
   BanCallback, CountWhenFunction, ErrorFormat, ErrorResponseBuilder, ExceededCallback, FailMode, HookName, KeyCallback, KeyGenerator,
@@ -238,6 +239,8 @@ export const OPTIONS = {
   maxWaiting: plugin(checkMax, MAX_WAITING),
   // Who a request without a client address is (lib/addressless.ts): one shared client, or its connection.
   addressless: plugin((value, name) => checkOneOf(value, name, ADDRESSLESS), 'shared'),
+  // The process-level load shedder (shed.ts): which signals shed requests, lowest priority first.
+  shed: plugin(checkShed, false),
   // The plugin's options read together: the key hierarchy (clients.ts).
   // A key nobody verifies is an identity any client can mint.
   apiKeyHeader: pluginWith(checkApiKeyHeader, API_KEY_HEADER, {
