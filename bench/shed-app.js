@@ -14,7 +14,7 @@ import Fastify from 'fastify'
 import rateGuard from 'fastify-rate-guard'
 
 const config = JSON.parse(process.argv[2])
-// The plugin's note that it counts in process (no Redis here) is said once per app: not printed.
+// The plugin's note that it counts in process (no Redis here): not printed.
 process.removeAllListeners('warning')
 process.on('warning', (warning) => { if (warning.code !== 'FST_RATE_GUARD_IN_PROCESS') console.error(warning) })
 

@@ -81,8 +81,10 @@ export async function openLoop (port, events, timeoutMs, via = agent()) {
         const { at, name, path } = events[next]
         lagMs = Math.max(lagMs, now - at)
         const due = t0 + at
-        answers.push(request(via, port, path, due + timeoutMs).then(({ status, retryAfter, body, endedAt }) =>
-          ({ name, at, ms: status === 'timeout' ? timeoutMs : endedAt - due, status, retryAfter, code: status === 503 ? codeOf(body) : undefined })))
+        answers.push(request(via, port, path, due + timeoutMs).then(({ status, retryAfter, body, endedAt }) => {
+          const ms = status === 'timeout' ? timeoutMs : endedAt - due
+          return { name, at, ms, status, retryAfter, code: status === 503 ? codeOf(body) : undefined }
+        }))
       }
       if (next < events.length) setTimeout(tick, Math.min(1, events[next].at - now))
       else resolve()

@@ -102,6 +102,7 @@ export function judge (results) {
 }
 
 const fixed = (x, digits = 1) => x === null || x === undefined ? '–' : x.toFixed(digits)
+const code = (x) => x === null ? '–' : `\`${JSON.stringify(x)}\``
 const pct = (x) => x === null || x === undefined ? '–' : `${(x * 100).toFixed(1)}%`
 
 function cpuTable ({ capacity, steps }) {
@@ -115,8 +116,21 @@ function cpuTable ({ capacity, steps }) {
       if (c === undefined) continue
       lines.push(`| ${step.label} | ${name} | ${fixed(step.rates[name], 0)} | ${pct(c.successShare)} | ${pct(c.shedShare)} | ` +
         `${c.timeouts}, ${c.errors} | ${fixed(c.p50Ms, 2)} | ${fixed(c.p99Ms, 2)} | ${fixed(c.okP99Ms, 2)} | ` +
-        `${fixed(c.p99Ms / unloaded[name].p99Ms)}× | ${pct(step.cpuShare)} | ${fixed(step.sendLagMs)} | ${step.shed === null ? '–' : `\`${JSON.stringify(step.shed)}\``} |`)
+        `${fixed(c.p99Ms / unloaded[name].p99Ms)}× | ${pct(step.cpuShare)} | ${fixed(step.sendLagMs)} | ${code(step.shed)} |`)
     }
+  }
+  for (const step of steps) {
+    const window = (step.series ?? []).filter(r => r.admitted !== null && r.t >= step.settleS)
+    if (window.length === 0) continue
+    const share = (name) => {
+      const values = window.map(r => r.admitted[name])
+      return `${fixed(median(values), 2)} (${fixed(Math.min(...values), 2)}–${fixed(Math.max(...values), 2)})`
+    }
+    const over = {}
+    for (const r of window) if (r.over !== null) over[r.over] = (over[r.over] ?? 0) + 1
+    lines.push(`- ${step.label}, from stats().shed every 250 ms over the measured window: admitted share normal ${share('normal')}, ` +
+      `sheddable ${share('sheddable')} (median, min–max); a signal over in ${Object.values(over).reduce((a, b) => a + b, 0)} ` +
+      `of ${window.length} readings ${JSON.stringify(over)}`)
   }
   return lines
 }
@@ -134,10 +148,12 @@ function dependencyTable ({ capacity, rate, sweep, bestK, adaptive }, settings) 
   const bySecond = (key, digits) => adaptive.bySecond.map(s => fixed(s[key], digits)).join(' ')
   const limits = Array.from({ length: Math.ceil(adaptive.series.at(-1)?.t ?? 0) }, (_, s) =>
     fixed(median(adaptive.series.filter(p => p.t >= s && p.t < s + 1).map(p => p.limit)), 0)).join(' ')
-  lines.push('', `Adaptive \`${JSON.stringify(adaptive.shed)}\`, then \`${JSON.stringify(adaptive.change)}\` at ${fixed(adaptive.stepAtS)} s:`, '',
-    `- limit before the step: ${fixed(f?.converged, 0)} (best fixed K ${bestK}: ${fixed(f?.vsBestK, 2)}×), first settled after ${fixed(f?.firstSettleS)} s`,
+  lines.push('', `Adaptive ${code(adaptive.shed)}, then ${code(adaptive.change)} at ${fixed(adaptive.stepAtS)} s:`, '',
+    `- limit before the step: ${fixed(f?.converged, 0)} (best fixed K ${bestK}: ${fixed(f?.vsBestK, 2)}×), ` +
+    `first settled after ${fixed(f?.firstSettleS)} s`,
     `- limit at the end: ${fixed(f?.final, 0)}, settled ${fixed(f?.settleAfterStepS)} s after the step`,
-    `- over the run: goodput ${fixed(adaptive.whole.perSecond, 0)}/s, 503 ${pct(adaptive.whole.shedShare)}, mean ${fixed(adaptive.whole.okMeanMs)} ms, ` +
+    `- over the run: goodput ${fixed(adaptive.whole.perSecond, 0)}/s, 503 ${pct(adaptive.whole.shedShare)}, ` +
+    `mean ${fixed(adaptive.whole.okMeanMs)} ms, ` +
     `p99 ${fixed(adaptive.whole.okP99Ms)} ms (2xx)`,
     `- limit, each second's median: ${limits}`,
     `- goodput, each second: ${bySecond('perSecond', 0)}`,
@@ -157,7 +173,8 @@ export function markdown (results) {
       `timeout ${results.settings.timeoutMs / 1000} s (a failure, its latency the timeout).`, '', ...cpuTable(results.cpu), '')
   }
   if (results.dependency !== null) {
-    lines.push(`#### Adaptive concurrency (${results.settings.depCpuMs} ms CPU, then a dependency slot)`, '', ...dependencyTable(results.dependency, results.settings), '')
+    lines.push(`#### Adaptive concurrency (${results.settings.depCpuMs} ms CPU, then a dependency slot)`, '')
+    lines.push(...dependencyTable(results.dependency, results.settings), '')
   }
   lines.push('#### Done-when', '')
   for (const b of results.bounds) {

@@ -58,12 +58,17 @@ const settings = {
   adaptiveS: (env.BENCH_SHED_ADAPTIVE_S || '15,20').split(',').map(Number),
   step: env.BENCH_SHED_STEP || 'slots'
 }
-if (settings.mix.length !== 3 || settings.mix.some(x => !(x >= 0))) throw new Error(`BENCH_SHED_MIX: three shares, got ${env.BENCH_SHED_MIX}`)
+if (settings.mix.length !== 3 || settings.mix.some(x => !(x >= 0))) {
+  throw new Error(`BENCH_SHED_MIX: three shares (critical, normal, sheddable), got ${env.BENCH_SHED_MIX}`)
+}
 if (!['slots', 'hold'].includes(settings.step)) throw new Error(`BENCH_SHED_STEP: slots or hold, got ${settings.step}`)
 const PATHS = { critical: '/checkout', normal: '/search', sheddable: '/recommend' }
 /** Part 2's shedder: the in-flight rule alone, every request one class, the whole limit theirs. */
 const IN_FLIGHT_ONLY = { reserve: 0, eventLoopDelay: false, eventLoopUtilization: false }
 const pin = pinning()
+// The plugin's note that it counts in process (no Redis here), said by every app: not printed.
+process.removeAllListeners('warning')
+process.on('warning', (warning) => { if (warning.code !== 'FST_RATE_GUARD_IN_PROCESS') console.error(warning) })
 const log = (...args) => console.error(...args)
 
 /** Whether dist/'s plugin takes the `shed` option: null when it does, else what it said. */
@@ -135,7 +140,8 @@ async function openRun (app, rates, settleS, seconds, during = () => Promise.res
   const cpuShare = (await app.cpuUs() - cpu) / 1e6 / elapsedS
   const classes = Object.fromEntries(Object.keys(rates).map(name =>
     [name, summary(records.filter(r => r.name === name), settleS * 1000, (settleS + seconds) * 1000)]))
-  return { rates: Object.fromEntries(Object.entries(rates).map(([n, { rate }]) => [n, rate])), sendLagMs: lagMs, cpuShare, classes, records, extra }
+  const sent = Object.fromEntries(Object.entries(rates).map(([n, { rate }]) => [n, rate]))
+  return { rates: sent, sendLagMs: lagMs, cpuShare, classes, records, extra }
 }
 
 /** A fresh app warmed up (JIT) at half of `rates`, not counted. */
@@ -151,8 +157,10 @@ async function overloadStep (label, config, rates, shed) {
   log(`shed: ${label}`)
   const app = await warmApp({ ...config, shed }, rates)
   try {
-    const { records, ...run } = await openRun(app, rates, settings.settleS, settings.durationS)
-    return { label, shed: shed ?? null, ...run }
+    const seconds = settings.settleS + settings.durationS
+    const poll = t0 => pollStats(app, t0, seconds)
+    const { records, extra: series, ...run } = await openRun(app, rates, settings.settleS, settings.durationS, poll)
+    return { label, shed: shed ?? null, settleS: settings.settleS, ...run, series }
   } finally {
     await app.stop()
   }
@@ -198,9 +206,14 @@ async function dependencyPart (missing) {
     log(`shed: inFlight ${k}`)
     const app = await warmApp({ ...config, shed }, rates)
     try {
-      const { records, classes: { normal }, ...run } = await openRun(app, rates, settings.settleS, settings.kS)
+      const seconds = settings.settleS + settings.kS
+      const poll = t0 => pollStats(app, t0, seconds)
+      const { records, classes: { normal }, extra: series, ...run } = await openRun(app, rates, settings.settleS, settings.kS, poll)
       const power = normal.okMeanMs === null ? null : normal.perSecond / (normal.okMeanMs / 1000)
-      sweep.push({ k, ...normal, power, cpuShare: run.cpuShare, sendLagMs: run.sendLagMs })
+      // The most requests stats().shed saw in flight at once (a reading every 250 ms), the reading's own request
+      // (exempt, counted in flight too) included: K + 1 at most.
+      const maxInFlight = Math.max(...series.map(r => r.inFlight ?? 0))
+      sweep.push({ k, ...normal, power, maxInFlight, cpuShare: run.cpuShare, sendLagMs: run.sendLagMs })
     } finally {
       await app.stop()
     }
@@ -208,6 +221,26 @@ async function dependencyPart (missing) {
   const best = sweep.reduce((a, b) => (b.power ?? -1) > (a.power ?? -1) ? b : a)
   const adaptive = await adaptiveRun(config, rates, missing)
   return { capacity, rate: rates.normal.rate, sweep, bestK: best.k, adaptive: { ...adaptive, figures: adaptiveFigures(adaptive, best.k) } }
+}
+
+/**
+ * stats().shed read every 250 ms over its own connection for `seconds` from `t0` (performance.now()), `before(s, via)`
+ * awaited ahead of each reading (the adaptive run's step): a reading per sample.
+ */
+async function pollStats (app, t0, seconds, before = async () => {}) {
+  const via = agent()
+  const series = []
+  const at = () => (performance.now() - t0) / 1000
+  while (at() < seconds) {
+    await before(at(), via)
+    const { status, body } = await request(via, app.port, '/stats', performance.now() + settings.timeoutMs)
+    const stats = status === 200 ? JSON.parse(body) : null
+    const { limit = null, inFlight = null, admitted = null, over = null } = stats ?? {}
+    series.push({ t: Math.round(at() * 100) / 100, limit, inFlight, admitted, over })
+    await sleep(250)
+  }
+  via.destroy()
+  return series
 }
 
 /**
@@ -221,30 +254,20 @@ async function adaptiveRun (config, rates, missing) {
   log(`shed: adaptive inFlight ${JSON.stringify(settings.adaptive)}, then ${JSON.stringify(change)} at ${beforeS} s`)
   const app = await warmApp({ ...config, shed }, rates)
   let stepAtS = null
-  const poll = async (t0) => {
-    const via = agent()
-    const series = []
-    const seconds = () => (performance.now() - t0) / 1000
-    while (seconds() < beforeS + afterS) {
-      if (stepAtS === null && seconds() >= beforeS) {
-        await request(via, app.port, '/control', performance.now() + settings.timeoutMs, { method: 'POST', body: change })
-        stepAtS = seconds()
-      }
-      const { status, body } = await request(via, app.port, '/stats', performance.now() + settings.timeoutMs)
-      const stats = status === 200 ? JSON.parse(body) : null
-      series.push({ t: Math.round(seconds() * 100) / 100, limit: stats?.limit ?? null, inFlight: stats?.inFlight ?? null })
-      await sleep(250)
-    }
-    via.destroy()
-    return series
+  const step = async (s, via) => {
+    if (stepAtS !== null || s < beforeS) return
+    await request(via, app.port, '/control', performance.now() + settings.timeoutMs, { method: 'POST', body: change })
+    stepAtS = Math.round(s * 100) / 100
   }
+  const poll = t0 => pollStats(app, t0, beforeS + afterS, step)
   try {
     const { records, extra: series, classes, ...run } = await openRun(app, rates, 0, beforeS + afterS, poll)
     const bySecond = Array.from({ length: beforeS + afterS }, (_, s) => {
       const { perSecond, okMeanMs, shedShare } = summary(records, s * 1000, (s + 1) * 1000)
       return { second: s, perSecond, okMeanMs, shedShare }
     })
-    return { shed: shed ?? null, change, stepAtS, series, bySecond, whole: classes.normal, cpuShare: run.cpuShare, sendLagMs: run.sendLagMs }
+    const { cpuShare, sendLagMs } = run
+    return { shed: shed ?? null, change, stepAtS, series, bySecond, whole: classes.normal, cpuShare, sendLagMs }
   } finally {
     await app.stop()
   }
