@@ -109,14 +109,15 @@ function cpuTable ({ capacity, steps }) {
   const unloaded = steps[0].classes
   const lines = [`Capacity (closed loop of the mix, 16 connections): **${capacity.perSecond.toFixed(0)} req/s**\n`]
   lines.push(...tableHead(['step', 'class', 'req/s sent', '2xx', '503', 'timeouts, errors', 'p50 ms', 'p99 ms', 'p99 2xx ms',
-    'p99 / unloaded', 'app CPU', 'send lag ms', 'shed options']))
+    'p99 / unloaded', 'app CPU', 'others on its core', 'send lag ms', 'shed options']))
   for (const step of steps) {
     for (const name of CLASSES) {
       const c = step.classes[name]
       if (c === undefined) continue
       lines.push(`| ${step.label} | ${name} | ${fixed(step.rates[name], 0)} | ${pct(c.successShare)} | ${pct(c.shedShare)} | ` +
         `${c.timeouts}, ${c.errors} | ${fixed(c.p50Ms, 2)} | ${fixed(c.p99Ms, 2)} | ${fixed(c.okP99Ms, 2)} | ` +
-        `${fixed(c.p99Ms / unloaded[name].p99Ms)}× | ${pct(step.cpuShare)} | ${fixed(step.sendLagMs)} | ${code(step.shed)} |`)
+        `${fixed(c.p99Ms / unloaded[name].p99Ms)}× | ${pct(step.cpuShare)} | ${pct(step.othersOnAppCore)} | ${fixed(step.sendLagMs)} | ` +
+        `${code(step.shed)} |`)
     }
   }
   for (const step of steps) {
@@ -139,10 +140,11 @@ function dependencyTable ({ capacity, rate, sweep, bestK, adaptive }, settings) 
   const lines = [`Capacity (closed loop, ${settings.slots * 4} connections): **${capacity.perSecond.toFixed(0)} req/s** ` +
     `(${settings.slots} slots × ${settings.holdMs} ms: ${(settings.slots * 1000 / settings.holdMs).toFixed(0)} at most); ` +
     `offered ${rate.toFixed(0)} req/s, open loop\n`]
-  lines.push(...tableHead(['inFlight', 'goodput (2xx/s)', '503', 'timeouts', 'mean ms (2xx)', 'p99 ms (2xx)', 'power', 'app CPU', 'best']))
+  lines.push(...tableHead(['inFlight', 'goodput (2xx/s)', '503', 'timeouts', 'mean ms (2xx)', 'p99 ms (2xx)', 'power', 'app CPU',
+    'others on its core', 'best']))
   for (const k of sweep) {
     lines.push(`| ${k.k} | ${fixed(k.perSecond, 0)} | ${pct(k.shedShare)} | ${k.timeouts} | ${fixed(k.okMeanMs)} | ${fixed(k.okP99Ms)} | ` +
-      `${fixed(k.power, 0)} | ${pct(k.cpuShare)} | ${k.k === bestK ? '**best**' : ''} |`)
+      `${fixed(k.power, 0)} | ${pct(k.cpuShare)} | ${pct(k.othersOnAppCore)} | ${k.k === bestK ? '**best**' : ''} |`)
   }
   const f = adaptive.figures
   const bySecond = (key, digits) => adaptive.bySecond.map(s => fixed(s[key], digits)).join(' ')
@@ -153,8 +155,8 @@ function dependencyTable ({ capacity, rate, sweep, bestK, adaptive }, settings) 
     `first settled after ${fixed(f?.firstSettleS)} s`,
     `- limit at the end: ${fixed(f?.final, 0)}, settled ${fixed(f?.settleAfterStepS)} s after the step`,
     `- over the run: goodput ${fixed(adaptive.whole.perSecond, 0)}/s, 503 ${pct(adaptive.whole.shedShare)}, ` +
-    `mean ${fixed(adaptive.whole.okMeanMs)} ms, ` +
-    `p99 ${fixed(adaptive.whole.okP99Ms)} ms (2xx)`,
+    `mean ${fixed(adaptive.whole.okMeanMs)} ms, p99 ${fixed(adaptive.whole.okP99Ms)} ms (2xx); app CPU ${pct(adaptive.cpuShare)}, ` +
+    `others on its core ${pct(adaptive.othersOnAppCore)}`,
     `- limit, each second's median: ${limits}`,
     `- goodput, each second: ${bySecond('perSecond', 0)}`,
     `- mean latency (2xx) ms, each second: ${bySecond('okMeanMs', 0)}`)

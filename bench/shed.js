@@ -26,7 +26,7 @@ import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { number, writeJson } from './harness.js'
-import { loadAverage } from './machine.js'
+import { coreBusy, coreTimes, loadAverage } from './machine.js'
 import { pinning } from './processes.js'
 import { agent, closedLoop, openLoop, request, schedule, summary } from './shed-load.js'
 import { adaptiveFigures, judge, markdown, machineNote } from './shed-report.js'
@@ -134,14 +134,18 @@ function mixRates (total) {
 async function openRun (app, rates, settleS, seconds, during = () => Promise.resolve()) {
   const events = schedule(rates, settleS + seconds)
   const cpu = await app.cpuUs()
+  const cores = coreTimes()
   const started = performance.now()
   const [{ records, lagMs }, extra] = await Promise.all([openLoop(app.port, events, settings.timeoutMs), during(started)])
   const elapsedS = (performance.now() - started) / 1000
   const cpuShare = (await app.cpuUs() - cpu) / 1e6 / elapsedS
+  // The app's core busy with anything but the app: the noise of a shared machine (null: no pinning, or no /proc).
+  const busy = coreBusy(cores, coreTimes())
+  const othersOnAppCore = pin.taskset && busy !== null ? Math.max(0, busy[Number(pin.server)] - cpuShare) : null
   const classes = Object.fromEntries(Object.keys(rates).map(name =>
     [name, summary(records.filter(r => r.name === name), settleS * 1000, (settleS + seconds) * 1000)]))
   const sent = Object.fromEntries(Object.entries(rates).map(([n, { rate }]) => [n, rate]))
-  return { rates: sent, sendLagMs: lagMs, cpuShare, classes, records, extra }
+  return { rates: sent, sendLagMs: lagMs, cpuShare, othersOnAppCore, classes, records, extra }
 }
 
 /** A fresh app warmed up (JIT) at half of `rates`, not counted. */
@@ -213,7 +217,8 @@ async function dependencyPart (missing) {
       // The most requests stats().shed saw in flight at once (a reading every 250 ms), the reading's own request
       // (exempt, counted in flight too) included: K + 1 at most.
       const maxInFlight = Math.max(...series.map(r => r.inFlight ?? 0))
-      sweep.push({ k, ...normal, power, maxInFlight, cpuShare: run.cpuShare, sendLagMs: run.sendLagMs })
+      const { cpuShare, othersOnAppCore, sendLagMs } = run
+      sweep.push({ k, ...normal, power, maxInFlight, cpuShare, othersOnAppCore, sendLagMs })
     } finally {
       await app.stop()
     }
@@ -266,8 +271,8 @@ async function adaptiveRun (config, rates, missing) {
       const { perSecond, okMeanMs, shedShare } = summary(records, s * 1000, (s + 1) * 1000)
       return { second: s, perSecond, okMeanMs, shedShare }
     })
-    const { cpuShare, sendLagMs } = run
-    return { shed: shed ?? null, change, stepAtS, series, bySecond, whole: classes.normal, cpuShare, sendLagMs }
+    const { cpuShare, othersOnAppCore, sendLagMs } = run
+    return { shed: shed ?? null, change, stepAtS, series, bySecond, whole: classes.normal, cpuShare, othersOnAppCore, sendLagMs }
   } finally {
     await app.stop()
   }
