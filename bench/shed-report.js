@@ -163,11 +163,29 @@ function dependencyTable ({ capacity, rate, sweep, bestK, adaptive }, settings) 
   return lines
 }
 
+/** Others busy on the app's core more than this share of a step: the step's figures are the machine's. */
+const NOISY = 0.2
+
+/** The steps where others kept the app's core busy past NOISY, each `name (share)`. */
+function noise ({ cpu, dependency }) {
+  const steps = [
+    ...cpu?.steps.map(s => [s.label, s.othersOnAppCore]) ?? [],
+    ...dependency?.sweep.map(k => [`inFlight ${k.k}`, k.othersOnAppCore]) ?? [],
+    ...dependency === null ? [] : [['adaptive', dependency.adaptive.othersOnAppCore]]
+  ]
+  return steps.filter(([, share]) => share !== null && share > NOISY).map(([name, share]) => `${name} (${pct(share)})`)
+}
+
 export function markdown (results) {
   const { machine, shedder } = results
   const lines = [`### Load shedding (bench/shed.js), ${results.date}`, '',
     `\`${results.command}\`; ${results.elapsedS} s; Node ${machine.node}, ${machine.nproc} CPUs (${machine.cpu}); ${machine.pinning}; ` +
     `load average ${machine.loadAverageBefore} before, ${machine.loadAverageAfter} after`, '']
+  const noisy = noise(results)
+  if (noisy.length > 0) {
+    lines.push(`**The app's core was shared**: others kept it busy over ${NOISY * 100}% of the time in ${noisy.join(', ')}. ` +
+      'Its figures there measure the machine as much as the shedder.', '')
+  }
   if (!shedder.inDist) lines.push(`**dist/ has no shedder** (${shedder.note}): the shedder's steps ran without it.`, '')
   if (results.cpu !== null) {
     lines.push(`#### CPU-bound (${results.settings.cpuMs} ms a request), open loop at ${results.settings.overload}× capacity`, '')
