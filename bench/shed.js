@@ -138,19 +138,24 @@ function mixRates (total) {
  */
 async function openRun (app, rates, settleS, seconds, during = () => Promise.resolve()) {
   const events = schedule(rates, settleS + seconds)
-  const cpu = await app.cpuUs()
-  const cores = coreTimes()
-  const started = performance.now()
-  const [{ records, lagMs }, extra] = await Promise.all([openLoop(app.port, events, settings.timeoutMs), during(started)])
-  const elapsedS = (performance.now() - started) / 1000
-  const cpuShare = (await app.cpuUs() - cpu) / 1e6 / elapsedS
+  const usage = async () => ({ app: await app.cpuUs(), cores: coreTimes(), own: process.cpuUsage(), at: performance.now() })
+  const before = await usage()
+  // CPU read over the sending alone, not the answers still coming after it (an overload without a shedder drains
+  // for seconds).
+  const after = sleep((settleS + seconds) * 1000).then(usage)
+  const [{ records, lagMs }, extra] = await Promise.all([openLoop(app.port, events, settings.timeoutMs), during(before.at)])
+  const { app: appUs, cores, own, at } = await after
+  const elapsedS = (at - before.at) / 1000
+  const cpuShare = (appUs - before.app) / 1e6 / elapsedS
+  // This process's share of its core: near 1, the load (not the app) is what ran out.
+  const loadCpuShare = (own.user + own.system - before.own.user - before.own.system) / 1e6 / elapsedS
   // The app's core busy with anything but the app: the noise of a shared machine (null: no pinning, or no /proc).
-  const busy = coreBusy(cores, coreTimes())
+  const busy = coreBusy(before.cores, cores)
   const othersOnAppCore = pin.taskset && busy !== null ? Math.max(0, busy[Number(pin.server)] - cpuShare) : null
   const classes = Object.fromEntries(Object.keys(rates).map(name =>
     [name, summary(records.filter(r => r.name === name), settleS * 1000, (settleS + seconds) * 1000)]))
   const sent = Object.fromEntries(Object.entries(rates).map(([n, { rate }]) => [n, rate]))
-  return { rates: sent, sendLagMs: lagMs, cpuShare, othersOnAppCore, classes, records, extra }
+  return { rates: sent, sendLagMs: lagMs, cpuShare, othersOnAppCore, loadCpuShare, classes, records, extra }
 }
 
 /** A fresh app warmed up (JIT) at half of `rates`, not counted. */
