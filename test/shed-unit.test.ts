@@ -79,15 +79,36 @@ t.test('a share is admitted exactly: 0.25 lets in every fourth request', async t
   t.ok(answers.every(a => a === null || a === 'event-loop-delay'))
 })
 
-t.test('in flight at the reserve line in a sample is pressure: sheddable goes first', async t => {
+t.test('a request shed for want of room in flight is pressure: sheddable goes first', async t => {
   const shedder = new Shedder(options({ inFlight: 10 }), 0)
   for (let i = 0; i < 8; i++) shedder.started()
-  for (let i = 0; i < 8; i++) shedder.done(1, 0)
   shedder.sample(100, null, NO_READINGS)
-  t.equal(shedder.snapshot().over, 'in-flight', 'the peak of the interval reached 8 = 10 × 0.8, though none is in flight now')
-  t.equal(shedder.snapshot().admitted.sheddable, 0.5)
+  t.equal(shedder.snapshot().over, null, 'at the reserve line, with nobody turned away: no pressure')
+  t.equal(shedder.decide('normal'), 'in-flight')
+  for (let i = 0; i < 8; i++) shedder.done(1, 0)
   shedder.sample(200, null, NO_READINGS)
-  t.equal(shedder.snapshot().over, null, 'the next interval\'s peak is what is in flight at its start: none')
+  t.equal(shedder.snapshot().over, 'in-flight', 'a normal request was shed in the interval, though none is in flight now')
+  t.equal(shedder.snapshot().admitted.sheddable, 0.5)
+  shedder.sample(300, null, NO_READINGS)
+  t.equal(shedder.snapshot().over, null, 'the next interval shed none')
+})
+
+t.test('a probe of the adaptive capacity sheds no critical request, and is no pressure', async t => {
+  const shedder = new Shedder(options({ inFlight: { floor: 2, ceiling: 100, probeInterval: '1 second' } }), 0)
+  // Grown to 11 by nine busy samples, then the tenth starts a probe (a second since the start), holding it at its floor.
+  for (let i = 1; i <= 10; i++) {
+    while (shedder.inFlight < shedder.limit) shedder.started()
+    shedder.done(10, i * 100 - 50)
+    shedder.sample(i * 100, null, NO_READINGS)
+  }
+  t.equal(shedder.limit, 2, 'probing')
+  for (let i = 0; i < 5; i++) shedder.done(10, 0)
+  t.equal(shedder.inFlight, 5)
+  t.equal(shedder.decide('critical'), null, 'a critical request goes in: 5 in flight, the probe\'s floor 2, the capacity held 11')
+  t.equal(shedder.decide('normal'), 'in-flight', 'a normal one waits for the probe')
+  shedder.sample(1100, null, NO_READINGS)
+  t.equal(shedder.snapshot().over, null, 'turned away by the probe alone: no pressure')
+  t.equal(shedder.snapshot().admitted.sheddable, 1)
 })
 
 t.test('the signal given wins over in flight as the reason', async t => {
@@ -256,4 +277,8 @@ t.test('the adaptive capacity within its floor and ceiling', async t => {
   t.ok(limit.limit >= 3, 'never under the floor')
   const shedder = new Shedder(options({ inFlight: { floor: 3, ceiling: 5 } }), 0)
   t.equal(shedder.snapshot().limit, 3, 'the shedder starts an adapted capacity at its floor')
+  for (let i = 0; i < 2; i++) shedder.started()
+  t.equal(shedder.decide('critical'), null, 'a critical request has the whole of it')
+  shedder.started()
+  t.equal(shedder.decide('critical'), 'in-flight')
 })

@@ -59,6 +59,11 @@ export class AdaptiveLimit {
     return this.#probe === null ? Math.floor(this.#limit) : this.#options.floor
   }
 
+  /** The limit outside a probe (during one, where it goes back to): what the critical class may use all the same. */
+  get held (): number {
+    return Math.floor(this.#probe?.restore ?? this.#limit)
+  }
+
   /** Whether the no-load latency is being measured (the limit held at its floor). */
   get probing (): boolean {
     return this.#probe !== null
