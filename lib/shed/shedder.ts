@@ -87,7 +87,7 @@ export class Shedder {
     if (priority === 'exempt') return null
     const limit = this.limit
     if (priority === 'critical') return this.#inFlight < limit ? null : 'in-flight'
-    if (this.#inFlight >= limit * (1 - this.#reserve)) return 'in-flight'
+    if (this.#inFlight >= this.#line(limit)) return 'in-flight'
     const share = this.#shares[priority]
     if (share >= 1) return null
     const credit = this.#credit[priority] + share
@@ -117,9 +117,18 @@ export class Shedder {
     this.#adaptive?.sample(now, peak)
     this.#readings = readings
     // In flight past what the critical class's reserve leaves the others is pressure too.
-    this.#over = over ?? (peak >= this.limit * (1 - this.#reserve) ? 'in-flight' : null)
+    this.#over = over ?? (peak >= this.#line(this.limit) ? 'in-flight' : null)
     if (this.#over !== null) this.#shed(this.#over)
     else this.#recover()
+  }
+
+  /**
+   * The in-flight count from which the classes below critical are shed: limit × (1 − reserve), the next whole
+   * number up, the product rounded first (in floating point 50 × (1 − 0.42) is 29.000000000000004, which would let
+   * a 30th request in and leave the critical class 20 of its 21).
+   */
+  #line (limit: number): number {
+    return Math.ceil(limit * (1 - this.#reserve) - 1e-9)
   }
 
   #shed (reason: ShedReason): void {
