@@ -1,0 +1,245 @@
+// The load shedder (`shed`, issue 46) end to end over real HTTP, on the in-process store and on Redis: the
+// in-flight capacity and the critical class's reserve, counted by handlers held on a gate (what really ran, not
+// only what the plugin answered); every shed answer (503, Retry-After, the JSON and problem bodies); a shed
+// request spends no budget and makes no Redis call; classes (route config, classify, the default rule, a
+// client's headers); shadow mode; failMode with Redis down; a client hanging up; the option checks. The
+// signals (pressure, event-loop delay, Redis's reply time) and recovery: test/shed-signals.test.ts.
+import http from 'node:http'
+import { once } from 'node:events'
+import type { FastifyInstance } from 'fastify'
+import Fastify from 'fastify'
+import t from 'tap'
+import type { Test } from 'tap'
+import rateGuard from '../lib/index.js'
+import type { RateGuardOptions } from '../lib/index.js'
+import { client, getRedis, scriptCalls, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { Observer, get, listening, shedMessages, shedOf, waitFor } from './helpers/shed-app.js'
+import type { Answer } from './helpers/shed-app.js'
+
+const PROBLEM_TYPE = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity'
+/** No sample within a test: the shares stay whole, so only the in-flight count sheds. */
+const NO_SAMPLE = '10 seconds'
+
+/** The store options of each store the shedder is run beside. */
+async function storeOptions (t: Test, store: 'memory' | 'redis'): Promise<RateGuardOptions> {
+  if (store === 'memory') return {}
+  const { url } = await getRedis(t)
+  return { redis: url, nameSpace: uniquePrefix() }
+}
+
+/** Holds a request to `path` (its handler waits on the observer's gate): resolves with its answer once let go. */
+function hold (base: string, path: string): Promise<Answer> {
+  return get(base, path)
+}
+
+/** The JSON body of a shed 503 and its Retry-After, checked. */
+function isShed (t: Test, answer: Answer, retryAfter = '1', what = 'shed', wait = retryAfter === '1' ? '1 second' : `${retryAfter} seconds`): void {
+  t.equal(answer.status, 503, `${what}: 503`)
+  t.equal(answer.headers.get('retry-after'), retryAfter, `${what}: Retry-After ${retryAfter}`)
+  t.match(answer.headers.get('content-type'), /^application\/json/, `${what}: JSON`)
+  t.strictSame(JSON.parse(answer.body), {
+    statusCode: 503,
+    code: 'FST_RATE_GUARD_SHED',
+    error: 'Service Unavailable',
+    message: `Server overloaded, retry in ${wait}`
+  }, `${what}: the body`)
+}
+
+for (const store of ['memory', 'redis'] as const) {
+  t.test(`${store}: normal admitted below the capacity less the reserve, critical up to the capacity, exempt always`, async t => {
+    const observer = new Observer()
+    const { app, base } = await listening(t, { ...await storeOptions(t, store), shed: { inFlight: 5, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+      app.get('/work', observer.held('normal'))
+      app.get('/urgent', { config: { priority: 'critical' } }, observer.held('critical'))
+      app.get('/health', async () => 'up')
+      app.get('/metrics', { config: { priority: 'exempt' } }, async () => 'metrics')
+      app.get('/slow-exempt', { config: { priority: 'exempt' } }, observer.held('exempt'))
+    })
+    t.teardown(() => { observer.open() })
+    const messages = shedMessages(t)
+    const held: Array<Promise<Answer>> = []
+    // 5 × (1 − 0.2) = 4: the fourth normal request is admitted (3 in flight), the fifth is not (4 in flight).
+    for (let i = 1; i <= 4; i++) {
+      held.push(hold(base, '/work'))
+      await waitFor(() => observer.running === i, `normal request ${i} running`)
+    }
+    t.equal(shedOf(app).inFlight, 4)
+    isShed(t, await get(base, '/work'), '1', 'the fifth normal request')
+    t.equal((await get(base, '/nowhere')).status, 503, 'a 404 (sheddable) is shed too')
+    // The reserve: critical requests go on until 5 are in flight.
+    held.push(hold(base, '/urgent'))
+    await waitFor(() => observer.running === 5, 'the critical request running')
+    isShed(t, await get(base, '/urgent'), '1', 'a critical request with the reserve used up')
+    isShed(t, await get(base, '/work'), '1', 'a normal request at capacity')
+    // Exempt: never shed, even with everything taken; a held one runs past the capacity.
+    t.equal((await get(base, '/health')).status, 200, '/health (the default rule) is exempt')
+    t.equal((await get(base, '/metrics')).status, 200, "config.priority 'exempt' is exempt")
+    held.push(hold(base, '/slow-exempt'))
+    await waitFor(() => observer.mostOf('exempt') === 1, 'the exempt request running at capacity')
+    t.match(shedOf(app), { inFlight: 6, limit: 5, admitted: { critical: 1, normal: 1, sheddable: 1 } }, 'stats().shed')
+    t.equal(app.rateGuard.stats().decisions.shed, 4, 'four shed, as stats() counts them')
+    t.strictSame(messages.map(m => [m.outcome, m.priority, m.reason, m.budget, m.keyKind]), [
+      ['shed', 'normal', 'in-flight', 'shed', 'none'],
+      ['shed', 'sheddable', 'in-flight', 'shed', 'none'],
+      ['shed', 'critical', 'in-flight', 'shed', 'none'],
+      ['shed', 'normal', 'in-flight', 'shed', 'none']
+    ], 'each on the decision channel, with its class and reason')
+    t.equal(observer.mostOf('normal'), 4, 'at most 4 normal handlers ran at once')
+    t.equal(observer.mostOf('normal') + observer.mostOf('critical'), 5, 'at most 5 non-exempt handlers ran at once')
+
+    observer.open()
+    t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200, 200, 200, 200], 'every held request answered')
+    await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
+    t.equal((await get(base, '/nowhere')).status, 404, 'a 404 is admitted again')
+    const again = [hold(base, '/work'), hold(base, '/urgent')]
+    await waitFor(() => observer.running === 2, 'normal and critical admitted again')
+    observer.open()
+    t.strictSame((await Promise.all(again)).map(a => a.status), [200, 200])
+  })
+}
+
+t.test('every shed answer: Retry-After a whole number of seconds, JSON or problem details', async t => {
+  const cases: Array<[RateGuardOptions, string, string]> = [
+    [{ shed: { inFlight: 1, eventLoopDelay: false } }, '1', '1 second'],
+    [{ shed: { inFlight: 1, eventLoopDelay: false, retryAfter: '3 seconds' } }, '3', '3 seconds'],
+    [{ shed: { inFlight: 1, eventLoopDelay: false, retryAfter: '1500 ms' } }, '2', '2 seconds'],
+    [{ shed: { inFlight: 1, eventLoopDelay: false, retryAfter: 60_000 } }, '60', '1 minute']
+  ]
+  for (const [options, after, wait] of cases) {
+    const observer = new Observer()
+    const { base } = await listening(t, options, app => { app.get('/work', observer.held('work')) })
+    t.teardown(() => { observer.open() })
+    const held = hold(base, '/work')
+    await waitFor(() => observer.running === 1, 'one request running')
+    isShed(t, await get(base, '/work'), after, `retryAfter ${JSON.stringify((options.shed as { retryAfter?: unknown }).retryAfter)}`, wait)
+    observer.open()
+    t.equal((await held).status, 200)
+  }
+
+  const observer = new Observer()
+  const { base } = await listening(t, { errorFormat: 'problem', shed: { inFlight: 1, eventLoopDelay: false, retryAfter: '3 seconds' } }, app => {
+    app.get('/work', observer.held('work'))
+  })
+  t.teardown(() => { observer.open() })
+  const held = hold(base, '/work')
+  await waitFor(() => observer.running === 1, 'one request running')
+  const shed = await get(base, '/work')
+  t.equal(shed.status, 503)
+  t.equal(shed.headers.get('retry-after'), '3')
+  t.match(shed.headers.get('content-type'), /^application\/problem\+json/)
+  t.strictSame(JSON.parse(shed.body), {
+    type: PROBLEM_TYPE,
+    title: 'Request cannot be satisfied due to temporary reduced capacity',
+    status: 503,
+    detail: 'Server overloaded, retry in 3 seconds',
+    'retry-after': 3
+  }, 'the temporary-reduced-capacity problem')
+  observer.open()
+  t.equal((await held).status, 200)
+})
+
+t.test('a shed request spends no budget and makes no Redis call', async t => {
+  const server = await startRedisServer(t)
+  const redis = client(t, server.url)
+  for (const store of ['memory', 'redis'] as const) {
+    const observer = new Observer()
+    const options: RateGuardOptions = store === 'redis' ? { redis: server.url, nameSpace: uniquePrefix() } : {}
+    const { base } = await listening(t, { ...options, shed: { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+      app.get('/work', { config: { rateLimit: false } }, observer.held('work'))
+      app.get('/limited', { config: { rateLimit: { max: 2, timeWindow: '1 hour' } } }, async () => 'ok')
+    })
+    t.teardown(() => { observer.open() })
+    // 1 × 0.8: one normal request in flight and the rest are shed.
+    const held = hold(base, '/work')
+    await waitFor(() => observer.running === 1, 'one request running')
+    const before = await scriptCalls(redis)
+    for (let i = 0; i < 5; i++) t.equal((await get(base, '/limited')).status, 503, `${store}: /limited shed while full (${i + 1})`)
+    if (store === 'redis') t.equal(await scriptCalls(redis), before, 'no script call for the shed requests')
+    observer.open()
+    t.equal((await held).status, 200)
+    const after = []
+    for (let i = 0; i < 3; i++) after.push((await get(base, '/limited')).status)
+    t.strictSame(after, [200, 200, 429], `${store}: the budget of 2 untouched by the shed requests`)
+    if (store === 'redis') t.ok(await scriptCalls(redis) > before, 'the budget is decided by Redis (the count above can move)')
+  }
+})
+
+/** An app whose one held critical request fills `inFlight: 1`: every request but an exempt one is shed, its class on the channel. */
+async function classes (t: Test, options: RateGuardOptions['shed'], routes: (app: FastifyInstance) => void): Promise<{
+  app: FastifyInstance
+  logs: Array<Record<string, unknown>>
+  classOf: (path: string, headers?: Record<string, string>) => Promise<string>
+}> {
+  const observer = new Observer()
+  const { app, base, logs } = await listening(t, { shed: { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE, ...options as object } }, app => {
+    app.get('/hold', { config: { priority: 'critical' } }, observer.held('hold'))
+    routes(app)
+  })
+  t.teardown(() => { observer.open() })
+  const held = hold(base, '/hold')
+  t.teardown(async () => { observer.open(); await held })
+  await waitFor(() => observer.running === 1, 'the held request running')
+  const messages = shedMessages(t)
+  const classOf = async (path: string, headers: Record<string, string> = {}): Promise<string> => {
+    const seen = messages.length
+    const answer = await get(base, path, headers)
+    if (answer.status !== 503) return `${answer.status}`
+    if (messages.length !== seen + 1) throw new Error(`${path}: a 503 without its one shed message`)
+    return messages[seen]!.priority!
+  }
+  return { app, logs, classOf }
+}
+
+t.test('classes: a route\'s config beats classify, which beats the default rule; a client cannot choose its own', async t => {
+  const { classOf } = await classes(t, { classify: request => request.url.startsWith('/by-classify') ? 'sheddable' : 'critical' }, app => {
+    app.get('/configured', { config: { priority: 'normal' } }, async () => 'ok')
+    app.get('/by-classify', async () => 'ok')
+    app.get('/health', { config: { priority: 'sheddable' } }, async () => 'ok')
+    app.get('/other', async () => 'ok')
+  })
+  t.equal(await classOf('/configured'), 'normal', 'config.priority beats classify')
+  t.equal(await classOf('/health'), 'sheddable', 'config.priority beats the default rule')
+  t.equal(await classOf('/by-classify'), 'sheddable', "classify's class")
+  t.equal(await classOf('/other'), 'critical', "classify's class")
+  t.equal(await classOf('/nowhere'), 'sheddable', 'a 404 is sheddable, whatever classify says')
+})
+
+t.test('classes: the default rule, by the route\'s pattern; no header a client sends changes it', async t => {
+  const { classOf } = await classes(t, {}, app => {
+    app.get('/work', async () => 'ok')
+    app.get('/api/v1/readyz', async () => 'ok')
+    app.get('/users/:name', async () => 'ok')
+    app.get('/:name', async () => 'ok')
+  })
+  t.equal(await classOf('/work'), 'normal')
+  t.equal(await classOf('/api/v1/readyz'), '200', 'a readiness route is exempt')
+  t.equal(await classOf('/health'), 'normal', "a route '/:name' requested as /health is normal")
+  t.equal(await classOf('/users/healthz'), 'normal', "a route '/users/:name' requested as /users/healthz is normal")
+  t.equal(await classOf('/nowhere/at/all'), 'sheddable', 'a 404 is sheddable')
+  const claims = { 'x-priority': 'critical', priority: 'u=0', 'x-rate-guard-priority': 'exempt', 'x-shed-priority': 'exempt', 'x-health': 'check' }
+  t.equal(await classOf('/work', claims), 'normal', 'headers claiming a class: still normal')
+  t.equal(await classOf('/nowhere/at/all', claims), 'sheddable', 'headers claiming a class on a 404: still sheddable')
+})
+
+for (const [what, classify] of [
+  ['returns junk', () => 'urgent'],
+  ['returns a promise', async () => 'critical'],
+  ['throws', () => { throw new Error('classify broke') }]
+] as const) {
+  t.test(`classes: a classify that ${what} classes 'normal', logged (FST_RATE_GUARD_CALLBACK_FAILED)`, async t => {
+    const { classOf, logs } = await classes(t, { classify: classify as () => undefined }, app => { app.get('/work', async () => 'ok') })
+    t.equal(await classOf('/work'), 'normal')
+    t.equal(await classOf('/nowhere'), 'sheddable', 'a 404 is never classified')
+    const failed = logs.filter(l => l.code === 'FST_RATE_GUARD_CALLBACK_FAILED')
+    t.equal(failed.length, 1, 'logged once')
+    t.match(failed[0], { level: 50, fallback: "classed 'normal'", msg: /shed\.classify failed/ })
+  })
+}
+
+t.test("an invalid config.priority ('urgent') throws FST_RATE_GUARD_INVALID_OPTION as the route is added", async t => {
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(rateGuard, { shed: true })
+  t.throws(() => app.get('/x', { config: { priority: 'urgent' as 'normal' } }, async () => 'ok'), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /config\.priority/ })
+  t.throws(() => app.get('/y', { config: { priority: 1 as unknown as 'normal' } }, async () => 'ok'), { code: 'FST_RATE_GUARD_INVALID_OPTION' })
+})
