@@ -5,7 +5,6 @@
 // client's headers); shadow mode; failMode with Redis down; a client hanging up; the option checks. The
 // signals (pressure, event-loop delay, Redis's reply time) and recovery: test/shed-signals.test.ts.
 import http from 'node:http'
-import { once } from 'node:events'
 import type { FastifyInstance } from 'fastify'
 import Fastify from 'fastify'
 import t from 'tap'
@@ -242,4 +241,136 @@ t.test("an invalid config.priority ('urgent') throws FST_RATE_GUARD_INVALID_OPTI
   await app.register(rateGuard, { shed: true })
   t.throws(() => app.get('/x', { config: { priority: 'urgent' as 'normal' } }, async () => 'ok'), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /config\.priority/ })
   t.throws(() => app.get('/y', { config: { priority: 1 as unknown as 'normal' } }, async () => 'ok'), { code: 'FST_RATE_GUARD_INVALID_OPTION' })
+})
+
+t.test('shadow: nothing refused, what would be shed counted and published as shadow-shed', async t => {
+  const cases: Array<[string, RateGuardOptions]> = [
+    ["shed.mode 'shadow'", { shed: { mode: 'shadow', inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }],
+    ["the plugin's mode 'shadow'", { mode: 'shadow', shed: { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }]
+  ]
+  for (const [what, options] of cases) {
+    const observer = new Observer()
+    const { app, base } = await listening(t, options, app => { app.get('/work', observer.held('work')) })
+    t.teardown(() => { observer.open() })
+    const messages = shedMessages(t)
+    const held = [hold(base, '/work'), hold(base, '/work'), hold(base, '/work')]
+    await waitFor(() => observer.running === 3, `${what}: three requests running with a capacity of 1`)
+    t.equal(shedOf(app).inFlight, 3, `${what}: all three in flight`)
+    observer.open()
+    t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200], `${what}: none refused`)
+    const { decisions } = app.rateGuard.stats()
+    t.match(decisions, { shed: 0, 'shadow-shed': 2 }, `${what}: two would have been shed`)
+    t.strictSame(messages.map(m => [m.outcome, m.mode, m.priority, m.reason]), [
+      ['shadow-shed', 'shadow', 'normal', 'in-flight'],
+      ['shadow-shed', 'shadow', 'normal', 'in-flight']
+    ], `${what}: on the decision channel`)
+  }
+
+  const observer = new Observer()
+  const { app, base } = await listening(t, { mode: 'shadow', shed: { mode: 'enforce', inFlight: 1, eventLoopDelay: false } }, app => {
+    app.get('/work', observer.held('work'))
+  })
+  t.teardown(() => { observer.open() })
+  const held = hold(base, '/work')
+  await waitFor(() => observer.running === 1, 'one request running')
+  isShed(t, await get(base, '/work'), '1', "shed.mode 'enforce' beside the plugin's shadow mode")
+  t.equal(observer.most, 1)
+  observer.open()
+  t.equal((await held).status, 200)
+  t.match(app.rateGuard.stats().decisions, { shed: 1, 'shadow-shed': 0 })
+})
+
+for (const failMode of ['closed', 'open'] as const) {
+  t.test(`failMode '${failMode}' with Redis stopped: the shedder still sheds, and lets critical through to failMode`, async t => {
+    const server = await startRedisServer(t)
+    const observer = new Observer()
+    const { base } = await listening(t, {
+      redis: server.url, failMode, timeout: 200, nameSpace: uniquePrefix(), shed: { inFlight: 2, reserve: 0.5, eventLoopDelay: false, sampleInterval: NO_SAMPLE }
+    }, app => {
+      app.get('/work', { config: { rateLimit: false } }, observer.held('work'))
+      app.get('/limited', async () => 'ok')
+      app.get('/urgent', { config: { priority: 'critical' } }, async () => 'ok')
+    })
+    t.teardown(() => { observer.open() })
+    t.equal((await get(base, '/limited')).status, 200, 'decided by Redis while it is up')
+    await server.stop()
+    // 2 × (1 − 0.5) = 1: with one in flight, normal is shed, critical is not.
+    const held = hold(base, '/work')
+    await waitFor(() => observer.running === 1, 'one request running')
+    isShed(t, await get(base, '/limited'), '1', 'a normal request, Redis down')
+    const urgent = await get(base, '/urgent')
+    if (failMode === 'open') t.equal(urgent.status, 200, 'critical: let through, failMode open')
+    else t.match({ status: urgent.status, body: JSON.parse(urgent.body) }, { status: 503, body: { code: 'FST_RATE_GUARD_UNAVAILABLE' } }, 'critical: failMode closed answers')
+    observer.open()
+    t.equal((await held).status, 200)
+  })
+}
+
+t.test('a client hanging up mid-handler keeps its slot until its handler ends', async t => {
+  const observer = new Observer()
+  const { app, base } = await listening(t, { shed: { inFlight: 2, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+    app.get('/work', observer.held('work'))
+  })
+  t.teardown(() => { observer.open() })
+  // 2 × 0.8 = 1.6: two normal requests at once. Each of eight is sent on a socket of its own and, once its
+  // handler runs, its client hangs up; the server hears it before the next is sent.
+  const answers: Array<number | 'aborted'> = []
+  for (let i = 0; i < 8; i++) {
+    const entered = observer.entered
+    const request = http.get(`${base}/work`, { agent: false })
+    const answer = new Promise<number | 'aborted'>(resolve => {
+      request.on('response', res => { res.resume(); res.on('end', () => resolve(res.statusCode!)) })
+      request.on('error', () => resolve('aborted'))
+    })
+    const first = await Promise.race([answer, waitFor(() => observer.entered > entered, 'a handler entered').then(() => 'entered' as const)])
+    if (first === 'entered') {
+      const hungUp = observer.hungUp
+      request.destroy()
+      await waitFor(() => observer.hungUp > hungUp, 'the server heard the hang-up')
+    }
+    answers.push(await answer)
+  }
+  t.strictSame(answers, ['aborted', 'aborted', 503, 503, 503, 503, 503, 503], 'two ran (their clients left), the rest shed')
+  t.equal(observer.running, 2, 'two handlers still running')
+  t.equal(observer.most, 2, 'never more than two at once')
+  t.equal(shedOf(app).inFlight, 2, 'both still in flight, their clients gone')
+  observer.open()
+  await waitFor(() => shedOf(app).inFlight === 0, 'the slots given back once the handlers end')
+  const again = hold(base, '/work')
+  await waitFor(() => observer.running === 1, 'admitted again')
+  observer.open()
+  t.equal((await again).status, 200)
+})
+
+t.test('options: each bad one a coded error at register; shed: true takes the defaults', async t => {
+  const bad: Array<[unknown, RegExp]> = [
+    ['yes', /shed/],
+    [{ eventLoopDelay: -1 }, /shed\.eventLoopDelay/],
+    [{ inFlight: 0 }, /shed\.inFlight/],
+    [{ inFlight: 1.5 }, /shed\.inFlight/],
+    [{ inFlight: { floor: 5, ceiling: 2 } }, /shed\.inFlight\.ceiling/],
+    [{ inFlight: { flor: 5 } }, /shed\.inFlight\.flor.*floor/],
+    [{ reserve: 1 }, /shed\.reserve/],
+    [{ classify: 1 }, /shed\.classify/],
+    [{ pressure: true }, /shed\.pressure/],
+    [{ sampleInterval: 5 }, /shed\.sampleInterval/],
+    [{ recovery: 'soon' }, /shed\.recovery/],
+    [{ retryAfter: 0 }, /shed\.retryAfter/],
+    [{ inflight: 5 }, /shed\.inflight.*inFlight/],
+    [{ mode: 'report' }, /shed\.mode/]
+  ]
+  for (const [shed, message] of bad) {
+    const app = Fastify()
+    t.teardown(async () => await app.close())
+    await t.rejects(async () => { await app.register(rateGuard, { shed } as RateGuardOptions) }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, JSON.stringify(shed))
+  }
+
+  const observer = new Observer()
+  const { app, base } = await listening(t, { shed: true }, app => { app.get('/work', observer.held('work')) })
+  t.teardown(() => { observer.open() })
+  const held = [hold(base, '/work'), hold(base, '/work'), hold(base, '/work')]
+  await waitFor(() => observer.running === 3, 'no in-flight capacity by default')
+  observer.open()
+  t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200])
+  t.match(shedOf(app), { limit: null, admitted: { critical: 1, normal: 1, sheddable: 1 }, readings: { redisTimeMs: null, pressure: null } })
 })

@@ -5,7 +5,7 @@
 import diagnostics from 'node:diagnostics_channel'
 import { Writable } from 'node:stream'
 import Fastify from 'fastify'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Test } from 'tap'
 import rateGuard from '../../lib/index.js'
 import type { DecisionMessage } from '../../lib/channels.js'
@@ -26,13 +26,17 @@ export class Observer {
   most = 0
   /** Handlers started, in all. */
   entered = 0
+  /** Responses of held handlers closed (sent, or their clients hung up) while their handler still ran. */
+  hungUp = 0
   readonly #running = new Map<string, number>()
   readonly #most = new Map<string, number>()
   #gate = deferred()
 
   /** A handler for the route `name` that runs until the gate opens. */
-  held (name: string): () => Promise<string> {
-    return async () => {
+  held (name: string): (request: FastifyRequest, reply: FastifyReply) => Promise<string> {
+    return async (_request, reply) => {
+      let running = true
+      reply.raw.once('close', () => { if (running) this.hungUp++ })
       this.entered++
       this.most = Math.max(this.most, ++this.running)
       const now = (this.#running.get(name) ?? 0) + 1
@@ -41,6 +45,7 @@ export class Observer {
       try {
         await this.#gate.promise
       } finally {
+        running = false
         this.running--
         this.#running.set(name, this.#running.get(name)! - 1)
       }
