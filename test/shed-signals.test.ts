@@ -26,10 +26,11 @@ async function watch (app: FastifyInstance, done: (shed: ShedSnapshot) => boolea
   }
 }
 
-t.test("pressure: sheddable to none before normal falls, critical and exempt kept, reason 'pressure', then a gradual ramp back", async t => {
+t.test("pressure: sheddable to none before normal falls, critical and exempt kept, reason 'pressure', a gradual ramp back", async t => {
   let flag = false
   const recoveryMs = 500
-  const { app, base } = await listening(t, { shed: { pressure: () => flag, sampleInterval: 10, recovery: recoveryMs, eventLoopDelay: false } }, app => {
+  const shed = { pressure: () => flag, sampleInterval: 10, recovery: recoveryMs, eventLoopDelay: false } as const
+  const { app, base } = await listening(t, { shed }, app => {
     app.get('/work', async () => 'work')
     app.get('/later', { config: { priority: 'sheddable' } }, async () => 'later')
     app.get('/urgent', { config: { priority: 'critical' } }, async () => 'urgent')

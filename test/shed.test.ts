@@ -10,7 +10,7 @@ import Fastify from 'fastify'
 import t from 'tap'
 import type { Test } from 'tap'
 import rateGuard from '../lib/index.js'
-import type { RateGuardOptions } from '../lib/index.js'
+import type { RateGuardOptions, ShedOptions } from '../lib/index.js'
 import { client, getRedis, scriptCalls, startRedisServer, uniquePrefix } from './helpers/redis.js'
 import { Observer, get, listening, shedMessages, shedOf, waitFor } from './helpers/shed-app.js'
 import type { Answer } from './helpers/shed-app.js'
@@ -32,7 +32,9 @@ function hold (base: string, path: string): Promise<Answer> {
 }
 
 /** The JSON body of a shed 503 and its Retry-After, checked. */
-function isShed (t: Test, answer: Answer, retryAfter = '1', what = 'shed', wait = retryAfter === '1' ? '1 second' : `${retryAfter} seconds`): void {
+function isShed (
+  t: Test, answer: Answer, retryAfter = '1', what = 'shed', wait = retryAfter === '1' ? '1 second' : `${retryAfter} seconds`
+): void {
   t.equal(answer.status, 503, `${what}: 503`)
   t.equal(answer.headers.get('retry-after'), retryAfter, `${what}: Retry-After ${retryAfter}`)
   t.match(answer.headers.get('content-type'), /^application\/json/, `${what}: JSON`)
@@ -47,7 +49,8 @@ function isShed (t: Test, answer: Answer, retryAfter = '1', what = 'shed', wait 
 for (const store of ['memory', 'redis'] as const) {
   t.test(`${store}: normal admitted below the capacity less the reserve, critical up to the capacity, exempt always`, async t => {
     const observer = new Observer()
-    const { app, base } = await listening(t, { ...await storeOptions(t, store), shed: { inFlight: 5, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+    const shed = { inFlight: 5, eventLoopDelay: false, sampleInterval: NO_SAMPLE } as const
+    const { app, base } = await listening(t, { ...await storeOptions(t, store), shed }, app => {
       app.get('/work', observer.held('normal'))
       app.get('/urgent', { config: { priority: 'critical' } }, observer.held('critical'))
       app.get('/health', async () => 'up')
@@ -116,7 +119,8 @@ t.test('every shed answer: Retry-After a whole number of seconds, JSON or proble
   }
 
   const observer = new Observer()
-  const { base } = await listening(t, { errorFormat: 'problem', shed: { inFlight: 1, eventLoopDelay: false, retryAfter: '3 seconds' } }, app => {
+  const problem: RateGuardOptions = { errorFormat: 'problem', shed: { inFlight: 1, eventLoopDelay: false, retryAfter: '3 seconds' } }
+  const { base } = await listening(t, problem, app => {
     app.get('/work', observer.held('work'))
   })
   t.teardown(() => { observer.open() })
@@ -170,7 +174,8 @@ async function classes (t: Test, options: RateGuardOptions['shed'], routes: (app
   classOf: (path: string, headers?: Record<string, string>) => Promise<string>
 }> {
   const observer = new Observer()
-  const { app, base, logs } = await listening(t, { shed: { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE, ...options as object } }, app => {
+  const shed: ShedOptions = { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE, ...options as object }
+  const { app, base, logs } = await listening(t, { shed }, app => {
     app.get('/hold', { config: { priority: 'critical' } }, observer.held('hold'))
     routes(app)
   })
@@ -215,7 +220,9 @@ t.test('classes: the default rule, by the route\'s pattern; no header a client s
   t.equal(await classOf('/health'), 'normal', "a route '/:name' requested as /health is normal")
   t.equal(await classOf('/users/healthz'), 'normal', "a route '/users/:name' requested as /users/healthz is normal")
   t.equal(await classOf('/nowhere/at/all'), 'sheddable', 'a 404 is sheddable')
-  const claims = { 'x-priority': 'critical', priority: 'u=0', 'x-rate-guard-priority': 'exempt', 'x-shed-priority': 'exempt', 'x-health': 'check' }
+  const claims = {
+    'x-priority': 'critical', priority: 'u=0', 'x-rate-guard-priority': 'exempt', 'x-shed-priority': 'exempt', 'x-health': 'check'
+  }
   t.equal(await classOf('/work', claims), 'normal', 'headers claiming a class: still normal')
   t.equal(await classOf('/nowhere/at/all', claims), 'sheddable', 'headers claiming a class on a 404: still sheddable')
 })
@@ -239,8 +246,9 @@ t.test("an invalid config.priority ('urgent') throws FST_RATE_GUARD_INVALID_OPTI
   const app = Fastify()
   t.teardown(async () => await app.close())
   await app.register(rateGuard, { shed: true })
-  t.throws(() => app.get('/x', { config: { priority: 'urgent' as 'normal' } }, async () => 'ok'), { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /config\.priority/ })
-  t.throws(() => app.get('/y', { config: { priority: 1 as unknown as 'normal' } }, async () => 'ok'), { code: 'FST_RATE_GUARD_INVALID_OPTION' })
+  const invalid = { code: 'FST_RATE_GUARD_INVALID_OPTION', message: /config\.priority of \/x/ }
+  t.throws(() => app.get('/x', { config: { priority: 'urgent' as 'normal' } }, async () => 'ok'), invalid)
+  t.throws(() => app.get('/x', { config: { priority: 1 as unknown as 'normal' } }, async () => 'ok'), invalid)
 })
 
 t.test('shadow: nothing refused, what would be shed counted and published as shadow-shed', async t => {
@@ -285,7 +293,11 @@ for (const failMode of ['closed', 'open'] as const) {
     const server = await startRedisServer(t)
     const observer = new Observer()
     const { base } = await listening(t, {
-      redis: server.url, failMode, timeout: 200, nameSpace: uniquePrefix(), shed: { inFlight: 2, reserve: 0.5, eventLoopDelay: false, sampleInterval: NO_SAMPLE }
+      redis: server.url,
+      failMode,
+      timeout: 200,
+      nameSpace: uniquePrefix(),
+      shed: { inFlight: 2, reserve: 0.5, eventLoopDelay: false, sampleInterval: NO_SAMPLE }
     }, app => {
       app.get('/work', { config: { rateLimit: false } }, observer.held('work'))
       app.get('/limited', async () => 'ok')
@@ -300,7 +312,10 @@ for (const failMode of ['closed', 'open'] as const) {
     isShed(t, await get(base, '/limited'), '1', 'a normal request, Redis down')
     const urgent = await get(base, '/urgent')
     if (failMode === 'open') t.equal(urgent.status, 200, 'critical: let through, failMode open')
-    else t.match({ status: urgent.status, body: JSON.parse(urgent.body) }, { status: 503, body: { code: 'FST_RATE_GUARD_UNAVAILABLE' } }, 'critical: failMode closed answers')
+    else {
+      t.match({ status: urgent.status, body: JSON.parse(urgent.body) }, { status: 503, body: { code: 'FST_RATE_GUARD_UNAVAILABLE' } },
+        'critical: failMode closed answers')
+    }
     observer.open()
     t.equal((await held).status, 200)
   })
@@ -322,7 +337,8 @@ t.test('a client hanging up mid-handler keeps its slot until its handler ends', 
       request.on('response', res => { res.resume(); res.on('end', () => resolve(res.statusCode!)) })
       request.on('error', () => resolve('aborted'))
     })
-    const first = await Promise.race([answer, waitFor(() => observer.entered > entered, 'a handler entered').then(() => 'entered' as const)])
+    const running = waitFor(() => observer.entered > entered, 'a handler entered').then(() => 'entered' as const)
+    const first = await Promise.race([answer, running])
     if (first === 'entered') {
       const hungUp = observer.hungUp
       request.destroy()
@@ -362,7 +378,8 @@ t.test('options: each bad one a coded error at register; shed: true takes the de
   for (const [shed, message] of bad) {
     const app = Fastify()
     t.teardown(async () => await app.close())
-    await t.rejects(async () => { await app.register(rateGuard, { shed } as RateGuardOptions) }, { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, JSON.stringify(shed))
+    const register = async (): Promise<void> => { await app.register(rateGuard, { shed } as RateGuardOptions) }
+    await t.rejects(register, { code: 'FST_RATE_GUARD_INVALID_OPTION', message }, JSON.stringify(shed))
   }
 
   const observer = new Observer()
