@@ -6,14 +6,14 @@ import { AdaptiveLimit } from './adaptive.js'
 // is admitted, and the in-flight capacity. No clock of its own and no timer: lib/shed/signals.ts reads the
 // signals once per sample interval and tells it (`sample`), and the request's stage asks it (`decide`).
 //
-// Under pressure (a signal past its threshold, or the in-flight count past the share left when the critical
-// class's reserve is kept), the admitted share of the lowest class still admitted is halved each interval:
+// Under pressure (a signal past its threshold, or a request shed in the interval for want of room in flight,
+// past the share left when the critical class's reserve is kept), the admitted share of the lowest class still admitted is halved each interval:
 // `sheddable` down to none, then `normal`. Calm, the highest class not fully admitted regains
 // `sampleMs / recoveryMs` each interval (all of it in `recovery`): `normal` first, then `sheddable`. A share is
 // admitted exactly: a credit per class adds the share each request, and a request goes in when it reaches 1,
 // so a share of 0.25 admits every fourth request, not a random quarter. `critical` and `exempt` requests are
-// never shed by a signal: `critical` only when the in-flight capacity is full, its reserved share included,
-// `exempt` never.
+// never shed by a signal: `critical` only when the in-flight capacity is full, its reserved share included (and
+// never for an adaptive capacity's probe, which holds it at its floor a moment), `exempt` never.
 
 /** Below this share, a halved class is shed whole. */
 const LEAST_SHARE = 0.02
@@ -59,6 +59,8 @@ export class Shedder {
   readonly #credit: Shares = { normal: 0, sheddable: 0 }
   #inFlight = 0
   #peak = 0
+  /** Whether a request was shed in this interval for want of room in flight. */
+  #crowded = false
   #over: ShedReason | null = null
   /** The reason the classes are shed while they ramp back: the last signal past its threshold. */
   #reason: ShedReason = 'in-flight'
@@ -82,12 +84,21 @@ export class Shedder {
     return this.#fixed ?? this.#adaptive?.limit ?? Infinity
   }
 
+  /** The in-flight capacity outside the adaptive capacity's probes (Infinity: none). */
+  get #held (): number {
+    return this.#fixed ?? this.#adaptive?.held ?? Infinity
+  }
+
   /** A request of `priority`: admitted (null), or why it is shed. */
   decide (priority: Priority): ShedReason | null {
     if (priority === 'exempt') return null
-    const limit = this.limit
-    if (priority === 'critical') return this.#inFlight < limit ? null : 'in-flight'
-    if (this.#inFlight >= limit * (1 - this.#reserve)) return 'in-flight'
+    // A probe of the adaptive capacity (held at its floor a moment) sheds no critical request.
+    if (priority === 'critical') return this.#inFlight < this.#held ? null : 'in-flight'
+    if (this.#inFlight >= this.limit * (1 - this.#reserve)) {
+      // Full but for a probe's floor is no pressure.
+      if (this.#inFlight >= this.#held * (1 - this.#reserve)) this.#crowded = true
+      return 'in-flight'
+    }
     const share = this.#shares[priority]
     if (share >= 1) return null
     const credit = this.#credit[priority] + share
@@ -116,8 +127,9 @@ export class Shedder {
     this.#peak = this.#inFlight
     this.#adaptive?.sample(now, peak)
     this.#readings = readings
-    // In flight past what the critical class's reserve leaves the others is pressure too.
-    this.#over = over ?? (peak >= this.limit * (1 - this.#reserve) ? 'in-flight' : null)
+    // A request shed for want of room in flight, past what the critical class's reserve leaves the others, is pressure too.
+    this.#over = over ?? (this.#crowded ? 'in-flight' : null)
+    this.#crowded = false
     if (this.#over !== null) this.#shed(this.#over)
     else this.#recover()
   }
