@@ -118,16 +118,27 @@ t.test("Redis's reply time: Redis paused past the threshold, reason 'redis-time'
   t.match(messages, [{ outcome: 'shed', priority: 'sheddable', reason: 'redis-time' }])
 })
 
-t.test("in flight past the reserve is pressure too: reason 'in-flight' sampled, shares ramped back once the handlers end", async t => {
+t.test("a request turned away for room in flight is pressure, reason 'in-flight'; a full capacity alone is not", async t => {
   const observer = new Observer()
-  const { app, base } = await listening(t, { shed: { inFlight: 2, sampleInterval: 10, recovery: 200, eventLoopDelay: false } }, app => {
-    app.get('/work', observer.held('work'))
-  })
+  let samples = 0
+  const shed = { inFlight: 2, sampleInterval: 10, recovery: 200, eventLoopDelay: false, pressure: () => { samples++; return false } } as const
+  const { app, base } = await listening(t, { shed }, app => { app.get('/work', observer.held('work')) })
   t.teardown(() => { observer.open() })
+  const messages = shedMessages(t)
   const held = [get(base, '/work'), get(base, '/work')]
   await waitFor(() => observer.running === 2, 'two running')
-  await watch(app, shed => shed.admitted.normal < 1, 'normal shed by the in-flight count')
-  t.match(shedOf(app), { over: 'in-flight', inFlight: 2, limit: 2, admitted: { sheddable: 0 } })
+  const from = samples
+  await waitFor(() => samples >= from + 5, 'five samples with the capacity full')
+  t.match(shedOf(app), { over: null, inFlight: 2, admitted: { normal: 1, sheddable: 1 } }, 'full, none turned away: no pressure')
+  // Requests turned away, one after another, until the shares fall to normal's.
+  let over = false
+  while (shedOf(app).admitted.normal === 1) {
+    t.equal((await get(base, '/work')).status, 503)
+    over ||= shedOf(app).over === 'in-flight'
+  }
+  t.ok(over, "over: 'in-flight' while requests are turned away")
+  t.equal(shedOf(app).admitted.sheddable, 0, 'sheddable shed whole first')
+  t.ok(messages.length > 0 && messages.every(m => m.reason === 'in-flight' && m.priority === 'normal'), `${messages.length} shed, in-flight`)
   observer.open()
   t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200])
   const rising = await watch(app, shed => shed.admitted.normal === 1 && shed.admitted.sheddable === 1, 'both classes whole again')
