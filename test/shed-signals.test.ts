@@ -95,6 +95,25 @@ t.test("event-loop delay: a handler that blocks 300 ms is read at the next sampl
   t.match(messages, [{ outcome: 'shed', priority: 'sheddable', reason: 'event-loop-delay' }])
 })
 
+t.test("event-loop utilization: a handler busy through a sample, reason 'event-loop-utilization'", async t => {
+  const { app, base } = await listening(t, { shed: { eventLoopDelay: false, eventLoopUtilization: 0.5, sampleInterval: 50 } }, app => {
+    app.get('/busy', async () => {
+      const end = performance.now() + 300
+      while (performance.now() < end);
+      return 'done'
+    })
+  })
+  const messages = shedMessages(t)
+  const watching = watch(app, shed => shed.over === 'event-loop-utilization', 'the utilization read')
+  t.equal((await get(base, '/busy')).status, 200)
+  const seen = await watching
+  const utilization = seen.at(-1)!.readings.eventLoopUtilization!
+  t.ok(utilization > 0.5 && utilization <= 1, `the utilization read: ${utilization.toFixed(3)}`)
+  t.equal(seen.at(-1)!.readings.eventLoopDelayMs, null, 'the delay not read')
+  t.equal((await get(base, '/nowhere')).status, 503, 'a 404 (sheddable) shed')
+  t.match(messages, [{ outcome: 'shed', priority: 'sheddable', reason: 'event-loop-utilization' }])
+})
+
 t.test("Redis's reply time: Redis paused past the threshold, reason 'redis-time'", async t => {
   const server = await startRedisServer(t)
   const pauser = client(t, server.url)

@@ -364,6 +364,8 @@ t.test('options: each bad one a coded error at register; shed: true takes the de
     [{ eventLoopDelay: -1 }, /shed\.eventLoopDelay/],
     [{ inFlight: 0 }, /shed\.inFlight/],
     [{ inFlight: 1.5 }, /shed\.inFlight/],
+    [{ inFlight: 'many' }, /shed\.inFlight/],
+    [{ inFlight: [4] }, /shed\.inFlight/],
     [{ inFlight: { floor: 5, ceiling: 2 } }, /shed\.inFlight\.ceiling/],
     [{ inFlight: { flor: 5 } }, /shed\.inFlight\.flor.*floor/],
     [{ reserve: 1 }, /shed\.reserve/],
@@ -390,4 +392,26 @@ t.test('options: each bad one a coded error at register; shed: true takes the de
   observer.open()
   t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200])
   t.match(shedOf(app), { limit: null, admitted: { critical: 1, normal: 1, sheddable: 1 }, readings: { redisTimeMs: null, pressure: null } })
+})
+
+t.test('shed: false is none; an adapted capacity starts at its floor, measures the no-load latency, stays within floor and ceiling', async t => {
+  const off = await listening(t, { shed: false }, app => { app.get('/work', async () => 'ok') })
+  t.equal((await get(off.base, '/work')).status, 200)
+  t.equal(off.app.rateGuard.stats().shed, undefined, 'no shed section')
+
+  const { app, base } = await listening(t, { shed: { inFlight: { ceiling: 4 }, sampleInterval: 10, eventLoopDelay: false } }, app => {
+    app.get('/work', async () => await new Promise(resolve => setImmediate(resolve, 'ok')))
+  })
+  t.match(shedOf(app), { limit: 2, minRttMs: null }, 'the default floor, nothing measured yet')
+  const limits = new Set<number>()
+  const sent: Array<Promise<Answer>> = []
+  await waitFor(() => {
+    sent.push(get(base, '/work'), get(base, '/work'))
+    limits.add(shedOf(app).limit!)
+    return shedOf(app).minRttMs !== null
+  }, 'the no-load latency measured')
+  const statuses = new Set((await Promise.all(sent)).map(a => a.status))
+  t.ok([...statuses].every(status => status === 200 || status === 503), `answers: ${[...statuses].join(', ')}`)
+  t.ok(shedOf(app).minRttMs! > 0, `no-load latency ${shedOf(app).minRttMs!.toFixed(2)} ms`)
+  t.ok([...limits].every(limit => limit >= 2 && limit <= 4), `limits seen: ${[...limits].join(', ')}`)
 })
