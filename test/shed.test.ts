@@ -78,7 +78,7 @@ for (const store of ['memory', 'redis'] as const) {
     t.equal((await get(base, '/metrics')).status, 200, "config.priority 'exempt' is exempt")
     held.push(hold(base, '/slow-exempt'))
     await waitFor(() => observer.mostOf('exempt') === 1, 'the exempt request running at capacity')
-    t.match(shedOf(app), { inFlight: 6, limit: 5, admitted: { critical: 1, normal: 1, sheddable: 1 } }, 'stats().shed')
+    t.match(shedOf(app), { inFlight: 5, limit: 5, admitted: { critical: 1, normal: 1, sheddable: 1 } }, 'stats().shed')
     t.equal(app.rateGuard.stats().decisions.shed, 4, 'four shed, as stats() counts them')
     t.strictSame(messages.map(m => [m.outcome, m.priority, m.reason, m.budget, m.keyKind]), [
       ['shed', 'normal', 'in-flight', 'shed', 'none'],
@@ -99,6 +99,36 @@ for (const store of ['memory', 'redis'] as const) {
     t.strictSame((await Promise.all(again)).map(a => a.status), [200, 200])
   })
 }
+
+t.test('exempt requests in flight take no place: the reserve stays the critical class\'s', async t => {
+  const observer = new Observer()
+  const { app, base } = await listening(t, { shed: { inFlight: 5, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+    app.get('/work', observer.held('normal'))
+    app.get('/urgent', { config: { priority: 'critical' } }, observer.held('critical'))
+    app.get('/healthz', observer.held('exempt'))
+  })
+  t.teardown(() => { observer.open() })
+  const held: Array<Promise<Answer>> = []
+  // Slow health checks first: two of them running.
+  for (let i = 1; i <= 2; i++) {
+    held.push(hold(base, '/healthz'))
+    await waitFor(() => observer.running === i, `health check ${i} running`)
+  }
+  t.equal(shedOf(app).inFlight, 0, 'exempt requests are not counted in flight')
+  // The normal requests' share (4 of 5) whole, and the reserve (1) for a critical request.
+  for (let i = 1; i <= 4; i++) {
+    held.push(hold(base, '/work'))
+    await waitFor(() => observer.mostOf('normal') === i, `normal request ${i} running`)
+  }
+  t.equal((await get(base, '/work')).status, 503, 'the fifth normal request shed')
+  held.push(hold(base, '/urgent'))
+  await waitFor(() => observer.mostOf('critical') === 1, 'the critical request admitted to the reserve')
+  t.equal((await get(base, '/urgent')).status, 503, 'the next critical request shed: the capacity full')
+  t.equal(observer.mostOf('normal') + observer.mostOf('critical'), 5)
+  observer.open()
+  t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200, 200, 200, 200, 200])
+  await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
+})
 
 t.test('every shed answer: Retry-After a whole number of seconds, JSON or problem details', async t => {
   const cases: Array<[RateGuardOptions, string, string]> = [
