@@ -5,6 +5,8 @@
 // client's headers); shadow mode; failMode with Redis down; a client hanging up; the option checks. The
 // signals (pressure, event-loop delay, Redis's reply time) and recovery: test/shed-signals.test.ts.
 import http from 'node:http'
+import { once } from 'node:events'
+import net from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import Fastify from 'fastify'
 import t from 'tap'
@@ -388,6 +390,40 @@ t.test('a client hanging up mid-handler keeps its slot until its handler ends', 
   t.equal((await again).status, 200)
 })
 
+t.test('every place given back: a budget\'s 429, a handler that throws, a 404, a client gone mid-body; nested routes count', async t => {
+  const observer = new Observer()
+  const shed = { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE } as const
+  const { app, base } = await listening(t, { shed }, app => {
+    app.get('/limited', { config: { rateLimit: { max: 1, timeWindow: '1 hour' } } }, async () => 'ok')
+    app.get('/throws', async () => { throw new Error('broken') })
+    app.post('/body', async () => 'ok')
+    app.register(async child => { child.get('/work', observer.held('nested')) }, { prefix: '/nested' }).after(() => {})
+  })
+  t.teardown(() => { observer.open() })
+  t.strictSame([await get(base, '/limited'), await get(base, '/limited'), await get(base, '/limited')].map(a => a.status), [200, 429, 429])
+  t.equal((await get(base, '/throws')).status, 500)
+  t.equal((await get(base, '/nowhere')).status, 404)
+  t.equal(shedOf(app).inFlight, 0, 'none kept by a 429, a 500 or a 404')
+  const { port } = app.server.address() as { port: number }
+  for (let i = 0; i < 3; i++) {
+    const socket = net.connect(port, '127.0.0.1')
+    t.teardown(() => { socket.destroy() })
+    await once(socket, 'connect')
+    socket.write('POST /body HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"a":')
+    await waitFor(() => shedOf(app).inFlight === 1, 'the request in flight, its body not all sent')
+    socket.destroy()
+    await waitFor(() => shedOf(app).inFlight === 0, 'its place given back once its client left')
+  }
+  // A route of an encapsulated plugin is counted and shed as any other.
+  const held = hold(base, '/nested/work')
+  await waitFor(() => observer.running === 1, 'the nested route running')
+  t.equal(shedOf(app).inFlight, 1, 'counted in flight')
+  t.equal((await get(base, '/nested/work')).status, 503, 'the second shed')
+  observer.open()
+  t.equal((await held).status, 200)
+  await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
+})
+
 t.test('options: each bad one a coded error at register; shed: true takes the defaults', async t => {
   const bad: Array<[unknown, RegExp]> = [
     ['yes', /shed/],
@@ -424,7 +460,7 @@ t.test('options: each bad one a coded error at register; shed: true takes the de
   t.match(shedOf(app), { limit: null, admitted: { critical: 1, normal: 1, sheddable: 1 }, readings: { redisTimeMs: null, pressure: null } })
 })
 
-t.test('shed: false is none; an adapted capacity starts at its floor, measures the no-load latency, stays within floor and ceiling', async t => {
+t.test('shed: false is none; an adapted capacity starts at its floor, measures no-load latency, stays in floor..ceiling', async t => {
   const off = await listening(t, { shed: false }, app => { app.get('/work', async () => 'ok') })
   t.equal((await get(off.base, '/work')).status, 200)
   t.equal(off.app.rateGuard.stats().shed, undefined, 'no shed section')
