@@ -469,7 +469,9 @@ t.test('shed: false is none; an adapted capacity starts at its floor, measures n
     app.get('/work', async () => await new Promise(resolve => setImmediate(resolve, 'ok')))
   })
   t.match(shedOf(app), { limit: 2, minRttMs: null }, 'the default floor, nothing measured yet')
-  const floored = await listening(t, { shed: { inFlight: { floor: 3 }, eventLoopDelay: false } }, app => { app.get('/work', async () => 'ok') })
+  const floored = await listening(t, { shed: { inFlight: { floor: 3 }, eventLoopDelay: false } }, app => {
+    app.get('/work', async () => 'ok')
+  })
   t.match(shedOf(floored.app), { limit: 3 }, 'a floor given, the ceiling by default')
   const limits = new Set<number>()
   const sent: Array<Promise<Answer>> = []
