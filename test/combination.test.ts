@@ -578,6 +578,14 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   return model
 }
 
+/**
+ * Kinds the fixed seeds reach in some run, not each: how many requests the held-open ones leave in flight when a
+ * critical one comes depends on when Redis's outage ends, which the machine's speed moves (seed 7 on Redis under
+ * 'closed' reached it 0 to 27 times in a run).
+ */
+const SOMEWHERE = ['a critical request admitted past the others\' share', 'a sheddable request shed below the normal line']
+const reachedInAll = new Set<string>()
+
 for (const seed of seeds) {
   for (const where of STORES) {
     for (const failMode of FAIL_MODES) {
@@ -594,11 +602,16 @@ for (const seed of seeds) {
           'refused in flight', 'a refusal in flight struck toward a ban', 'let through in flight (shadow)', 'a slot freed: finished', 'a slot freed: hung up',
           'waited on /wait', 'refused on /wait', 'left while waiting on /wait', 'admitted /quota in a new month, past the last month\'s quota',
           'hung up while its handler ran on /hold', 'a handler hung up on ran to its end', ...outage,
-          shed === '' ? 'a request shed' : 'a request shed in shadow mode, let through',
-          'a critical request admitted past the others\' share', 'a normal request admitted past the sheddable share']) {
+          shed === '' ? 'a request shed' : 'a request shed in shadow mode, let through', 'a normal request admitted past the sheddable share']) {
           t.ok(model.reached.has(kind), `the traffic reached: ${kind}`)
         }
+        for (const kind of model.reached) reachedInAll.add(kind)
       })
     }
   }
 }
+
+t.test('the fixed seeds reach, in some run, what no one run must', async t => {
+  if (replay !== undefined && replay !== '') return
+  for (const kind of SOMEWHERE) t.ok(reachedInAll.has(kind), `the traffic reached: ${kind}`)
+})
