@@ -171,7 +171,9 @@ t.test('fastify.rateGuard.stats(): this instance\'s decisions by outcome, the sa
     unavailable: 0,
     'shadow-limited': 1,
     'shadow-banned': 0,
-    'shadow-ban-started': 0
+    'shadow-ban-started': 0,
+    shed: 0,
+    'shadow-shed': 0
   })
 })
 

@@ -19,9 +19,9 @@ import { watchHandler, workOf } from './work.js'
 // The load shedder's stage, before every other: an `onRequest` hook for the whole app, ahead of the rate
 // limits, so a request it sheds costs no budget and no Redis call. It classes the request (lib/shed/priority.ts),
 // asks the shedder (lib/shed/shedder.ts), and either lets it in, counted in flight until its work is over (its
-// handler and its response, as `concurrency` counts it: ./work.ts), or answers 503 at once: `Retry-After`,
-// and `@fastify/rate-limit`-shaped JSON or, under `errorFormat: 'problem'`, the draft's
-// `temporary-reduced-capacity` problem details. In shadow mode it reports and lets in what it would shed.
+// handler and its response, as `concurrency` counts it: ./work.ts; an exempt request is not counted), or answers
+// 503 at once: `Retry-After`, and `@fastify/rate-limit`-shaped JSON or, under `errorFormat: 'problem'`, the
+// draft's `temporary-reduced-capacity` problem details. In shadow mode it reports and lets in what it would shed.
 
 /** The 503 of a shed request: made once. */
 interface Answer {
@@ -52,6 +52,9 @@ export function shedRequests (fastify: FastifyInstance, opts: ResolvedOptions, s
   fastify.addHook('onRoute', routeOptions => { watchRoute(routeOptions) })
   fastify.addHook('onRequest', (request, reply, done) => {
     const priority = priorityOf(request, shed.classify, opts.callbacks)
+    // Exempt requests are outside the shedder: never shed, and never counted in flight, so slow health checks
+    // take no place of the others', nor the critical class's reserve.
+    if (priority === 'exempt') return done()
     const reason = shedder.decide(priority)
     if (reason !== null) {
       report(priority, reason, shedder)

@@ -8,10 +8,11 @@ import type { ResolvedAdaptive } from '../options/shed.js'
 //   by max(1, 5%), but only while the requests in flight reached half of it (an idle process proves nothing);
 // - one whose latency is past it shows a queue: the limit is multiplied by tolerance × minRtt / latency (at
 //   least by 0.5), which puts it where the latency would be back within tolerance, if the queue is the cause;
-// - when the limit came down three intervals in a row and the latency did not (the work itself got slower, not
-//   the queue longer), and every `probeMs` anyway, the no-load latency is measured again: the limit is held at
+// - when the limit came down three intervals in a row, by a third or more, and the latency did not (the work
+//   itself got slower, not the queue longer), and every `probeMs` anyway, the no-load latency is measured again: the limit is held at
 //   `floor` until `floor` requests admitted since have completed (2 s at most), their mean taken as the new
-//   minRtt, and the limit put back where it was before it came down.
+//   minRtt, and the limit put back where it was before it came down; likewise when an interval is a third
+//   faster than no load was (the work got faster: that interval's latency still holds the old queue).
 // The limit settles where the latency is `tolerance` over no load: past the knee where requests start to
 // queue by about the tolerance. All within `floor` and `ceiling`.
 
@@ -21,6 +22,8 @@ const GROWTH = 0.05
 const LEAST_FACTOR = 0.5
 /** Intervals in a row the limit came down, latency not, before the no-load latency is measured again. */
 const DOWNS_TO_PROBE = 3
+/** How far the limit came down (a share of where it was) before a latency that did not is a probe's reason. */
+const PROBE_CUT = 1 / 3
 /** A probe lasts at most this long. */
 const LONGEST_PROBE_MS = 2000
 
@@ -56,6 +59,16 @@ export class AdaptiveLimit {
     return this.#probe === null ? Math.floor(this.#limit) : this.#options.floor
   }
 
+  /** The limit outside a probe (during one, where it goes back to): what the critical class may use all the same. */
+  get held (): number {
+    return Math.floor(this.#probe?.restore ?? this.#limit)
+  }
+
+  /** Whether the no-load latency is being measured (the limit held at its floor). */
+  get probing (): boolean {
+    return this.#probe !== null
+  }
+
   /** The no-load latency as measured (Infinity until a sample is). */
   get minRtt (): number {
     return this.#minRtt
@@ -81,6 +94,8 @@ export class AdaptiveLimit {
     if (this.#probe !== null) return this.#probing(now)
     if (count === 0) return
     if (now - this.#lastProbe >= this.#options.probeMs) return this.#startProbe(now, this.#limit)
+    // Far faster than no load was: the work got faster, and this interval's latency still holds its queue.
+    if (this.#minRtt !== Infinity && rtt < (1 - PROBE_CUT) * this.#minRtt) return this.#startProbe(now, this.#limit)
     this.#minRtt = Math.min(this.#minRtt, rtt)
     const { tolerance, floor, ceiling } = this.#options
     const over = rtt / (tolerance * this.#minRtt)
@@ -95,8 +110,9 @@ export class AdaptiveLimit {
     }
     this.#downs++
     this.#limit = Math.max(floor, this.#limit * Math.max(LEAST_FACTOR, 1 / over))
-    // Down three times and the latency not: the work got slower, not the queue longer.
-    if (this.#downs >= DOWNS_TO_PROBE && rtt >= 0.9 * this.#rttBefore) this.#startProbe(now, this.#before)
+    // Cut by a third or more over three intervals or more, and the latency not: the work got slower, not the queue longer.
+    const cut = this.#limit <= (1 - PROBE_CUT) * this.#before
+    if (this.#downs >= DOWNS_TO_PROBE && cut && rtt >= 0.9 * this.#rttBefore) this.#startProbe(now, this.#before)
   }
 
   #startProbe (now: number, restore: number): void {
