@@ -1,7 +1,7 @@
 // The apps bench/shed.js loads (issue 46's load shedder), each in a process of its own, given one JSON argument:
 //   { kind: 'cpu', cpuMs, shed? }   /checkout (config.priority 'critical'), /search ('normal'), /recommend
 //       ('sheddable'), each burning `cpuMs` of this process's CPU synchronously; /health (exempt by the default rule)
-//   { kind: 'dependency', cpuMs, slots, holdMs, priority, shed? }   /work (of `priority`): `cpuMs` of CPU, then a slot of a simulated
+//   { kind: 'dependency', cpuMs, slots, holdMs, shed? }   /work: `cpuMs` of CPU, then a slot of a simulated
 //       dependency (`slots` in parallel, first come first served beyond), held `holdMs`; POST /control
 //       { slots?, holdMs? } changes them mid-run (exempt)
 // Both: GET /stats (exempt) answers `fastify.rateGuard.stats().shed` (null without a shedder). The plugin counts no
@@ -77,7 +77,7 @@ if (config.kind === 'cpu') {
 } else {
   const slots = new Slots(config.slots)
   let holdMs = config.holdMs
-  app.get('/work', { config: { priority: config.priority } }, async () => {
+  app.get('/work', async () => {
     burn(config.cpuMs)
     await slots.take()
     try {

@@ -141,7 +141,7 @@ function dependencyTable ({ capacity, rate, sweep, bestK, adaptive }, settings) 
     `(${settings.slots} slots × ${settings.holdMs} ms: ${(settings.slots * 1000 / settings.holdMs).toFixed(0)} at most); ` +
     `offered ${rate.toFixed(0)} req/s, open loop\n`]
   lines.push(...tableHead(['inFlight', 'goodput (2xx/s)', '503', 'timeouts', 'mean ms (2xx)', 'p99 ms (2xx)', 'power',
-    `${settings.depPriority} admitted (median)`, 'most in flight', 'app CPU', 'others on its core', 'best']))
+    'normal admitted (median)', 'most in flight', 'app CPU', 'others on its core', 'best']))
   for (const k of sweep) {
     lines.push(`| ${k.k} | ${fixed(k.perSecond, 0)} | ${pct(k.shedShare)} | ${k.timeouts} | ${fixed(k.okMeanMs)} | ${fixed(k.okP99Ms)} | ` +
       `${fixed(k.power, 0)} | ${fixed(median(k.admitted), 2)} | ${k.maxInFlight} | ${pct(k.cpuShare)} | ${pct(k.othersOnAppCore)} | ` +

@@ -14,9 +14,8 @@
 //    `inFlight: K` for each K of BENCH_SHED_KS (goodput, mean and p99 latency; the best K by power = goodput / mean
 //    latency); then the adaptive limit (BENCH_SHED_ADAPTIVE), read from GET /stats (stats().shed) every 250 ms: where
 //    it settles against the best K (judged: within 20%), and, after BENCH_SHED_STEP (slots: the slots halve; hold:
-//    the hold doubles) mid-run, how long until it settles again. Part 2's shedder: the in-flight rule, reserve 0, the
-//    event-loop signals off; /work of BENCH_SHED_DEP_PRIORITY (normal: the in-flight count at the limit is pressure,
-//    which halves the normal class's admitted share too; critical: the limit alone, as no share of it is ever cut).
+//    the hold doubles) mid-run, how long until it settles again. Part 2's shedder: the in-flight rule alone (reserve 0,
+//    the event-loop signals off), /work of the normal class.
 //
 //   npm run build && node bench/shed.js      (or BENCH_HARNESSES=shed npm run bench; about 2 minutes)
 //
@@ -53,7 +52,6 @@ const settings = {
   slots: number('BENCH_SHED_SLOTS', 16),
   holdMs: number('BENCH_SHED_HOLD_MS', 40),
   depLoad: number('BENCH_SHED_DEP_LOAD', 1.5),
-  depPriority: env.BENCH_SHED_DEP_PRIORITY || 'normal',
   ks: (env.BENCH_SHED_KS || '4,8,12,16,24,32,64').split(',').map(Number),
   kS: number('BENCH_SHED_K_S', 3),
   adaptive: json('BENCH_SHED_ADAPTIVE', { floor: 2, ceiling: 512 }),
@@ -62,9 +60,6 @@ const settings = {
 }
 if (settings.mix.length !== 3 || settings.mix.some(x => !(x >= 0))) {
   throw new Error(`BENCH_SHED_MIX: three shares (critical, normal, sheddable), got ${env.BENCH_SHED_MIX}`)
-}
-if (!['normal', 'critical'].includes(settings.depPriority)) {
-  throw new Error(`BENCH_SHED_DEP_PRIORITY: normal or critical, got ${settings.depPriority}`)
 }
 if (!['slots', 'hold'].includes(settings.step)) throw new Error(`BENCH_SHED_STEP: slots or hold, got ${settings.step}`)
 const PATHS = { critical: '/checkout', normal: '/search', sheddable: '/recommend' }
@@ -203,8 +198,7 @@ async function cpuPart (missing) {
 }
 
 async function dependencyPart (missing) {
-  const { depCpuMs: cpuMs, slots, holdMs, depPriority: priority } = settings
-  const config = { kind: 'dependency', cpuMs, slots, holdMs, priority }
+  const config = { kind: 'dependency', cpuMs: settings.depCpuMs, slots: settings.slots, holdMs: settings.holdMs }
   const plain = await startApp(config)
   let capacity
   try {
@@ -225,11 +219,12 @@ async function dependencyPart (missing) {
       const poll = t0 => pollStats(app, t0, seconds)
       const { records, classes: { normal }, extra: series, ...run } = await openRun(app, rates, settings.settleS, settings.kS, poll)
       const power = normal.okMeanMs === null ? null : normal.perSecond / (normal.okMeanMs / 1000)
-      // The most requests stats().shed saw in flight at once (a reading every 250 ms), the reading's own request
-      // (exempt, counted in flight too) included: K + 1 at most.
+      // The most requests stats().shed saw in flight at once (a reading every 250 ms; the reading's own request is
+      // exempt, outside the shedder): K at most.
       const maxInFlight = Math.max(...series.map(r => r.inFlight ?? 0))
-      // /work's class's admitted share (stats().shed.admitted) over the measured window, each reading.
-      const admitted = series.filter(r => r.t >= settings.settleS && r.admitted !== null).map(r => r.admitted[priority])
+      // The normal class's admitted share (stats().shed.admitted) over the measured window, each reading: a full
+      // capacity sheds by its line, not by cutting the share.
+      const admitted = series.filter(r => r.t >= settings.settleS && r.admitted !== null).map(r => r.admitted.normal)
       const { cpuShare, othersOnAppCore, sendLagMs } = run
       sweep.push({ k, ...normal, power, maxInFlight, admitted, cpuShare, othersOnAppCore, sendLagMs })
     } finally {
