@@ -6,8 +6,8 @@
 //    CPU; /health (exempt) probed at BENCH_SHED_HEALTH_RATE a second beside. (a) capacity: a closed loop of the mix;
 //    (b) unloaded: the mix at BENCH_SHED_UNLOADED × capacity; then at BENCH_SHED_OVERLOAD × capacity, each on a fresh
 //    app: (c) without the shedder, (d) with BENCH_SHED_OPTIONS (default `{}`: its defaults), (e) with
-//    BENCH_SHED_TUNED (default below; '' skips it). Per class: p50/p99 (every request, a timeout at the timeout; and the 2xx alone),
-//    the 2xx and 503 shares, 503s without Retry-After. Judged: with the shedder, critical p99 ≤ 2× unloaded and
+//    BENCH_SHED_TUNED (default below; '' skips it). Per class: p50/p99 (every request, a timeout at the timeout; and
+//    the 2xx alone), the 2xx and 503 shares, 503s without Retry-After. Judged: with the shedder, critical p99 ≤ 2× unloaded and
 //    ≥ 95% of critical served; without, every class's p99 > 10× unloaded.
 // 2. Adaptive concurrency: /work burns BENCH_SHED_DEP_CPU_MS, then holds one of BENCH_SHED_SLOTS slots of a simulated
 //    dependency for BENCH_SHED_HOLD_MS (beyond: queued). At BENCH_SHED_DEP_LOAD × its capacity: a fixed
