@@ -424,6 +424,65 @@ t.test('every place given back: a budget\'s 429, a handler that throws, a 404, a
   await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
 })
 
+t.test('bans: the shedder comes first (a banned client gets its 503), a shed request strikes toward no ban, the ban stands', async t => {
+  const observer = new Observer()
+  const options: RateGuardOptions = { max: 1, timeWindow: '1 hour', ban: { threshold: 2, duration: '1 minute' } }
+  const { app, base } = await listening(t, { ...options, shed: { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+    app.get('/work', { config: { rateLimit: false } }, observer.held('work'))
+    app.get('/limited', async () => 'ok')
+  })
+  t.teardown(() => { observer.open() })
+  const full = async (during: () => Promise<void>): Promise<void> => {
+    const held = hold(base, '/work')
+    await waitFor(() => observer.running === 1, 'the capacity full')
+    await during()
+    observer.open()
+    t.equal((await held).status, 200)
+    await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
+  }
+  t.equal((await get(base, '/limited')).status, 200, 'the budget of 1 spent')
+  await full(async () => {
+    for (let i = 0; i < 4; i++) isShed(t, await get(base, '/limited'), '1', `shed ${i + 1}, over the budget`)
+  })
+  t.equal((await get(base, '/limited')).status, 429, 'one denial: no strikes came from the four shed (threshold 2)')
+  await app.rateGuard.ban('127.0.0.1', '1 minute')
+  t.equal((await get(base, '/limited')).status, 403, 'banned')
+  await full(async () => { isShed(t, await get(base, '/limited'), '1', 'a banned client, the capacity full') })
+  t.equal((await get(base, '/limited')).status, 403, 'the ban stands')
+  t.match(app.rateGuard.stats().decisions, { shed: 5 })
+})
+
+t.test("hook 'preHandler': the shedder still answers in onRequest, before the body is read; a costly request is one in flight", async t => {
+  const observer = new Observer()
+  let parsed = 0
+  const options: RateGuardOptions = { hook: 'preHandler', shed: { inFlight: 2, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }
+  const { app, base } = await listening(t, options, app => {
+    app.addContentTypeParser('text/plain', (_request, payload, done) => {
+      parsed++
+      payload.resume()
+      payload.on('end', () => done(null, 'x'))
+    })
+    app.post('/upload', async () => 'stored')
+    app.get('/costly', { config: { rateLimit: { cost: 5 } } }, observer.held('costly'))
+  })
+  t.teardown(() => { observer.open() })
+  // 2 × 0.8: two normal requests at once, whatever each costs.
+  const held = [hold(base, '/costly'), hold(base, '/costly')]
+  await waitFor(() => observer.running === 2, 'two requests of cost 5 running')
+  t.equal(shedOf(app).inFlight, 2, 'each one in flight')
+  const socket = net.connect((app.server.address() as { port: number }).port, '127.0.0.1')
+  t.teardown(() => { socket.destroy() })
+  await once(socket, 'connect')
+  socket.write('POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n')
+  let answer = ''
+  socket.on('data', (chunk: Buffer) => { answer += chunk.toString() })
+  await waitFor(() => answer.includes('FST_RATE_GUARD_SHED'), 'the 503, no byte of the body sent')
+  t.match(answer, /^HTTP\/1\.1 503 /)
+  t.equal(parsed, 0, 'the body never read')
+  observer.open()
+  t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200])
+})
+
 t.test('options: each bad one a coded error at register; shed: true takes the defaults', async t => {
   const bad: Array<[unknown, RegExp]> = [
     ['yes', /shed/],
