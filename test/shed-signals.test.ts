@@ -154,7 +154,7 @@ t.test("a request turned away for room in flight is pressure, reason 'in-flight'
   // Requests turned away, one after another, until the shares fall to normal's.
   let over = false
   while (shedOf(app).admitted.normal === 1) {
-    t.equal((await get(base, '/work')).status, 503)
+    t.equal((await observer.answered(base, '/work')).status, 503)
     over ||= shedOf(app).over === 'in-flight'
   }
   t.ok(over, "over: 'in-flight' while requests are turned away")

@@ -68,13 +68,13 @@ for (const store of ['memory', 'redis'] as const) {
       await waitFor(() => observer.running === i, `normal request ${i} running`)
     }
     t.equal(shedOf(app).inFlight, 4)
-    isShed(t, await get(base, '/work'), '1', 'the fifth normal request')
+    isShed(t, await observer.answered(base, '/work'), '1', 'the fifth normal request')
     t.equal((await get(base, '/nowhere')).status, 503, 'a 404 (sheddable) is shed too')
     // The reserve: critical requests go on until 5 are in flight.
     held.push(hold(base, '/urgent'))
     await waitFor(() => observer.running === 5, 'the critical request running')
-    isShed(t, await get(base, '/urgent'), '1', 'a critical request with the reserve used up')
-    isShed(t, await get(base, '/work'), '1', 'a normal request at capacity')
+    isShed(t, await observer.answered(base, '/urgent'), '1', 'a critical request with the reserve used up')
+    isShed(t, await observer.answered(base, '/work'), '1', 'a normal request at capacity')
     // Exempt: never shed, even with everything taken; a held one runs past the capacity.
     t.equal((await get(base, '/health')).status, 200, '/health (the default rule) is exempt')
     t.equal((await get(base, '/metrics')).status, 200, "config.priority 'exempt' is exempt")
@@ -122,10 +122,10 @@ t.test('exempt requests in flight take no place: the reserve stays the critical 
     held.push(hold(base, '/work'))
     await waitFor(() => observer.mostOf('normal') === i, `normal request ${i} running`)
   }
-  t.equal((await get(base, '/work')).status, 503, 'the fifth normal request shed')
+  t.equal((await observer.answered(base, '/work')).status, 503, 'the fifth normal request shed')
   held.push(hold(base, '/urgent'))
   await waitFor(() => observer.mostOf('critical') === 1, 'the critical request admitted to the reserve')
-  t.equal((await get(base, '/urgent')).status, 503, 'the next critical request shed: the capacity full')
+  t.equal((await observer.answered(base, '/urgent')).status, 503, 'the next critical request shed: the capacity full')
   t.equal(observer.mostOf('normal') + observer.mostOf('critical'), 5)
   observer.open()
   t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200, 200, 200, 200, 200])
@@ -145,7 +145,8 @@ t.test('every shed answer: Retry-After a whole number of seconds, JSON or proble
     t.teardown(() => { observer.open() })
     const held = hold(base, '/work')
     await waitFor(() => observer.running === 1, 'one request running')
-    isShed(t, await get(base, '/work'), after, `retryAfter ${JSON.stringify((options.shed as { retryAfter?: unknown }).retryAfter)}`, wait)
+    const given = JSON.stringify((options.shed as { retryAfter?: unknown }).retryAfter)
+    isShed(t, await observer.answered(base, '/work'), after, `retryAfter ${given}`, wait)
     observer.open()
     t.equal((await held).status, 200)
   }
@@ -313,7 +314,7 @@ t.test('shadow: nothing refused, what would be shed counted and published as sha
   t.teardown(() => { observer.open() })
   const held = hold(base, '/work')
   await waitFor(() => observer.running === 1, 'one request running')
-  isShed(t, await get(base, '/work'), '1', "shed.mode 'enforce' beside the plugin's shadow mode")
+  isShed(t, await observer.answered(base, '/work'), '1', "shed.mode 'enforce' beside the plugin's shadow mode")
   t.equal(observer.most, 1)
   observer.open()
   t.equal((await held).status, 200)
@@ -341,7 +342,7 @@ for (const failMode of ['closed', 'open'] as const) {
     // 2 × (1 − 0.5) = 1: with one in flight, normal is shed, critical is not.
     const held = hold(base, '/work')
     await waitFor(() => observer.running === 1, 'one request running')
-    isShed(t, await get(base, '/limited'), '1', 'a normal request, Redis down')
+    isShed(t, await observer.answered(base, '/limited'), '1', 'a normal request, Redis down')
     const urgent = await get(base, '/urgent')
     if (failMode === 'open') t.equal(urgent.status, 200, 'critical: let through, failMode open')
     else {
@@ -418,7 +419,7 @@ t.test('every place given back: a budget\'s 429, a handler that throws, a 404, a
   const held = hold(base, '/nested/work')
   await waitFor(() => observer.running === 1, 'the nested route running')
   t.equal(shedOf(app).inFlight, 1, 'counted in flight')
-  t.equal((await get(base, '/nested/work')).status, 503, 'the second shed')
+  t.equal((await observer.answered(base, '/nested/work')).status, 503, 'the second shed')
   observer.open()
   t.equal((await held).status, 200)
   await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
@@ -442,12 +443,12 @@ t.test('bans: the shedder comes first (a banned client gets its 503), a shed req
   }
   t.equal((await get(base, '/limited')).status, 200, 'the budget of 1 spent')
   await full(async () => {
-    for (let i = 0; i < 4; i++) isShed(t, await get(base, '/limited'), '1', `shed ${i + 1}, over the budget`)
+    for (let i = 0; i < 4; i++) isShed(t, await observer.answered(base, '/limited'), '1', `shed ${i + 1}, over the budget`)
   })
   t.equal((await get(base, '/limited')).status, 429, 'one denial: no strikes came from the four shed (threshold 2)')
   await app.rateGuard.ban('127.0.0.1', '1 minute')
   t.equal((await get(base, '/limited')).status, 403, 'banned')
-  await full(async () => { isShed(t, await get(base, '/limited'), '1', 'a banned client, the capacity full') })
+  await full(async () => { isShed(t, await observer.answered(base, '/limited'), '1', 'a banned client, the capacity full') })
   t.equal((await get(base, '/limited')).status, 403, 'the ban stands')
   t.match(app.rateGuard.stats().decisions, { shed: 5 })
 })
