@@ -167,3 +167,17 @@ t.test("a request turned away for room in flight is pressure, reason 'in-flight'
   t.ok(rising.some(shed => shed.admitted.normal > 0 && shed.admitted.normal < 1), 'gradually')
   t.equal(shedOf(app).over, null)
 })
+
+t.test('a pressure function that throws is read as calm, and logged (FST_RATE_GUARD_CALLBACK_FAILED)', async t => {
+  let calls = 0
+  const pressure = (): boolean => { calls++; throw new Error('pressure broke') }
+  const { app, base, logs } = await listening(t, { shed: { pressure, sampleInterval: 10, eventLoopDelay: false } }, app => {
+    app.get('/later', { config: { priority: 'sheddable' } }, async () => 'later')
+  })
+  await waitFor(() => calls >= 5, 'five samples read')
+  t.match(shedOf(app), { over: null, readings: { pressure: false }, admitted: { normal: 1, sheddable: 1 } }, 'calm')
+  t.equal((await get(base, '/later')).status, 200, 'nothing shed')
+  const failed = logs.filter(l => l.code === 'FST_RATE_GUARD_CALLBACK_FAILED')
+  t.equal(failed.length, 1, 'logged once, not once a sample')
+  t.match(failed[0], { level: 50, fallback: 'read as calm', msg: /shed\.pressure failed/ })
+})
