@@ -165,8 +165,8 @@ export const MUTATIONS = [
   {
     name: 'shed reserve boundary: a normal request admitted with inFlight × (1 − reserve) already in flight',
     file: 'lib/shed/shedder.ts',
-    search: '    if (this.#inFlight >= this.limit * (1 - this.#reserve)) {',
-    replace: '    if (this.#inFlight > this.limit * (1 - this.#reserve)) {',
+    search: "if (this.#inFlight >= this.#line(this.limit, priority)) return 'in-flight'",
+    replace: "if (this.#inFlight > this.#line(this.limit, priority)) return 'in-flight'",
     tests: ['test/shed.test.ts'],
     tap: ['--grep=^memory: normal admitted']
   },

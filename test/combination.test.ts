@@ -7,7 +7,10 @@
 // outage, some hung up while their handler runs on), a route under `maxWait` (a second's window: requests
 // let through at once, after a wait, or refused, and clients that leave while they wait), and calendar quotas
 // (a month's beside an hour's window, with costs, settlements and a ban policy, the month's end crossed in
-// every run; a day's in shadow mode); run on the in-process store and on Redis (a server of the run's own,
+// every run; a day's in shadow mode), and the load shedder (issue 46: a fixed in-flight capacity, which the
+// requests held open fill; routes of each class, the critical ones let in past the others' share; shed
+// requests, which count on no budget; in shadow mode on the in-process store under failMode 'open', enforced in
+// the other runs); run on the in-process store and on Redis (a server of the run's own,
 // stopped for a few requests late in the run and started again), under each failMode. After every request the
 // answer is checked against the model of test/helpers/combination-model.ts: nothing a client controls, and no
 // feature that only watches traffic, may loosen a limit that is enforced, and no refusal comes without a
@@ -19,6 +22,9 @@
 // Each step waits for the events it causes (its handler, its settle, the plugin's response and abort hooks,
 // its response's close, told by the app: test/helpers/combination-app.ts), never for time; a request that
 // waits on /wait is read when its answer comes, steps later.
+//
+// The shedder's sampler runs on real time: the shares it halves make which requests are shed vary from run to
+// run of a seed (test/helpers/combination-shed.ts reads them as the shedder decides), its in-flight sheds not.
 //
 // Seeds: a few fixed ones (which must reach every kind of step and answer) and one fresh one per run;
 // COMBO_SEED=<n> replays one seed alone (every store and failMode); COMBO_HISTORY=1 prints every step. The
@@ -259,11 +265,13 @@ async function perform (combo: ComboApp, step: Planned, id: number, held: Map<nu
     const sent = await send(combo.port, step.method, step.path, headers, events.entered.promise)
     if (sent.answer === null) {
       held.set(id, { step, events, sent })
-      return { status: null, held: true, ran: true, passed: false, unenforced: false, settled: undefined, entry: events.entered.value! }
+      const entry = events.entered.value!
+      return { status: null, held: true, ran: true, passed: false, unenforced: false, settled: undefined, entry, ...shedding(events) }
     }
     await waitFor(events.responded.promise, `${what} the onResponse hooks`)
-    const { status, headers: answered } = sent.answer
-    return { status, ran: false, passed: false, unenforced: answered['x-ratelimit-enforced'] === 'false', settled: undefined, ...refusal(events, answered) }
+    const { status, headers: answered, body } = sent.answer
+    const unenforced = answered['x-ratelimit-enforced'] === 'false'
+    return { status, ran: false, passed: false, unenforced, settled: undefined, ...refusal(events, answered), ...shedding(events, body) }
   }
   if (step.ends === 'answered') {
     const res = await combo.app.inject({ method: step.method, url: step.path, headers, ...(step.body === undefined ? {} : { payload: step.body }) })
@@ -278,7 +286,8 @@ async function perform (combo: ComboApp, step: Planned, id: number, held: Map<nu
       settled: handled(events),
       ...(events.entered.value === undefined ? {} : { entry: events.entered.value }),
       ...refusal(events, res.headers),
-      ...(note === undefined ? {} : { note })
+      ...(note === undefined ? {} : { note }),
+      ...shedding(events, res.body)
     }
   }
   const before = step.ends === 'before-handler'
@@ -293,7 +302,34 @@ async function perform (combo: ComboApp, step: Planned, id: number, held: Map<nu
     if (await waitFor(events.closed.promise, `${what} the close`)) await waitFor(events.aborted.promise, `${what} the onRequestAbort hooks`)
     if (!before) await waitFor(events.handled.promise, `${what} the handler's end`)
   }
-  return { status, ran: events.entered.done, passed: before && status === null, unenforced: false, settled: handled(events) }
+  const passed = before && status === null
+  return { status, ran: events.entered.done, passed, unenforced: false, settled: handled(events), ...shedding(events) }
+}
+
+/** For the history: what was in flight as the shedder decided a request, and whether it shed it (each class's share then). */
+function shedNote ({ arrival, shed }: Pick<Seen, 'arrival' | 'shed'>): string {
+  if (arrival === undefined) return ''
+  const { lower, upper, counted } = arrival
+  const count = ` [${lower === upper ? lower : `${lower}-${upper}`} in flight${counted === lower ? '' : `, the shedder's ${counted}`}`
+  if (shed === undefined) return `${count}]`
+  const { normal, sheddable } = shed.admitted
+  return `${count}, ${shed.outcome} (${String(shed.priority)}, shares ${+normal.toFixed(3)}/${+sheddable.toFixed(3)})]`
+}
+
+/** What the shedder made of a request: what was in flight as it decided, whether it shed it, and its answer's code. */
+function shedding (events: Events, body?: string): Pick<Seen, 'arrival' | 'shed' | 'bodyCode'> {
+  // Read: its code, or null for none.
+  let bodyCode: string | null | undefined
+  try {
+    bodyCode = body === undefined ? undefined : (JSON.parse(body) as { code?: string }).code ?? null
+  } catch {
+    bodyCode = null
+  }
+  return {
+    ...(events.arrival === undefined ? {} : { arrival: events.arrival }),
+    ...(events.shed === undefined ? {} : { shed: events.shed }),
+    ...(bodyCode === undefined ? {} : { bodyCode })
+  }
 }
 
 /** A refusal's code (as Fastify's `onError` saw it) and headers. */
@@ -364,6 +400,15 @@ async function sendWait (combo: ComboApp, model: Model, step: Planned, id: numbe
   const answer = model.decideWait(step, `#${id}`, appClock.now())
   const waits = answer.kind === 'waits'
   const sent = await send(combo.port, 'GET', '/wait', headers, waits ? events.asked.promise : new Promise(() => {}))
+  // The shedder decided it first: shed, it took no place on /wait.
+  const got = sent.answer
+  const { bodyCode } = shedding(events, got?.body)
+  const retryAfter = got?.headers['retry-after'] as string | undefined
+  const read = got === null || bodyCode === undefined ? undefined : { retryAfter, code: bodyCode }
+  const { arrival, shed } = events
+  if (model.waitShed(`#${id}`, { path: '/wait', arrival, shed, status: got?.status ?? null, ran: events.entered.done, read })) {
+    return `${got?.status ?? 'no answer'} (shed)`
+  }
   const pending: Pending = { step, events, sent, sentAt, until: sentAt + (waits ? answer.ms : 0) }
   sent.answered.then(got => { pending.answer = got }, () => {})
   if (sent.answer === null) return pending
@@ -401,6 +446,11 @@ function handled (events: Events): string | undefined {
   return events.handled.done ? events.handled.value : undefined
 }
 
+/** The shedder's mode: shadow on the in-process store under failMode 'open' (where failMode never acts), else enforce. */
+function shedModeOf (where: typeof STORES[number], failMode: FailMode): 'enforce' | 'shadow' {
+  return where === 'memory' && failMode === 'open' ? 'shadow' : 'enforce'
+}
+
 async function run (t: Test, seed: number, where: typeof STORES[number], failMode: FailMode): Promise<Model> {
   // Its own server, which the run stops and starts again: with an append-only file, so it keeps its data (a
   // stop writes it out) and a limit holds across the outage; a lent client, so the run knows when it is back.
@@ -412,8 +462,8 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   const monthEnd = periodOf('month', QUOTA_ZONE, Date.now()).end
   appClock.hold(clockStart(steps, monthEnd))
   t.teardown(() => { appClock.release() })
-  const combo = await comboApp(t, lent === null ? null : { redis: lent, nameSpace }, failMode)
-  const model = new Model(failMode, monthEnd)
+  const combo = await comboApp(t, lent === null ? null : { redis: lent, nameSpace }, failMode, shedModeOf(where, failMode))
+  const model = new Model(failMode, monthEnd, shedModeOf(where, failMode) === 'shadow')
   const history: Array<[number, string]> = []
   const held = new Map<number, Held>()
   const waiting = new Map<number, Pending>()
@@ -496,7 +546,9 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
     }
     const seen = await perform(combo, step, id, held)
     const answer = seen.held === true ? `held (${seen.entry!.running} running${seen.entry!.limit === undefined ? '' : `, limit ${seen.entry!.limit}`})` : seen.status ?? 'hung up'
-    history.push([id, `#${id} ${step.text} -> ${answer}${seen.ran ? ' (ran)' : ''}${seen.code === undefined ? '' : ` ${seen.code}`}${seen.settled === undefined ? '' : ` settle: ${seen.settled}`}`])
+    const settled = seen.settled === undefined ? '' : ` settle: ${seen.settled}`
+    const code = seen.code === undefined ? '' : ` ${seen.code}`
+    history.push([id, `#${id} ${step.text} -> ${answer}${seen.ran ? ' (ran)' : ''}${code}${settled}${shedNote(seen)}`])
     model.observe(step, seen, `#${id}`, appClock.now())
   }
   // What is still held is let finish, and what still waits leaves, so the app closes with nothing in flight.
@@ -506,7 +558,11 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   await answered(null)
   const figures = ['waited on /wait', 'left while waiting on /wait', 'refused on /wait', 'decided on /quota in the new month',
     'admitted /quota in a new month, past the last month\'s quota', 'hung up while its handler ran on /hold', 'hung up while its handler ran on /ban',
-    'a refusal checked for a current reason', 'refused on a reason from another scope, still current']
+    'a refusal checked for a current reason', 'refused on a reason from another scope, still current',
+    'a request shed', 'a request shed in shadow mode, let through', 'shed: critical', 'shed: normal', 'shed: sheddable',
+    'a sheddable request shed below the normal line', 'a normal request admitted past the sheddable share',
+    'a critical request admitted past the others\' share',
+    'an exempt request admitted past the others\' share']
   t.comment(`reached: ${figures.map(kind => `${kind} ${model.tally.get(kind) ?? 0}`).join(', ')}`)
   if (process.env.COMBO_HISTORY !== undefined) t.comment(history.map(([, line]) => line).join('\n'))
   const lines = (name: Invariant): string[] => model.violations.get(name) ?? []
@@ -522,10 +578,19 @@ async function run (t: Test, seed: number, where: typeof STORES[number], failMod
   return model
 }
 
+/**
+ * Kinds the fixed seeds reach in some run, not each: how many requests the held-open ones leave in flight when a
+ * critical one comes depends on when Redis's outage ends, which the machine's speed moves (seed 7 on Redis under
+ * 'closed' reached it 0 to 27 times in a run).
+ */
+const SOMEWHERE = ['a critical request admitted past the others\' share', 'a sheddable request shed below the normal line']
+const reachedInAll = new Set<string>()
+
 for (const seed of seeds) {
   for (const where of STORES) {
     for (const failMode of FAIL_MODES) {
-      t.test(`${where}, failMode '${failMode}': seed ${seed} (replay with COMBO_SEED=${seed})`, async t => {
+      const shed = shedModeOf(where, failMode) === 'shadow' ? ', the shedder in shadow mode' : ''
+      t.test(`${where}, failMode '${failMode}'${shed}: seed ${seed} (replay with COMBO_SEED=${seed})`, async t => {
         t.comment(`seed ${seed}: COMBO_SEED=${seed} replays it`)
         const model = await run(t, seed, where, failMode)
         // A fixed seed's traffic reaches every kind of step and answer, so the invariants held mean something.
@@ -536,10 +601,17 @@ for (const seed of seeds) {
           'settled on /settle', 'settled on /quota', 'settled on /spent', 'settle refused',
           'refused in flight', 'a refusal in flight struck toward a ban', 'let through in flight (shadow)', 'a slot freed: finished', 'a slot freed: hung up',
           'waited on /wait', 'refused on /wait', 'left while waiting on /wait', 'admitted /quota in a new month, past the last month\'s quota',
-          'hung up while its handler ran on /hold', 'a handler hung up on ran to its end', ...outage]) {
+          'hung up while its handler ran on /hold', 'a handler hung up on ran to its end', ...outage,
+          shed === '' ? 'a request shed' : 'a request shed in shadow mode, let through', 'a normal request admitted past the sheddable share']) {
           t.ok(model.reached.has(kind), `the traffic reached: ${kind}`)
         }
+        for (const kind of model.reached) reachedInAll.add(kind)
       })
     }
   }
 }
+
+t.test('the fixed seeds reach, in some run, what no one run must', async t => {
+  if (replay !== undefined && replay !== '') return
+  for (const kind of SOMEWHERE) t.ok(reachedInAll.has(kind), `the traffic reached: ${kind}`)
+})

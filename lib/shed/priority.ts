@@ -25,8 +25,8 @@ const ROUTES = new WeakMap<object, Priority | null>()
 
 /** The class a route's own config and pattern give (null: none given, the app's classify may say). */
 function routePriority (request: FastifyRequest): Priority | null {
-  const config = request.routeOptions.config as { priority?: unknown } | undefined
-  if (config === undefined) return null
+  // Every route Fastify matched has its config object (a request no route matched is not asked here).
+  const config = request.routeOptions.config as { priority?: unknown }
   let known = ROUTES.get(config)
   if (known === undefined) {
     known = isPriority(config.priority) ? config.priority : null

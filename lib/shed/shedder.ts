@@ -6,14 +6,18 @@ import { AdaptiveLimit } from './adaptive.js'
 // is admitted, and the in-flight capacity. No clock of its own and no timer: lib/shed/signals.ts reads the
 // signals once per sample interval and tells it (`sample`), and the request's stage asks it (`decide`).
 //
-// Under pressure (a signal past its threshold, or a request shed in the interval for want of room in flight,
-// past the share left when the critical class's reserve is kept), the admitted share of the lowest class still admitted is halved each interval:
-// `sheddable` down to none, then `normal`. Calm, the highest class not fully admitted regains
+// Under pressure (a signal past its threshold), the admitted share of the lowest class still admitted is halved
+// each interval: `sheddable` down to none, then `normal`. Calm, the highest class not fully admitted regains
 // `sampleMs / recoveryMs` each interval (all of it in `recovery`): `normal` first, then `sheddable`. A share is
 // admitted exactly: a credit per class adds the share each request, and a request goes in when it reaches 1,
 // so a share of 0.25 admits every fourth request, not a random quarter. `critical` and `exempt` requests are
-// never shed by a signal: `critical` only when the in-flight capacity is full, its reserved share included (and
-// never for an adaptive capacity's probe, which holds it at its floor a moment), `exempt` never.
+// never shed by a signal.
+//
+// The in-flight capacity is a bound of its own, lowest class first too: `sheddable` requests are shed from
+// limit × (1 − reserve)² in flight, `normal` ones from limit × (1 − reserve), `critical` ones only when the
+// whole capacity is in flight, its reserved share included (and never for an adaptive capacity's probe, which
+// holds it at its floor a moment); `exempt` ones never. A capacity full is no pressure on the shares: it sheds
+// exactly what does not fit, where halving a share would shed what does.
 
 /** Below this share, a halved class is shed whole. */
 const LEAST_SHARE = 0.02
@@ -59,8 +63,6 @@ export class Shedder {
   readonly #credit: Shares = { normal: 0, sheddable: 0 }
   #inFlight = 0
   #peak = 0
-  /** Whether a request was shed in this interval for want of room in flight. */
-  #crowded = false
   #over: ShedReason | null = null
   /** The reason the classes are shed while they ramp back: the last signal past its threshold. */
   #reason: ShedReason = 'in-flight'
@@ -94,11 +96,7 @@ export class Shedder {
     if (priority === 'exempt') return null
     // A probe of the adaptive capacity (held at its floor a moment) sheds no critical request.
     if (priority === 'critical') return this.#inFlight < this.#held ? null : 'in-flight'
-    if (this.#inFlight >= this.limit * (1 - this.#reserve)) {
-      // Full but for a probe's floor is no pressure.
-      if (this.#inFlight >= this.#held * (1 - this.#reserve)) this.#crowded = true
-      return 'in-flight'
-    }
+    if (this.#inFlight >= this.#line(this.limit, priority)) return 'in-flight'
     const share = this.#shares[priority]
     if (share >= 1) return null
     const credit = this.#credit[priority] + share
@@ -127,11 +125,19 @@ export class Shedder {
     this.#peak = this.#inFlight
     this.#adaptive?.sample(now, peak)
     this.#readings = readings
-    // A request shed for want of room in flight, past what the critical class's reserve leaves the others, is pressure too.
-    this.#over = over ?? (this.#crowded ? 'in-flight' : null)
-    this.#crowded = false
+    this.#over = over
     if (this.#over !== null) this.#shed(this.#over)
     else this.#recover()
+  }
+
+  /**
+   * The in-flight count from which `priority` is shed: limit × (1 − reserve) for `normal`, × (1 − reserve)² for
+   * `sheddable`, the next whole number up, the product rounded first (in floating point 50 × (1 − 0.42) is
+   * 29.000000000000004, which would let a 30th request in and leave the critical class 20 of its 21).
+   */
+  #line (limit: number, priority: 'normal' | 'sheddable'): number {
+    const left = 1 - this.#reserve
+    return Math.ceil(limit * (priority === 'normal' ? left : left * left) - 1e-9)
   }
 
   #shed (reason: ShedReason): void {

@@ -58,7 +58,8 @@ export class Signals {
   #delayMs (late: number): number | null {
     const histogram = this.#delay
     if (histogram === null) return null
-    const measured = histogram.count === 0 ? 0 : histogram.percentile(99) / 1e6 - RESOLUTION_MS
+    // An empty histogram's percentile is under a microsecond: read as no delay.
+    const measured = histogram.percentile(99) / 1e6 - RESOLUTION_MS
     histogram.reset()
     return Math.max(0, measured, late)
   }

@@ -11,6 +11,14 @@
 // A request sent with `x-hold: 1` stays in its handler until the test lets it finish (its `release` event) or
 // its client hangs up (unless the test says it runs on: then only `release` ends it); the handler counts each
 // client's units running on each route, for the test to hold `concurrency` to.
+//
+// The load shedder (`shed`) runs with a fixed in-flight capacity (SHED) and no signal but that, its routes in
+// the classes PRIORITY gives. The app counts what is in flight itself (InFlight: the requests the shedder let
+// in whose handler or response is not over), and an `onRequest` hook of its own, ahead of the plugin's, tells
+// each request's events that count as the shedder decides it (and the shedder's own, from stats()); a
+// subscriber to the decision channel, called as the shedder decides, tells a shed request's events its
+// message and each class's admitted share at that moment, which the sampler's timer changes on real time.
+import diagnostics from 'node:diagnostics_channel'
 import { request as httpRequest } from 'node:http'
 import type { ClientRequest, IncomingHttpHeaders, IncomingMessage } from 'node:http'
 import { connect } from 'node:net'
@@ -19,8 +27,9 @@ import { performance } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import type { Redis } from 'ioredis'
+import { CHANNELS } from '../../lib/channels.js'
 import rateGuard from '../../lib/index.js'
-import type { FailMode, Spent } from '../../lib/index.js'
+import type { DecisionMessage, FailMode, Priority, ShedSnapshot, Spent } from '../../lib/index.js'
 import type { Teardownable } from './redis-server.js'
 
 const HOUR = '1 hour'
@@ -60,6 +69,25 @@ export type Path = keyof typeof ROUTES
 export const BAN_THRESHOLD = 2
 /** The routes whose policy bans: a denial on either strikes toward the client's one ban. */
 export const BANNING: readonly Path[] = ['/ban', '/quota']
+
+/**
+ * The load shedder: a fixed capacity of `inFlight` requests, a `reserve` kept for the critical class (normal
+ * requests are shed from inFlight × (1 − reserve) in flight: SHED_LINE; sheddable ones from inFlight ×
+ * (1 − reserve)²: SHEDDABLE_LINE), and no signal but that: a capacity full is no pressure on the admitted shares,
+ * which stay whole, so whether a request is shed is the in-flight count's alone, which the seed drives. Held-open requests (`x-hold`), handlers running on and requests
+ * waiting on /wait keep requests in flight between steps; the routes that hold them are critical (/ban,
+ * /hold-shadow) or normal (/hold), so the count passes SHED_LINE, where the normal ones are shed.
+ */
+export const SHED = { inFlight: 12, reserve: 0.25, sampleMs: 250, recoveryMs: 250 } as const
+/** The in-flight counts from which normal requests (9), and sheddable ones (7, the next whole number past 6.75), are shed. */
+export const SHED_LINE = Math.ceil(SHED.inFlight * (1 - SHED.reserve))
+export const SHEDDABLE_LINE = Math.ceil(SHED.inFlight * (1 - SHED.reserve) ** 2)
+/** Each route's class for the shedder (`config.priority`); the rest are `normal` (the default rule). */
+export const PRIORITY: Readonly<Partial<Record<Path, Priority>>> = {
+  '/settle': 'critical', '/quota': 'critical', '/ban': 'critical', '/hold-shadow': 'critical', '/watched': 'exempt', '/search': 'sheddable'
+}
+/** A route's `config.priority`, where PRIORITY gives one. */
+const classOf = (path: Path): { priority?: Priority } => PRIORITY[path] === undefined ? {} : { priority: PRIORITY[path] }
 
 /** Where /quota's month is counted (UTC+14: its months end at 10:00 UTC). */
 export const QUOTA_ZONE = 'Pacific/Kiritimati'
@@ -131,6 +159,95 @@ export class Events {
   readonly finished = new Deferred()
   /** The code of the error the request was refused with (Fastify's `onError`), if any. */
   code: string | undefined
+  /** What was in flight as the shedder decided it. */
+  arrival: Arrival | undefined
+  /** The shedder shed it (in shadow mode: would have), as it said on the decision channel then. */
+  shed: ShedSeen | undefined
+}
+
+/**
+ * What was in flight as the shedder decided a request: the app's count (`lower`: requests let in whose handler
+ * or response is not over; `upper`: also those whose end came a turn or two before, which the plugin may hear
+ * a turn later), and the shedder's own (`counted`, from stats()).
+ */
+export interface Arrival {
+  readonly lower: number
+  readonly upper: number
+  readonly counted: number
+}
+
+/** A request the shedder shed (or, in shadow mode, would have): its decision message, and each class's share then. */
+export interface ShedSeen {
+  readonly outcome: DecisionMessage['outcome']
+  readonly priority: Priority | undefined
+  readonly reason: DecisionMessage['reason']
+  readonly admitted: ShedSnapshot['admitted']
+}
+
+interface Tracked {
+  closed: boolean
+  entered: boolean
+  running: boolean
+}
+
+/**
+ * The app's count of the requests in flight, as the shedder is to count them: each let in (the app's hooks run
+ * after the shedder's: a request it sheds never is), until its response is over (`close`) and its handler,
+ * if it started, is over too (a handler that starts after its client left is in flight again while it runs).
+ * `lower` counts those. `upper` also counts those whose end came within the same turn (the plugin hears a
+ * handler's end a microtask after the app's `finally`), and those whose client left before their handler
+ * started, until the app has answered them (Fastify's answer to a body that never came, or /wait's once its
+ * place is given back): the plugin, which cannot tell whether a handler is still to come, holds them until then.
+ */
+class InFlight {
+  readonly #of = new WeakMap<FastifyRequest, Tracked>()
+  readonly #open = new Set<Tracked>()
+  readonly #unanswered = new Set<Tracked>()
+  /** Requests whose end came in this turn. */
+  #ending = 0
+
+  get lower (): number {
+    return this.#open.size
+  }
+
+  get upper (): number {
+    return this.#open.size + this.#unanswered.size + this.#ending
+  }
+
+  /** Let in by the shedder: in flight until its response's `close` (heard after the plugin's) and its handler's end. */
+  admitted (request: FastifyRequest, reply: FastifyReply): void {
+    const entry: Tracked = { closed: false, entered: false, running: false }
+    this.#of.set(request, entry)
+    this.#open.add(entry)
+    reply.raw.once('close', () => {
+      entry.closed = true
+      if (!entry.entered && !reply.sent) {
+        this.#unanswered.add(entry)
+        reply.raw.once('prefinish', () => { this.#unanswered.delete(entry) })
+      }
+      this.#end(entry)
+    })
+  }
+
+  /** Its handler starts, or (`running` false) is over. */
+  handler (request: FastifyRequest, running: boolean): void {
+    const entry = this.#of.get(request)
+    if (entry === undefined) return
+    entry.running = running
+    if (running) {
+      entry.entered = true
+      this.#unanswered.delete(entry)
+      this.#open.add(entry)
+    } else {
+      this.#end(entry)
+    }
+  }
+
+  #end (entry: Tracked): void {
+    if (!entry.closed || entry.running || !this.#open.delete(entry)) return
+    this.#ending++
+    queueMicrotask(() => { this.#ending-- })
+  }
 }
 
 /** How long a step waits for an event it caused before it says which never came (a deadline, not a pause). */
@@ -161,18 +278,61 @@ function costFromHeader (request: FastifyRequest): number | Promise<number> {
   return Promise.resolve(given === 'huge' ? Number.MAX_SAFE_INTEGER : Number(given))
 }
 
-/** `store`: Redis (a client the test lends, to know when it is back), or null for the in-process store. */
-export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpace: string } | null, failMode: FailMode): Promise<ComboApp> {
+/**
+ * `store`: Redis (a client the test lends, to know when it is back), or null for the in-process store; `shedMode`,
+ * the shedder's mode.
+ */
+export async function comboApp (
+  t: Teardownable, store: { redis: Redis, nameSpace: string } | null, failMode: FailMode, shedMode: 'enforce' | 'shadow'
+): Promise<ComboApp> {
   const steps = new Map<string, Events>()
   const of = (request: FastifyRequest): Events | undefined => steps.get(String(request.headers['x-step']))
   const app = Fastify()
   t.teardown(() => app.close())
+  const inFlight = new InFlight()
+  // Ahead of the shedder's hook (added as the plugin registers): what is in flight as it decides, which it does
+  // within `done`, publishing a shed there.
+  let deciding: Events | undefined
+  app.addHook('onRequest', (request, _reply, done) => {
+    const events = of(request)
+    const counted = app.rateGuard.stats().shed!.inFlight
+    if (events !== undefined) events.arrival = { lower: inFlight.lower, upper: inFlight.upper, counted }
+    deciding = events
+    done()
+    deciding = undefined
+  })
+  const onDecision = (message: unknown): void => {
+    const { outcome, priority, reason } = message as DecisionMessage
+    if (deciding === undefined || (outcome !== 'shed' && outcome !== 'shadow-shed')) return
+    deciding.shed = { outcome, priority, reason, admitted: app.rateGuard.stats().shed!.admitted }
+  }
+  diagnostics.subscribe(CHANNELS.decision, onDecision)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.decision, onDecision) })
   // A deadline no loaded machine misses: a 503 here is Redis failing, never a slow test. No breaker: Redis
   // decides again from the first request after it is back.
   // On the app's clock (test/helpers/app-clock.ts), which the test moves: Redis's cannot be.
-  await app.register(rateGuard, { ...store, ...(store === null ? {} : { clock: 'app' as const }), timeout: 10_000, breaker: false, failMode, verifyApiKey: () => true, max: 1000, timeWindow: HOUR })
+  await app.register(rateGuard, {
+    ...store,
+    ...(store === null ? {} : { clock: 'app' as const }),
+    timeout: 10_000,
+    breaker: false,
+    failMode,
+    verifyApiKey: () => true,
+    max: 1000,
+    timeWindow: HOUR,
+    shed: {
+      inFlight: SHED.inFlight,
+      reserve: SHED.reserve,
+      eventLoopDelay: false,
+      sampleInterval: SHED.sampleMs,
+      recovery: SHED.recoveryMs,
+      mode: shedMode
+    }
+  })
   // Callback style: `done` runs the next hooks at once, the plugin's among them (the route's come after the app's).
+  // The shedder's hook came first: a request here was let in.
   app.addHook('onRequest', (request, reply, done) => {
+    inFlight.admitted(request, reply)
     const events = of(request)
     request.raw.once('close', () => events?.closed.resolve(request.raw.aborted))
     reply.raw.once('close', () => setImmediate(() => events?.over.resolve()))
@@ -197,6 +357,7 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
   // The app's own count of each client's units running on each route (`x-cost`'s, on /hold): what the slots bound.
   const running = new Map<string, number>()
   const handler = async (request: FastifyRequest, reply: FastifyReply): Promise<object> => {
+    inFlight.handler(request, true)
     const events = of(request)
     const held = `${request.routeOptions.url} ${String(request.headers['x-api-key'])}`
     const units = request.routeOptions.url === '/hold' ? Number(request.headers['x-cost']) : 1
@@ -223,13 +384,14 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
       return { settled }
     } finally {
       running.set(held, running.get(held)! - units)
+      inFlight.handler(request, false)
     }
   }
   const limit = (path: Path): { max: number, timeWindow: string } => ({ max: ROUTES[path].max, timeWindow: HOUR })
   // The spends of /spent's requests let on, whose settle the handler calls.
   const spentOf = new WeakMap<FastifyRequest, Spent>()
   const spending = app.rateGuard.budget(limit('/spent'))
-  app.get('/spent', { config: { rateLimit: false } }, async (request, reply) => {
+  app.get('/spent', { config: { ...classOf('/spent'), rateLimit: false } }, async (request, reply) => {
     const given = String(request.headers['x-cost'])
     const spent = await spending.spend(request, { cost: given === 'huge' ? Number.MAX_SAFE_INTEGER : Number(given) })
     spent.writeHeaders(reply)
@@ -241,9 +403,9 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
     return await reply.code(spent.outcome === 'unavailable' ? 503 : banned ? 403 : 429).send({ refused: spent.outcome })
   })
 
-  app.route({ method: ['GET', 'POST'], url: '/plain', config: { rateLimit: { ...limit('/plain'), skipFailedRequests: true } }, handler })
+  app.route({ method: ['GET', 'POST'], url: '/plain', config: { ...classOf('/plain'), rateLimit: { ...limit('/plain'), skipFailedRequests: true } }, handler })
   // The README's example: the cost is the body's item count (a body without items makes it throw).
-  app.post('/bulk', { config: { rateLimit: { ...limit('/bulk'), hook: 'preValidation', cost: (request) => (request.body as { items: unknown[] }).items.length } } }, handler)
+  app.post('/bulk', { config: { ...classOf('/bulk'), rateLimit: { ...limit('/bulk'), hook: 'preValidation', cost: (request) => (request.body as { items: unknown[] }).items.length } } }, handler)
   app.get('/cost', {
     config: {
       rateLimit: {
@@ -257,20 +419,20 @@ export async function comboApp (t: Teardownable, store: { redis: Redis, nameSpac
       }
     }
   }, handler)
-  app.get('/settle', { config: { rateLimit: { ...limit('/settle'), cost: ROUTES['/settle'].cost } } }, handler)
-  app.get('/ban', { config: { rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency, lease: LEASE }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
-  app.route({ method: ['GET', 'POST'], url: '/abort', config: { rateLimit: { ...limit('/abort'), refundAborted: true } }, handler })
-  app.get('/watched', { config: { rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
-  app.get('/search', { config: { rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
-  app.get('/hold', { config: { rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency, lease: LEASE } } } }, handler)
-  app.get('/wait', { config: { rateLimit: { max: ROUTES['/wait'].max, timeWindow: WAIT.windowMs, maxWait: WAIT.maxWaitMs, maxQueue: WAIT.maxQueue } } }, handler)
+  app.get('/settle', { config: { ...classOf('/settle'), rateLimit: { ...limit('/settle'), cost: ROUTES['/settle'].cost } } }, handler)
+  app.get('/ban', { config: { ...classOf('/ban'), rateLimit: { ...limit('/ban'), concurrency: { max: ROUTES['/ban'].concurrency, lease: LEASE }, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } } }, handler)
+  app.route({ method: ['GET', 'POST'], url: '/abort', config: { ...classOf('/abort'), rateLimit: { ...limit('/abort'), refundAborted: true } }, handler })
+  app.get('/watched', { config: { ...classOf('/watched'), rateLimit: { limits: [{ ...limit('/watched') }, { max: 1, timeWindow: HOUR, mode: 'shadow' }] } } }, handler)
+  app.get('/search', { config: { ...classOf('/search'), rateLimit: { ...limit('/search'), cost: costFromHeader, mode: 'shadow', shadow: { ban: true }, ban: { threshold: 1, duration: HOUR } } } }, handler)
+  app.get('/hold', { config: { ...classOf('/hold'), rateLimit: { ...limit('/hold'), cost: costFromHeader, concurrency: { max: ROUTES['/hold'].concurrency, lease: LEASE } } } }, handler)
+  app.get('/wait', { config: { ...classOf('/wait'), rateLimit: { max: ROUTES['/wait'].max, timeWindow: WAIT.windowMs, maxWait: WAIT.maxWaitMs, maxQueue: WAIT.maxQueue } } }, handler)
   app.get('/quota', {
-    config: { rateLimit: { limits: [{ max: QUOTA_HOUR_MAX, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: QUOTA_ZONE }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
+    config: { ...classOf('/quota'), rateLimit: { limits: [{ max: QUOTA_HOUR_MAX, timeWindow: HOUR }, { max: ROUTES['/quota'].max, per: 'month', timeZone: QUOTA_ZONE }], cost: costFromHeader, ban: { threshold: BAN_THRESHOLD, duration: HOUR } } }
   }, handler)
-  app.get('/quota-shadow', { config: { rateLimit: { limits: [{ max: ROUTES['/quota-shadow'].max, per: 'day' }], mode: 'shadow' } } }, handler)
+  app.get('/quota-shadow', { config: { ...classOf('/quota-shadow'), rateLimit: { limits: [{ max: ROUTES['/quota-shadow'].max, per: 'day' }], mode: 'shadow' } } }, handler)
   // Clients of their own (a key of the app's): /search's shadow bans, held on every shadow route, leave them be.
   app.get('/hold-shadow', {
-    config: { rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency, lease: LEASE } } }
+    config: { ...classOf('/hold-shadow'), rateLimit: { ...limit('/hold-shadow'), mode: 'shadow', keyGenerator: (request) => `held ${String(request.headers['x-api-key'])}`, concurrency: { max: ROUTES['/hold-shadow'].concurrency, lease: LEASE } } }
   }, handler)
   await app.listen({ port: 0, host: '127.0.0.1' })
   return {
@@ -309,6 +471,7 @@ export async function hangUp (port: number, head: string, until: Promise<unknown
 export interface Answer {
   readonly status: number
   readonly headers: IncomingHttpHeaders
+  readonly body: string
 }
 
 /** A request sent over a real socket that may be held open: its answer once it comes, and the request, to abort it. */
@@ -326,8 +489,10 @@ export async function send (port: number, method: string, path: string, headers:
   request.on('error', () => {})
   const answered = new Promise<Answer>(resolve => {
     request.once('response', (res: IncomingMessage) => {
-      res.resume()
-      res.once('end', () => { resolve({ status: res.statusCode!, headers: res.headers }) })
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => { body += chunk })
+      res.once('end', () => { resolve({ status: res.statusCode!, headers: res.headers, body }) })
     })
   })
   request.end()

@@ -21,6 +21,10 @@
 //   waits         /wait answers each request as its log says: at once, after the wait it says (its handler
 //                 no sooner), or 429; a client that leaves while it waits gives its place back.
 //
+// The load shedder decides each request first (test/helpers/combination-shed.ts holds it to its rules): a request
+// it sheds is answered there and counted nowhere, so the model counts it on no budget, and every answer after it
+// proves the shedder spent none.
+//
 // Redis fails on some steps (the test stops it, then starts it again with its data): while it does,
 // `failMode` decides (`'open'`: nothing is counted; `'local'`: the in-process twin counts, apart); then Redis
 // counts on from where it was. Bans and denials held in process are answered whoever counts: a 403 or 429
@@ -44,7 +48,9 @@
 // (the plugin gives it back); on /ban, a refusal in flight strikes toward the ban like one for the count.
 import type { FailMode } from '../../lib/index.js'
 import { BAN_THRESHOLD, BANNING, QUOTA_HOUR_MAX, ROUTES } from './combination-app.js'
-import type { Path, SettleOutcome, Started } from './combination-app.js'
+import type { Arrival, Path, SettleOutcome, ShedSeen, Started } from './combination-app.js'
+import { SHED_INVARIANTS, ShedRules } from './combination-shed.js'
+import type { ShedStep } from './combination-shed.js'
 import { WaitLog } from './combination-wait.js'
 import type { WaitAnswer } from './combination-wait.js'
 
@@ -58,7 +64,9 @@ export const INVARIANTS = {
   unavailable: 'a 503 only under failMode closed while Redis fails',
   answers: 'every answer is one the app or the limiter gives (200, 500 asked for, 403, 429, 503)',
   slots: 'no more than concurrency.max units of a client\'s requests run at once on an enforcing route (a handler its client hung up on included); refused in flight exactly when the slots are full',
-  waits: '/wait lets a request through at once, after the wait its window gives (its handler no sooner), or refuses it, as its log says; a client that leaves while waiting gives its place back'
+  waits: '/wait lets a request through at once, after the wait its window gives (its handler no sooner), or refuses it, as its log says; a client that leaves while waiting gives its place back',
+  // The load shedder's (test/helpers/combination-shed.ts): a request it sheds is checked there alone.
+  ...SHED_INVARIANTS
 } as const
 export type Invariant = keyof typeof INVARIANTS
 
@@ -99,6 +107,25 @@ export interface Seen {
   /** The error code it was refused with (its body, as `@fastify/rate-limit`'s, has none), and its headers. */
   readonly code?: string
   readonly headers?: { readonly retryAfter: string | undefined, readonly limit: string | undefined, readonly remaining: string | undefined }
+  /** What was in flight as the shedder decided it, and its decision to shed it (none: let in). */
+  readonly arrival?: Arrival
+  readonly shed?: ShedSeen
+  /** The code in its answer's body (null: none), when the test read it (a shed request's: FST_RATE_GUARD_SHED). */
+  readonly bodyCode?: string | null
+}
+
+/** What the shedder's rules read of a step the test saw. */
+function shedStepOf (step: Step, seen: Seen): ShedStep {
+  return {
+    path: step.path,
+    arrival: seen.arrival,
+    shed: seen.shed,
+    status: seen.status,
+    ran: seen.ran,
+    read: seen.headers === undefined || seen.bodyCode === undefined
+      ? undefined
+      : { retryAfter: seen.headers.retryAfter, code: seen.bodyCode }
+  }
 }
 
 /** A request held open, and the slots it holds: in which scope, or none. */
@@ -166,9 +193,13 @@ export class Model {
   readonly tally = new Map<string, number>()
   #redisDown = false
 
-  constructor (failMode: FailMode, monthEnd: number) {
+  readonly #shed: ShedRules
+
+  /** `shadow`: the shedder's mode is 'shadow'. */
+  constructor (failMode: FailMode, monthEnd: number, shadow: boolean) {
     this.#failMode = failMode
     this.#monthEnd = monthEnd
+    this.#shed = new ShedRules(shadow, (invariant, why) => { this.#fail(invariant, why) }, kind => { this.#reach(kind) })
   }
 
   /** Redis fails from now on (the test stopped it), or is back (started again, with its data). */
@@ -198,6 +229,8 @@ export class Model {
     const fail = (invariant: Invariant, why: string): void => {
       this.#fail(invariant, `${where}: ${step.text} -> ${seen.status ?? (seen.held === true ? 'held' : 'hung up')}: ${why}${seen.note === undefined ? '' : ` (${seen.note})`}`)
     }
+    // The shedder first, as in the app: a request it sheds is answered there, and counted nowhere.
+    if (this.#shed.observe(shedStepOf(step, seen), fail)) return
     const { path, client, cost } = step
     const route = ROUTES[path]
     const { status } = seen
@@ -354,6 +387,21 @@ export class Model {
     else answer = this.#waitLog.decide(who, now, where)
     this.#waiting.set(where, { who, text: step.text, answer, now })
     return answer
+  }
+
+  /**
+   * The shedder decided /wait request `where` (decided by decideWait before it was sent): true when it shed it,
+   * and it took no place in the log.
+   */
+  waitShed (where: string, shed: ShedStep): boolean {
+    const { who, text } = this.#waiting.get(where)!
+    const fail = (invariant: Invariant, why: string): void => {
+      this.#fail(invariant, `${where}: ${text} -> ${shed.status ?? 'waits'}: ${why}`)
+    }
+    if (!this.#shed.observe(shed, fail)) return false
+    this.#waiting.delete(where)
+    this.#waitLog.leave(who, where)
+    return true
   }
 
   /**
