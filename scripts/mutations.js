@@ -171,6 +171,14 @@ export const MUTATIONS = [
     tap: ['--grep=^memory: normal admitted']
   },
   {
+    name: 'shed: a sheddable request admitted up to the normal class\'s line, not its own (1 − reserve)²',
+    file: 'lib/shed/shedder.ts',
+    search: "priority === 'normal' ? left : left * left",
+    replace: "priority === 'normal' ? left : left",
+    tests: ['test/shed-signals.test.ts'],
+    tap: ['--grep=^a full capacity sheds']
+  },
+  {
     name: 'shed: a critical request admitted past the in-flight capacity',
     file: 'lib/shed/shedder.ts',
     search: "if (priority === 'critical') return this.#inFlight < this.#held ? null : 'in-flight'",
