@@ -5,7 +5,10 @@
 //     start (fastify.rateGuard.stats(), polled each second);
 //   - decisions per second by budget (the same channel: each decision names its budget);
 //   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
-//   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button.
+//   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button;
+//   - with the load shedder (`shed`), its state: in flight against its capacity, each class's admitted share,
+//     the signal over its threshold and the signals' last readings (stats().shed). The page's own routes are
+//     `exempt`: an overloaded app, when the operator needs the page most, never sheds it.
 // What the browser gets, and how it draws, is view.ts.
 // Guarded by HTTP Basic authentication (`credentials`).
 //
@@ -130,7 +133,9 @@ const loginKeyOf = (deviceOf: Devices['deviceOf']) => (request: FastifyRequest):
  * more tries. Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is
  * checked), for every address.
  */
-const loginConfig = (loginKey: LoginKey): Readonly<{ rateLimit: RouteRateLimitOptions }> => Object.freeze({
+const loginConfig = (loginKey: LoginKey): Readonly<LoginConfig> => Object.freeze<LoginConfig>({
+  // Never shed: the page is most wanted when the app is overloaded.
+  priority: 'exempt',
   rateLimit: {
     ...LOGIN_LIMIT,
     hook: 'onRequest',
@@ -142,6 +147,9 @@ const loginConfig = (loginKey: LoginKey): Readonly<{ rateLimit: RouteRateLimitOp
     failMode: 'local'
   }
 })
+
+/** The page's routes' config: their budget of failed logins, and their class for the load shedder. */
+interface LoginConfig { priority: 'exempt', rateLimit: RouteRateLimitOptions }
 
 type LoginKey = (request: FastifyRequest) => string
 
