@@ -27,17 +27,17 @@ export interface OpenTelemetryOptions {
   meter?: Meter
   tracer?: Tracer
   /** `() => fastify.rateGuard.stats()`: the load shedder's gauges, observed at each collection (default: none) */
-  stats?: () => ShedStats
-}
-
-/** What the shedder's gauges read of `fastify.rateGuard.stats()` (a `StatsSnapshot`). */
-export interface ShedStats {
-  readonly shed?: {
-    readonly inFlight: number
-    readonly limit: number | null
-    readonly admitted: Readonly<Record<'critical' | 'normal' | 'sheddable', number>>
+  stats?: () => {
+    readonly shed?: {
+      readonly inFlight: number
+      readonly limit: number | null
+      readonly admitted: Readonly<Record<'critical' | 'normal' | 'sheddable', number>>
+    }
   }
 }
+
+/** What the shedder's gauges read of `fastify.rateGuard.stats()` (a `StatsSnapshot`'s `shed`). */
+type ShedStats = ReturnType<NonNullable<OpenTelemetryOptions['stats']>>
 
 /** The load shedder's gauges, observed from one read of `stats()` each collection; returns a function that stops them. */
 function shedGauges (meter: Meter, stats: () => ShedStats): () => void {

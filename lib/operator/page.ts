@@ -6,9 +6,7 @@
 //   - decisions per second by budget (the same channel: each decision names its budget);
 //   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
 //   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button;
-//   - with the load shedder (`shed`), its state: in flight against its capacity, each class's admitted share,
-//     the signal over its threshold and the signals' last readings (stats().shed). The page's own routes are
-//     `exempt`: an overloaded app, when the operator needs the page most, never sheds it.
+//   - with the load shedder (`shed`), its state (stats().shed); the page's routes are exempt: never shed.
 // What the browser gets, and how it draws, is view.ts.
 // Guarded by HTTP Basic authentication (`credentials`).
 //
@@ -131,10 +129,9 @@ const loginKeyOf = (deviceOf: Devices['deviceOf']) => (request: FastifyRequest):
  * so a ban here leaves the address's API budget alone). Charged when a request arrives and given back after
  * its response unless it was a 401 to credentials that were given: only a guess counts, and a burst gets no
  * more tries. Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is
- * checked), for every address.
+ * checked), for every address. Exempt from the load shedder: the page is wanted most when the app is overloaded.
  */
 const loginConfig = (loginKey: LoginKey): Readonly<LoginConfig> => Object.freeze<LoginConfig>({
-  // Never shed: the page is most wanted when the app is overloaded.
   priority: 'exempt',
   rateLimit: {
     ...LOGIN_LIMIT,
@@ -148,7 +145,6 @@ const loginConfig = (loginKey: LoginKey): Readonly<LoginConfig> => Object.freeze
   }
 })
 
-/** The page's routes' config: their budget of failed logins, and their class for the load shedder. */
 interface LoginConfig { priority: 'exempt', rateLimit: RouteRateLimitOptions }
 
 type LoginKey = (request: FastifyRequest) => string

@@ -31,17 +31,17 @@ export interface PrometheusOptions {
   /** the registrations' nameSpaces, to have their series from the start (default `['rate-guard:']`) */
   nameSpaces?: readonly string[]
   /** `() => fastify.rateGuard.stats()`: the load shedder's gauges, read at each scrape (default: none) */
-  stats?: () => ShedStats
-}
-
-/** What the shedder's gauges read of `fastify.rateGuard.stats()` (a `StatsSnapshot`). */
-export interface ShedStats {
-  readonly shed?: {
-    readonly inFlight: number
-    readonly limit: number | null
-    readonly admitted: Readonly<Record<'critical' | 'normal' | 'sheddable', number>>
+  stats?: () => {
+    readonly shed?: {
+      readonly inFlight: number
+      readonly limit: number | null
+      readonly admitted: Readonly<Record<'critical' | 'normal' | 'sheddable', number>>
+    }
   }
 }
+
+/** What the shedder's gauges read of `fastify.rateGuard.stats()` (a `StatsSnapshot`'s `shed`). */
+type ShedStats = ReturnType<NonNullable<PrometheusOptions['stats']>>
 
 type ShedState = NonNullable<ShedStats['shed']>
 
