@@ -161,6 +161,70 @@ export const MUTATIONS = [
     search: "export function checkMax (value: unknown, name = 'max', least: 0 | 1 = 1): number {",
     replace: "export function checkMax (value: unknown, name = 'max', least: 0 | 1 = 0): number {",
     tests: ['test/options.test.ts']
+  },
+  {
+    name: 'shed reserve boundary: a normal request admitted with inFlight × (1 − reserve) already in flight',
+    file: 'lib/shed/shedder.ts',
+    search: "if (this.#inFlight >= this.#line(this.limit, priority)) return 'in-flight'",
+    replace: "if (this.#inFlight > this.#line(this.limit, priority)) return 'in-flight'",
+    tests: ['test/shed.test.ts'],
+    tap: ['--grep=^memory: normal admitted']
+  },
+  {
+    name: 'shed: a sheddable request admitted up to the normal class\'s line, not its own (1 − reserve)²',
+    file: 'lib/shed/shedder.ts',
+    search: "priority === 'normal' ? left : left * left",
+    replace: "priority === 'normal' ? left : left",
+    tests: ['test/shed-signals.test.ts'],
+    tap: ['--grep=^a full capacity sheds']
+  },
+  {
+    name: 'shed: a critical request admitted past the in-flight capacity',
+    file: 'lib/shed/shedder.ts',
+    search: "if (priority === 'critical') return this.#inFlight < this.#held ? null : 'in-flight'",
+    replace: "if (priority === 'critical') return this.#inFlight <= this.#held ? null : 'in-flight'",
+    tests: ['test/shed.test.ts'],
+    tap: ['--grep=^memory: normal admitted']
+  },
+  {
+    name: 'shed: an exempt request counted in flight, taking the critical class\'s reserve',
+    file: 'lib/request/shed.ts',
+    search: "    if (priority === 'exempt') return done()\n",
+    replace: '',
+    tests: ['test/shed.test.ts'],
+    tap: ['--grep=^exempt requests in flight']
+  },
+  {
+    name: 'shed: a request\'s place never given back when its work is over',
+    file: 'lib/request/shed.ts',
+    search: 'workOf(request, reply).add(() => { shedder.done(performance.now() - at, at) }, DEFAULT_LEASE_MS)',
+    replace: 'workOf(request, reply).add(() => {}, DEFAULT_LEASE_MS)',
+    tests: ['test/shed.test.ts'],
+    tap: ['--grep=^every place given back']
+  },
+  {
+    name: 'shed: normal halved before sheddable is shed whole',
+    file: 'lib/shed/shedder.ts',
+    search: "const lowest = shares.sheddable > 0 ? 'sheddable' : 'normal'",
+    replace: "const lowest = shares.normal > 0 ? 'normal' : 'sheddable'",
+    tests: ['test/shed-signals.test.ts'],
+    tap: ['--grep=^pressure']
+  },
+  {
+    name: 'shed: a class admitted whole again at the first calm sample, not ramped back',
+    file: 'lib/shed/shedder.ts',
+    search: 'shares[highest] = Math.min(1, shares[highest] + this.#step)',
+    replace: 'shares[highest] = 1',
+    tests: ['test/shed-signals.test.ts'],
+    tap: ['--grep=^pressure']
+  },
+  {
+    name: 'shed: Retry-After rounded down (1500 ms answered 1)',
+    file: 'lib/options/shed.ts',
+    search: 'retryAfter: Math.ceil(',
+    replace: 'retryAfter: Math.floor(',
+    tests: ['test/shed.test.ts'],
+    tap: ['--grep=^every shed answer']
   }
 ]
 

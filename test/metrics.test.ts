@@ -69,3 +69,62 @@ t.test('dashboards/grafana.json charts only what the wiring exports', async t =>
     }
   }
 })
+
+t.test('the load shedder: its gauges, read at each scrape, and its sheds among the decisions', async t => {
+  const nameSpace = uniquePrefix()
+  const registry = new client.Registry()
+  const app = Fastify()
+  const stop = collectRateGuardMetrics(registry, { nameSpaces: [nameSpace], stats: () => app.rateGuard.stats() })
+  app.addHook('onClose', async () => stop())
+  // Four in flight, two of them kept for the critical class; no signal, and no sample within the test.
+  const shed = { inFlight: 4, reserve: 0.5, eventLoopDelay: false, sampleInterval: '10 seconds' } as const
+  await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace, max: 5, timeWindow: '1 minute', shed })
+  t.teardown(() => app.close())
+  // Requests held in their handler until released; `both` once two are.
+  const held: Array<() => void> = []
+  let heldTwo: () => void = () => {}
+  const both = new Promise<void>(resolve => { heldTwo = resolve })
+  app.get('/hold', async () => {
+    await new Promise<void>(resolve => { if (held.push(resolve) === 2) heldTwo() })
+    return 'done'
+  })
+  app.get('/items', async () => ({ items: [] }))
+  // Never shed, nor counted in flight: the scrape is wanted most when the app is overloaded.
+  app.get('/metrics', { config: { rateLimit: false, priority: 'exempt' } }, async (_request, reply) => {
+    reply.type(registry.contentType)
+    return await registry.metrics()
+  })
+  await app.ready()
+  const scrape = async (): Promise<string[]> => (await app.inject('/metrics')).body.split('\n')
+  const idle = await scrape()
+  t.ok(idle.includes('rate_guard_shed_in_flight 0'), 'nothing in flight (the scrape is exempt)')
+  t.ok(idle.includes('rate_guard_shed_limit 4'), 'the capacity')
+  for (const priority of ['critical', 'normal', 'sheddable']) {
+    t.ok(idle.includes(`rate_guard_shed_admitted_ratio{priority="${priority}"} 1`), `${priority}: all admitted`)
+  }
+  const holding = [app.inject('/hold'), app.inject('/hold')]
+  await both
+  t.equal((await app.inject('/items')).statusCode, 503, 'two in flight: a normal request is shed')
+  const busy = await scrape()
+  t.ok(busy.includes('rate_guard_shed_in_flight 2'), 'the two held')
+  t.ok(busy.includes(`rate_guard_decisions_total{namespace="${nameSpace}",budget="shed",limit="",outcome="shed"} 1`), 'the shed, among the decisions')
+  for (const release of held) release()
+  await Promise.all(holding)
+  t.ok((await scrape()).includes('rate_guard_shed_in_flight 0'), 'the held ones over')
+})
+
+t.test('the load shedder\'s gauges: no series without a shedder, no limit without a capacity', async t => {
+  for (const shed of [false, { eventLoopDelay: false, pressure: () => false }] as const) {
+    const registry = new client.Registry()
+    const app = Fastify()
+    const stop = collectRateGuardMetrics(registry, { stats: () => app.rateGuard.stats() })
+    t.teardown(async () => { stop(); await app.close() })
+    await app.register(rateGuard, { max: 5, timeWindow: '1 minute', shed })
+    await app.ready()
+    const series = (await registry.metrics()).split('\n').filter(line => line.startsWith('rate_guard_shed_'))
+    t.strictSame(series, shed === false
+      ? []
+      : ['rate_guard_shed_in_flight 0', ...['critical', 'normal', 'sheddable'].map(priority => `rate_guard_shed_admitted_ratio{priority="${priority}"} 1`)],
+    shed === false ? 'no shedder: no series' : 'a shedder of signals alone: no limit')
+  }
+})

@@ -10,8 +10,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
+import Fastify from 'fastify'
 import { chromium } from 'playwright-core'
 import t from 'tap'
+import rateGuard from '../lib/index.js'
+import { operatorPage } from '../lib/operator/page.js'
 import { BUDGETS, DecisionSeries, OTHER, RECENT, SECONDS } from '../lib/operator/series.js'
 import { hashIdentity } from '../lib/stores/key-names.js'
 import { getRedis, uniquePrefix } from './helpers/redis.js'
@@ -68,6 +71,7 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   t.match(await page.locator('#rates').textContent(), /allowed/, 'decisions by outcome')
   t.match(await page.locator('#rates').textContent(), /limited/)
   t.notOk((await page.content()).includes('198.51.100.7'), 'the page never names a client by its whole address (masked)')
+  t.ok(await page.locator('#shedding').isHidden(), 'no load shedder in the app: no section of it')
 
   // The chart: a line per outcome the traffic had, over the last minutes, drawn once its second is whole.
   const outcomes = ['allowed', 'limited', 'ban-started', 'banned']
@@ -147,6 +151,57 @@ t.test('the operator page: live decisions, the clients refused most, the bans, a
   await banRow.waitFor({ state: 'detached', timeout: 10_000 })
   t.strictSame((await app.rateGuard.bans()).map(b => b.keyHash).filter(hash => hash === longBan), [], 'unban lifted it in Redis')
   t.not((await app.rateGuard.peek('198.51.100.20', { max: 10, timeWindow: '5s' })).status, 'banned')
+})
+
+t.test('the load shedder on the page: in flight against its capacity, each class\'s share, its sheds charted; the page never shed', async t => {
+  t.ok(existsSync(CHROMIUM), `chromium at ${CHROMIUM}`)
+  const app = Fastify()
+  t.teardown(() => app.close())
+  // Two in flight, one kept for the critical class; no signal, and no sample within the test.
+  const shed = { inFlight: 2, reserve: 0.5, eventLoopDelay: false, sampleInterval: '10 seconds' } as const
+  await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), max: 100, timeWindow: '1 minute', shed })
+  const held: Array<() => void> = []
+  let heldTwo: () => void = () => {}
+  const both = new Promise<void>(resolve => { heldTwo = resolve })
+  app.get('/hold', { config: { priority: 'critical' } }, async () => {
+    await new Promise<void>(resolve => { if (held.push(resolve) === 2) heldTwo() })
+    return 'done'
+  })
+  app.get('/items', async () => ({ items: [] }))
+  await app.register(operatorPage, { credentials: { user: 'operator', password: PASSWORD } })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as AddressInfo
+  // Two critical requests held: the capacity full, every class but exempt is shed (the page's routes are exempt).
+  const holding = [app.inject('/hold'), app.inject('/hold')]
+  t.teardown(async () => {
+    for (const release of held) release()
+    await Promise.all(holding)
+  })
+  await both
+  for (let i = 0; i < 3; i++) t.equal((await app.inject('/items')).statusCode, 503, 'shed')
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] })
+  t.teardown(async () => { await browser.close() })
+  const context = await browser.newContext({ httpCredentials: { username: 'operator', password: PASSWORD } })
+  const page = await context.newPage()
+  await page.goto(`http://127.0.0.1:${port}/rate-guard`)
+  const section = page.locator('#shedding')
+  await section.waitFor({ state: 'visible', timeout: 10_000 })
+  t.ok(await page.locator('#status', { hasText: /^live/ }).count() === 1, 'live though the app sheds everything else')
+  const value = async (key: string): Promise<string | null> => await page.locator(`#shed tr[data-shed="${key}"] td.n`).textContent()
+  t.equal(await value('in-flight'), '2 / 2', 'in flight against the capacity: the two held (the page\'s own requests are exempt)')
+  t.equal(await value('critical'), '100%', 'each class\'s admitted share')
+  t.equal(await value('normal'), '100%')
+  t.equal(await value('sheddable'), '100%')
+  t.match(await value('over'), /^(none|in-flight)$/, 'the signal over its threshold (a sample may come: the in-flight count)')
+  t.equal(await page.locator('#shed tr[data-shed="event-loop-delay"]').count(), 0, 'a signal not read: no row')
+  t.equal(await page.locator('#rates tr[data-outcome="shed"] line').count(), 1, 'the sheds, by outcome, with their colour')
+  t.match(await page.locator('#rates tr[data-outcome="shed"]').textContent(), /3$/, 'three since start')
+  await page.waitForFunction(() => {
+    const ys = (document.querySelector('#chart polyline[data-outcome="shed"]')?.getAttribute('points') ?? '').split(' ').map(point => point.split(',')[1])
+    return new Set(ys).size > 1
+  }, undefined, { timeout: 10_000 })
+  t.equal(await page.locator('#chart polyline[data-outcome="shed"]').getAttribute('stroke'), '#ad1457', 'charted in its own colour')
 })
 
 t.test('the page\'s counts per second: whole seconds only, the oldest rolled out, a bounded number of budgets', async t => {

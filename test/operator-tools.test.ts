@@ -80,6 +80,25 @@ t.test('opentelemetry: a failed call is an error span; a call seen only ending i
   t.equal(counted?.attributes['rate_guard.limit'], '', 'no binding limit: an empty attribute')
 })
 
+t.test('opentelemetry: the shedder\'s gauges observe nothing without a shedder, and no limit without a capacity', async t => {
+  const admitted = { critical: 1, normal: 0.5, sheddable: 0 }
+  for (const shed of [undefined, { inFlight: 3, limit: null, admitted }]) {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE)
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 })
+    const meterProvider = new MeterProvider({ readers: [reader] })
+    const stop = instrumentRateGuard({ meter: meterProvider.getMeter('test'), stats: () => (shed === undefined ? {} : { shed }) })
+    await reader.forceFlush()
+    const observed = exporter.getMetrics().flatMap(m => m.scopeMetrics.flatMap(s => s.metrics))
+      .filter(m => m.descriptor.name.startsWith('rate_guard.shed.') && m.dataPoints.length > 0)
+      .map(m => [m.descriptor.name, m.dataPoints.map(p => p.value)])
+    stop()
+    await meterProvider.shutdown()
+    t.strictSame(observed, shed === undefined
+      ? []
+      : [['rate_guard.shed.in_flight', [3]], ['rate_guard.shed.admitted', [1, 0.5, 0]]], shed === undefined ? 'no shedder: nothing' : 'no capacity: no limit')
+  }
+})
+
 t.test('the page: a cookie header without its cookie, an HTTPS proxy, and the bound on the clients it counts', async t => {
   const app = await buildOperatorApp({ nameSpace: uniquePrefix(), operatorPassword: 'secret' })
   t.teardown(() => app.close())

@@ -153,11 +153,11 @@ t.test('a full capacity sheds lowest class first by its own lines and is no pres
   const messages = shedMessages(t)
   const held = Array.from({ length: 7 }, () => get(base, '/work'))
   await waitFor(() => observer.running === 7, 'seven running')
-  t.equal((await get(base, '/extra')).status, 503, 'sheddable: shed from 10 × 0.8² = 6.4, so 7 in flight')
+  t.equal((await observer.answered(base, '/extra')).status, 503, 'sheddable: shed from 10 × 0.8² = 6.4, so 7 in flight')
   held.push(get(base, '/work'))
   await waitFor(() => observer.running === 8, 'a normal one let in: its line is 10 × 0.8 = 8')
   const from = samples
-  for (let i = 0; i < 5; i++) t.equal((await get(base, '/work')).status, 503, 'normal: shed at 8')
+  for (let i = 0; i < 5; i++) t.equal((await observer.answered(base, '/work')).status, 503, 'normal: shed at 8')
   await waitFor(() => samples >= from + 5, 'five samples with requests turned away')
   t.match(shedOf(app), { over: null, inFlight: 8, admitted: { normal: 1, sheddable: 1 } }, 'no pressure: the shares stay whole')
   t.strictSame(messages.map(m => [m.priority, m.reason]), [['sheddable', 'in-flight'], ...Array(5).fill(['normal', 'in-flight'])])
@@ -167,4 +167,18 @@ t.test('a full capacity sheds lowest class first by its own lines and is no pres
   await waitFor(() => observer.running === 1, 'a sheddable one let in: room again')
   observer.open()
   t.equal((await extra).status, 200)
+})
+
+t.test('a pressure function that throws is read as calm, and logged (FST_RATE_GUARD_CALLBACK_FAILED)', async t => {
+  let calls = 0
+  const pressure = (): boolean => { calls++; throw new Error('pressure broke') }
+  const { app, base, logs } = await listening(t, { shed: { pressure, sampleInterval: 10, eventLoopDelay: false } }, app => {
+    app.get('/later', { config: { priority: 'sheddable' } }, async () => 'later')
+  })
+  await waitFor(() => calls >= 5, 'five samples read')
+  t.match(shedOf(app), { over: null, readings: { pressure: false }, admitted: { normal: 1, sheddable: 1 } }, 'calm')
+  t.equal((await get(base, '/later')).status, 200, 'nothing shed')
+  const failed = logs.filter(l => l.code === 'FST_RATE_GUARD_CALLBACK_FAILED')
+  t.equal(failed.length, 1, 'logged once, not once a sample')
+  t.match(failed[0], { level: 50, fallback: 'read as calm', msg: /shed\.pressure failed/ })
 })

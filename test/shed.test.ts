@@ -70,13 +70,13 @@ for (const store of ['memory', 'redis'] as const) {
       await waitFor(() => observer.running === i, `normal request ${i} running`)
     }
     t.equal(shedOf(app).inFlight, 4)
-    isShed(t, await get(base, '/work'), '1', 'the fifth normal request')
+    isShed(t, await observer.answered(base, '/work'), '1', 'the fifth normal request')
     t.equal((await get(base, '/nowhere')).status, 503, 'a 404 (sheddable) is shed too')
     // The reserve: critical requests go on until 5 are in flight.
     held.push(hold(base, '/urgent'))
     await waitFor(() => observer.running === 5, 'the critical request running')
-    isShed(t, await get(base, '/urgent'), '1', 'a critical request with the reserve used up')
-    isShed(t, await get(base, '/work'), '1', 'a normal request at capacity')
+    isShed(t, await observer.answered(base, '/urgent'), '1', 'a critical request with the reserve used up')
+    isShed(t, await observer.answered(base, '/work'), '1', 'a normal request at capacity')
     // Exempt: never shed, even with everything taken; a held one runs past the capacity.
     t.equal((await get(base, '/health')).status, 200, '/health (the default rule) is exempt')
     t.equal((await get(base, '/metrics')).status, 200, "config.priority 'exempt' is exempt")
@@ -124,10 +124,10 @@ t.test('exempt requests in flight take no place: the reserve stays the critical 
     held.push(hold(base, '/work'))
     await waitFor(() => observer.mostOf('normal') === i, `normal request ${i} running`)
   }
-  t.equal((await get(base, '/work')).status, 503, 'the fifth normal request shed')
+  t.equal((await observer.answered(base, '/work')).status, 503, 'the fifth normal request shed')
   held.push(hold(base, '/urgent'))
   await waitFor(() => observer.mostOf('critical') === 1, 'the critical request admitted to the reserve')
-  t.equal((await get(base, '/urgent')).status, 503, 'the next critical request shed: the capacity full')
+  t.equal((await observer.answered(base, '/urgent')).status, 503, 'the next critical request shed: the capacity full')
   t.equal(observer.mostOf('normal') + observer.mostOf('critical'), 5)
   observer.open()
   t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200, 200, 200, 200, 200, 200])
@@ -147,7 +147,8 @@ t.test('every shed answer: Retry-After a whole number of seconds, JSON or proble
     t.teardown(() => { observer.open() })
     const held = hold(base, '/work')
     await waitFor(() => observer.running === 1, 'one request running')
-    isShed(t, await get(base, '/work'), after, `retryAfter ${JSON.stringify((options.shed as { retryAfter?: unknown }).retryAfter)}`, wait)
+    const given = JSON.stringify((options.shed as { retryAfter?: unknown }).retryAfter)
+    isShed(t, await observer.answered(base, '/work'), after, `retryAfter ${given}`, wait)
     observer.open()
     t.equal((await held).status, 200)
   }
@@ -315,7 +316,7 @@ t.test('shadow: nothing refused, what would be shed counted and published as sha
   t.teardown(() => { observer.open() })
   const held = hold(base, '/work')
   await waitFor(() => observer.running === 1, 'one request running')
-  isShed(t, await get(base, '/work'), '1', "shed.mode 'enforce' beside the plugin's shadow mode")
+  isShed(t, await observer.answered(base, '/work'), '1', "shed.mode 'enforce' beside the plugin's shadow mode")
   t.equal(observer.most, 1)
   observer.open()
   t.equal((await held).status, 200)
@@ -343,7 +344,7 @@ for (const failMode of ['closed', 'open'] as const) {
     // 2 × (1 − 0.5) = 1: with one in flight, normal is shed, critical is not.
     const held = hold(base, '/work')
     await waitFor(() => observer.running === 1, 'one request running')
-    isShed(t, await get(base, '/limited'), '1', 'a normal request, Redis down')
+    isShed(t, await observer.answered(base, '/limited'), '1', 'a normal request, Redis down')
     const urgent = await get(base, '/urgent')
     if (failMode === 'open') t.equal(urgent.status, 200, 'critical: let through, failMode open')
     else {
@@ -420,10 +421,69 @@ t.test('every place given back: a budget\'s 429, a handler that throws, a 404, a
   const held = hold(base, '/nested/work')
   await waitFor(() => observer.running === 1, 'the nested route running')
   t.equal(shedOf(app).inFlight, 1, 'counted in flight')
-  t.equal((await get(base, '/nested/work')).status, 503, 'the second shed')
+  t.equal((await observer.answered(base, '/nested/work')).status, 503, 'the second shed')
   observer.open()
   t.equal((await held).status, 200)
   await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
+})
+
+t.test('bans: the shedder comes first (a banned client gets its 503), a shed request strikes toward no ban, the ban stands', async t => {
+  const observer = new Observer()
+  const options: RateGuardOptions = { max: 1, timeWindow: '1 hour', ban: { threshold: 2, duration: '1 minute' } }
+  const { app, base } = await listening(t, { ...options, shed: { inFlight: 1, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }, app => {
+    app.get('/work', { config: { rateLimit: false } }, observer.held('work'))
+    app.get('/limited', async () => 'ok')
+  })
+  t.teardown(() => { observer.open() })
+  const full = async (during: () => Promise<void>): Promise<void> => {
+    const held = hold(base, '/work')
+    await waitFor(() => observer.running === 1, 'the capacity full')
+    await during()
+    observer.open()
+    t.equal((await held).status, 200)
+    await waitFor(() => shedOf(app).inFlight === 0, 'nothing in flight')
+  }
+  t.equal((await get(base, '/limited')).status, 200, 'the budget of 1 spent')
+  await full(async () => {
+    for (let i = 0; i < 4; i++) isShed(t, await observer.answered(base, '/limited'), '1', `shed ${i + 1}, over the budget`)
+  })
+  t.equal((await get(base, '/limited')).status, 429, 'one denial: no strikes came from the four shed (threshold 2)')
+  await app.rateGuard.ban('127.0.0.1', '1 minute')
+  t.equal((await get(base, '/limited')).status, 403, 'banned')
+  await full(async () => { isShed(t, await observer.answered(base, '/limited'), '1', 'a banned client, the capacity full') })
+  t.equal((await get(base, '/limited')).status, 403, 'the ban stands')
+  t.match(app.rateGuard.stats().decisions, { shed: 5 })
+})
+
+t.test("hook 'preHandler': the shedder still answers in onRequest, before the body is read; a costly request is one in flight", async t => {
+  const observer = new Observer()
+  let parsed = 0
+  const options: RateGuardOptions = { hook: 'preHandler', shed: { inFlight: 2, eventLoopDelay: false, sampleInterval: NO_SAMPLE } }
+  const { app, base } = await listening(t, options, app => {
+    app.addContentTypeParser('text/plain', (_request, payload, done) => {
+      parsed++
+      payload.resume()
+      payload.on('end', () => done(null, 'x'))
+    })
+    app.post('/upload', async () => 'stored')
+    app.get('/costly', { config: { rateLimit: { cost: 5 } } }, observer.held('costly'))
+  })
+  t.teardown(() => { observer.open() })
+  // 2 × 0.8: two normal requests at once, whatever each costs.
+  const held = [hold(base, '/costly'), hold(base, '/costly')]
+  await waitFor(() => observer.running === 2, 'two requests of cost 5 running')
+  t.equal(shedOf(app).inFlight, 2, 'each one in flight')
+  const socket = net.connect((app.server.address() as { port: number }).port, '127.0.0.1')
+  t.teardown(() => { socket.destroy() })
+  await once(socket, 'connect')
+  socket.write('POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n')
+  let answer = ''
+  socket.on('data', (chunk: Buffer) => { answer += chunk.toString() })
+  await waitFor(() => answer.includes('FST_RATE_GUARD_SHED'), 'the 503, no byte of the body sent')
+  t.match(answer, /^HTTP\/1\.1 503 /)
+  t.equal(parsed, 0, 'the body never read')
+  observer.open()
+  t.strictSame((await Promise.all(held)).map(a => a.status), [200, 200])
 })
 
 t.test('options: each bad one a coded error at register; shed: true takes the defaults', async t => {

@@ -5,7 +5,8 @@
 //     start (fastify.rateGuard.stats(), polled each second);
 //   - decisions per second by budget (the same channel: each decision names its budget);
 //   - the clients refused most, by hash and kind of key (the rate-guard:decision channel: never a key);
-//   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button.
+//   - the active bans (fastify.rateGuard.bans(), from Redis), each with an unban button;
+//   - with the load shedder (`shed`), its state (stats().shed); the page's routes are exempt: never shed.
 // What the browser gets, and how it draws, is view.ts.
 // Guarded by HTTP Basic authentication (`credentials`).
 //
@@ -128,9 +129,10 @@ const loginKeyOf = (deviceOf: Devices['deviceOf']) => (request: FastifyRequest):
  * so a ban here leaves the address's API budget alone). Charged when a request arrives and given back after
  * its response unless it was a 401 to credentials that were given: only a guess counts, and a burst gets no
  * more tries. Whatever the app's plugin-wide options, it is enforced, on onRequest (before the password is
- * checked), for every address.
+ * checked), for every address. Exempt from the load shedder: the page is wanted most when the app is overloaded.
  */
-const loginConfig = (loginKey: LoginKey): Readonly<{ rateLimit: RouteRateLimitOptions }> => Object.freeze({
+const loginConfig = (loginKey: LoginKey): Readonly<LoginConfig> => Object.freeze<LoginConfig>({
+  priority: 'exempt',
   rateLimit: {
     ...LOGIN_LIMIT,
     hook: 'onRequest',
@@ -142,6 +144,8 @@ const loginConfig = (loginKey: LoginKey): Readonly<{ rateLimit: RouteRateLimitOp
     failMode: 'local'
   }
 })
+
+interface LoginConfig { priority: 'exempt', rateLimit: RouteRateLimitOptions }
 
 type LoginKey = (request: FastifyRequest) => string
 

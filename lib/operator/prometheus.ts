@@ -9,6 +9,12 @@
 //   rate_guard_breaker_open{namespace}                       1 while the breaker is open
 //   rate_guard_redis_trouble_total{namespace}                Redis did not decide
 //
+// Given `stats` (`() => fastify.rateGuard.stats()`), the load shedder's state (`shed`), read at each scrape:
+//   rate_guard_shed_in_flight                                requests the shedder let in whose work is not over
+//   rate_guard_shed_limit                                    its in-flight capacity (fixed, or as adapted now)
+//   rate_guard_shed_admitted_ratio{priority}                 the share of each class it admits now, 0 to 1
+// No series while the app has no shedder (nor a limit while it has no capacity).
+//
 // The gauge and the trouble counter have a series from the start (0) for every nameSpace given, and for any
 // other from its first decision: a dashboard shows "closed, no trouble" rather than no data.
 // The package's grafana-dashboard.json is a dashboard on these names.
@@ -24,7 +30,20 @@ import type { BreakerMessage, DecisionMessage, RedisCallContext, TroubleMessage 
 export interface PrometheusOptions {
   /** the registrations' nameSpaces, to have their series from the start (default `['rate-guard:']`) */
   nameSpaces?: readonly string[]
+  /** `() => fastify.rateGuard.stats()`: the load shedder's gauges, read at each scrape (default: none) */
+  stats?: () => {
+    readonly shed?: {
+      readonly inFlight: number
+      readonly limit: number | null
+      readonly admitted: Readonly<Record<'critical' | 'normal' | 'sheddable', number>>
+    }
+  }
 }
+
+/** What the shedder's gauges read of `fastify.rateGuard.stats()` (a `StatsSnapshot`'s `shed`). */
+type ShedStats = ReturnType<NonNullable<PrometheusOptions['stats']>>
+
+type ShedState = NonNullable<ShedStats['shed']>
 
 const BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5]
 
@@ -74,13 +93,43 @@ function callTimer (calls: client.Histogram): diagnostics.TracingChannelSubscrib
   }
 }
 
+/** The load shedder's gauges in `registry`, each set from `stats()` as it is scraped. */
+function shedGauges (registry: Registry, stats: () => ShedStats): void {
+  type Set = (gauge: client.Gauge, shed: ShedState) => void
+  const gauge = (name: string, help: string, labelNames: string[], set: Set): void => {
+    const made: client.Gauge = new client.Gauge({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect: () => {
+        made.reset()
+        // prom-client gives a gauge without labels a 0 of its own: no series until one is set.
+        if (labelNames.length === 0) made.remove()
+        const { shed } = stats()
+        if (shed !== undefined) set(made, shed)
+      }
+    })
+  }
+  gauge('rate_guard_shed_in_flight', 'Requests the load shedder let in whose work is not over', [], (made, { inFlight }) => {
+    made.set(inFlight)
+  })
+  gauge('rate_guard_shed_limit', 'The load shedder\'s in-flight capacity', [], (made, { limit }) => {
+    if (limit !== null) made.set(limit)
+  })
+  gauge('rate_guard_shed_admitted_ratio', 'The share of each class the load shedder admits', ['priority'], (made, { admitted }) => {
+    for (const [priority, share] of Object.entries(admitted)) made.set({ priority }, share)
+  })
+}
+
 /**
- * Subscribes the rate guard's metrics to its diagnostics channels, in `registry`; returns a function that
- * unsubscribes them all.
+ * Subscribes the rate guard's metrics to its diagnostics channels, in `registry` (and, given `stats`, the load
+ * shedder's gauges); returns a function that unsubscribes them all.
  */
-export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['rate-guard:'] }: PrometheusOptions = {}):
+export function collectRateGuardMetrics (registry: Registry, { nameSpaces = ['rate-guard:'], stats }: PrometheusOptions = {}):
 () => void {
   const { decisions, calls, breaker, trouble } = metricsIn(registry)
+  if (stats !== undefined) shedGauges(registry, stats)
   const seen = new Set<string>()
   const start = (namespace: string): void => {
     if (seen.has(namespace)) return

@@ -1,7 +1,8 @@
 // The operator page's (lib/operator/page.ts) decisions per second over the last few minutes, by outcome and by budget: counted from
 // the rate-guard:decision channel (one message per decision, carrying its `outcome` and `budget`) into a ring
 // of one slot per second. Its memory is bounded whatever the traffic: SECONDS + 1 slots (the seconds shown and
-// the one still running), each with at most one count per outcome (the plugin has ten) and BUDGETS budgets,
+// the one still running), each with at most one count per outcome (the plugin has fourteen, the load shedder's
+// `shed` and `shadow-shed` among them: lib/stats.ts lists them) and BUDGETS budgets,
 // past which a second's other budgets are counted together as OTHER.
 
 /** How many whole seconds the page shows, and over how many of the last ones a budget's rate is averaged. */
@@ -11,7 +12,10 @@ export const RECENT = 10
 export const BUDGETS = 20
 export const OTHER = '(other budgets)'
 
-/** The outcomes that refused a client for its traffic (not 'unavailable': Redis was; shadow ones let it through). */
+/**
+ * The outcomes that refused a client for its traffic (not 'unavailable': Redis was; nor 'shed': the process was
+ * overloaded, whoever asked; shadow ones let it through).
+ */
 export const REFUSED: ReadonlySet<string> = new Set(['limited', 'banned', 'ban-started', 'too-costly', 'in-flight', 'waiting-full'])
 
 interface Slot {

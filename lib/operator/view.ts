@@ -9,7 +9,9 @@
 //     under it as the legend: its colour, the rate now and the count since start, from stats());
 //   - the decisions per second by budget over the last seconds, and how many of them were refused;
 //   - the clients refused most, and the active bans with their unban buttons; with `clientNames`, a column
-//     "known as" beside the hash (masked, or whole), blank where the page knows no name for it.
+//     "known as" beside the hash (masked, or whole), blank where the page knows no name for it;
+//   - with the load shedder (`shed`, when stats() has its section): the requests in flight against the
+//     capacity, each class's admitted share, the signal over its threshold, and the signals as last read.
 // A request that fails says so in the status line at the top (in red), and the last data stays on the page.
 
 import { RECENT, SECONDS } from './series.js'
@@ -43,7 +45,8 @@ export const SCRIPT: string = `
   const COLORS = {
     allowed: '#2e7d32', limited: '#e08a00', banned: '#c62828', 'ban-started': '#7b1fa2', 'too-costly': '#6d4c41',
     'in-flight': '#00838f', 'waiting-full': '#00695c', unenforced: '#0277bd', unavailable: '#37474f',
-    'shadow-limited': '#d4b106', 'shadow-banned': '#ef8a80', 'shadow-ban-started': '#b39ddb'
+    'shadow-limited': '#d4b106', 'shadow-banned': '#ef8a80', 'shadow-ban-started': '#b39ddb',
+    shed: '#ad1457', 'shadow-shed': '#f48fb1'
   }
   const colorOf = outcome => COLORS[outcome] ?? '#888'
   const SVG = 'http://www.w3.org/2000/svg'
@@ -118,6 +121,31 @@ export const SCRIPT: string = `
     }
   }
 
+  // The load shedder's state, when the app has one: one row each, named by data-shed.
+  function shedder (shed) {
+    document.getElementById('shedding').hidden = !shed
+    if (!shed) return
+    const share = n => Math.round(n * 100) + '%'
+    const { eventLoopDelayMs: delay, eventLoopUtilization: elu, redisTimeMs: redis, pressure } = shed.readings
+    const rows = [
+      ['in-flight', 'in flight', shed.limit === null ? String(shed.inFlight) : shed.inFlight + ' / ' + shed.limit],
+      ['critical', 'admitted: critical', share(shed.admitted.critical)],
+      ['normal', 'admitted: normal', share(shed.admitted.normal)],
+      ['sheddable', 'admitted: sheddable', share(shed.admitted.sheddable)],
+      ['over', 'signal over its threshold', shed.over ?? 'none'],
+      ['no-load-latency', 'no-load latency', shed.minRttMs === null ? null : shed.minRttMs.toFixed(1) + ' ms'],
+      ['event-loop-delay', 'event-loop delay (p99)', delay === null ? null : delay.toFixed(1) + ' ms'],
+      ['event-loop-utilization', 'event-loop utilization', elu === null ? null : share(elu)],
+      ['redis-time', 'Redis reply time (p99)', redis === null ? null : redis.toFixed(1) + ' ms'],
+      ['pressure', "the app's pressure", pressure === null ? null : pressure ? 'yes' : 'no']
+    ]
+    fill('shed', rows.filter(([, , value]) => value !== null).map(([key, name, value]) => {
+      const tr = row(cell(name), cell(value, 'n'))
+      tr.dataset.shed = key
+      return tr
+    }), 2)
+  }
+
   async function ask (path, init) {
     let response
     try {
@@ -180,6 +208,7 @@ export const SCRIPT: string = `
       tr.dataset.keyHash = b.keyHash
       return tr
     }), named ? 4 : 3)
+    shedder(data.stats.shed)
     last = data
     status('live, ' + new Date(data.at).toLocaleTimeString() + (notice === '' ? '' : '; ' + notice), notice !== '')
   }
@@ -216,6 +245,10 @@ export const PAGE: string = `<!doctype html>
 <h2>Active bans</h2>
 <table><thead><tr><th>client (hash)</th><th class="named" hidden>known as</th><th>time left</th><th></th></tr></thead>
 <tbody id="bans"></tbody></table>
+<section id="shedding" hidden>
+<h2>Load shedder</h2>
+<table><tbody id="shed"></tbody></table>
+</section>
 <script>${SCRIPT}</script>
 </body>
 </html>

@@ -31,6 +31,7 @@ export class Observer {
   readonly #running = new Map<string, number>()
   readonly #most = new Map<string, number>()
   #gate = deferred()
+  #next = deferred()
 
   /** A handler for the route `name` that runs until the gate opens. */
   held (name: string): (request: FastifyRequest, reply: FastifyReply) => Promise<string> {
@@ -38,6 +39,8 @@ export class Observer {
       let running = true
       reply.raw.once('close', () => { if (running) this.hungUp++ })
       this.entered++
+      this.#next.resolve()
+      this.#next = deferred()
       this.most = Math.max(this.most, ++this.running)
       const now = (this.#running.get(name) ?? 0) + 1
       this.#running.set(name, now)
@@ -51,6 +54,15 @@ export class Observer {
       }
       return name
     }
+  }
+
+  /**
+   * A GET of `path` that must be answered without running a held handler: its answer, or, when a held handler
+   * starts first (the request was let in, and would hang until the gate opens), status 0.
+   */
+  async answered (base: string, path: string): Promise<Answer> {
+    const ran = this.#next.promise.then(() => ({ status: 0, headers: new Headers(), body: 'a held handler started instead' }))
+    return await Promise.race([get(base, path), ran])
   }
 
   /** The most handlers of the route `name` that ran at once. */
