@@ -3,11 +3,12 @@
 //   own process and bench/load.js's generator in another; then the scripts' cost inside Redis (bench/scripts.js);
 // - autocannon, inject, cluster: bench/autocannon.js, bench/inject.js and bench/cluster-plugin.js, each run as a
 //   child with its own settings (bench/README.md), their markdown printed after the load harness's;
-// - websocket (and graphql): a WebSocket message's (a GraphQL request's) added cost beside the bare server's.
+// - websocket (and graphql): a WebSocket message's (a GraphQL request's) added cost beside the bare server's;
+// - shed: issue 46's load shedder under an open-loop overload, and its adaptive in-flight limit (bench/shed.js).
 // Prints markdown to stdout and writes bench/results/latest.json (each child harness's JSON under `harnesses`).
 //
-// BENCH_HARNESSES: comma-separated, of load, autocannon, inject, cluster, websocket, graphql. For the load harness:
-// Environment: BENCH_DURATION (s measured per run, default 2), BENCH_WARMUP (s, default 0.75), BENCH_ROUNDS
+// BENCH_HARNESSES: comma-separated, of load, autocannon, inject, cluster, websocket, graphql, shed. For the load
+// harness: BENCH_DURATION (s measured per run, default 2), BENCH_WARMUP (s, default 0.75), BENCH_ROUNDS
 // (default 3), BENCH_CONNECTIONS (default 100), BENCH_SINGLE (s measured at one connection, default 0.5),
 // BENCH_ONLY (comma-separated substrings of variant ids), BENCH_SCENARIOS (comma-separated: allowed, hot,
 // banned, mixed, realistic), BENCH_SCRIPTS (0 to skip the redis-benchmark section), BENCH_OUT (the JSON file),
@@ -49,7 +50,9 @@ const settings = {
   out: env.BENCH_OUT || fileURLToPath(new URL('./results/latest.json', import.meta.url))
 }
 /** The harnesses, in the order they run: `load` here, the others as child processes writing their own JSON. */
-const HARNESSES = { load: null, autocannon: 'autocannon.js', inject: 'inject.js', cluster: 'cluster-plugin.js', websocket: 'websocket.js', graphql: 'graphql.js' }
+const HARNESSES = {
+  load: null, autocannon: 'autocannon.js', inject: 'inject.js', cluster: 'cluster-plugin.js', websocket: 'websocket.js', graphql: 'graphql.js', shed: 'shed.js'
+}
 const harnesses = (env.BENCH_HARNESSES || Object.keys(HARNESSES).join(',')).split(',').map(s => s.trim()).filter(Boolean)
 for (const h of harnesses) if (!(h in HARNESSES)) throw new Error(`BENCH_HARNESSES: unknown harness ${h} (known: ${Object.keys(HARNESSES).join(', ')})`)
 const scenarios = (env.BENCH_SCENARIOS || Object.keys(SCENARIOS).join(',')).split(',').map(s => s.trim()).filter(Boolean)
