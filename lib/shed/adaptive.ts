@@ -9,10 +9,12 @@ import type { ResolvedAdaptive } from '../options/shed.js'
 // - one whose latency is past it shows a queue: the limit is multiplied by tolerance × minRtt / latency (at
 //   least by 0.5), which puts it where the latency would be back within tolerance, if the queue is the cause;
 // - when the limit came down three intervals in a row, by a third or more, and the latency did not (the work
-//   itself got slower, not the queue longer), and every `probeMs` anyway, the no-load latency is measured again: the limit is held at
-//   `floor` until `floor` requests admitted since have completed (2 s at most), their mean taken as the new
-//   minRtt, and the limit put back where it was before it came down; likewise when an interval is a third
-//   faster than no load was (the work got faster: that interval's latency still holds the old queue).
+//   itself got slower, not the queue longer), and every `probeMs` anyway, the no-load latency is measured
+//   again: the limit is held at `floor` until `floor` requests admitted since have completed (2 s at most),
+//   their mean taken as the new minRtt, and the limit put back where it was before it came down if the work
+//   did get slower (else where the cuts left it: a queue's latency lags the limit by the requests still in
+//   it); likewise when an interval is a third faster than no load was (the work got faster: that interval's
+//   latency still holds the old queue).
 // The limit settles where the latency is `tolerance` over no load: past the knee where requests start to
 // queue by about the tolerance. All within `floor` and `ceiling`.
 
@@ -29,7 +31,10 @@ const LONGEST_PROBE_MS = 2000
 
 interface Probe {
   readonly since: number
+  /** Where the limit goes back to if the work got slower (the no-load latency measured past tolerance of the last). */
   readonly restore: number
+  /** Where it goes back to otherwise: the limit as the probe began. */
+  readonly current: number
   sum: number
   count: number
 }
@@ -116,7 +121,7 @@ export class AdaptiveLimit {
   }
 
   #startProbe (now: number, restore: number): void {
-    this.#probe = { since: now, restore, sum: 0, count: 0 }
+    this.#probe = { since: now, restore, current: this.#limit, sum: 0, count: 0 }
     this.#downs = 0
   }
 
@@ -126,7 +131,11 @@ export class AdaptiveLimit {
     if (!done && now - probe.since < LONGEST_PROBE_MS) return
     this.#probe = null
     this.#lastProbe = now
-    if (done) this.#minRtt = probe.sum / probe.count
-    this.#limit = Math.max(this.#options.floor, Math.min(this.#options.ceiling, probe.restore))
+    const measured = done ? probe.sum / probe.count : this.#minRtt
+    // The work got slower: the limit before it came down was right. Else the queue was the cause (its latency lags
+    // the limit by the requests still queued): the limit the cuts came to stands.
+    const slower = measured > this.#options.tolerance * this.#minRtt
+    this.#minRtt = measured
+    this.#limit = Math.max(this.#options.floor, Math.min(this.#options.ceiling, slower ? probe.restore : probe.current))
   }
 }
