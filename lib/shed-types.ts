@@ -30,9 +30,9 @@ export interface AdaptiveInFlightOptions {
  * `sampleInterval`; `false` leaves it unread. See docs/reliability.md.
  */
 export interface ShedOptions {
-  /** The event loop's delay at p99 over a sample (ms or a duration; default 50 ms). */
+  /** The event loop's delay at p99 over a sample (ms or a duration; default 20 ms). */
   eventLoopDelay?: number | string | false
-  /** The event loop's utilization over a sample, 0 to 1 (default false). */
+  /** The event loop's utilization over a sample, 0 to 1 (default 0.7). */
   eventLoopUtilization?: number | false
   /** Redis's reply time at p99 over a sample (ms or a duration; a missed deadline counts as `timeout`; default false). */
   redisTime?: number | string | false

@@ -77,7 +77,7 @@ t.test('the load shedder: its gauges, read at each scrape, and its sheds among t
   const stop = collectRateGuardMetrics(registry, { nameSpaces: [nameSpace], stats: () => app.rateGuard.stats() })
   app.addHook('onClose', async () => stop())
   // Four in flight, two of them kept for the critical class; no signal, and no sample within the test.
-  const shed = { inFlight: 4, reserve: 0.5, eventLoopDelay: false, sampleInterval: '10 seconds' } as const
+  const shed = { inFlight: 4, reserve: 0.5, eventLoopDelay: false, eventLoopUtilization: false, sampleInterval: '10 seconds' } as const
   await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace, max: 5, timeWindow: '1 minute', shed })
   t.teardown(() => app.close())
   // Requests held in their handler until released; `both` once two are.
@@ -114,7 +114,7 @@ t.test('the load shedder: its gauges, read at each scrape, and its sheds among t
 })
 
 t.test('the load shedder\'s gauges: no series without a shedder, no limit without a capacity', async t => {
-  for (const shed of [false, { eventLoopDelay: false, pressure: () => false }] as const) {
+  for (const shed of [false, { eventLoopDelay: false, eventLoopUtilization: false, pressure: () => false }] as const) {
     const registry = new client.Registry()
     const app = Fastify()
     const stop = collectRateGuardMetrics(registry, { stats: () => app.rateGuard.stats() })

@@ -67,7 +67,7 @@ t.test('the load shedder: its gauges, observed at each collection, and its sheds
   t.teardown(() => app.close())
   const nameSpace = uniquePrefix()
   // Two in flight, one of them kept for the critical class; no signal, and no sample within the test.
-  const shed = { inFlight: 2, reserve: 0.5, eventLoopDelay: false, sampleInterval: '10 seconds' } as const
+  const shed = { inFlight: 2, reserve: 0.5, eventLoopDelay: false, eventLoopUtilization: false, sampleInterval: '10 seconds' } as const
   await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace, timeout: 3000, max: 5, shed })
   let release: () => void = () => {}
   let entered: () => void = () => {}

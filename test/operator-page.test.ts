@@ -158,7 +158,7 @@ t.test('the load shedder on the page: in flight against its capacity, each class
   const app = Fastify()
   t.teardown(() => app.close())
   // Two in flight, one kept for the critical class; no signal, and no sample within the test.
-  const shed = { inFlight: 2, reserve: 0.5, eventLoopDelay: false, sampleInterval: '10 seconds' } as const
+  const shed = { inFlight: 2, reserve: 0.5, eventLoopDelay: false, eventLoopUtilization: false, sampleInterval: '10 seconds' } as const
   await app.register(rateGuard, { redis: (await getRedis(t)).url, nameSpace: uniquePrefix(), max: 100, timeWindow: '1 minute', shed })
   const held: Array<() => void> = []
   let heldTwo: () => void = () => {}

@@ -29,7 +29,7 @@ async function watch (app: FastifyInstance, done: (shed: ShedSnapshot) => boolea
 t.test("pressure: sheddable to none before normal falls, critical and exempt kept, reason 'pressure', a gradual ramp back", async t => {
   let flag = false
   const recoveryMs = 500
-  const shed = { pressure: () => flag, sampleInterval: 10, recovery: recoveryMs, eventLoopDelay: false } as const
+  const shed = { pressure: () => flag, sampleInterval: 10, recovery: recoveryMs, eventLoopDelay: false, eventLoopUtilization: false } as const
   const { app, base } = await listening(t, { shed }, app => {
     app.get('/work', async () => 'work')
     app.get('/later', { config: { priority: 'sheddable' } }, async () => 'later')
@@ -77,7 +77,7 @@ t.test("pressure: sheddable to none before normal falls, critical and exempt kep
 })
 
 t.test("event-loop delay: a handler that blocks 300 ms is read at the next sample, reason 'event-loop-delay'", async t => {
-  const { app, base } = await listening(t, { shed: { eventLoopDelay: 100, sampleInterval: 50 } }, app => {
+  const { app, base } = await listening(t, { shed: { eventLoopDelay: 100, eventLoopUtilization: false, sampleInterval: 50 } }, app => {
     app.get('/busy', async () => {
       const end = performance.now() + 300
       while (performance.now() < end);
@@ -118,7 +118,7 @@ t.test("Redis's reply time: Redis paused past the threshold, reason 'redis-time'
   const server = await startRedisServer(t)
   const pauser = client(t, server.url)
   const { app, base } = await listening(t, {
-    redis: server.url, nameSpace: uniquePrefix(), timeout: 5000, shed: { redisTime: 50, sampleInterval: 20, eventLoopDelay: false }
+    redis: server.url, nameSpace: uniquePrefix(), timeout: 5000, shed: { redisTime: 50, sampleInterval: 20, eventLoopDelay: false, eventLoopUtilization: false }
   }, app => { app.get('/work', async () => 'work') })
   const messages = shedMessages(t)
   t.equal((await get(base, '/work')).status, 200)
@@ -144,7 +144,7 @@ t.test('a full capacity sheds lowest class first by its own lines and is no pres
   let samples = 0
   // The app's pressure, never on, counts the samples.
   const pressure = (): boolean => { samples++; return false }
-  const shed = { inFlight: 10, sampleInterval: 10, recovery: 200, eventLoopDelay: false, pressure } as const
+  const shed = { inFlight: 10, sampleInterval: 10, recovery: 200, eventLoopDelay: false, eventLoopUtilization: false, pressure } as const
   const { app, base } = await listening(t, { shed }, app => {
     app.get('/work', observer.held('work'))
     app.get('/extra', { config: { priority: 'sheddable' } }, observer.held('extra'))
@@ -172,7 +172,7 @@ t.test('a full capacity sheds lowest class first by its own lines and is no pres
 t.test('a pressure function that throws is read as calm, and logged (FST_RATE_GUARD_CALLBACK_FAILED)', async t => {
   let calls = 0
   const pressure = (): boolean => { calls++; throw new Error('pressure broke') }
-  const { app, base, logs } = await listening(t, { shed: { pressure, sampleInterval: 10, eventLoopDelay: false } }, app => {
+  const { app, base, logs } = await listening(t, { shed: { pressure, sampleInterval: 10, eventLoopDelay: false, eventLoopUtilization: false } }, app => {
     app.get('/later', { config: { priority: 'sheddable' } }, async () => 'later')
   })
   await waitFor(() => calls >= 5, 'five samples read')

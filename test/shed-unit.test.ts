@@ -10,7 +10,7 @@ import type { ResolvedAdaptive, ResolvedShed } from '../lib/options/shed.js'
 import { AdaptiveLimit } from '../lib/shed/adaptive.js'
 import { NO_READINGS, Shedder } from '../lib/shed/shedder.js'
 
-const options = (given: object): ResolvedShed => checkShed({ eventLoopDelay: false, ...given }, 'shed')!
+const options = (given: object): ResolvedShed => checkShed({ eventLoopDelay: false, eventLoopUtilization: false, ...given }, 'shed')!
 
 t.test('the critical class keeps its reserve: the others stop at limit × (1 − reserve), critical at the limit', async t => {
   const shedder = new Shedder(options({ inFlight: 10, reserve: 0.3 }), 0)

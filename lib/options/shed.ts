@@ -42,7 +42,7 @@ const ADAPTIVE_NAMES = new Set(['floor', 'ceiling', 'tolerance', 'probeInterval'
 
 /** The defaults, as an app would write them. */
 export const SHED_DEFAULTS = Object.freeze({
-  eventLoopDelay: 50, reserve: 0.2, sampleInterval: 100, recovery: 5000, retryAfter: 1000, floor: 2, ceiling: 1000, tolerance: 1.1, probeInterval: 30_000
+  eventLoopDelay: 20, eventLoopUtilization: 0.7, reserve: 0.2, sampleInterval: 100, recovery: 5000, retryAfter: 1000, floor: 2, ceiling: 1000, tolerance: 1.1, probeInterval: 30_000
 })
 
 export function checkShed (value: unknown, name: string): ResolvedShed | null {
@@ -56,7 +56,7 @@ export function checkShed (value: unknown, name: string): ResolvedShed | null {
   const at = (option: string): string => `${name}.${option}`
   return Object.freeze({
     eventLoopDelayMs: optional(given.eventLoopDelay, SHED_DEFAULTS.eventLoopDelay, v => between(v, at('eventLoopDelay'), 1, 60_000)),
-    eventLoopUtilization: optional(given.eventLoopUtilization, false, v => share(v, at('eventLoopUtilization'), 0.01, 1)),
+    eventLoopUtilization: optional(given.eventLoopUtilization, SHED_DEFAULTS.eventLoopUtilization, v => share(v, at('eventLoopUtilization'), 0.01, 1)),
     redisTimeMs: optional(given.redisTime, false, v => between(v, at('redisTime'), 1, 60_000)),
     pressure: given.pressure === undefined ? null : checkFunction<() => boolean>(given.pressure, at('pressure')),
     inFlight: inFlightOf(given.inFlight, at('inFlight')),

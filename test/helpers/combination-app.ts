@@ -323,7 +323,7 @@ export async function comboApp (
     shed: {
       inFlight: SHED.inFlight,
       reserve: SHED.reserve,
-      eventLoopDelay: false,
+      eventLoopDelay: false, eventLoopUtilization: false,
       sampleInterval: SHED.sampleMs,
       recovery: SHED.recoveryMs,
       mode: shedMode

@@ -8,7 +8,7 @@ import { checkShed } from '../../lib/options/shed.js'
 import { NO_READINGS, Shedder } from '../../lib/shed/shedder.js'
 
 const shedderAt = (inFlight: number, reserve: number, running: number): Shedder => {
-  const shedder = new Shedder(checkShed({ inFlight, reserve, eventLoopDelay: false }, 'shed')!, 0)
+  const shedder = new Shedder(checkShed({ inFlight, reserve, eventLoopDelay: false, eventLoopUtilization: false }, 'shed')!, 0)
   for (let i = 0; i < running; i++) shedder.started()
   return shedder
 }
