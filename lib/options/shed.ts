@@ -42,7 +42,16 @@ const ADAPTIVE_NAMES = new Set(['floor', 'ceiling', 'tolerance', 'probeInterval'
 
 /** The defaults, as an app would write them. */
 export const SHED_DEFAULTS = Object.freeze({
-  eventLoopDelay: 20, eventLoopUtilization: 0.7, reserve: 0.2, sampleInterval: 100, recovery: 5000, retryAfter: 1000, floor: 2, ceiling: 1000, tolerance: 1.1, probeInterval: 30_000
+  eventLoopDelay: 20,
+  eventLoopUtilization: 0.7,
+  reserve: 0.2,
+  sampleInterval: 100,
+  recovery: 5000,
+  retryAfter: 1000,
+  floor: 2,
+  ceiling: 1000,
+  tolerance: 1.1,
+  probeInterval: 30_000
 })
 
 export function checkShed (value: unknown, name: string): ResolvedShed | null {
@@ -56,7 +65,8 @@ export function checkShed (value: unknown, name: string): ResolvedShed | null {
   const at = (option: string): string => `${name}.${option}`
   return Object.freeze({
     eventLoopDelayMs: optional(given.eventLoopDelay, SHED_DEFAULTS.eventLoopDelay, v => between(v, at('eventLoopDelay'), 1, 60_000)),
-    eventLoopUtilization: optional(given.eventLoopUtilization, SHED_DEFAULTS.eventLoopUtilization, v => share(v, at('eventLoopUtilization'), 0.01, 1)),
+    eventLoopUtilization: optional(given.eventLoopUtilization, SHED_DEFAULTS.eventLoopUtilization,
+      v => share(v, at('eventLoopUtilization'), 0.01, 1)),
     redisTimeMs: optional(given.redisTime, false, v => between(v, at('redisTime'), 1, 60_000)),
     pressure: given.pressure === undefined ? null : checkFunction<() => boolean>(given.pressure, at('pressure')),
     inFlight: inFlightOf(given.inFlight, at('inFlight')),
@@ -78,7 +88,9 @@ function optional (value: unknown, fallback: number | false, check: (value: unkn
 /** Milliseconds (a number or a duration such as '50 ms') from `least` to `most`. */
 function between (value: unknown, name: string, least: number, most: number): number {
   const ms = toMilliseconds(value)
-  if (ms === undefined || ms < least || ms > most) fail(name, value, `a duration from ${least} ms to ${most} ms, such as '${least * 10} ms'`)
+  if (ms === undefined || ms < least || ms > most) {
+    fail(name, value, `a duration from ${least} ms to ${most} ms, such as '${least * 10} ms'`)
+  }
   return ms
 }
 

@@ -74,7 +74,8 @@ function watchRoute (routeOptions: RouteOptions): void {
   const priority = (routeOptions.config as { priority?: unknown } | undefined)?.priority
   if (priority !== undefined && !isPriority(priority)) {
     throw new InvalidOptionError(`config.priority of ${routeOptions.url}`,
-      `expected one of ${PRIORITIES.map(p => `'${p}'`).join(', ')}, got ${typeof priority === 'string' ? JSON.stringify(priority) : typeof priority}`)
+      `expected one of ${PRIORITIES.map(p => `'${p}'`).join(', ')}, ` +
+      `got ${typeof priority === 'string' ? JSON.stringify(priority) : typeof priority}`)
   }
   routeOptions.handler = watchHandler(routeOptions.handler)
 }

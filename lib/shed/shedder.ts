@@ -52,7 +52,9 @@ export interface Readings {
   readonly pressure: boolean | null
 }
 
-export const NO_READINGS: Readings = Object.freeze({ eventLoopDelayMs: null, eventLoopUtilization: null, redisTimeMs: null, pressure: null })
+export const NO_READINGS: Readings = Object.freeze({
+  eventLoopDelayMs: null, eventLoopUtilization: null, redisTimeMs: null, pressure: null
+})
 
 export class Shedder {
   readonly #reserve: number

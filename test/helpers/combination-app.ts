@@ -323,7 +323,8 @@ export async function comboApp (
     shed: {
       inFlight: SHED.inFlight,
       reserve: SHED.reserve,
-      eventLoopDelay: false, eventLoopUtilization: false,
+      eventLoopDelay: false,
+      eventLoopUtilization: false,
       sampleInterval: SHED.sampleMs,
       recovery: SHED.recoveryMs,
       mode: shedMode
