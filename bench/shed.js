@@ -47,8 +47,8 @@ const settings = {
   settleS: number('BENCH_SHED_SETTLE', 2),
   durationS: number('BENCH_SHED_DURATION', 6),
   shed: json('BENCH_SHED_OPTIONS', {}),
-  // Tuned on 2026-11-29: the default's 50 ms of event-loop delay lets a queue of ~50 ms build before it sheds, which
-  // is what the critical class then waits (its p99 9× unloaded); utilization past 0.6 sheds before a queue forms.
+  // A stricter setting beside the defaults (utilization 0.7, delay 20 ms since 2026-11-29, when 50 ms of delay alone
+  // let a queue of ~50 ms build before it shed, the critical class's p99 4.5-11× unloaded): less busy, fewer served.
   tuned: json('BENCH_SHED_TUNED', { eventLoopUtilization: 0.6, eventLoopDelay: 10 }),
   depCpuMs: number('BENCH_SHED_DEP_CPU_MS', 1),
   slots: number('BENCH_SHED_SLOTS', 16),

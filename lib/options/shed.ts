@@ -58,7 +58,7 @@ export function checkShed (value: unknown, name: string): ResolvedShed | null {
   if (value === false) return null
   if (value === true) return checkShed({}, name)
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    fail(name, value, 'false, true (the defaults), or an object such as { eventLoopDelay: 50, inFlight: 100 }')
+    fail(name, value, 'false, true (the defaults), or an object such as { eventLoopUtilization: 0.7, inFlight: 100 }')
   }
   checkKeys(value, NAMES, `${name}.`)
   const given = value as Record<string, unknown>
