@@ -491,8 +491,14 @@ t.test('Redis killed: once the breaker is open, decisions skip Redis; it closes 
       const restarted = performance.now()
       await ready(redis)
       const back = performance.now()
+      // The first decision after the restart loads the scripts again (the restart lost them): on a loaded machine
+      // that may miss the deadline, paying it, as no breaker would let it; the next is enforced. A breaker holding
+      // it off would answer at once, not after the deadline, and hold the next one too.
       const unguardedFirst = await timed(unguarded.app, 'poll-unguarded')
-      t.equal(outcome('open', unguardedFirst.res), 'redis', 'breaker: false: enforced as soon as the client is ready')
+      if (outcome('open', unguardedFirst.res) === 'failMode') {
+        t.ok(unguardedFirst.ms >= PAID, `breaker: false: the first decision after the restart paid the deadline (${Math.round(unguardedFirst.ms)} ms)`)
+        t.equal(outcome('open', (await timed(unguarded.app, 'poll-unguarded')).res), 'redis', 'breaker: false: the next one enforced')
+      } else t.pass('breaker: false: enforced as soon as the client is ready')
       const { polls, closedAfter } = await untilEnforced(guarded, back)
       checkClosing(t, kind, polls, back, closedAfter, coolDown)
       const exactStarted = performance.now()
